@@ -1,0 +1,441 @@
+"""Instrumentation API: named, nestable timed regions aggregated into Stat tables.
+
+Frameworks time their work with ``with timers.timer("conv2d"): ...``. Nothing is
+measured unless a :func:`recording` is open on the calling thread; then every
+region closed on that thread is added to the recording's :class:`Table`, one
+:class:`Stat` per region name. A region opened inside another gets the outer
+region's name as its ``parent`` (the reference report's indented ``Im2ColTimer``
+under ``conv2d``); parents and children are kept apart, never summed into each
+other, so nothing is counted twice.
+
+Kernel regions: a region opened with ``kernel=True`` is operator work (an op's
+kernels, or a part of them such as ``Im2ColTimer``); the others are framework
+overhead timers (``ExecutorRunTimer``, ``CreateOpTimer``...). Kernel time is the
+sum of the kernel stats that have no kernel ancestor, and only kernel regions
+indent their children in the report, so ops listed under ``ExecutorRunTimer``
+stay flat as in the reference report.
+
+Clocks: the host clock is ``time.perf_counter_ns``. A recording may be given a
+:class:`DeviceClock` (CUDA events on a GPU); kernel regions then also get
+device time, read lazily by :meth:`Table.flush` after one synchronisation, so
+timing adds no per-region device sync. With ``sync=True`` the clock is instead
+synchronised around every kernel region, so host times are true device times
+(slow, for comparison with per-op-synchronised profiles).
+
+Cost: a region costs a few hundred ns while recording. When nothing records,
+``timer()`` returns a shared no-op whose ``__enter__``/``__exit__`` are C
+functions, leaving little more than the floor of a ``with`` statement. Hot loops
+should call :func:`current` once and skip their timing code entirely when it is
+``None``; the reference framework's executor does.
+
+This module must not import pytest: frameworks import it at run time.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from time import perf_counter_ns
+from typing import Any, Protocol
+
+__all__ = [
+    "DeviceClock",
+    "Stat",
+    "Table",
+    "current",
+    "format_stat_lines",
+    "ordered",
+    "recording",
+    "timer",
+]
+
+
+class DeviceClock(Protocol):
+    """Marks points on a device's work queue and reads the time between them."""
+
+    def mark(self) -> Any:
+        """Record a marker (a CUDA event) behind the work queued so far."""
+
+    def elapsed_ns(self, start: Any, end: Any) -> int:
+        """Nanoseconds between two markers; called only after :meth:`synchronize`."""
+
+    def synchronize(self) -> None:
+        """Wait until all queued work, markers included, has finished."""
+
+    def recycle(self) -> None:
+        """Every marker made so far has been read and may be reused."""
+
+
+_NO_MIN = 1 << 62
+
+
+class Stat:
+    """Aggregated timings of one region name (the reference report's ``Stat=`` row).
+
+    ``count``/``total_ms``/``avg_ms``/``min_ms``/``max_ms`` read the device clock
+    when this region has device samples, otherwise the host clock; ``clock``
+    says which. Host figures are always available as ``host_*``.
+    """
+
+    __slots__ = (
+        "name",
+        "parent",
+        "kernel",
+        "count",
+        "total_ns",
+        "min_ns",
+        "max_ns",
+        "device_count",
+        "device_total_ns",
+        "device_min_ns",
+        "device_max_ns",
+    )
+
+    def __init__(self, name: str, parent: str | None = None, kernel: bool = False) -> None:
+        self.name = name
+        self.parent = parent
+        self.kernel = kernel
+        self.count = 0
+        self.total_ns = 0
+        self.min_ns = _NO_MIN  # so the first sample always becomes the minimum
+        self.max_ns = 0
+        self.device_count = 0
+        self.device_total_ns = 0
+        self.device_min_ns = 0
+        self.device_max_ns = 0
+
+    def add(self, ns: int) -> None:
+        """Add one host-clock sample."""
+        if ns < self.min_ns:
+            self.min_ns = ns
+        if ns > self.max_ns:
+            self.max_ns = ns
+        self.count += 1
+        self.total_ns += ns
+
+    def add_device(self, ns: int) -> None:
+        """Add one device-clock sample (its host sample is added separately)."""
+        if self.device_count == 0 or ns < self.device_min_ns:
+            self.device_min_ns = ns
+        if ns > self.device_max_ns:
+            self.device_max_ns = ns
+        self.device_count += 1
+        self.device_total_ns += ns
+
+    @property
+    def clock(self) -> str:
+        return "device" if self.device_count else "host"
+
+    @property
+    def total_ms(self) -> float:
+        return (self.device_total_ns if self.device_count else self.total_ns) / 1e6
+
+    @property
+    def avg_ms(self) -> float:
+        return self.total_ms / self.count if self.count else 0.0
+
+    @property
+    def min_ms(self) -> float:
+        if self.device_count:
+            return self.device_min_ns / 1e6
+        return self.min_ns / 1e6 if self.count else 0.0
+
+    @property
+    def max_ms(self) -> float:
+        return (self.device_max_ns if self.device_count else self.max_ns) / 1e6
+
+    @property
+    def host_total_ms(self) -> float:
+        return self.total_ns / 1e6
+
+    @property
+    def host_avg_ms(self) -> float:
+        return self.total_ns / 1e6 / self.count if self.count else 0.0
+
+    def __repr__(self) -> str:
+        return (
+            f"Stat({self.name!r}, parent={self.parent!r}, count={self.count}, "
+            f"total_ms={self.total_ms:.3f}, clock={self.clock!r})"
+        )
+
+
+class _NullRegion:
+    """The region handed out when nothing records: enter and exit are C calls."""
+
+    __slots__ = ()
+    # str.format of an empty string takes any arguments and returns "", which is
+    # falsy, so exceptions propagate; being builtins they bind no self and run no
+    # Python frame. This halves the cost of a Python-level no-op context manager.
+    __enter__ = "".format
+    __exit__ = "".format
+
+
+_NULL = _NullRegion()
+
+
+class _Region:
+    """A named region of one table, reused for every entry of that name.
+
+    The open region keeps its own start time and a link to the region it was
+    opened in (its parent); re-entering a region that is still open (recursion)
+    gets a fresh region object sharing the same stat (see :func:`timer`).
+    """
+
+    __slots__ = ("table", "name", "kernel", "stat", "start", "outer")
+
+    def __init__(self, table: Table, name: str, kernel: bool, stat: Stat | None = None) -> None:
+        self.table = table
+        self.name = name
+        self.kernel = kernel
+        self.stat = stat
+        self.start: int | None = None
+        self.outer: _Region | None = None
+
+    def __enter__(self) -> _Region:
+        table = self.table
+        outer = self.outer = table.current
+        if self.stat is None:
+            self.stat = table._stat(self.name, outer.name if outer else None, self.kernel)
+        table.current = self
+        self.start = perf_counter_ns()
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        end = perf_counter_ns()
+        start = self.start
+        self.start = None
+        table = self.table
+        table.current = self.outer
+        ns = end - start
+        stat = self.stat
+        stat.count += 1
+        stat.total_ns += ns
+        if ns < stat.min_ns:
+            stat.min_ns = ns
+        if ns > stat.max_ns:
+            stat.max_ns = ns
+        if table._events is not None:
+            table._event(self, start, ns)
+
+
+class _ClockedRegion(_Region):
+    """A kernel region of a table with a device clock: also marks the device."""
+
+    __slots__ = ("mark",)
+
+    def __enter__(self) -> _Region:
+        table = self.table
+        if table.sync:
+            table.device_clock.synchronize()
+        else:
+            self.mark = table.device_clock.mark()
+        return _Region.__enter__(self)
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        table = self.table
+        clock = table.device_clock
+        if table.sync:
+            clock.synchronize()
+        else:
+            table._pending.append((self.stat, self.mark, clock.mark()))
+        _Region.__exit__(self, exc_type, exc, tb)
+
+
+class Table(Mapping[str, Stat]):
+    """The stats of one recording, by region name, in order of first entry."""
+
+    def __init__(self, device_clock: DeviceClock | None = None, sync: bool = False) -> None:
+        self.device_clock = device_clock
+        self.sync = sync
+        self._stats: dict[str, Stat] = {}
+        self._timer_regions: dict[str, _Region] = {}
+        self._kernel_regions: dict[str, _Region] = {}
+        self.current: _Region | None = None  # the innermost open region
+        self._pending: list[tuple[Stat, Any, Any]] = []
+        self._events: list[tuple[str, int, int, int]] | None = None
+
+    # Mapping interface
+    def __getitem__(self, name: str) -> Stat:
+        return self._stats[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._stats)
+
+    def __len__(self) -> int:
+        return len(self._stats)
+
+    def _stat(self, name: str, parent: str | None, kernel: bool) -> Stat:
+        stat = self._stats.get(name)
+        if stat is None:
+            stat = self._stats[name] = Stat(name, parent, kernel)
+        return stat
+
+    def region(self, name: str, kernel: bool = False) -> _Region:
+        """A region object for ``name``: the cached one unless it is open now."""
+        regions = self._kernel_regions if kernel else self._timer_regions
+        region = regions.get(name)
+        if region is None or region.start is not None:
+            cls = _ClockedRegion if kernel and self.device_clock is not None else _Region
+            fresh = cls(self, name, kernel, region.stat if region is not None else None)
+            if region is None:
+                regions[name] = fresh
+            region = fresh
+        return region
+
+    def add(self, name: str, ns: int, parent: str | None = None, kernel: bool = False) -> Stat:
+        """Add a host sample measured elsewhere (e.g. by a benchmark timer)."""
+        stat = self._stat(name, parent, kernel)
+        stat.add(ns)
+        return stat
+
+    def kernel_ancestor(self, stat: Stat) -> Stat | None:
+        """The nearest kernel stat above ``stat``, or ``None``."""
+        seen = {stat.name}
+        parent = self._stats.get(stat.parent) if stat.parent else None
+        while parent is not None and parent.name not in seen:
+            if parent.kernel:
+                return parent
+            seen.add(parent.name)
+            parent = self._stats.get(parent.parent) if parent.parent else None
+        return None
+
+    def kernel_ms(self) -> float:
+        """Kernel time: the total of the kernel stats without a kernel ancestor
+        (device time where the recording had a device clock)."""
+        return sum(
+            s.total_ms for s in self._stats.values() if s.kernel and self.kernel_ancestor(s) is None
+        )
+
+    @property
+    def depth(self) -> int:
+        """How many regions are open on this table now."""
+        depth, region = 0, self.current
+        while region is not None:
+            depth, region = depth + 1, region.outer
+        return depth
+
+    def _event(self, region: _Region, start: int, ns: int) -> None:
+        depth, outer = 0, region.outer
+        while outer is not None:
+            depth, outer = depth + 1, outer.outer
+        self._events.append((region.name, start, ns, depth))
+
+    def flush(self) -> None:
+        """Synchronise the device clock and resolve pending device samples."""
+        if not self._pending:
+            return
+        clock = self.device_clock
+        assert clock is not None  # pending marks only exist with a clock
+        clock.synchronize()
+        for stat, start, end in self._pending:
+            stat.add_device(clock.elapsed_ns(start, end))
+        self._pending.clear()
+        clock.recycle()
+
+    def start_trace(self) -> None:
+        """Keep every region closed from now on as an event (for a trace)."""
+        self._events = []
+
+    def stop_trace(self) -> list[tuple[str, int, int, int]]:
+        """Stop keeping events; return them as (name, start_ns, dur_ns, depth)."""
+        events, self._events = self._events or [], None
+        return events
+
+
+class _ThreadState(threading.local):
+    table: Table | None = None
+
+
+_state = _ThreadState()
+# How many recordings are open across all threads: lets timer() skip the
+# thread-local lookup in the common case where nothing records at all.
+_open_recordings = 0
+_open_lock = threading.Lock()
+
+
+def timer(name: str, kernel: bool = False):
+    """A context manager timing the enclosed code as region ``name``.
+
+    ``kernel=True`` marks operator work: timed with the recording's device clock
+    as well as the host clock, and counted in kernel time.
+    """
+    if not _open_recordings:
+        return _NULL
+    table = _state.table
+    if table is None:
+        return _NULL
+    region = (table._kernel_regions if kernel else table._timer_regions).get(name)
+    if region is None or region.start is not None:
+        return table.region(name, kernel)
+    return region
+
+
+def current() -> Table | None:
+    """The table recording on this thread, or ``None``."""
+    return _state.table if _open_recordings else None
+
+
+@contextmanager
+def recording(device_clock: DeviceClock | None = None, sync: bool = False) -> Iterator[Table]:
+    """Record every region closed on this thread into a fresh :class:`Table`.
+
+    Recordings nest: an inner one takes over until it ends. On exit pending
+    device samples are resolved (one synchronisation).
+    """
+    global _open_recordings
+    table = Table(device_clock, sync)
+    outer = _state.table
+    with _open_lock:
+        _open_recordings += 1
+    _state.table = table
+    try:
+        yield table
+    finally:
+        _state.table = outer
+        with _open_lock:
+            _open_recordings -= 1
+        table.flush()
+
+
+def ordered(table: Mapping[str, Stat], key=None) -> list[tuple[int, Stat]]:
+    """Stats in report order with their display depth.
+
+    A stat is shown under its nearest kernel ancestor (``Im2ColTimer`` under
+    ``conv2d``); framework timers do not indent what they contain, so ops stay
+    level with ``ExecutorRunTimer``. Siblings are sorted by ``key`` (default:
+    total time, descending); each stat is followed by its children.
+    """
+    key = key or (lambda s: -s.total_ms)
+    children: dict[str | None, list[Stat]] = {}
+    for stat in table.values():
+        parent = stat.parent
+        while parent is not None and parent in table and not table[parent].kernel:
+            parent = table[parent].parent
+        if parent not in table:
+            parent = None
+        children.setdefault(parent, []).append(stat)
+    out: list[tuple[int, Stat]] = []
+
+    def walk(parent: str | None, depth: int) -> None:
+        for stat in sorted(children.get(parent, ()), key=key):
+            out.append((depth, stat))
+            walk(stat.name, depth + 1)
+
+    walk(None, 0)
+    return out
+
+
+def format_stat_lines(table: Mapping[str, Stat]) -> list[str]:
+    """The table as the reference report's ``Stat=`` lines (unit: ms).
+
+    Stats are listed by total time, descending; a nested stat follows its
+    parent, indented by four spaces per level.
+    """
+    lines = []
+    for depth, s in ordered(table):
+        lines.append(
+            f"{'    ' * depth}Stat={s.name:<22}  total={s.total_ms:<10.6g} avg={s.avg_ms:<10.3f} "
+            f"max={s.max_ms:<10.3f} min={s.min_ms:<10.3f} count={s.count}"
+        )
+    return lines

@@ -1,0 +1,73 @@
+"""Creation and conversion ops: fill_constant, fill_zeros_like, cast, and the
+seeded random initialisers gaussian_random and uniform_random."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..registry import REQUIRED, KernelContext, OpDef, OpError, register
+from ._util import check_ints
+
+
+def _shape_attr(op: str):
+    def check(attrs: dict[str, Any]) -> None:
+        check_ints(op, "shape", attrs["shape"], minimum=1)
+    return check
+
+
+def _shape_from_attr(shapes: dict, attrs: dict[str, Any]) -> dict:
+    return {"Out": [tuple(attrs["shape"])]}
+
+
+def _same_shape(shapes: dict, attrs: dict[str, Any]) -> dict:
+    return {"Out": [shapes["X"][0]]}
+
+
+def fill_constant(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> dict[str, Any]:
+    return {"Out": ctx.xp.full(attrs["shape"], attrs["value"], dtype=attrs["dtype"])}
+
+
+def fill_zeros_like(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> dict[str, Any]:
+    return {"Out": ctx.xp.zeros_like(ins["X"])}
+
+
+def cast(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> dict[str, Any]:
+    x = ins["X"]
+    if attrs["in_dtype"] != x.dtype.name:
+        raise OpError(f"cast: attribute 'in_dtype' is {attrs['in_dtype']}, but X has dtype {x.dtype.name}")
+    return {"Out": x.astype(attrs["out_dtype"])}
+
+
+def _random_state(ctx: KernelContext, seed: int) -> Any:
+    # seed 0 means "not seeded", as in the reference framework: draw from the
+    # array module's global generator.
+    return ctx.xp.random.RandomState(seed) if seed else ctx.xp.random
+
+
+def gaussian_random(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> dict[str, Any]:
+    rs = _random_state(ctx, attrs["seed"])
+    out = rs.normal(attrs["mean"], attrs["std"], size=tuple(attrs["shape"]))
+    return {"Out": out.astype(attrs["dtype"], copy=False)}
+
+
+def uniform_random(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> dict[str, Any]:
+    if attrs["min"] >= attrs["max"]:
+        raise OpError(f"uniform_random: attribute 'min' ({attrs['min']}) must be below 'max' ({attrs['max']})")
+    rs = _random_state(ctx, attrs["seed"])
+    out = rs.uniform(attrs["min"], attrs["max"], size=tuple(attrs["shape"]))
+    return {"Out": out.astype(attrs["dtype"], copy=False)}
+
+
+register(OpDef("fill_constant", inputs=[], outputs=["Out"],
+               attrs={"shape": REQUIRED, "value": 0.0, "dtype": "float32"},
+               check_attrs=_shape_attr("fill_constant"), infer_shape=_shape_from_attr, kernel=fill_constant))
+register(OpDef("fill_zeros_like", inputs=["X"], outputs=["Out"], infer_shape=_same_shape,
+               kernel=fill_zeros_like))
+register(OpDef("cast", inputs=["X"], outputs=["Out"], attrs={"in_dtype": REQUIRED, "out_dtype": REQUIRED},
+               infer_shape=_same_shape, kernel=cast))
+register(OpDef("gaussian_random", inputs=[], outputs=["Out"],
+               attrs={"shape": REQUIRED, "mean": 0.0, "std": 1.0, "seed": 0, "dtype": "float32"},
+               check_attrs=_shape_attr("gaussian_random"), infer_shape=_shape_from_attr, kernel=gaussian_random))
+register(OpDef("uniform_random", inputs=[], outputs=["Out"],
+               attrs={"shape": REQUIRED, "min": -1.0, "max": 1.0, "seed": 0, "dtype": "float32"},
+               check_attrs=_shape_attr("uniform_random"), infer_shape=_shape_from_attr, kernel=uniform_random))
