@@ -6,6 +6,9 @@ reference report's per-run overheads, and every ResNet-50 operator with numpy
 """
 
 from . import ops  # noqa: F401  (registers every op type)
+from . import evaluator, initializer, layers, models, optimizer
+from .backward import append_backward
+from .data import batch, dataset, reader
 from .backend import CPUPlace, CUDAPlace, GPUPlace, gpu_available
 from .executor import Executor, FeedError, FetchError
 from .framework import (
@@ -38,12 +41,21 @@ __all__ = [
     "Program",
     "Scope",
     "Variable",
+    "append_backward",
+    "batch",
+    "dataset",
     "default_main_program",
     "default_startup_program",
+    "evaluator",
     "global_scope",
     "gpu_available",
     "grad_var_name",
+    "initializer",
+    "layers",
+    "models",
+    "optimizer",
     "program_guard",
+    "reader",
     "registered_ops",
     "run_op",
     "scope_guard",
