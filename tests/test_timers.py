@@ -1,0 +1,209 @@
+"""Tests of the instrumentation API: counts, nesting, clocks, threads, cost-free off state."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from pytest_opperf import timers
+
+
+def busy(ms: float) -> None:
+    end = time.perf_counter() + ms / 1000
+    while time.perf_counter() < end:
+        pass
+
+
+def test_nothing_is_recorded_without_a_recording():
+    with timers.timer("conv2d", kernel=True):
+        pass
+    assert timers.current() is None
+    with timers.recording() as table:
+        pass
+    assert len(table) == 0
+
+
+def test_counts_totals_min_max():
+    with timers.recording() as table:
+        for ms in (1, 3, 2):
+            with timers.timer("relu", kernel=True):
+                busy(ms)
+    s = table["relu"]
+    assert s.count == 3
+    assert s.kernel and s.parent is None
+    assert 5.9 < s.total_ms < 7.5
+    assert 0.95 < s.min_ms < 1.5 and 2.95 < s.max_ms < 3.6
+    assert s.avg_ms == pytest.approx(s.total_ms / 3)
+    assert s.clock == "host"
+
+
+def test_nested_regions_record_parents_and_are_not_counted_twice():
+    with timers.recording() as table:
+        for _ in range(2):
+            with timers.timer("ExecutorRunTimer"):
+                with timers.timer("CreateOpTimer"):
+                    pass
+                with timers.timer("conv2d", kernel=True):
+                    with timers.timer("Im2ColTimer", kernel=True):
+                        busy(1)
+                    with timers.timer("GemmTimer", kernel=True):
+                        busy(2)
+                with timers.timer("relu", kernel=True):
+                    busy(1)
+    assert table["conv2d"].parent == "ExecutorRunTimer"
+    assert table["Im2ColTimer"].parent == "conv2d"
+    assert table["GemmTimer"].parent == "conv2d"
+    assert table["ExecutorRunTimer"].parent is None
+    # Kernel time is conv2d + relu: the nested Im2Col/Gemm are inside conv2d already.
+    assert table.kernel_ms() == pytest.approx(table["conv2d"].total_ms + table["relu"].total_ms)
+    assert table.kernel_ancestor(table["GemmTimer"]) is table["conv2d"]
+    assert table.kernel_ancestor(table["conv2d"]) is None
+    assert table["conv2d"].total_ms >= table["Im2ColTimer"].total_ms + table["GemmTimer"].total_ms
+    assert table["ExecutorRunTimer"].total_ms >= table.kernel_ms()
+
+
+def test_display_order_indents_only_under_kernels():
+    with timers.recording() as table:
+        with timers.timer("ExecutorRunTimer"):
+            with timers.timer("relu", kernel=True):
+                busy(0.5)
+            with timers.timer("conv2d", kernel=True):
+                with timers.timer("GemmTimer", kernel=True):
+                    busy(2)
+    order = [(depth, s.name) for depth, s in timers.ordered(table)]
+    assert order == [(0, "ExecutorRunTimer"), (0, "conv2d"), (1, "GemmTimer"), (0, "relu")]
+    lines = timers.format_stat_lines(table)
+    assert lines[0].startswith("Stat=ExecutorRunTimer")
+    assert lines[2].startswith("    Stat=GemmTimer")
+    assert "count=1" in lines[3]
+
+
+def test_recursive_region_keeps_its_outer_start():
+    with timers.recording() as table:
+        with timers.timer("sum", kernel=True):
+            busy(1)
+            with timers.timer("sum", kernel=True):
+                busy(1)
+    s = table["sum"]
+    assert s.count == 2
+    assert s.max_ms >= 2 * s.min_ms * 0.9  # the outer one includes the inner one
+
+
+def test_exceptions_propagate_and_are_timed():
+    with timers.recording() as table:
+        with pytest.raises(KeyError):
+            with timers.timer("fetch", kernel=True):
+                raise KeyError("x")
+        with pytest.raises(KeyError):
+            with timers.timer("never-recorded-off-path"):
+                pass
+            raise KeyError("y")
+    assert table["fetch"].count == 1
+    with pytest.raises(ValueError):  # the shared no-op must not swallow exceptions
+        with timers.timer("off"):
+            raise ValueError("z")
+
+
+def test_recordings_are_per_thread_and_nest():
+    seen = {}
+
+    def other():
+        with timers.timer("other-thread"):
+            pass
+        seen["current"] = timers.current()
+
+    with timers.recording() as outer:
+        with timers.timer("a"):
+            pass
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        with timers.recording() as inner:
+            with timers.timer("b"):
+                pass
+        with timers.timer("c"):
+            pass
+        assert timers.current() is outer
+    assert seen["current"] is None
+    assert list(outer) == ["a", "c"]
+    assert list(inner) == ["b"]
+    assert timers.current() is None
+
+
+class FakeClock:
+    """A device clock whose 'device' takes a fixed 5 ms per kernel region."""
+
+    def __init__(self):
+        self.t = 0
+        self.syncs = 0
+        self.recycled = 0
+
+    def mark(self):
+        self.t += 1
+        return self.t
+
+    def elapsed_ns(self, start, end):
+        assert self.syncs, "read before synchronize"
+        return 5_000_000
+
+    def synchronize(self):
+        self.syncs += 1
+
+    def recycle(self):
+        self.recycled += 1
+
+
+def test_device_clock_is_read_once_per_flush_not_per_region():
+    clock = FakeClock()
+    with timers.recording(device_clock=clock) as table:
+        for _ in range(3):
+            with timers.timer("conv2d", kernel=True):
+                pass
+            with timers.timer("CreateOpTimer"):
+                pass
+        assert clock.syncs == 0  # no per-region synchronisation in events mode
+        assert table["conv2d"].device_count == 0
+        table.flush()
+        assert clock.syncs == 1 and clock.recycled == 1
+    s = table["conv2d"]
+    assert s.clock == "device" and s.count == 3 and s.device_count == 3
+    assert s.total_ms == pytest.approx(15.0) and s.min_ms == pytest.approx(5.0)
+    assert s.host_total_ms < 5  # the host only launched
+    assert table["CreateOpTimer"].clock == "host"
+
+
+def test_sync_mode_synchronises_around_every_kernel_region():
+    clock = FakeClock()
+    with timers.recording(device_clock=clock, sync=True) as table:
+        for _ in range(4):
+            with timers.timer("conv2d", kernel=True):
+                pass
+            with timers.timer("CreateOpTimer"):
+                pass
+    assert clock.syncs == 8
+    assert table["conv2d"].clock == "host"
+
+
+def test_trace_keeps_events_with_depth_only_while_tracing():
+    with timers.recording() as table:
+        with timers.timer("before"):
+            pass
+        table.start_trace()
+        with timers.timer("ExecutorRunTimer"):
+            with timers.timer("conv2d", kernel=True):
+                pass
+        events = table.stop_trace()
+        with timers.timer("after"):
+            pass
+    assert [(name, depth) for name, _, _, depth in events] == [("conv2d", 1), ("ExecutorRunTimer", 0)]
+    (_, s_in, d_in, _), (_, s_out, d_out, _) = events
+    assert s_out <= s_in and s_in + d_in <= s_out + d_out
+
+
+def test_added_samples():
+    with timers.recording() as table:
+        table.add("bench", 2_000_000)
+        table.add("bench", 4_000_000)
+    assert table["bench"].count == 2 and table["bench"].avg_ms == pytest.approx(3.0)

@@ -1,0 +1,62 @@
+"""The GitHub workflows: schema-valid, no zizmor findings, and safe for a GPU runner."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+WORKFLOWS = sorted((Path(__file__).parent.parent / ".github" / "workflows").glob("*.yml"))
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name) or str(Path(sys.executable).parent / name)
+    if not Path(path).exists():
+        pytest.skip(f"{name} is not installed (pip install -e '.[test]')")
+    return path
+
+
+def test_both_workflows_exist():
+    assert [p.name for p in WORKFLOWS] == ["ci.yml", "opperf-gpu.yml"]
+
+
+def test_workflows_match_the_github_schema():
+    result = subprocess.run([_tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows",
+                             *map(str, WORKFLOWS)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_zizmor_finds_nothing():
+    result = subprocess.run([_tool("zizmor"), "--offline", "--no-progress", *map(str, WORKFLOWS)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "No findings to report" in result.stdout
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_safe_for_a_runner_that_holds_a_gpu(path):
+    text = path.read_text()
+    assert "pull_request_target" not in text
+    assert re.search(r"^permissions:\n  contents: read\n", text, re.M)
+    assert re.search(r"^concurrency:\n  group: .*\$\{\{ github.ref \}\}", text, re.M)
+    uses = re.findall(r"uses: (\S+)", text)
+    assert uses and all(re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", u) for u in uses), uses
+    checkouts = text.count("actions/checkout@")
+    assert text.count("persist-credentials: false") == checkouts
+    assert text.count("timeout-minutes:") == len(re.findall(r"^  [\w-]+:\n", text.split("jobs:")[1], re.M))
+
+
+def test_the_gpu_gate_runs_the_full_workload_on_the_gpu_runner():
+    text = (WORKFLOWS[1]).read_text()
+    assert "runs-on: [self-hosted, linux, gpu]" in text
+    assert "pip install -e '.[gpu]'" in text
+    for option in ("--opperf-workload=full", "--opperf-baseline=ci/baselines",
+                   "--opperf-thresholds=ci/thresholds.toml", "--opperf-json=", "--opperf-markdown=",
+                   "--opperf-trace="):
+        assert option in text
+    # Code from forks needs a maintainer's approval (an environment with reviewers).
+    assert "github.event.pull_request.head.repo.fork && 'gpu-fork'" in text
