@@ -5,12 +5,14 @@ decorators wrap readers: ``reader.shuffle(r, buf_size)`` and
 ``batch(r, batch_size)``. ``dataset.flowers.train(image_size, seed)`` returns
 the reader of a deterministic dataset of (flat float32 CHW image, int label)
 samples whose 102 classes are learnable: each class has its own low-frequency
-colour pattern, each sample adds Gaussian noise to its class's pattern.
+colour pattern, each sample adds (quantised) Gaussian noise to its class's
+pattern.
 """
 
 from __future__ import annotations
 
 import random
+import statistics
 from collections.abc import Callable, Iterable, Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -25,6 +27,16 @@ FLOWERS_CLASSES = 102
 FLOWERS_TRAIN_SIZE = 3264  # 32 samples a class: 102 batches of 32, past the reference's 80
 _PATTERN_CELLS = 4  # class patterns are 4 x 4 cells a channel, upsampled to the image
 _NOISE_STD = 1.0
+
+
+def _noise_levels() -> np.ndarray:
+    """256 equally likely levels of a normal distribution (mean 0, std _NOISE_STD)."""
+    quantile = statistics.NormalDist().inv_cdf
+    levels = np.array([quantile((k + 0.5) / 256) for k in range(256)])
+    return (levels / levels.std() * _NOISE_STD).astype(np.float32)
+
+
+_NOISE_LEVELS = _noise_levels()
 
 
 def flowers_train(image_size: int = 224, seed: int = 0, size: int = FLOWERS_TRAIN_SIZE) -> Reader:
@@ -42,8 +54,9 @@ def flowers_train(image_size: int = 224, seed: int = 0, size: int = FLOWERS_TRAI
         rng = np.random.default_rng([seed, 2])
         n = patterns.shape[1]
         for label in labels:
-            image = rng.standard_normal(n, dtype=np.float32)
-            image *= np.float32(_NOISE_STD)
+            # Random bytes mapped through a table of normal quantiles: four
+            # times cheaper than drawing normals, and close enough to Gaussian.
+            image = _NOISE_LEVELS.take(np.frombuffer(rng.bytes(n), dtype=np.uint8))
             image += patterns[label]
             yield image, int(label)
 

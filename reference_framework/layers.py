@@ -61,6 +61,7 @@ def conv2d(input: Variable, num_filters: int, filter_size: int | Sequence[int], 
            name: str | None = None) -> Variable:
     """A 2-D convolution of an NCHW input, without bias. The filter defaults to
     Normal(0, sqrt(2 / (kh * kw * C_in)))."""
+    _check_activation(act)
     name = name or unique_name("conv2d")
     channels = _dim(input, 1, "conv2d")
     if channels % groups:
@@ -81,6 +82,7 @@ def batch_norm(input: Variable, act: str | None = None, is_test: bool = False, m
     """Batch normalisation over an NCHW input's channels. Scale (1) and Bias (0)
     are parameters; the running Mean (0) and Variance (1) are persistable state
     the op updates in place, outside the optimizer's reach."""
+    _check_activation(act)
     name = name or unique_name("batch_norm")
     channels = _dim(input, 1, "batch_norm")
     dtype = input.dtype
@@ -122,6 +124,7 @@ def fc(input: Variable, size: int, num_flatten_dims: int = 1, act: str | None = 
     """A fully connected layer: the input flattened to a matrix at
     ``num_flatten_dims``, times a Xavier-uniform weight, plus a zero-initialised
     bias, then ``act``."""
+    _check_activation(act)
     name = name or unique_name("fc")
     if input.shape is None or any(d < 1 for d in input.shape[num_flatten_dims:]):
         raise ValueError(f"fc {name}: the input's dims after num_flatten_dims={num_flatten_dims} must be "
@@ -219,6 +222,7 @@ def softmax(x: Variable) -> Variable:
 
 
 def _binary(op_type: str, x: Variable, y: Variable, axis: int, act: str | None) -> Variable:
+    _check_activation(act)
     out = _tmp(unique_name(op_type), x.dtype)
     _block().append_op(op_type, inputs={"X": [x], "Y": [y]}, outputs={"Out": [out]}, attrs={"axis": axis})
     return _activation(out, act)
@@ -228,11 +232,16 @@ def _activation(x: Variable, act: str | None) -> Variable:
     """``x`` through activation ``act``, appended as an op of its own (or ``x``)."""
     if act is None:
         return x
-    if act not in ACTIVATIONS:
-        raise ValueError(f"unknown activation {act!r}; expected one of {list(ACTIVATIONS)} or None")
+    _check_activation(act)
     out = _tmp(unique_name(act), x.dtype)
     _block().append_op(act, inputs={"X": [x]}, outputs={"Out": [out]})
     return out
+
+
+def _check_activation(act: str | None) -> None:
+    """Before a layer emits anything, so a bad ``act`` leaves no half-built layer."""
+    if act is not None and act not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {act!r}; expected one of {list(ACTIVATIONS)} or None")
 
 
 def _block():
