@@ -3,6 +3,7 @@
 from . import (  # noqa: F401  (imported to register their ops)
     activation,
     batch_norm,
+    conv,
     elementwise,
     io,
     loss,
@@ -10,5 +11,6 @@ from . import (  # noqa: F401  (imported to register their ops)
     matmul,
     metric,
     optimizer,
+    pool,
     tensor,
 )
