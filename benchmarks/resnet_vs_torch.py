@@ -120,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=5, help="measured steps per side (default 5)")
     p.add_argument("--warmup", type=int, default=1, help="unmeasured first steps per side (default 1)")
     p.add_argument("--pause", type=float, default=1.0, help="seconds between steps (default 1.0)")
-    p.add_argument("--profile", action="store_true", help="then time --steps more of our steps and print their Stat= table")
+    p.add_argument("--profile", action="store_true",
+                   help="then time --steps more of our steps and print their Stat= table")
     args = p.parse_args(argv)
     try:
         import torch
