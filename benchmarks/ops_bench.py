@@ -13,12 +13,14 @@ side (see ``time_pair``). Each side uses its default threads.
 
     python benchmarks/ops_bench.py               # all rows, 15 repetitions
     python benchmarks/ops_bench.py --ops batch_norm,relu --repeat 31
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/ops_bench.py   # one thread each
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import os
 import statistics
 import time
 from collections import Counter
@@ -96,6 +98,13 @@ def _t(a: np.ndarray) -> Any:
     return torch.from_numpy(a.copy())
 
 
+def _torch_add(a: np.ndarray, b: np.ndarray) -> Callable[[], Any] | None:
+    if torch is None:
+        return None
+    ta, tb = _t(a), _t(b)
+    return lambda: ta + tb
+
+
 def _nchw(c: int, side: int) -> tuple[int, int, int, int]:
     return (BATCH, c, side, side)
 
@@ -152,12 +161,12 @@ def elementwise_cases(rng: np.random.Generator) -> Iterator[Case]:
     for (c, side), count in sorted(add.items(), key=lambda kv: -kv[0][0] * kv[0][1] ** 2)[:2]:
         shape = _nchw(c, side)
         x, y = rng.standard_normal(shape, dtype=np.float32), rng.standard_normal(shape, dtype=np.float32)
-        t_add = (lambda tx=_t(x), ty=_t(y): tx + ty) if torch is not None else None
+        t_add = _torch_add(x, y)
         yield Case("elementwise_add", str(list(shape)), count, kernel("elementwise_add", {"X": x, "Y": y}), t_add)
     for (c, side), count in sorted(grad_sum.items(), key=lambda kv: -kv[0][0] * kv[0][1] ** 2)[:2]:
         shape = _nchw(c, side)
         a, b = rng.standard_normal(shape, dtype=np.float32), rng.standard_normal(shape, dtype=np.float32)
-        t_sum = (lambda ta=_t(a), tb=_t(b): ta + tb) if torch is not None else None
+        t_sum = _torch_add(a, b)
         yield Case("sum", str(list(shape)), count, kernel("sum", {"X": [a, b]}), t_sum)
 
 
@@ -214,7 +223,7 @@ def momentum_cases(rng: np.random.Generator) -> Iterator[Case]:
     grads = [rng.standard_normal(s, dtype=np.float32) for s in shapes]
     lr = np.array([1e-6], np.float32)
     calls = [kernel("momentum", {"Param": p, "Grad": g, "Velocity": np.zeros_like(p), "LearningRate": lr},
-                    {"mu": 0.9}) for p, g in zip(params, grads)]
+                    {"mu": 0.9}) for p, g in zip(params, grads, strict=True)]
 
     def ours() -> None:
         for call in calls:
@@ -223,7 +232,7 @@ def momentum_cases(rng: np.random.Generator) -> Iterator[Case]:
     theirs = None
     if torch is not None:
         tparams = [torch.nn.Parameter(_t(p)) for p in params]
-        for tp, g in zip(tparams, grads):
+        for tp, g in zip(tparams, grads, strict=True):
             tp.grad = _t(g)
         opt = torch.optim.SGD(tparams, lr=1e-6, momentum=0.9)
         opt.step()  # creates the momentum buffers, as our velocities exist already
@@ -292,8 +301,10 @@ def main(argv: list[str] | None = None) -> None:
     ratio = f"{total_ours / total_theirs:.2f}" if total_theirs else "-"
     rows.append(["per ResNet-50 step", "", "", "", "", "", "", ratio,
                  f"{total_ours:.1f} (torch {total_theirs:.1f})" if total_theirs else f"{total_ours:.1f}"])
+    blas = os.environ.get("OPENBLAS_NUM_THREADS", "default")
     threads = f", torch {torch.__version__} threads={torch.get_num_threads()}" if torch is not None else ", no torch"
-    print(f"batch {BATCH}, 224x224, float32, {args.repeat} repetitions; numpy {np.__version__}{threads}")
+    print(f"batch {BATCH}, 224x224, float32, {args.repeat} repetitions; numpy {np.__version__} "
+          f"(OPENBLAS_NUM_THREADS={blas}){threads}")
     print(tabulate(rows, headers=["op", "shape", "per step", "ours med", "ours min", "torch med", "torch min",
                                   "ours/torch", "step ms (med)"], disable_numparse=True))
 

@@ -172,15 +172,16 @@ def test_infer_shape_and_cost():
                    "SavedVariance": stats}
     with pytest.raises(rf.OpError, match=r"batch_norm: Scale must have shape \[64\] \(X's channels\), given \[32\]"):
         opdef.infer_shape({**shapes, "Scale": [(32,)]}, opdef.complete_attrs({}))
-    n = 8 * 64 * 56 * 56
-    assert opdef.cost({**shapes, "X": [(8, 64, 56, 56)]}, opdef.complete_attrs({}), 4) == (6.0 * n, (2 * n + 8 * 64) * 4.0)
-    assert opdef.cost({**shapes, "X": [(8, 64, 56, 56)]}, opdef.complete_attrs({"is_test": True}), 4)[0] == 2.0 * n
+    n, batch8 = 8 * 64 * 56 * 56, {**shapes, "X": [(8, 64, 56, 56)]}
+    assert opdef.cost(batch8, opdef.complete_attrs({}), 4) == (6.0 * n, (2 * n + 8 * 64) * 4.0)
+    assert opdef.cost(batch8, opdef.complete_attrs({"is_test": True}), 4)[0] == 2.0 * n
     grad = get_op_def("batch_norm_grad")
     gshapes = {"X": [(-1, 64, 56, 56)], "Scale": stats, "SavedMean": stats, "SavedVariance": stats,
                "Y@GRAD": [(-1, 64, 56, 56)]}
     assert grad.infer_shape(gshapes, grad.complete_attrs({})) == {
         "X@GRAD": [(-1, 64, 56, 56)], "Scale@GRAD": stats, "Bias@GRAD": stats}
-    assert grad.cost({**gshapes, "X": [(8, 64, 56, 56)]}, grad.complete_attrs({}), 4) == (8.0 * n, (3 * n + 6 * 64) * 4.0)
+    assert grad.cost({**gshapes, "X": [(8, 64, 56, 56)]}, grad.complete_attrs({}), 4) == (
+        8.0 * n, (3 * n + 6 * 64) * 4.0)
 
 
 def test_bad_inputs_and_attributes():
@@ -196,7 +197,8 @@ def test_bad_inputs_and_attributes():
     with pytest.raises(rf.OpError, match=r"batch_norm: attribute 'is_test' expects a bool, given 'yes'"):
         run("batch_norm", ins, {"is_test": "yes"})
     fwd = run("batch_norm", ins)
-    with pytest.raises(rf.OpError, match=r"batch_norm_grad: Y@GRAD must have X's shape \[2, 3, 4, 4\], given \[2, 3, 4, 5\]"):
+    with pytest.raises(rf.OpError, match=r"batch_norm_grad: Y@GRAD must have X's shape \[2, 3, 4, 4\], "
+                                         r"given \[2, 3, 4, 5\]"):
         run("batch_norm_grad", {"X": ins["X"], "Scale": ins["Scale"], "SavedMean": fwd["SavedMean"],
                                 "SavedVariance": fwd["SavedVariance"], "Y@GRAD": np.ones((2, 3, 4, 5), np.float32)})
 

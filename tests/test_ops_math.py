@@ -51,7 +51,7 @@ def test_sum_leaves_its_inputs_untouched():
     out = rf.run_op("sum", {"X": xs})["Out"]
     np.testing.assert_array_equal(out, np.full((2, 2), 6.0))
     assert all(out is not x and not np.shares_memory(out, x) for x in xs)
-    for x, c in zip(xs, copies):
+    for x, c in zip(xs, copies, strict=True):
         np.testing.assert_array_equal(x, c)
     single = rf.run_op("sum", {"X": xs[:1]})["Out"]
     assert single is not xs[0] and not np.shares_memory(single, xs[0])

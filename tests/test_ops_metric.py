@@ -31,6 +31,7 @@ def test_top_k_ties_take_the_lower_index_first():
     outs = run("top_k", {"X": x}, {"k": 3})
     np.testing.assert_array_equal(outs["Indices"], [[1, 2, 4], [0, 1, 2]])
     np.testing.assert_array_equal(outs["Out"], [[3.0, 3.0, 3.0], [0.0, 0.0, 0.0]])
+    np.testing.assert_array_equal(run("top_k", {"X": x}, {"k": 1})["Indices"], [[1], [0]])
 
 
 def test_top_k_float32_agrees_with_float64():
