@@ -14,11 +14,14 @@ The variance is computed in two passes (mean first, then the mean of squared
 deviations from it): a one-pass ``E[x^2] - E[x]^2`` cancels catastrophically in
 float32 once the mean is large next to the spread.
 
-Speed: per-channel reductions go through BLAS on an (N, C, H*W) view - sums as a
-matrix-vector product with ones, sums of products as a stack of dot products -
-which measured several times faster than ``sum(axis=(0, 2, 3))`` in numpy;
-the centred copy doubles as the output buffer, so the forward pass allocates
-one array the size of X and the backward pass two.
+Speed: per-channel reductions go through BLAS on an (N, C, H*W) view - sums as
+a matrix-vector product with ones, sums of products as a stack of dot products.
+Single-threaded on the ResNet-50 shapes at batch 8 the sums took 0.55-0.75x the
+time of ``sum(axis=(0, 2, 3))`` (BLAS also threads them), and the dot products
+a fifth to a half of squaring into a temporary and summing. The centred copy doubles
+as the output buffer, so the forward pass allocates one array the size of X and
+the backward pass two. Splitting the passes into cache-sized blocks, or per
+sample over two threads, measured no faster on the shared 2-core test machine.
 """
 
 from __future__ import annotations

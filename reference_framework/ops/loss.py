@@ -60,7 +60,7 @@ def _hard_label(op: str, x: Any, label: Any, xp: Any) -> Any:
     if bool(bad.any()):  # on a GPU this reads one flag back: the price of a clear error
         rows = to_host(xp.nonzero(bad)[0])
         values = to_host(flat)[rows]
-        shown = ", ".join(f"{v} at row {r}" for r, v in zip(rows[:5].tolist(), values[:5].tolist()))
+        shown = ", ".join(f"{v} at row {r}" for r, v in zip(rows[:5].tolist(), values[:5].tolist(), strict=True))
         more = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
         raise OpError(f"{op}: Label values must be in [0, {d}) (X has {d} classes), given {shown}{more}")
     return flat
@@ -115,7 +115,7 @@ def _infer_ce(shapes: dict, attrs: dict[str, Any]) -> dict:
     if len(x) != 2:
         raise OpError(f"cross_entropy: X must be 2-D [N, D] probabilities, given shape {list(x)}")
     want = x if attrs["soft_label"] else (x[0], 1)
-    if len(label) != 2 or any(a != b and -1 not in (a, b) for a, b in zip(label, want)):
+    if len(label) != 2 or any(a != b and -1 not in (a, b) for a, b in zip(label, want, strict=True)):
         raise OpError(f"cross_entropy: Label must have shape {list(want)} (soft_label={attrs['soft_label']}), "
                       f"given {list(label)}")
     return {"Y": [(x[0], 1)]}

@@ -46,7 +46,7 @@ def _check_attrs(attrs: dict[str, Any]) -> None:
     mu = attrs["mu"]
     if isinstance(mu, bool) or not isinstance(mu, Real) or not 0.0 <= mu:
         raise OpError(f"momentum: attribute 'mu' expects a number >= 0, given {mu!r}")
-    attrs["mu"] = float(mu)
+    attrs["mu"] = float(mu)  # a numpy float64 would promote a float32 update to float64
 
 
 def _infer(shapes: dict, attrs: dict[str, Any]) -> dict:
