@@ -49,6 +49,11 @@ def _infer(shapes: dict, attrs: dict[str, Any]) -> dict:
     return {"Out": [x]}
 
 
+def _infer_grad(shapes: dict, attrs: dict[str, Any]) -> dict:
+    x = shapes["Out@GRAD"][0]  # X's shape, which the gradient ops do not read
+    return {"X@GRAD": [x], "Y@GRAD": [shapes["Y"][0]]}
+
+
 def _cost(shapes: dict, attrs: dict[str, Any], itemsize: int) -> tuple[float, float]:
     n, ny = numel(shapes["X"][0]), numel(shapes["Y"][0])
     return float(n), float((2 * n + ny) * itemsize)
@@ -93,11 +98,11 @@ register(OpDef("elementwise_add", inputs=["X", "Y"], outputs=["Out"], attrs={"ax
                grad=make_grad("elementwise_add_grad", inputs=["Y"], grads_of=["Out"], grads_for=["X", "Y"])))
 register(OpDef("elementwise_add_grad", inputs=["Y", "Out@GRAD"],
                outputs=[optional("X@GRAD"), optional("Y@GRAD")], attrs={"axis": -1},
-               kernel=elementwise_add_grad))
+               infer_shape=_infer_grad, kernel=elementwise_add_grad))
 register(OpDef("elementwise_div", inputs=["X", "Y"], outputs=["Out"], attrs={"axis": -1},
                infer_shape=_infer, cost=_cost, kernel=elementwise_div,
                grad=make_grad("elementwise_div_grad", inputs=["Y"], outputs=["Out"], grads_of=["Out"],
                               grads_for=["X", "Y"])))
 register(OpDef("elementwise_div_grad", inputs=["Y", "Out", "Out@GRAD"],
                outputs=[optional("X@GRAD"), optional("Y@GRAD")],
-               attrs={"axis": -1}, kernel=elementwise_div_grad))
+               attrs={"axis": -1}, infer_shape=_infer_grad, kernel=elementwise_div_grad))

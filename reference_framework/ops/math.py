@@ -36,7 +36,8 @@ register(OpDef("mean", inputs=["X"], outputs=["Out"], kernel=mean,
                                                      float(numel(shapes["X"][0]) * itemsize)),
                grad=make_grad("mean_grad", inputs=["X"], grads_of=["Out"], grads_for=["X"])))
 # mean_grad reads only X's shape and dtype from X.
-register(OpDef("mean_grad", inputs=["X", "Out@GRAD"], outputs=[optional("X@GRAD")], kernel=mean_grad))
+register(OpDef("mean_grad", inputs=["X", "Out@GRAD"], outputs=[optional("X@GRAD")], kernel=mean_grad,
+               infer_shape=lambda shapes, attrs: {"X@GRAD": [shapes["X"][0]]}))
 register(OpDef("sum", inputs=[duplicable("X")], outputs=["Out"], kernel=sum_,
                infer_shape=lambda shapes, attrs: {"Out": [shapes["X"][0]]},
                cost=lambda shapes, attrs, itemsize: (

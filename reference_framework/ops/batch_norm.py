@@ -1,0 +1,189 @@
+"""Batch normalisation over N,H,W of NCHW (or N of [N, C]): batch_norm and its gradient.
+
+Training normalises with the batch statistics and folds them into the running
+ones in place (``MeanOut`` is the ``Mean`` array, ``VarianceOut`` the
+``Variance`` array): ``running = running * momentum + batch * (1 - momentum)``,
+with the biased batch variance. ``is_test`` normalises with the running
+statistics and leaves them alone.
+
+``SavedMean`` holds the batch mean and ``SavedVariance`` - despite its name, as
+in the reference framework - the batch's inverse standard deviation
+``1 / sqrt(var + epsilon)``, which is what the gradient multiplies by.
+
+The variance is computed in two passes (mean first, then the mean of squared
+deviations from it): a one-pass ``E[x^2] - E[x]^2`` cancels catastrophically in
+float32 once the mean is large next to the spread.
+
+Speed: per-channel reductions go through BLAS on an (N, C, H*W) view - sums as
+a matrix-vector product with ones, sums of products as a stack of dot products.
+Single-threaded on the ResNet-50 shapes at batch 8 the sums took 0.55-0.75x the
+time of ``sum(axis=(0, 2, 3))`` (BLAS also threads them), and the dot products
+a fifth to a half of squaring into a temporary and summing. The centred copy doubles
+as the output buffer, so the forward pass allocates one array the size of X and
+the backward pass two. Splitting the passes into cache-sized blocks, or per
+sample over two threads, measured no faster on the shared 2-core test machine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..backend import get_array_module
+from ..registry import KernelContext, OpDef, OpError, make_grad, optional, register
+from ._util import numel
+
+_STATS = ("Scale", "Bias", "Mean", "Variance")
+
+
+def _as3d(op: str, x: Any) -> Any:
+    """X as an (N, C, spatial) view: NCHW gives (N, C, H*W), [N, C] gives (N, C, 1)."""
+    if x.ndim not in (2, 4):
+        raise OpError(f"{op}: X must be 4-D NCHW or 2-D [N, C], given shape {list(x.shape)}")
+    return x.reshape(x.shape[0], x.shape[1], -1)
+
+
+def _check_channels(op: str, channels: int, arrays: dict[str, Any]) -> None:
+    for slot, a in arrays.items():
+        if a.shape != (channels,):
+            raise OpError(f"{op}: {slot} must have shape [{channels}] (X's channels), given {list(a.shape)}")
+
+
+def channel_sums(x3: Any) -> Any:
+    """Per-channel sums of an (N, C, S) array, shape (C,), in its dtype."""
+    n, c, s = x3.shape
+    ones = get_array_module(x3).ones(s, dtype=x3.dtype)
+    return (x3.reshape(n * c, s) @ ones).reshape(n, c).sum(axis=0)
+
+
+def channel_dots(a3: Any, b3: Any) -> Any:
+    """Per-channel sums of ``a3 * b3`` for (N, C, S) arrays, without an (N, C, S) temporary."""
+    n, c, _ = a3.shape
+    return (a3[:, :, None, :] @ b3[:, :, :, None]).reshape(n, c).sum(axis=0)
+
+
+def _per_channel(v: Any) -> Any:
+    """A (C,) vector shaped to broadcast over an (N, C, S) array."""
+    return v.reshape(1, -1, 1)
+
+
+def batch_norm(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> dict[str, Any]:
+    x = ins["X"]
+    x3 = _as3d("batch_norm", x)
+    _check_channels("batch_norm", x3.shape[1], {s: ins[s] for s in _STATS})
+    scale, bias, run_mean, run_var = (ins[s] for s in _STATS)
+    eps, momentum = attrs["epsilon"], attrs["momentum"]
+    xp = ctx.xp
+    if attrs["is_test"]:
+        inv_std = 1 / xp.sqrt(run_var.astype(x.dtype, copy=False) + eps)
+        a = scale * inv_std
+        y3 = x3 * _per_channel(a)
+        y3 += _per_channel(bias - run_mean.astype(x.dtype, copy=False) * a)
+        mean = run_mean
+    else:
+        count = x3.shape[0] * x3.shape[2]
+        mean = channel_sums(x3) / count
+        y3 = xp.subtract(x3, _per_channel(mean))  # centred: the output buffer from here on
+        var = channel_dots(y3, y3) / count
+        inv_std = 1 / xp.sqrt(var + eps)
+        xp.multiply(y3, _per_channel(scale * inv_std), out=y3)
+        xp.add(y3, _per_channel(bias), out=y3)
+        xp.multiply(run_mean, momentum, out=run_mean)
+        run_mean += mean * (1 - momentum)
+        xp.multiply(run_var, momentum, out=run_var)
+        run_var += var * (1 - momentum)
+    outs = {"Y": y3.reshape(x.shape), "MeanOut": run_mean, "VarianceOut": run_var}
+    if ctx.wants("SavedMean"):
+        outs["SavedMean"] = mean.copy() if mean is run_mean else mean
+    if ctx.wants("SavedVariance"):
+        outs["SavedVariance"] = inv_std
+    return outs
+
+
+def batch_norm_grad(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> dict[str, Any]:
+    x, dy = ins["X"], ins["Y@GRAD"]
+    scale, mean, inv_std = ins["Scale"], ins["SavedMean"], ins["SavedVariance"]
+    x3 = _as3d("batch_norm_grad", x)
+    _check_channels("batch_norm_grad", x3.shape[1], {"Scale": scale, "SavedMean": mean, "SavedVariance": inv_std})
+    if dy.shape != x.shape:
+        raise OpError(f"batch_norm_grad: Y@GRAD must have X's shape {list(x.shape)}, given {list(dy.shape)}")
+    xp = ctx.xp
+    dy3 = dy.reshape(x3.shape)
+    count = x3.shape[0] * x3.shape[2]
+    dbias = channel_sums(dy3)
+    xc3 = xp.subtract(x3, _per_channel(mean))
+    dot = channel_dots(dy3, xc3)  # sum(dy * (x - mean)) per channel
+    outs = {}
+    if ctx.wants("Scale@GRAD"):
+        outs["Scale@GRAD"] = dot * inv_std
+    if ctx.wants("Bias@GRAD"):
+        outs["Bias@GRAD"] = dbias
+    if ctx.wants("X@GRAD"):
+        # dx = scale*inv_std * (dy - mean(dy) - xhat * mean(dy * xhat)), xhat = (x - mean) * inv_std,
+        # regrouped so that each full-size pass is one ufunc on a buffer we own.
+        k = scale * inv_std
+        xp.multiply(xc3, _per_channel(-k * inv_std * inv_std * dot / count), out=xc3)
+        xp.add(xc3, _per_channel(-k * dbias / count), out=xc3)
+        dx3 = xp.multiply(dy3, _per_channel(k))
+        dx3 += xc3
+        outs["X@GRAD"] = dx3.reshape(x.shape)
+    return outs
+
+
+def _channels(shapes: dict) -> int:
+    """X's channel count, checked against Scale/Bias/Mean/Variance where known."""
+    x = shapes["X"][0]
+    if len(x) not in (2, 4):
+        raise OpError(f"batch_norm: X must be 4-D NCHW or 2-D [N, C], given shape {list(x)}")
+    c = x[1]
+    for slot in ("Scale", "Bias", "Mean", "Variance", "SavedMean", "SavedVariance"):
+        for shape in shapes.get(slot, ()):
+            if len(shape) != 1 or (c != -1 and shape[0] not in (c, -1)):
+                raise OpError(f"batch_norm: {slot} must have shape [{c}] (X's channels), given {list(shape)}")
+    return c
+
+
+def _infer(shapes: dict, attrs: dict[str, Any]) -> dict:
+    c = _channels(shapes)
+    stat = [(c,)]
+    return {"Y": [shapes["X"][0]], "MeanOut": stat, "VarianceOut": stat, "SavedMean": stat,
+            "SavedVariance": stat}
+
+
+def _infer_grad(shapes: dict, attrs: dict[str, Any]) -> dict:
+    c = _channels(shapes)
+    return {"X@GRAD": [shapes["X"][0]], "Scale@GRAD": [(c,)], "Bias@GRAD": [(c,)]}
+
+
+def _cost(shapes: dict, attrs: dict[str, Any], itemsize: int) -> tuple[float, float]:
+    n, c = numel(shapes["X"][0]), shapes["X"][0][1]
+    # training: sum, subtract, square+accumulate, scale, shift; test: scale, shift
+    flops = 2 * n if attrs["is_test"] else 6 * n
+    return float(flops), float((2 * n + 8 * c) * itemsize)
+
+
+def _cost_grad(shapes: dict, attrs: dict[str, Any], itemsize: int) -> tuple[float, float]:
+    n, c = numel(shapes["X"][0]), shapes["X"][0][1]
+    # sum dy, centre x, dot, two per-channel affine passes, dy scale, final add
+    return float(8 * n), float((3 * n + 6 * c) * itemsize)
+
+
+def _check_attrs(attrs: dict[str, Any]) -> None:
+    if not 0.0 <= attrs["momentum"] <= 1.0:
+        raise OpError(f"batch_norm: attribute 'momentum' expects a value in [0, 1], given {attrs['momentum']!r}")
+    if not attrs["epsilon"] > 0.0:
+        raise OpError(f"batch_norm: attribute 'epsilon' expects a positive value, given {attrs['epsilon']!r}")
+
+
+_ATTRS = {"momentum": 0.9, "epsilon": 1e-5, "is_test": False}
+
+# Backward needs X (to re-centre it), Scale, and the batch mean and inverse
+# standard deviation; Y is not kept, and Bias only shapes its own gradient.
+register(OpDef("batch_norm", inputs=["X", "Scale", "Bias", "Mean", "Variance"],
+               outputs=["Y", "MeanOut", "VarianceOut", optional("SavedMean"), optional("SavedVariance")],
+               attrs=_ATTRS, check_attrs=_check_attrs, infer_shape=_infer, cost=_cost, kernel=batch_norm,
+               grad=make_grad("batch_norm_grad", inputs=["X", "Scale"], outputs=["SavedMean", "SavedVariance"],
+                              grads_of=["Y"], grads_for=["X", "Scale", "Bias"])))
+register(OpDef("batch_norm_grad", inputs=["X", "Scale", "SavedMean", "SavedVariance", "Y@GRAD"],
+               outputs=[optional("X@GRAD"), optional("Scale@GRAD"), optional("Bias@GRAD")],
+               attrs=_ATTRS, check_attrs=_check_attrs, infer_shape=_infer_grad, cost=_cost_grad,
+               kernel=batch_norm_grad))
