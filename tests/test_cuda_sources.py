@@ -78,6 +78,7 @@ def test_the_compile_check_fails_on_broken_code(code, expressions, complaint, tm
 
 _SIGNATURE = re.compile(r"template <typename T, typename I>\s*__global__ void (\w+)\(([^)]*)\)")
 _CTYPES = {"float": np.float32, "double": np.float64}
+_CTYPES_NAMES = {np.dtype(v): k for k, v in _CTYPES.items()}
 
 
 def kernel_parameters(source: KernelSource) -> dict[str, list[str]]:
@@ -136,9 +137,6 @@ def test_launchers_pass_the_declared_argument_types(recorded, monkeypatch, dtype
     _run_every_launcher(dtype)
     ctype, index = _CTYPES_NAMES[np.dtype(dtype)], "long long" if wide else "int"
     assert recorded == [f"{k}<{ctype}, {index}>" for k in ("im2col", "col2im", "pool_forward", "pool_backward")]
-
-
-_CTYPES_NAMES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 
 
 def test_the_signature_check_catches_a_swapped_argument():

@@ -24,21 +24,21 @@ def _windows(x_shape, ksize, strides, paddings, global_pooling=False):
             yield oy, ox, slice(max(y0, 0), min(y0 + kh, h)), slice(max(x0, 0), min(x0 + kw, w))
 
 
-def _out_hw(x_shape, attrs):
-    cells = list(_windows(x_shape, **attrs_of(attrs)))
-    return cells[-1][0] + 1, cells[-1][1] + 1
-
-
-def attrs_of(attrs):
+def _window_attrs(attrs):
     return {"ksize": attrs.get("ksize"), "strides": attrs.get("strides", (1, 1)),
             "paddings": attrs.get("paddings", (0, 0)), "global_pooling": attrs.get("global_pooling", False)}
+
+
+def _out_hw(x_shape, attrs):
+    cells = list(_windows(x_shape, **_window_attrs(attrs)))
+    return cells[-1][0] + 1, cells[-1][1] + 1
 
 
 def pool_reference(x: np.ndarray, attrs: dict) -> np.ndarray:
     """Max or mean of each window's real cells (padding never counts)."""
     reduce = np.max if attrs.get("pooling_type", "max") == "max" else np.mean
     out = np.zeros((*x.shape[:2], *_out_hw(x.shape, attrs)))
-    for oy, ox, rows, cols in _windows(x.shape, **attrs_of(attrs)):
+    for oy, ox, rows, cols in _windows(x.shape, **_window_attrs(attrs)):
         out[:, :, oy, ox] = reduce(x[:, :, rows, cols], axis=(2, 3))
     return out
 
@@ -47,7 +47,7 @@ def pool_grad_reference(x: np.ndarray, dout: np.ndarray, attrs: dict) -> np.ndar
     """Max: each window's gradient to its first maximum in row-major order.
     Avg: shared equally by the window's real cells."""
     dx = np.zeros_like(x, dtype=np.float64)
-    for oy, ox, rows, cols in _windows(x.shape, **attrs_of(attrs)):
+    for oy, ox, rows, cols in _windows(x.shape, **_window_attrs(attrs)):
         for n in range(x.shape[0]):
             for c in range(x.shape[1]):
                 window = x[n, c, rows, cols]
