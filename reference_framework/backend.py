@@ -23,6 +23,7 @@ __all__ = [
     "Place",
     "array_module",
     "cupy_or_none",
+    "device_facts",
     "device_name",
     "get_array_module",
     "gpu_available",
@@ -159,6 +160,24 @@ def device_name(place: Place) -> str:
     props = cp.cuda.runtime.getDeviceProperties(place.device_id)
     name = props["name"]
     return f"{place} ({name.decode() if isinstance(name, bytes) else name})"
+
+
+def device_facts(place: Place) -> dict[str, str | None]:
+    """The GPU model, driver and CUDA runtime versions of a CUDA place (all
+    ``None`` for the CPU), e.g. for a results file's machine description."""
+    if not place.is_gpu:
+        return {"model": None, "driver": None, "cuda": None}
+    cp = _cupy_for(place)
+    props = cp.cuda.runtime.getDeviceProperties(place.device_id)
+    name = props["name"]
+
+    def version(v: int) -> str:  # CUDA encodes 12.4 as 12040
+        return f"{v // 1000}.{v % 1000 // 10}"
+
+    # CUDA reports the driver as the newest CUDA version it supports.
+    return {"model": name.decode() if isinstance(name, bytes) else str(name),
+            "driver": f"supports CUDA {version(cp.cuda.runtime.driverGetVersion())}",
+            "cuda": version(cp.cuda.runtime.runtimeGetVersion())}
 
 
 class CudaEventClock:

@@ -37,12 +37,21 @@ from .backend import CPUPlace, CUDAPlace, CudaEventClock, Place, device_name, gp
 from .data import batch, dataset, reader
 from .evaluator import Accuracy
 from .executor import Executor
-from .framework import Program, program_guard, unique_name_guard
+from .framework import Program, Variable, program_guard, unique_name_guard
 from .models.resnet import DEPTHS, resnet
 from .optimizer import Momentum
 from .scope import Scope, scope_guard
 
-__all__ = ["WORKLOADS", "BenchmarkConfig", "BenchmarkResult", "main", "python_share", "run_benchmark"]
+__all__ = [
+    "WORKLOADS",
+    "BenchmarkConfig",
+    "BenchmarkResult",
+    "TrainingProgram",
+    "build_training_program",
+    "main",
+    "python_share",
+    "run_benchmark",
+]
 
 
 @dataclass(frozen=True)
@@ -129,17 +138,24 @@ def place_of(config: BenchmarkConfig) -> Place:
     return CUDAPlace(0) if config.device == "GPU" else CPUPlace()
 
 
-def run_benchmark(config: BenchmarkConfig, on_batch: Callable[[int], None] | None = None,
-                  log: Callable[[str], None] | None = None) -> BenchmarkResult:
-    """Build, initialise and train ResNet on the synthetic Flowers data as the
-    reference report's script did. ``on_batch(examples)`` is called after each
-    batch (after ``accuracy.eval``); ``log`` gets the progress lines."""
-    place = place_of(config)
-    start = time.perf_counter()
+@dataclass
+class TrainingProgram:
+    """The benchmark's programs and the variables its loop feeds and fetches."""
+
+    main: Program
+    startup: Program
+    avg_cost: Variable
+    accuracy: Accuracy
+    image_shape: list[int]  # one sample, CHW
+
+
+def build_training_program(config: BenchmarkConfig) -> TrainingProgram:
+    """ResNet with cross-entropy loss, Momentum and an Accuracy evaluator, as the
+    report's script built it (names are unique within the returned programs)."""
     dshape = [3, config.image_size, config.image_size]
     main, startup = Program(), Program()
     main.random_seed = startup.random_seed = config.seed
-    with unique_name_guard(), program_guard(main, startup), scope_guard(Scope()):
+    with unique_name_guard(), program_guard(main, startup):
         image = layers.data("data", dshape, "float32")
         label = layers.data("label", [1], "int64")
         predict = resnet(image, config.class_dim, config.depth, config.stem_pool)
@@ -147,13 +163,30 @@ def run_benchmark(config: BenchmarkConfig, on_batch: Callable[[int], None] | Non
         avg_cost = layers.mean(cost)
         Momentum(learning_rate=config.learning_rate, momentum=config.momentum).minimize(avg_cost)
         accuracy = Accuracy(input=predict, label=label)
+    return TrainingProgram(main, startup, avg_cost, accuracy, dshape)
+
+
+def run_benchmark(config: BenchmarkConfig, on_batch: Callable[[int], None] | None = None,
+                  log: Callable[[str], None] | None = None,
+                  on_build: Callable[[Program], None] | None = None) -> BenchmarkResult:
+    """Build, initialise and train ResNet on the synthetic Flowers data as the
+    reference report's script did. ``on_build(main_program)`` is called once the
+    training program is built; ``on_batch(examples)`` after each batch (after
+    ``accuracy.eval``); ``log`` gets the progress lines."""
+    place = place_of(config)
+    start = time.perf_counter()
+    with scope_guard(Scope()):
+        built = build_training_program(config)
+        main, avg_cost, accuracy, dshape = built.main, built.avg_cost, built.accuracy, built.image_shape
+        if on_build is not None:
+            on_build(main)
 
         train_reader = batch(
             reader.shuffle(dataset.flowers.train(image_size=config.image_size, seed=config.seed),
                            buf_size=config.buf_size, seed=config.seed),
             batch_size=config.batch_size)
         exe = Executor(place, cache_ops=config.cache_ops, reuse_local_scope=config.reuse_local_scope)
-        exe.run(startup)
+        exe.run(built.startup)
 
         result = BenchmarkResult(config, device_name(place), 0, 0, 0.0)
         for _ in range(config.pass_num):
@@ -254,7 +287,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     place = place_of(config)
     clock = CudaEventClock(place) if config.device == "GPU" else None
     with timers.recording(device_clock=clock) as table:
-        result = run_benchmark(config, log=None if args.quiet else print)
+        # Resolving the device times after every batch keeps the events of one
+        # step in flight, not those of the whole run.
+        result = run_benchmark(config, on_batch=lambda examples: table.flush(),
+                               log=None if args.quiet else print)
     print()
     print("\n".join(report_lines(result, table)))
     rss = _max_rss_mib()

@@ -36,7 +36,7 @@ from .framework import Block, Program, Variable, default_main_program
 from .registry import RuntimeOp, create_op
 from .scope import Scope, global_scope
 
-__all__ = ["Executor", "FeedError", "FetchError"]
+__all__ = ["Executor", "FeedError", "FetchError", "create_local_scope"]
 
 
 class FeedError(ValueError):
@@ -126,7 +126,7 @@ class Executor:
             local = prepared.local_scopes.get(scope) if reuse else None
             if local is None:
                 with timers.timer("CreateLocalScopeTimer"):
-                    local = _create_local_scope(block, scope)
+                    local = create_local_scope(block, scope)
                 if reuse:
                     prepared.local_scopes[scope] = local
             i = -1  # the op being created or run, for error notes
@@ -167,7 +167,7 @@ class Executor:
             prepared.ops = ops
 
 
-def _create_local_scope(block: Block, scope: Scope) -> Scope:
+def create_local_scope(block: Block, scope: Scope) -> Scope:
     """A kid scope with holders for the block's temporaries (persistables outside)."""
     local = scope.new_scope()
     for name, var in block.vars.items():
