@@ -99,7 +99,7 @@ def test_three_times_slower_is_flagged():
     c = compare_slower(noisy(1.0), noisy(3.0, seed=1), Regression(), 0.05)
     assert c.regressed
     assert c.new / c.base == pytest.approx(3.0, rel=0.05)
-    assert "Mann-Whitney U" in c.statistic and "median ratio 2.9" in c.statistic
+    assert "Mann-Whitney U" in c.statistic and "(ratio 2.9" in c.statistic
 
 
 def test_same_distribution_is_not_flagged():
@@ -186,12 +186,38 @@ def test_aa_noise_never_flags():
     assert alarms == 0
 
 
+def share_run(executor_ms, step_ms=None):
+    """A run whose executor takes ``executor_ms`` of each 10 ms step."""
+    step_ms = step_ms or [10.0] * len(executor_ms)
+    run = e2e_run(stats={"ExecutorRunTimer": executor_ms}, step_ms=step_ms)
+    run.executor_stat = "ExecutorRunTimer"
+    run.python_share = 1 - sum(executor_ms) / sum(step_ms)
+    return run
+
+
 def test_python_share_tolerance_is_absolute():
-    base = e2e_run(python_share=0.20)
-    assert evaluate(results(e2e_run(python_share=0.219)), None, results(base)).passed
-    v = evaluate(results(e2e_run(python_share=0.23)), None, results(base))
+    base = share_run(noisy(8.0))  # Python share 0.2
+    assert evaluate(results(share_run(noisy(7.85, seed=1))), None, results(base)).passed  # +1.5 points
+    v = evaluate(results(share_run(noisy(7.6, seed=1))), None, results(base))  # +4 points, every step
     (x,) = v.violations
-    assert (x.metric, x.value, x.limit, x.baseline) == ("python_share", 0.23, pytest.approx(0.22), 0.20)
+    assert (x.metric, x.baseline) == ("python_share", pytest.approx(0.2, abs=0.01))
+    assert x.value == pytest.approx(0.24, abs=0.01) and x.limit == pytest.approx(x.baseline + 0.02)
+    assert x.statistic.startswith("per-step Python share: Mann-Whitney U")
+
+
+def test_one_slow_step_does_not_move_the_python_share_verdict():
+    base = share_run(noisy(8.0))
+    steps = [10.0] * 20
+    steps[5] = 30.0  # one 20 ms hiccup outside the executor: whole-window share +8 points
+    new = share_run(noisy(8.0, seed=1), steps)
+    assert new.python_share > base.python_share + 0.05
+    assert evaluate(results(new), None, results(base)).passed
+
+
+def test_python_share_without_steps_compares_the_headline():
+    base, new = e2e_run(stats={}, python_share=0.2), e2e_run(stats={}, python_share=0.25)
+    (x,) = evaluate(results(new), None, results(base)).violations
+    assert x.metric == "python_share" and x.statistic.startswith("no per-step samples")
 
 
 def test_counts_are_exact():
@@ -241,7 +267,7 @@ def test_op_runs_use_call_samples_and_the_op_floor():
 
 
 def test_verdict_round_trip():
-    v = evaluate(results(e2e_run(python_share=0.5)), None, results(e2e_run()), "b.json")
+    v = evaluate(results(e2e_run(counts={"relu": 2})), None, results(e2e_run(counts={"relu": 1})), "b.json")
     back = Verdict.from_dict(v.to_dict())
     assert back.violations == v.violations and back.baseline == "b.json" and not back.passed
     assert v.to_dict()["passed"] is False
