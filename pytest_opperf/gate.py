@@ -16,8 +16,9 @@ baseline only when all of these hold:
 * and the samples say the difference is real: a one-sided Mann-Whitney U
   test (new slower than baseline) at ``alpha`` (default 0.01). With fewer
   than ``min_samples`` (default 5) samples on either side the rank test has
-  no power, so the rule is instead that every new sample is slower than
-  every baseline sample; without samples only the medians are compared.
+  no power, so the rule is instead conservative: twice the tolerance, and
+  every new sample slower than every baseline sample; without samples the
+  averages are compared under that same rule.
 
 Samples are per-step totals for e2e runs (the first step, which includes
 model building and startup, is dropped when there are at least two) and
@@ -271,11 +272,14 @@ def compare_higher(base: Sequence[float], new: Sequence[float], regression: Regr
     """Whether ``new`` is higher than ``base`` beyond ``limit(base median)`` and ``floor``,
     and the samples say the difference is real (the rule in this module's docstring)."""
     b, n = Samples(base), Samples(new)
+    few = min(b.n, n.n) < regression.min_samples
     bound = limit(b.median)
+    if few:  # no rank test to lean on: twice the tolerance
+        bound = b.median + 2 * (bound - b.median)
     higher = n.median > bound and n.median - b.median > floor
     ratio = n.median / b.median if b.median > 0 else math.inf if n.median > 0 else 1.0
     medians = f"median {b.median:.4g} -> {n.median:.4g} (ratio {ratio:.3f})"
-    if min(b.n, n.n) >= regression.min_samples:
+    if not few:
         test = mann_whitney_u(new, base)
         regressed = higher and test.p_value < regression.alpha
         statistic = (f"Mann-Whitney U one-sided p={test.p_value:.2g} (alpha {regression.alpha:g}, "
@@ -283,7 +287,7 @@ def compare_higher(base: Sequence[float], new: Sequence[float], regression: Regr
     else:
         separated = n.min > b.max
         regressed = higher and separated
-        statistic = (f"few samples (n={n.n} vs {b.n} < {regression.min_samples}): "
+        statistic = (f"few samples (n={n.n} vs {b.n} < {regression.min_samples}): twice the tolerance, "
                      f"{'every' if separated else 'not every'} new sample above every baseline sample, "
                      f"{medians}")
     return Comparison(regressed, b.median, n.median, bound, statistic)

@@ -126,11 +126,14 @@ def test_large_but_insignificant_difference_is_not_flagged():
     assert not c.regressed
 
 
-def test_few_samples_use_separation():
+def test_few_samples_use_separation_and_twice_the_tolerance():
     r = Regression(min_samples=5)
     assert compare_slower([1.0, 1.1], [3.0, 3.1], r, 0.0).regressed
     c = compare_slower([1.0, 3.5], [3.0, 3.1], r, 0.0)  # slower median, but overlapping
-    assert not c.regressed and "few samples (n=2 vs 2 < 5)" in c.statistic
+    assert not c.regressed and "few samples (n=2 vs 2 < 5): twice the tolerance" in c.statistic
+    c = compare_slower([1.0, 1.0], [1.15, 1.15], r, 0.0)  # +15 %: beyond 10 %, within 20 %
+    assert not c.regressed and c.limit == pytest.approx(1.2)
+    assert compare_slower([1.0, 1.0], [1.25, 1.25], r, 0.0).regressed
 
 
 # --- evaluate ---------------------------------------------------------------------------

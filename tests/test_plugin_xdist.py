@@ -22,7 +22,7 @@ def test_xdist_gives_one_merged_report_and_one_gate(pytester):
     assert result.ret == 1, out
     result.assert_outcomes(passed=4)
     assert out.count("= opperf =") == 1 and out.count("= opperf gate =") == 1
-    assert out.count("gate: FAILED (4 violation(s)") == 1
+    assert out.count("gate: FAILED (") == 1
     ids = [f"test_m{i}.py::test_t{i}" for i in range(4)]
     for run_id in ids:
         assert out.count(f"{run_id}  device=cpu timing=host") == 1
@@ -30,4 +30,5 @@ def test_xdist_gives_one_merged_report_and_one_gate(pytester):
     data = json.loads((pytester.path / "merged.json").read_text())
     assert [r["id"] for r in data["runs"]] == ids  # merged in id order
     assert all(r["counts"]["relu"] == 2 for r in data["runs"])
-    assert len(data["gate"]["violations"]) == 4
+    counts = [v["run"] for v in data["gate"]["violations"] if v["metric"] == "count:relu"]
+    assert counts == ids  # each run gated once (timings may differ too: two sleeps overshoot more than one)
