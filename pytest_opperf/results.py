@@ -31,6 +31,7 @@ __all__ = [
     "StatResult",
     "baseline_file",
     "commit_info",
+    "dumps_results",
     "machine_info",
     "read_results",
     "same_hardware",
@@ -274,7 +275,7 @@ def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
     cross file systems), is fsynced, and replaces ``path`` in one rename; on
     any error the temp file is removed and ``path`` is untouched.
     """
-    write_text_atomic(path, json.dumps(obj, indent=1, allow_nan=False) + "\n")
+    write_text_atomic(path, json.dumps(obj, allow_nan=False) + "\n")
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
@@ -294,8 +295,18 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
         raise
 
 
+def dumps_results(results: ResultSet) -> str:
+    """The results document with one run per line: diffs of a baseline in git show
+    which runs changed, and the C encoder stays in use (``indent`` would not)."""
+    doc = results.to_dict()
+    runs = doc.pop("runs")
+    head = json.dumps(doc, allow_nan=False)[:-1]
+    body = ",\n".join(json.dumps(r, allow_nan=False) for r in runs)
+    return f'{head}, "runs": [\n{body}\n]}}\n' if runs else f'{head}, "runs": []}}\n'
+
+
 def write_results(path: str | os.PathLike[str], results: ResultSet) -> None:
-    write_json_atomic(path, results.to_dict())
+    write_text_atomic(path, dumps_results(results))
 
 
 def baseline_file(directory: str | os.PathLike[str], device_class: str, workload: str) -> Path:
@@ -365,17 +376,23 @@ def _git(args: Iterable[str], cwd: str | os.PathLike[str]) -> str | None:
 
 
 def commit_info(cwd: str | os.PathLike[str] = ".") -> dict[str, Any] | None:
-    """The git commit of ``cwd``: sha, dirty flag and branch; ``None`` without git."""
-    sha = _git(["rev-parse", "HEAD"], cwd)
-    if sha is None:
+    """The git commit of ``cwd``: sha, dirty flag (tracked files) and branch; ``None`` without git."""
+    # one subprocess: porcelain v2 headers carry the sha and branch, the other lines are changes
+    out = _git(["status", "--porcelain=v2", "--branch", "--untracked-files=no"], cwd)
+    if out is None:
         return None
-    status = _git(["status", "--porcelain", "--untracked-files=no"], cwd)
-    branch = _git(["rev-parse", "--abbrev-ref", "HEAD"], cwd)
-    return {
-        "sha": sha.strip(),
-        "dirty": bool(status.strip()) if status is not None else None,
-        "branch": branch.strip() if branch else None,
-    }
+    sha = branch = None
+    dirty = False
+    for line in out.splitlines():
+        if line.startswith("# branch.oid "):
+            sha = line.split()[2]
+        elif line.startswith("# branch.head "):
+            branch = line.split(maxsplit=2)[2]
+        elif line and not line.startswith("#"):
+            dirty = True
+    if sha is None or sha == "(initial)":
+        return None
+    return {"sha": sha, "dirty": dirty, "branch": None if branch == "(detached)" else branch}
 
 
 def _hardware(machine: Mapping[str, Any]) -> dict[str, Any]:

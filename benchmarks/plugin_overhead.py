@@ -1,0 +1,126 @@
+"""The plugin's own cost: wall time of a synthetic suite with and without --opperf.
+
+The suite (written to a temp dir) has e2e tests whose steps time ~60 op
+regions each (sleeps inside ExecutorRunTimer/CreateOpTimer/op regions, the
+shape of an executor step). It has no per-op benchmarks: those run once
+without --opperf and many rounds with it, which is their work, not the
+plugin's overhead. Runs alternate between the two modes so that drift in
+the machine's speed hits both alike; the medians are compared.
+
+Sleeps make wall time noisy (timer slack on a shared machine), but they use
+no CPU, and everything the plugin adds is CPU work on the test thread. So
+the precise figure is the extra CPU time of the pytest process (user + sys,
+from getrusage) relative to the suite's wall time; the wall-time medians are
+printed as the direct, noisier check. Also reports the A/A false-alarm count: the suite
+saved once as a baseline, then N reruns gated against it with the default
+tolerances.
+
+    python benchmarks/plugin_overhead.py [--reps 7] [--aa 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SUITE = '''
+import time
+import pytest
+from pytest_opperf import timers
+
+OPS = ["conv2d", "batch_norm", "relu", "elementwise_add", "pool2d", "conv2d_grad", "batch_norm_grad",
+       "relu_grad", "sum", "momentum"]
+
+def nap(ms):
+    time.sleep(ms / 1000)
+
+def step():
+    with timers.timer("ExecutorRunTimer"):
+        for i in range(60):
+            with timers.timer("CreateOpTimer"):
+                pass
+            with timers.timer(OPS[i % len(OPS)], kernel=True):
+                nap(0.4)
+    nap(2.0)  # the "Python" part of a step
+
+@pytest.mark.parametrize("model", ["a", "b", "c", "d"])
+def test_train(opperf, model):
+    with opperf.measure(config={"model": model}) as run:
+        nap(10)  # model building
+        for _ in range({steps}):
+            step()
+            run.step(examples=32)
+'''
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_suite(workdir: Path, *args: str) -> tuple[float, float, subprocess.CompletedProcess]:
+    """Wall and CPU seconds of one pytest run of the suite."""
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
+           "test_suite.py", *args]
+    cpu = _cpu()
+    start = time.perf_counter()
+    done = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True)
+    return time.perf_counter() - start, _cpu() - cpu, done
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=7, help="runs per mode (default 7)")
+    parser.add_argument("--steps", type=int, default=40, help="steps per e2e test (default 40)")
+    parser.add_argument("--aa", type=int, default=20, help="A/A reruns against a saved baseline (default 20)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        (workdir / "test_suite.py").write_text(SUITE.replace("{steps}", str(args.steps)))
+        env_note = f"{os.cpu_count()} cores, Python {sys.version.split()[0]}"
+        run_suite(workdir)  # warm the bytecode caches
+        wall = {"off": [], "on": []}
+        cpu = {"off": [], "on": []}
+        for _ in range(args.reps):
+            for mode, extra in (("off", ()), ("on", ("--opperf", "--opperf-json=r.json"))):
+                w, c, done = run_suite(workdir, *extra)
+                assert done.returncode == 0, done.stdout + done.stderr
+                wall[mode].append(w)
+                cpu[mode].append(c)
+        w_off, w_on = statistics.median(wall["off"]), statistics.median(wall["on"])
+        c_off, c_on = statistics.median(cpu["off"]), statistics.median(cpu["on"])
+        print(f"synthetic suite ({env_note}): 4 e2e tests x {args.steps} steps x 60 op regions, {args.reps} runs per mode")
+        for mode, label in (("off", "without"), ("on", "with   ")):
+            print(f"  {label} --opperf: wall median {statistics.median(wall[mode]):.3f} s "
+                  f"(runs {', '.join(f'{t:.2f}' for t in wall[mode])}); "
+                  f"CPU median {statistics.median(cpu[mode]):.3f} s")
+        print(f"  overhead, CPU time: {(c_on - c_off) * 1e3:+.1f} ms = {(c_on - c_off) / w_off * 100:+.2f} % "
+              f"of the suite's wall time")
+        print(f"  overhead, wall medians: {(w_on - w_off) * 1e3:+.1f} ms = {(w_on / w_off - 1) * 100:+.2f} %")
+        if args.aa:
+            _, _, done = run_suite(workdir, "--opperf", "--opperf-save=base.json")
+            assert done.returncode == 0, done.stdout + done.stderr
+            alarms = 0
+            failed_runs = 0
+            for i in range(args.aa):
+                _, _, done = run_suite(workdir, "--opperf", "--opperf-baseline=base.json",
+                                       f"--opperf-json=aa{i}.json")
+                gate = json.loads((workdir / f"aa{i}.json").read_text())["gate"]
+                alarms += len(gate["violations"])
+                failed_runs += done.returncode != 0
+                for v in gate["violations"]:
+                    print(f"  false alarm in rerun {i + 1}: {v['run']} {v['metric']}: {v['message']}")
+            print(f"A/A: {args.aa} reruns against one saved baseline, default tolerances: "
+                  f"{alarms} false alarm(s), {failed_runs} failed session(s)")
+
+
+if __name__ == "__main__":
+    main()
