@@ -97,7 +97,8 @@ def main() -> None:
                 cpu[mode].append(c)
         w_off, w_on = statistics.median(wall["off"]), statistics.median(wall["on"])
         c_off, c_on = statistics.median(cpu["off"]), statistics.median(cpu["on"])
-        print(f"synthetic suite ({env_note}): 4 e2e tests x {args.steps} steps x 60 op regions, {args.reps} runs per mode")
+        print(f"synthetic suite ({env_note}): 4 e2e tests x {args.steps} steps x 60 op regions, "
+              f"{args.reps} runs per mode")
         for mode, label in (("off", "without"), ("on", "with   ")):
             print(f"  {label} --opperf: wall median {statistics.median(wall[mode]):.3f} s "
                   f"(runs {', '.join(f'{t:.2f}' for t in wall[mode])}); "

@@ -307,7 +307,7 @@ def _after_warmup(samples: Sequence[float] | None) -> list[float]:
 
 def _per_example_ms(run: RunResult) -> list[float]:
     """Per-step wall ms per example, after warm-up."""
-    pairs = list(zip(run.step_ms, run.step_examples))
+    pairs = list(zip(run.step_ms, run.step_examples, strict=False))
     pairs = pairs[1:] if len(pairs) >= 2 else pairs
     return [ms / n for ms, n in pairs if n > 0]
 
@@ -319,10 +319,10 @@ def _step_python_shares(run: RunResult) -> list[float]:
         executor = s.samples_ms if s is not None else None
     else:  # executor time is the sum of the top-level stats, step by step
         tops = [s.samples_ms for s in run.stats if s.parent is None]
-        executor = [sum(x) for x in zip(*tops)] if tops and all(tops) else None
+        executor = [sum(x) for x in zip(*tops, strict=False)] if tops and all(tops) else None
     if not executor or len(executor) != len(run.step_ms):
         return []
-    shares = [(w - e) / w for w, e in zip(run.step_ms, executor) if w > 0]
+    shares = [(w - e) / w for w, e in zip(run.step_ms, executor, strict=True) if w > 0]
     return _after_warmup(shares) if len(shares) == len(run.step_ms) else []
 
 
@@ -365,7 +365,8 @@ class _Gate:
             for s in run.stats:
                 if not fnmatchcase(s.name, lim.stat or "*"):
                     continue
-                for key, value, bound in (("avg_ms", s.avg_ms, lim.max_avg_ms), ("total_ms", s.total_ms, lim.max_total_ms)):
+                checks = (("avg_ms", s.avg_ms, lim.max_avg_ms), ("total_ms", s.total_ms, lim.max_total_ms))
+                for key, value, bound in checks:
                     if bound is None:
                         continue
                     self.verdict.checks += 1

@@ -479,7 +479,7 @@ class OpPerfSession:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        from pytest_opperf.results import ResultSet, ResultsError
+        from pytest_opperf.results import ResultsError, ResultSet
 
         output = getattr(node, "workeroutput", None) or {}
         data = output.get("opperf")

@@ -16,7 +16,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from pytest_opperf.gate import Verdict, Violation
+from pytest_opperf.gate import Verdict
 from pytest_opperf.results import SCHEMA, ResultSet, RunResult, StatResult
 from pytest_opperf.stats import Samples
 from pytest_opperf.timers import ordered

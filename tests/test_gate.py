@@ -4,6 +4,7 @@ import random
 
 import pytest
 
+from pytest_opperf.device import CPU_HOST
 from pytest_opperf.gate import (
     Regression,
     Thresholds,
@@ -15,7 +16,6 @@ from pytest_opperf.gate import (
     parse_thresholds,
 )
 from pytest_opperf.measure import op_run
-from pytest_opperf.device import CPU_HOST
 from tests.opperf_factories import e2e_run, results
 
 SECTION_7 = """

@@ -2,9 +2,9 @@
 
 import json
 
+from pytest_opperf.device import CPU_HOST
 from pytest_opperf.gate import Verdict, Violation
 from pytest_opperf.measure import op_run
-from pytest_opperf.device import CPU_HOST
 from pytest_opperf.plugin import SORTS
 from pytest_opperf.report import (
     SORT_KEYS,

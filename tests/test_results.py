@@ -6,10 +6,11 @@ import subprocess
 
 import pytest
 
+from pytest_opperf.device import DeviceInfo
 from pytest_opperf.results import (
     SCHEMA,
-    ResultSet,
     ResultsError,
+    ResultSet,
     baseline_file,
     commit_info,
     machine_info,
@@ -18,7 +19,6 @@ from pytest_opperf.results import (
     write_json_atomic,
     write_results,
 )
-from pytest_opperf.device import DeviceInfo
 from tests.opperf_factories import e2e_run, results
 
 
