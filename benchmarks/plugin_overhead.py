@@ -7,11 +7,16 @@ without --opperf and many rounds with it, which is their work, not the
 plugin's overhead. Runs alternate between the two modes so that drift in
 the machine's speed hits both alike; the medians are compared.
 
-Sleeps make wall time noisy (timer slack on a shared machine), but they use
-no CPU, and everything the plugin adds is CPU work on the test thread. So
-the precise figure is the extra CPU time of the pytest process (user + sys,
-from getrusage) relative to the suite's wall time; the wall-time medians are
-printed as the direct, noisier check. Also reports the A/A false-alarm count: the suite
+Sleeps make wall time noisy (timer slack and wake-ups on a shared machine),
+and the process's CPU time is noisy for the same reason, but everything the
+plugin adds is CPU work on the test thread, in three parts that can each be
+measured without sleeps: a fixed cost per session (options, device, machine
+and commit info, imports of the report modules, gate, the fsynced results
+file; measured as the wall time of pytest.main on a one-step suite with no
+work, with and without --opperf),
+a cost per timed region while recording, and a cost per ``run.step()``.
+The script prints the direct wall and CPU medians and the decomposition,
+whose sum over the suite's regions and steps is the precise figure. Also reports the A/A false-alarm count: the suite
 saved once as a baseline, then N reruns gated against it with the default
 tolerances.
 
@@ -30,6 +35,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from pytest_opperf import measure, timers
+from pytest_opperf.device import CPU_HOST
 
 SUITE = '''
 import time
@@ -76,6 +84,60 @@ def run_suite(workdir: Path, *args: str) -> tuple[float, float, subprocess.Compl
     return time.perf_counter() - start, _cpu() - cpu, done
 
 
+TIME_OF_MAIN = """
+import sys, time
+import pytest
+t = time.perf_counter()
+pytest.main(["-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "test_suite.py"] + sys.argv[1:])
+print(f"WALL {time.perf_counter() - t}", file=sys.stderr)
+"""
+
+
+def fixed_cost_ms(workdir: Path, reps: int) -> tuple[float, float]:
+    """Median wall ms of pytest.main on a one-step suite without work, off and on."""
+    suite = SUITE.replace("{steps}", "1")
+    for work in ("nap(10)", "nap(0.4)", "nap(2.0)"):
+        suite = suite.replace(work, "pass")
+    (workdir / "test_suite.py").write_text(suite)
+    (workdir / "time_of_main.py").write_text(TIME_OF_MAIN)
+    wall: dict[str, list[float]] = {"off": [], "on": []}
+    for _ in range(max(reps, 9)):
+        for mode, extra in (("off", []), ("on", ["--opperf", "--opperf-json=r.json"])):
+            done = subprocess.run([sys.executable, "time_of_main.py", *extra], cwd=workdir, capture_output=True,
+                                  text=True)
+            wall[mode].append(float(done.stderr.split("WALL ")[-1]) * 1e3)
+    return statistics.median(wall["off"]), statistics.median(wall["on"])
+
+
+def region_cost_us(n: int = 200_000) -> float:
+    """Extra us per timed region while recording (as CreateOpTimer and op regions are timed)."""
+    def loop() -> float:
+        start = time.perf_counter()
+        for _ in range(n // 2):
+            with timers.timer("CreateOpTimer"):
+                pass
+            with timers.timer("conv2d", kernel=True):
+                pass
+        return time.perf_counter() - start
+
+    off = min(loop() for _ in range(3))
+    with timers.recording():
+        on = min(loop() for _ in range(3))
+    return (on - off) / n * 1e6
+
+
+def step_cost_us(stats: int = 12, n: int = 5000) -> float:
+    run = measure.Run("x", "e2e", None, CPU_HOST, "events", "ExecutorRunTimer")
+    with measure.measure_window(run):
+        for i in range(stats):
+            with timers.timer(f"stat{i}"):
+                pass
+        start = time.perf_counter()
+        for _ in range(n):
+            run.step(examples=1)
+        return (time.perf_counter() - start) / n * 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=7, help="runs per mode (default 7)")
@@ -103,9 +165,17 @@ def main() -> None:
             print(f"  {label} --opperf: wall median {statistics.median(wall[mode]):.3f} s "
                   f"(runs {', '.join(f'{t:.2f}' for t in wall[mode])}); "
                   f"CPU median {statistics.median(cpu[mode]):.3f} s")
-        print(f"  overhead, CPU time: {(c_on - c_off) * 1e3:+.1f} ms = {(c_on - c_off) / w_off * 100:+.2f} % "
-              f"of the suite's wall time")
-        print(f"  overhead, wall medians: {(w_on - w_off) * 1e3:+.1f} ms = {(w_on / w_off - 1) * 100:+.2f} %")
+        print(f"  direct: wall {(w_on - w_off) * 1e3:+.1f} ms = {(w_on / w_off - 1) * 100:+.2f} %; "
+              f"CPU {(c_on - c_off) * 1e3:+.1f} ms = {(c_on - c_off) / w_off * 100:+.2f} % of the wall time "
+              "(both noisy: sleeps)")
+        regions, steps = 4 * args.steps * 121, 4 * args.steps
+        f_off, f_on = fixed_cost_ms(workdir, args.reps)
+        per_region, per_step = region_cost_us(), step_cost_us()
+        total_ms = (f_on - f_off) + regions * per_region / 1e3 + steps * per_step / 1e3
+        print(f"  decomposition: fixed {f_on - f_off:.1f} ms per session (pytest.main, {f_off:.0f} -> "
+              f"{f_on:.0f} ms, medians) + {regions} regions x {per_region:.2f} us + {steps} steps x "
+              f"{per_step:.1f} us = {total_ms:.1f} ms = {total_ms / 1e3 / w_off * 100:.2f} % of {w_off:.2f} s")
+        (workdir / "test_suite.py").write_text(SUITE.replace("{steps}", str(args.steps)))
         if args.aa:
             _, _, done = run_suite(workdir, "--opperf", "--opperf-save=base.json")
             assert done.returncode == 0, done.stdout + done.stderr

@@ -38,8 +38,9 @@ class DeviceInfo:
     cuda: str | None = None
 
     def timing_label(self, timing: str) -> str:
-        """What the JSON calls this device's timing: ``host`` when no device clock."""
-        return timing if self.is_gpu and (self.clock is not None or self.synchronize) else "host"
+        """What the JSON calls the timing of measured windows: ``host`` without a device clock
+        (kernel regions are then timed, and synchronised, only through the clock)."""
+        return timing if self.is_gpu and self.clock is not None else "host"
 
 
 CPU_HOST = DeviceInfo()
@@ -52,6 +53,8 @@ class SyncTimer:
     is bracketed by two synchronisations and measures the device work queued
     in it, not only its launches.
     """
+
+    timing = "sync"
 
     def __init__(self, synchronize: Callable[[], None]) -> None:
         self._synchronize = synchronize
@@ -71,6 +74,8 @@ class EventTimer:
     closing mark is made after recycling, so the pool never hands it out
     while it is still to be read.
     """
+
+    timing = "events"
 
     def __init__(self, clock: DeviceClock) -> None:
         self._clock = clock

@@ -232,8 +232,8 @@ def op_run(run_id: str, stat: str, round_s: list[float], iterations: int, device
            timing: str, kind: str = "op", config: Mapping[str, Any] | None = None,
            flops: float | None = None, bytes: float | None = None) -> RunResult:
     """A run from a per-op benchmark: ``round_s`` are per-call seconds of each round
-    (pytest-benchmark's round time divided by its iterations); ``flops``/``bytes``
-    are per call."""
+    (pytest-benchmark's round time divided by its iterations); ``timing`` is how
+    the rounds were timed (events, sync or host); ``flops``/``bytes`` are per call."""
     if not round_s:
         raise ValueError(f"op run {run_id!r}: no benchmark rounds")
     calls = len(round_s) * iterations
@@ -245,12 +245,12 @@ def op_run(run_id: str, stat: str, round_s: list[float], iterations: int, device
     s = StatResult(
         name=stat, parent=None, count=calls, total_ms=total_ms, avg_ms=total_ms / calls,
         min_ms=min(per_call_ms), max_ms=max(per_call_ms), samples_ms=_thin(per_call_ms, MAX_OP_SAMPLES),
-        kernel=True, clock="device" if device.timing_label(timing) == "events" else "host",
+        kernel=True, clock="device" if timing == "events" else "host",
         flops=flops * calls if flops is not None else None, bytes=bytes * calls if bytes is not None else None)
     wall_s = total_ms / 1e3
     return RunResult(
         id=run_id, kind=kind, config=dict(config or {}), device=device.name,
-        timing=device.timing_label(timing), wall_s=wall_s, examples=calls, batches=len(round_s),
+        timing=timing, wall_s=wall_s, examples=calls, batches=len(round_s),
         examples_per_sec=calls / wall_s if wall_s > 0 else 0.0, sec_per_batch=wall_s / len(round_s),
         python_share=0.0, stats=[s], counts={}, framework_share=0.0,
         kernel_share=1.0 if wall_s > 0 else 0.0, executor_stat=None, executor_ms=total_ms,

@@ -339,9 +339,10 @@ class OpBenchmark:
 
         config = dict(self.config)
         config["benchmark"] = {"rounds": len(meta.stats.data), "iterations": meta.iterations}
+        timing = getattr(session.benchmark_timer(), "timing", "host")  # what timed the rounds
         session.add_run(op_run(
             self._request.node.nodeid, self.stat, list(meta.stats.data), meta.iterations, self._opperf.device,
-            self._opperf.timing, kind=self.kind, config=config, flops=self.flops, bytes=self.bytes))
+            timing, kind=self.kind, config=config, flops=self.flops, bytes=self.bytes))
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ and malformed files with a one-line :class:`ResultsError`.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
@@ -328,8 +329,14 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _version(*distributions: str) -> str | None:
-    for name in distributions:
+def _version(module: str, *distributions: str) -> str | None:
+    """The installed version of ``module``, without importing it."""
+    loaded = sys.modules.get(module)
+    if loaded is not None and isinstance(getattr(loaded, "__version__", None), str):
+        return loaded.__version__
+    if importlib.util.find_spec(module) is None:  # cheap; metadata lookups scan every path entry
+        return None
+    for name in distributions or (module,):
         try:
             return metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -355,7 +362,7 @@ def machine_info(device: Any = None) -> dict[str, Any]:
         "system": platform.system(),
         "python": platform.python_version(),
         "numpy": _version("numpy"),
-        "cupy": _version("cupy", "cupy-cuda12x", "cupy-cuda11x", "cupy-cuda13x"),
+        "cupy": _version("cupy", "cupy-cuda12x", "cupy-cuda13x", "cupy-cuda11x", "cupy"),
         "blas": _blas(),
         "gpu": None,
     }

@@ -257,11 +257,11 @@ def test_unmatched_runs_are_noted():
 
 
 def test_op_runs_use_call_samples_and_the_op_floor():
-    base = op_run("ops.py::test_relu", "relu", [s / 1e3 for s in noisy(0.010, n=200)], 10, CPU_HOST, "events")
+    base = op_run("ops.py::test_relu", "relu", [s / 1e3 for s in noisy(0.010, n=200)], 10, CPU_HOST, "host")
     slow = op_run("ops.py::test_relu", "relu", [s / 1e3 for s in noisy(0.030, n=200, seed=1)], 10, CPU_HOST,
-                  "events")
+                  "host")
     same = op_run("ops.py::test_relu", "relu", [s / 1e3 for s in noisy(0.010, n=200, seed=2)], 10, CPU_HOST,
-                  "events")
+                  "host")
     (x,) = evaluate(results(slow), None, results(base)).violations
     assert x.metric == "call_ms:relu" and x.value == pytest.approx(0.030, rel=0.05)
     assert evaluate(results(same), None, results(base)).passed

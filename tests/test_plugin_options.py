@@ -97,7 +97,7 @@ def test_device_hook_and_workload_resolution(pytester):
             print("WORKLOAD", opperf.workload, opperf.device.name, opperf.timing)
     """)
     result = pytester.runpytest("-s", "--opperf", "--opperf-timing=sync")
-    result.stdout.fnmatch_lines(["*WORKLOAD full cuda:0 (Fake) sync", "*session: device=cuda:0 (Fake) timing=sync "
+    result.stdout.fnmatch_lines(["*WORKLOAD full cuda:0 (Fake) sync", "*session: device=cuda:0 (Fake) timing=host "
                                  "workload=full*", "note: fake GPU"])
     result = pytester.runpytest("-s", "--opperf-device=cpu", "--opperf-workload=tiny")
     result.stdout.fnmatch_lines(["*WORKLOAD tiny cpu events"])

@@ -125,7 +125,7 @@ def test_terminal_lines_verdicts():
 
 
 def test_op_table():
-    runs = [op_run("ops.py::test_relu[a|b]", "relu", [0.001, 0.003, 0.002], 4, CPU_HOST, "events", flops=2e6)]
+    runs = [op_run("ops.py::test_relu[a|b]", "relu", [0.001, 0.003, 0.002], 4, CPU_HOST, "host", flops=2e6)]
     lines = op_table_lines(runs)
     assert lines[0] == "per-op benchmarks (device=cpu timing=host), unit: ms per call"
     assert lines[1].split() == ["run", "kind", "rounds", "median", "mean", "min", "max", "GFLOP/s"]
@@ -133,7 +133,7 @@ def test_op_table():
 
 
 def test_markdown_verdict_first_then_tables():
-    rs = ResultSet(runs=[reference_run(), op_run("ops.py::test_relu[a|b]", "relu", [0.001], 1, CPU_HOST, "x")])
+    rs = ResultSet(runs=[reference_run(), op_run("ops.py::test_relu[a|b]", "relu", [0.001], 1, CPU_HOST, "host")])
     text = markdown(rs, Verdict(violations=[violation()], checks=3))
     lines = text.splitlines()
     assert lines[0] == "## opperf"
