@@ -36,9 +36,12 @@ def pytest_opperf_select_device(config: pytest.Config, requested: str) -> Device
     fell back to CPU"), or ``None`` to leave the choice to others. Raise
     ``pytest.UsageError`` when ``gpu`` is requested and none can be used.
 
-    Called once per process, also without ``--opperf`` (suites need a device
-    either way). Without any implementation the device is the CPU with the
-    host clock, and ``gpu`` is a usage error.
+    Called once per process: at session start with ``--opperf`` (before
+    collection, so implement it in a plugin or in the ``conftest.py`` of a
+    directory given on the command line, e.g. ``suites/conftest.py`` for
+    ``pytest suites/``), and on first use of ``opperf.device`` without it.
+    Without any implementation the device is the CPU with the host clock,
+    and ``gpu`` is a usage error.
     """
 
 
