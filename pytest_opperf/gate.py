@@ -49,11 +49,6 @@ from typing import Any
 from pytest_opperf.results import ResultSet, RunResult, same_hardware
 from pytest_opperf.stats import Samples, mann_whitney_u
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
-
 __all__ = [
     "Comparison",
     "compare_higher",
@@ -188,6 +183,11 @@ def parse_thresholds(data: Mapping[str, Any], source: str = "<thresholds>") -> T
 
 def load_thresholds(path: str | os.PathLike[str]) -> Thresholds:
     """Read a thresholds file; any problem is one line naming the file."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")

@@ -445,11 +445,11 @@ class OpPerfSession:
                     f"opperf: {self.settings.label(name)}: directory {path.parent} does not exist")
 
     def _load_thresholds(self) -> None:
-        from pytest_opperf.gate import ThresholdsError, load_thresholds
-
         path = self.settings.paths.get("thresholds")
         if path is None:
             return
+        from pytest_opperf.gate import ThresholdsError, load_thresholds
+
         try:
             self.thresholds = load_thresholds(path)
         except ThresholdsError as exc:
