@@ -147,7 +147,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         (workdir / "test_suite.py").write_text(SUITE.replace("{steps}", str(args.steps)))
-        env_note = f"{os.cpu_count()} cores, Python {sys.version.split()[0]}"
+        # without a bytecode cache every session compiles the plugin's modules again
+        cache = "off" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "on"
+        env_note = f"{os.cpu_count()} cores, Python {sys.version.split()[0]}, bytecode cache {cache}"
         run_suite(workdir)  # warm the bytecode caches
         wall = {"off": [], "on": []}
         cpu = {"off": [], "on": []}
