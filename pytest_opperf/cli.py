@@ -1,0 +1,94 @@
+"""``python -m pytest_opperf``: compare two results files, or show one, outside pytest.
+
+``compare BASE.json NEW.json [--thresholds T]`` gives the plugin's verdicts
+and exit codes (0 pass, 1 gate violations, 4 usage error or unreadable file)
+for CI steps that run no tests; ``show R.json`` prints the terminal report
+stored in a results file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import NoReturn, TextIO
+
+from pytest_opperf import report
+from pytest_opperf.gate import ThresholdsError, Verdict, evaluate, load_thresholds
+from pytest_opperf.results import ResultsError, read_results
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_GATE, EXIT_USAGE = 0, 1, 4
+
+
+class _Usage(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line and exit 4, like the plugin's usage errors
+        raise _Usage(f"{self.prog}: {message}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m pytest_opperf", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    compare = commands.add_parser("compare", help="gate NEW against BASE (exit 1 on violations)")
+    compare.add_argument("base", metavar="BASE.json")
+    compare.add_argument("new", metavar="NEW.json")
+    compare.add_argument("--thresholds", metavar="PATH", help="thresholds file (TOML)")
+    compare.add_argument("--markdown", metavar="PATH", help="also write the markdown report")
+    compare.add_argument("--sort", choices=sorted(report.SORT_KEYS), default="total")
+    show = commands.add_parser("show", help="print the terminal report of a results file")
+    show.add_argument("results", metavar="R.json")
+    show.add_argument("--sort", choices=sorted(report.SORT_KEYS), default="total")
+    return parser
+
+
+def _compare(args: argparse.Namespace, out: TextIO) -> int:
+    base = read_results(args.base)
+    new = read_results(args.new)
+    thresholds = load_thresholds(args.thresholds) if args.thresholds else None
+    verdict = evaluate(new, thresholds, base, args.base)
+    out.write(f"opperf compare: {args.base} -> {args.new}\n")
+    out.write(report.verdict_line(verdict) + "\n")
+    for line in [f"warning: {w}" for w in verdict.warnings] + [f"note: {n}" for n in verdict.notes]:
+        out.write(line + "\n")
+    if not verdict.passed:
+        out.write("=" * 30 + " opperf gate " + "=" * 30 + "\n")
+        for line in report.gate_lines(verdict):
+            out.write(line + "\n")
+    if args.markdown:
+        from pytest_opperf.results import write_text_atomic
+
+        new.gate = verdict.to_dict()
+        write_text_atomic(args.markdown, report.markdown(new, verdict, args.sort))
+    return EXIT_OK if verdict.passed else EXIT_GATE
+
+
+def _show(args: argparse.Namespace, out: TextIO) -> int:
+    results = read_results(args.results)
+    verdict = Verdict.from_dict(results.gate) if results.gate else None
+    for line in report.terminal_lines(results, verdict, args.sort):
+        out.write(line + "\n")
+    if verdict is not None and not verdict.passed:
+        out.write("=" * 30 + " opperf gate " + "=" * 30 + "\n")
+        for line in report.gate_lines(verdict):
+            out.write(line + "\n")
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Run a command; returns the exit status (never raises for bad input)."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    try:
+        args = _parser().parse_args(argv)
+        return _compare(args, out) if args.command == "compare" else _show(args, out)
+    except (_Usage, ResultsError, ThresholdsError) as exc:
+        err.write(f"error: {exc}\n")
+        return EXIT_USAGE
+    except OSError as exc:
+        err.write(f"error: {exc}\n")
+        return EXIT_USAGE

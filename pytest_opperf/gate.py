@@ -1,0 +1,485 @@
+"""The gate: thresholds file, absolute limits and baseline regressions, to a verdict.
+
+Thresholds (TOML, ARCHITECTURE section 7) hold ``[regression]`` tolerances
+and ``[[limit]]`` tables matched to runs and stats by glob. Unknown keys and
+wrong types are errors naming the key and the file, so a typo cannot
+silently switch a check off.
+
+Regression rule (defaults in :class:`Regression`). A stat is slower than its
+baseline only when all of these hold:
+
+* its median sample exceeds the baseline median by more than
+  ``max_slowdown`` (relative, default 10 %),
+* and by more than a floor in ms (``min_diff_ms``, default 0.05 ms per step
+  for e2e runs; ``op_min_diff_ms``, default 0.001 ms per call for per-op
+  benchmarks), so microsecond stats cannot flap,
+* and the samples say the difference is real: a one-sided Mann-Whitney U
+  test (new slower than baseline) at ``alpha`` (default 0.01). With fewer
+  than ``min_samples`` (default 5) samples on either side the rank test has
+  no power, so the rule is instead conservative: twice the tolerance, and
+  every new sample slower than every baseline sample; without samples the
+  averages are compared under that same rule.
+
+Samples are per-step totals for e2e runs (the first step, which includes
+model building and startup, is dropped when there are at least two) and
+per-call round times for per-op benchmarks. Throughput fails when
+examples/sec is below baseline x (1 - ``max_slowdown``) AND the per-step
+time per example passes the same test. Python share fails when it exceeds
+the baseline's by more than ``max_python_share_increase`` (absolute) AND the
+per-step Python shares (wall minus executor time of each step) pass the
+same test with that absolute tolerance: one slow step (a scheduler hiccup)
+moves the whole-window share by several points, the steps' median does not.
+A slowdown confined to the warm-up step (startup, model building) is
+therefore not gated.
+Per-step counts (``counts = "exact"``) must equal the baseline's: a count
+change is structural and has no noise. A baseline from other hardware gives
+a warning; the relative checks still run.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+
+from pytest_opperf.results import ResultSet, RunResult, same_hardware
+from pytest_opperf.stats import Samples, mann_whitney_u
+
+__all__ = [
+    "Comparison",
+    "compare_higher",
+    "Limit",
+    "Regression",
+    "Thresholds",
+    "ThresholdsError",
+    "Verdict",
+    "Violation",
+    "compare_slower",
+    "evaluate",
+    "load_thresholds",
+    "parse_thresholds",
+]
+
+
+class ThresholdsError(Exception):
+    """A thresholds file that cannot be used; the message is one line naming the file."""
+
+
+@dataclass(frozen=True)
+class Regression:
+    """``[regression]``: tolerances against the baseline."""
+
+    max_slowdown: float = 0.10
+    max_python_share_increase: float = 0.02
+    counts: str = "exact"  # "exact" or "ignore"
+    alpha: float = 0.01
+    min_diff_ms: float = 0.05
+    op_min_diff_ms: float = 0.001
+    min_samples: int = 5
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One ``[[limit]]``: absolute limits for the runs (and stats) its globs match."""
+
+    run: str = "*"
+    stat: str | None = None
+    max_avg_ms: float | None = None
+    max_total_ms: float | None = None
+    min_examples_per_sec: float | None = None
+    max_python_share: float | None = None
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    regression: Regression = Regression()
+    limits: tuple[Limit, ...] = ()
+    source: str | None = None
+
+
+_STAT_LIMITS = ("max_avg_ms", "max_total_ms")
+_RUN_LIMITS = ("min_examples_per_sec", "max_python_share")
+
+
+def _type_name(value: Any) -> str:
+    return {bool: "boolean", str: "string", int: "integer", float: "number", list: "array",
+            dict: "table"}.get(type(value), type(value).__name__)
+
+
+def _check(value: Any, want: type, key: str, where: str, source: str) -> Any:
+    """``value`` as type ``want`` (an integer is a fine float), else a ThresholdsError."""
+    if want is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, want) or isinstance(value, bool):
+        expected = {float: "a number", int: "an integer", str: "a string"}[want]
+        raise ThresholdsError(f"{source}: {where} {key} must be {expected}, got {value!r} ({_type_name(value)})")
+    if want is float and not math.isfinite(value):
+        raise ThresholdsError(f"{source}: {where} {key} must be a finite number, got {value!r}")
+    return value
+
+
+def _unknown(keys: Any, known: Sequence[str], where: str, source: str) -> None:
+    unknown = sorted(set(keys) - set(known))
+    if unknown:
+        raise ThresholdsError(
+            f"{source}: unknown key {unknown[0]!r} in {where} (known keys: {', '.join(known)})")
+
+
+def _parse_regression(table: Any, source: str) -> Regression:
+    if not isinstance(table, dict):
+        raise ThresholdsError(f"{source}: [regression] must be a table, got {_type_name(table)}")
+    types = {f.name: (int if f.name == "min_samples" else str if f.name == "counts" else float)
+             for f in fields(Regression)}
+    _unknown(table, list(types), "[regression]", source)
+    values = {k: _check(v, types[k], k, "[regression]", source) for k, v in table.items()}
+    ranges = {
+        "max_slowdown": (0.0, math.inf), "max_python_share_increase": (0.0, 1.0), "alpha": (0.0, 1.0),
+        "min_diff_ms": (0.0, math.inf), "op_min_diff_ms": (0.0, math.inf), "min_samples": (2, math.inf),
+    }
+    for key, (lo, hi) in ranges.items():
+        if key in values and not lo <= values[key] <= hi:
+            raise ThresholdsError(f"{source}: [regression] {key} must be in [{lo}, {hi}], got {values[key]!r}")
+    if values.get("alpha") == 0.0:
+        raise ThresholdsError(f"{source}: [regression] alpha must be above 0, got 0.0")
+    if "counts" in values and values["counts"] not in ("exact", "ignore"):
+        raise ThresholdsError(f"{source}: [regression] counts must be 'exact' or 'ignore', got {values['counts']!r}")
+    return Regression(**values)
+
+
+def _parse_limit(table: Any, index: int, source: str) -> Limit:
+    where = f"[[limit]] #{index}"
+    if not isinstance(table, dict):
+        raise ThresholdsError(f"{source}: {where} must be a table, got {_type_name(table)}")
+    known = [f.name for f in fields(Limit)]
+    _unknown(table, known, where, source)
+    values = {k: _check(v, str if k in ("run", "stat") else float, k, where, source) for k, v in table.items()}
+    if not any(k in values for k in _STAT_LIMITS + _RUN_LIMITS):
+        raise ThresholdsError(f"{source}: {where} sets no limit (give one of {', '.join(_STAT_LIMITS + _RUN_LIMITS)})")
+    if "stat" in values:
+        run_level = [k for k in _RUN_LIMITS if k in values]
+        if run_level:
+            raise ThresholdsError(
+                f"{source}: {where} {run_level[0]} limits a run, but the table also names stat = "
+                f"{values['stat']!r}; put it in a [[limit]] without stat")
+    for key in _STAT_LIMITS + _RUN_LIMITS:
+        if key in values and values[key] < 0:
+            raise ThresholdsError(f"{source}: {where} {key} must not be negative, got {values[key]!r}")
+    return Limit(**values)
+
+
+def parse_thresholds(data: Mapping[str, Any], source: str = "<thresholds>") -> Thresholds:
+    """Thresholds from a parsed TOML document (raises :class:`ThresholdsError`)."""
+    _unknown(data, ["regression", "limit"], "the top level", source)
+    regression = _parse_regression(data["regression"], source) if "regression" in data else Regression()
+    limits = data.get("limit", [])
+    if not isinstance(limits, list):
+        raise ThresholdsError(f"{source}: limit must be an array of tables ([[limit]]), got {_type_name(limits)}")
+    return Thresholds(regression, tuple(_parse_limit(t, i + 1, source) for i, t in enumerate(limits)), source)
+
+
+def load_thresholds(path: str | os.PathLike[str]) -> Thresholds:
+    """Read a thresholds file; any problem is one line naming the file."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ThresholdsError(f"{source}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ThresholdsError(f"{source}: cannot read: {exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ThresholdsError(f"{source}: not valid TOML: {exc}") from None
+    return parse_thresholds(data, source)
+
+
+# --- verdicts --------------------------------------------------------------------
+
+
+@dataclass
+class Violation:
+    """One failed check (section 6 fields plus the statistic that decided it)."""
+
+    run: str
+    metric: str
+    value: float
+    limit: float
+    baseline: float | None
+    message: str
+    statistic: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Verdict:
+    """The gate's outcome for one session."""
+
+    violations: list[Violation] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    checks: int = 0
+    baseline: str | None = None
+    thresholds: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return not self.violations
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"passed": self.passed, "violations": [v.to_dict() for v in self.violations],
+                "warnings": list(self.warnings), "notes": list(self.notes), "checks": self.checks,
+                "baseline": self.baseline, "thresholds": self.thresholds}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
+        """A verdict stored in a results file (lenient: display only)."""
+        violations = []
+        for v in data.get("violations", []):
+            if isinstance(v, dict):
+                violations.append(Violation(
+                    run=str(v.get("run", "")), metric=str(v.get("metric", "")), value=v.get("value"),
+                    limit=v.get("limit"), baseline=v.get("baseline"), message=str(v.get("message", "")),
+                    statistic=str(v.get("statistic", ""))))
+        return cls(violations=violations, warnings=list(data.get("warnings", [])),
+                   notes=list(data.get("notes", [])), checks=int(data.get("checks", 0)),
+                   baseline=data.get("baseline"), thresholds=data.get("thresholds"))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Whether one series got slower than its baseline, and why."""
+
+    regressed: bool
+    base: float  # baseline median
+    new: float  # new median
+    limit: float  # base median x (1 + max_slowdown)
+    statistic: str
+
+
+def compare_higher(base: Sequence[float], new: Sequence[float], regression: Regression,
+                   limit: Callable[[float], float], floor: float = 0.0) -> Comparison:
+    """Whether ``new`` is higher than ``base`` beyond ``limit(base median)`` and ``floor``,
+    and the samples say the difference is real (the rule in this module's docstring)."""
+    b, n = Samples(base), Samples(new)
+    few = min(b.n, n.n) < regression.min_samples
+    bound = limit(b.median)
+    if few:  # no rank test to lean on: twice the tolerance
+        bound = b.median + 2 * (bound - b.median)
+    higher = n.median > bound and n.median - b.median > floor
+    ratio = n.median / b.median if b.median > 0 else math.inf if n.median > 0 else 1.0
+    medians = f"median {b.median:.4g} -> {n.median:.4g} (ratio {ratio:.3f})"
+    if not few:
+        test = mann_whitney_u(new, base)
+        regressed = higher and test.p_value < regression.alpha
+        statistic = (f"Mann-Whitney U one-sided p={test.p_value:.2g} (alpha {regression.alpha:g}, "
+                     f"n={n.n} vs {b.n}), {medians}")
+    else:
+        separated = n.min > b.max
+        regressed = higher and separated
+        statistic = (f"few samples (n={n.n} vs {b.n} < {regression.min_samples}): twice the tolerance, "
+                     f"{'every' if separated else 'not every'} new sample above every baseline sample, "
+                     f"{medians}")
+    return Comparison(regressed, b.median, n.median, bound, statistic)
+
+
+def compare_slower(base: Sequence[float], new: Sequence[float], regression: Regression,
+                   floor: float) -> Comparison:
+    """The regression rule on two non-empty sample series (larger = slower)."""
+    return compare_higher(base, new, regression, lambda m: m * (1 + regression.max_slowdown), floor)
+
+
+def _after_warmup(samples: Sequence[float] | None) -> list[float]:
+    if not samples:
+        return []
+    return list(samples[1:]) if len(samples) >= 2 else list(samples)
+
+
+def _per_example_ms(run: RunResult) -> list[float]:
+    """Per-step wall ms per example, after warm-up."""
+    pairs = list(zip(run.step_ms, run.step_examples, strict=False))
+    pairs = pairs[1:] if len(pairs) >= 2 else pairs
+    return [ms / n for ms, n in pairs if n > 0]
+
+
+def _step_python_shares(run: RunResult) -> list[float]:
+    """Each step's share of wall time outside the executor, after warm-up (empty if unknown)."""
+    if run.executor_stat is not None:
+        s = run.stat(run.executor_stat)
+        executor = s.samples_ms if s is not None else None
+    else:  # executor time is the sum of the top-level stats, step by step
+        tops = [s.samples_ms for s in run.stats if s.parent is None]
+        executor = [sum(x) for x in zip(*tops, strict=False)] if tops and all(tops) else None
+    if not executor or len(executor) != len(run.step_ms):
+        return []
+    shares = [(w - e) / w for w, e in zip(run.step_ms, executor, strict=True) if w > 0]
+    return _after_warmup(shares) if len(shares) == len(run.step_ms) else []
+
+
+def _pct(ratio: float) -> str:
+    return f"{(ratio - 1) * 100:+.1f}%" if math.isfinite(ratio) else "+inf%"
+
+
+class _Gate:
+    """Checks accumulate into one verdict."""
+
+    def __init__(self, thresholds: Thresholds) -> None:
+        self.thresholds = thresholds
+        self.regression = thresholds.regression
+        self.verdict = Verdict(thresholds=thresholds.source)
+
+    def fail(self, run: str, metric: str, value: float, limit: float, baseline: float | None,
+             message: str, statistic: str) -> None:
+        self.verdict.violations.append(Violation(run, metric, value, limit, baseline, message, statistic))
+
+    # absolute limits
+
+    def limits(self, run: RunResult) -> None:
+        for lim in self.thresholds.limits:
+            if not fnmatchcase(run.id, lim.run):
+                continue
+            if lim.min_examples_per_sec is not None:
+                self.verdict.checks += 1
+                if run.examples_per_sec < lim.min_examples_per_sec:
+                    self.fail(run.id, "examples_per_sec", run.examples_per_sec, lim.min_examples_per_sec, None,
+                              f"{run.examples_per_sec:.5g} examples/sec is below the limit "
+                              f"{lim.min_examples_per_sec:g}", "absolute limit")
+            if lim.max_python_share is not None:
+                self.verdict.checks += 1
+                if run.python_share > lim.max_python_share:
+                    self.fail(run.id, "python_share", run.python_share, lim.max_python_share, None,
+                              f"Python share {run.python_share:.2%} is above the limit {lim.max_python_share:.2%}",
+                              "absolute limit")
+            if lim.max_avg_ms is None and lim.max_total_ms is None:
+                continue
+            for s in run.stats:
+                if not fnmatchcase(s.name, lim.stat or "*"):
+                    continue
+                checks = (("avg_ms", s.avg_ms, lim.max_avg_ms), ("total_ms", s.total_ms, lim.max_total_ms))
+                for key, value, bound in checks:
+                    if bound is None:
+                        continue
+                    self.verdict.checks += 1
+                    if value > bound:
+                        self.fail(run.id, f"{key}:{s.name}", value, bound, None,
+                                  f"{s.name} {key.replace('_ms', '')} {value:.4g} ms is above the limit {bound:g} ms",
+                                  "absolute limit")
+
+    # regressions
+
+    def stats(self, base: RunResult, new: RunResult) -> None:
+        e2e = new.kind == "e2e"
+        floor = self.regression.min_diff_ms if e2e else self.regression.op_min_diff_ms
+        unit = "median per-step time" if e2e else "median time per call"
+        pick = _after_warmup if e2e else (lambda samples: list(samples or []))
+        base_stats = base.stat_map()
+        for s in new.stats:
+            b = base_stats.get(s.name)
+            if b is None:
+                continue
+            self.verdict.checks += 1
+            new_samples, base_samples = pick(s.samples_ms), pick(b.samples_ms)
+            if new_samples and base_samples:
+                metric = f"{'step_ms' if e2e else 'call_ms'}:{s.name}"
+                c = compare_slower(base_samples, new_samples, self.regression, floor)
+            else:  # one value each: the few-samples rule on the averages is all there is
+                metric, unit = f"avg_ms:{s.name}", "average time"
+                c = compare_slower([b.avg_ms], [s.avg_ms], self.regression, floor)
+                c = Comparison(c.regressed, c.base, c.new, c.limit, f"no samples: averages compared, {c.statistic}")
+            if c.regressed:
+                ratio = c.new / c.base if c.base > 0 else math.inf
+                self.fail(new.id, metric, c.new, c.limit, c.base,
+                          f"{s.name} {unit} {c.new:.4g} ms vs baseline {c.base:.4g} ms "
+                          f"({_pct(ratio)}, tolerance +{self.regression.max_slowdown:.0%})", c.statistic)
+
+    def throughput(self, base: RunResult, new: RunResult) -> None:
+        if base.examples_per_sec <= 0 or new.examples <= 0:
+            return
+        self.verdict.checks += 1
+        limit = base.examples_per_sec * (1 - self.regression.max_slowdown)
+        if new.examples_per_sec >= limit:
+            return
+        b, n = _per_example_ms(base), _per_example_ms(new)
+        if b and n:  # the headline failed; the steps decide whether it is real
+            c = compare_slower(b, n, self.regression, 0.0)
+            regressed, statistic = c.regressed, f"per-step ms per example: {c.statistic}"
+        else:
+            regressed, statistic = True, "no per-step samples: examples/sec compared"
+        if regressed:
+            self.fail(new.id, "examples_per_sec", new.examples_per_sec, limit, base.examples_per_sec,
+                      f"{new.examples_per_sec:.5g} examples/sec vs baseline {base.examples_per_sec:.5g} "
+                      f"({_pct(new.examples_per_sec / base.examples_per_sec)}, tolerance "
+                      f"-{self.regression.max_slowdown:.0%})", statistic)
+
+    def python_share(self, base: RunResult, new: RunResult) -> None:
+        self.verdict.checks += 1
+        increase = self.regression.max_python_share_increase
+        limit = base.python_share + increase
+        if new.python_share <= limit:
+            return
+        b, n = _step_python_shares(base), _step_python_shares(new)
+        if b and n:  # one slow step moves the whole-window share; the steps' median does not
+            c = compare_higher(b, n, self.regression, lambda m: m + increase)
+            regressed, statistic = c.regressed, f"per-step Python share: {c.statistic}"
+        else:
+            regressed, statistic = True, "no per-step samples: whole-window share compared"
+        if regressed:
+            self.fail(new.id, "python_share", new.python_share, limit, base.python_share,
+                      f"Python share {new.python_share:.2%} vs baseline {base.python_share:.2%} "
+                      f"(tolerance +{increase:.2%} absolute)", statistic)
+
+    def counts(self, base: RunResult, new: RunResult) -> None:
+        if self.regression.counts != "exact" or not base.batches or not new.batches:
+            return
+        for name in sorted(set(base.counts) | set(new.counts)):
+            self.verdict.checks += 1
+            was, now = base.counts.get(name, 0), new.counts.get(name, 0)
+            if was != now:
+                self.fail(new.id, f"count:{name}", now, was, was,
+                          f"{name} runs {now} times per step, baseline {was}", "per-step count (exact)")
+
+    def against(self, base: RunResult, new: RunResult) -> None:
+        self.stats(base, new)
+        if new.kind == "e2e" and base.kind == "e2e":
+            self.throughput(base, new)
+            self.python_share(base, new)
+            self.counts(base, new)
+
+
+def evaluate(results: ResultSet, thresholds: Thresholds | None = None, baseline: ResultSet | None = None,
+             baseline_name: str | None = None) -> Verdict:
+    """Check ``results`` against the absolute limits and, when given, a baseline."""
+    gate = _Gate(thresholds or Thresholds())
+    verdict = gate.verdict
+    verdict.baseline = baseline_name
+    for run in results.runs:
+        gate.limits(run)
+    if baseline is not None:
+        other = same_hardware(baseline.machine, results.machine)
+        if other:
+            verdict.warnings.append(f"baseline {baseline_name or ''} is from other hardware ({other}); "
+                                    "relative checks still run".replace("  ", " "))
+        unmatched = []
+        for run in results.runs:
+            base = baseline.run(run.id)
+            if base is None:
+                unmatched.append(run.id)
+            else:
+                gate.against(base, run)
+        if unmatched:
+            verdict.notes.append(f"{len(unmatched)} run(s) have no baseline run: {', '.join(unmatched)}")
+        measured = {r.id for r in results.runs}
+        missing = [r.id for r in baseline.runs if r.id not in measured]
+        if missing:
+            verdict.notes.append(f"{len(missing)} baseline run(s) not measured in this session: {', '.join(missing)}")
+    return verdict

@@ -1,0 +1,257 @@
+"""Measured windows: wall clock, a timers recording and per-step samples, turned into RunResults.
+
+``measure_window`` is what ``opperf.measure()`` opens. Each ``run.step()``
+snapshots every stat's (count, total) and keeps the difference from the last
+snapshot, so each stat gets one sample per step and a per-step count. The
+first step also holds whatever ran before it in the window (model building,
+startup); the gate treats it as warm-up when there are at least two steps.
+
+:func:`op_run` turns a per-op benchmark's round samples into a run of kind
+``op`` (or ``overhead``). No pytest import: this is plain bookkeeping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from time import perf_counter_ns
+from typing import Any
+
+from pytest_opperf import timers
+from pytest_opperf.device import DeviceInfo
+from pytest_opperf.results import RunResult, StatResult
+from pytest_opperf.stats import most_common
+
+__all__ = ["CountingRun", "Run", "measure_window", "op_run", "MAX_OP_SAMPLES"]
+
+# Per-op benchmarks may run 10^5 rounds; an evenly spaced subset keeps files small
+# and still gives the rank test far more samples than it needs.
+MAX_OP_SAMPLES = 2000
+
+
+class CountingRun:
+    """The run handed out without ``--opperf``: ``step()`` only counts."""
+
+    def __init__(self) -> None:
+        self.examples = 0
+        self.batches = 0
+        self.result: RunResult | None = None
+
+    def step(self, examples: int = 0) -> None:
+        self.examples += examples
+        self.batches += 1
+
+    def add_work(self, stat: str, flops: float = 0.0, bytes: float = 0.0) -> None:
+        pass
+
+
+class Run:
+    """The handle of one measured window; the suite calls :meth:`step` per batch."""
+
+    def __init__(self, run_id: str, kind: str, config: Mapping[str, Any] | None, device: DeviceInfo,
+                 timing: str, executor_stat: str, trace: bool = False) -> None:
+        self.id = run_id
+        self.kind = kind
+        self.config = dict(config or {})
+        self.device = device
+        self.timing = timing
+        self.executor_stat = executor_stat
+        self.examples = 0
+        self.batches = 0
+        self.result: RunResult | None = None
+        self._trace = trace
+        self._trace_done = False
+        self._trace_events: dict[str, Any] | None = None
+        self._trace_start_ns = 0
+        self._table: timers.Table | None = None
+        self._start_ns = 0
+        self._last_ns = 0
+        self._last: dict[str, tuple[int, float]] = {}
+        self._step_totals: dict[str, list[float]] = {}
+        self._step_counts: dict[str, list[int]] = {}
+        self._step_ms: list[float] = []
+        self._step_examples: list[int] = []
+        self._work: dict[str, list[float]] = {}
+        self.count_warnings: list[str] = []  # per-step counts that vary: the plugin warns
+
+    # --- used by suites --------------------------------------------------------
+
+    def step(self, examples: int = 0) -> None:
+        """End one step (one batch of ``examples``): take per-step samples and counts."""
+        table = self._table
+        if table is None:
+            raise RuntimeError(f"run {self.id!r}: step() called outside its measure() window")
+        table.flush()  # one device sync per step resolves the step's kernel times
+        now = perf_counter_ns()
+        self._end_trace_step(now)
+        steps = len(self._step_ms)
+        last = self._last
+        for name, stat in table.items():
+            count, total = stat.count, stat.total_ms
+            prev_count, prev_total = last.get(name, (0, 0.0))
+            if name not in self._step_totals:  # first seen now: zero for the steps before
+                self._step_totals[name] = [0.0] * steps
+                self._step_counts[name] = [0] * steps
+            self._step_totals[name].append(total - prev_total)
+            self._step_counts[name].append(count - prev_count)
+            last[name] = (count, total)
+        self._step_ms.append((now - self._last_ns) / 1e6)
+        self._step_examples.append(examples)
+        self.examples += examples
+        self.batches += 1
+        self._last_ns = now
+        self._begin_trace_step()
+
+    def add_work(self, stat: str, flops: float = 0.0, bytes: float = 0.0) -> None:
+        """Add FLOPs and bytes moved by ``stat`` in this step (for GFLOP/s in the report)."""
+        work = self._work.setdefault(stat, [0.0, 0.0])
+        work[0] += flops
+        work[1] += bytes
+
+    # --- window ----------------------------------------------------------------
+
+    def _open(self, table: timers.Table) -> None:
+        self._table = table
+        self._start_ns = self._last_ns = perf_counter_ns()
+        self._begin_trace_step()
+
+    def _begin_trace_step(self) -> None:
+        # The trace keeps the first step after warm-up (or the only one there is).
+        if self._trace and not self._trace_done and self._table is not None:
+            self._table.start_trace()
+            self._trace_start_ns = perf_counter_ns()
+
+    def _end_trace_step(self, now: int) -> None:
+        if not self._trace or self._trace_done or self._table is None:
+            return
+        events = self._table.stop_trace()
+        start = self._trace_start_ns
+        self._trace_events = {
+            "step": len(self._step_ms) + 1,
+            "dur_ns": now - start,
+            "events": [(name, t - start, dur, depth) for name, t, dur, depth in events],
+        }
+        self._trace_done = len(self._step_ms) >= 1  # a second step replaces the warm-up step
+
+    def _close(self) -> RunResult:
+        table = self._table
+        assert table is not None
+        table.flush()
+        end = perf_counter_ns()
+        if self._trace and not self._trace_done and not self._step_ms:
+            self._end_trace_step(end)  # no steps: the trace is the whole window
+        elif self._trace and not self._trace_done:
+            table.stop_trace()  # an unfinished step after the warm-up one: keep the warm-up step
+        self._table = None
+        self.result = self._result(table, (end - self._start_ns) / 1e9)
+        return self.result
+
+    def _counts(self, notes: list[str]) -> dict[str, int]:
+        if not self._step_ms:
+            return {}
+        first = 1 if len(self._step_ms) >= 2 else 0  # the first step is warm-up
+        counts = {}
+        for name, per_step in self._step_counts.items():
+            value, agree = most_common(per_step[first:])
+            if not agree:
+                note = (f"per-step count of {name} varies ({min(per_step[first:])}..{max(per_step[first:])}) "
+                        f"across steps after warm-up; recorded the most common, {value}")
+                notes.append(note)
+                self.count_warnings.append(note)
+            if value:
+                counts[name] = value
+        return counts
+
+    def _result(self, table: timers.Table, wall_s: float) -> RunResult:
+        notes: list[str] = []
+        steps = bool(self._step_ms)
+        stats = []
+        for name, s in table.items():
+            work = self._work.get(name)
+            stats.append(StatResult(
+                name=name, parent=s.parent, count=s.count, total_ms=s.total_ms, avg_ms=s.avg_ms,
+                min_ms=s.min_ms, max_ms=s.max_ms,
+                samples_ms=list(self._step_totals.get(name, [])) if steps else None,
+                kernel=s.kernel, clock=s.clock,
+                flops=work[0] if work else None, bytes=work[1] if work else None))
+        executor = table.get(self.executor_stat)
+        if executor is not None:
+            executor_ms, executor_name = executor.total_ms, self.executor_stat
+        else:
+            executor_ms = sum(s.total_ms for s in table.values() if s.parent is None)
+            executor_name = None
+            if len(table):
+                notes.append(f"no {self.executor_stat} stat: executor time is the sum of top-level stats")
+        kernel_ms = table.kernel_ms()
+        wall_ms = wall_s * 1e3
+        share = (lambda ms: max(0.0, ms) / wall_ms) if wall_ms > 0 else (lambda ms: 0.0)
+        if not steps and len(table):
+            notes.append("no run.step() calls: counts and samples are not available")
+        counts = self._counts(notes)
+        return RunResult(
+            id=self.id, kind=self.kind, config=self.config, device=self.device.name,
+            timing=self.device.timing_label(self.timing), wall_s=wall_s, examples=self.examples,
+            batches=self.batches, examples_per_sec=self.examples / wall_s if wall_s > 0 else 0.0,
+            sec_per_batch=wall_s / self.batches if self.batches else 0.0,
+            python_share=min(1.0, share(wall_ms - executor_ms)), stats=stats, counts=counts,
+            framework_share=share(executor_ms - kernel_ms), kernel_share=share(kernel_ms),
+            executor_stat=executor_name, executor_ms=executor_ms, kernel_ms=kernel_ms,
+            step_ms=list(self._step_ms), step_examples=list(self._step_examples), notes=notes,
+            trace=self._trace_events)
+
+
+@contextmanager
+def measure_window(run: Run) -> Iterator[Run]:
+    """Open ``run``'s window: a recording on this thread plus the wall clock.
+
+    The result is built only when the window closes normally; a window left
+    by an exception records nothing (its test fails anyway).
+    """
+    device = run.device
+    with timers.recording(device_clock=device.clock, sync=run.timing == "sync") as table:
+        run._open(table)
+        try:
+            yield run
+        except BaseException:
+            run._table = None
+            if run._trace and not run._trace_done:
+                table.stop_trace()
+            raise
+        run._close()
+
+
+def _thin(values: list[float], limit: int) -> list[float]:
+    """At most ``limit`` evenly spaced values, first and last included."""
+    if len(values) <= limit:
+        return list(values)
+    step = (len(values) - 1) / (limit - 1)
+    return [values[round(i * step)] for i in range(limit)]
+
+
+def op_run(run_id: str, stat: str, round_s: list[float], iterations: int, device: DeviceInfo,
+           timing: str, kind: str = "op", config: Mapping[str, Any] | None = None,
+           flops: float | None = None, bytes: float | None = None) -> RunResult:
+    """A run from a per-op benchmark: ``round_s`` are per-call seconds of each round
+    (pytest-benchmark's round time divided by its iterations); ``timing`` is how
+    the rounds were timed (events, sync or host); ``flops``/``bytes`` are per call."""
+    if not round_s:
+        raise ValueError(f"op run {run_id!r}: no benchmark rounds")
+    calls = len(round_s) * iterations
+    per_call_ms = [t * 1e3 for t in round_s]
+    total_ms = sum(per_call_ms) * iterations
+    notes = []
+    if len(per_call_ms) > MAX_OP_SAMPLES:
+        notes.append(f"{len(per_call_ms)} rounds; {MAX_OP_SAMPLES} evenly spaced samples kept")
+    s = StatResult(
+        name=stat, parent=None, count=calls, total_ms=total_ms, avg_ms=total_ms / calls,
+        min_ms=min(per_call_ms), max_ms=max(per_call_ms), samples_ms=_thin(per_call_ms, MAX_OP_SAMPLES),
+        kernel=True, clock="device" if timing == "events" else "host",
+        flops=flops * calls if flops is not None else None, bytes=bytes * calls if bytes is not None else None)
+    wall_s = total_ms / 1e3
+    return RunResult(
+        id=run_id, kind=kind, config=dict(config or {}), device=device.name,
+        timing=timing, wall_s=wall_s, examples=calls, batches=len(round_s),
+        examples_per_sec=calls / wall_s if wall_s > 0 else 0.0, sec_per_batch=wall_s / len(round_s),
+        python_share=0.0, stats=[s], counts={}, framework_share=0.0,
+        kernel_share=1.0 if wall_s > 0 else 0.0, executor_stat=None, executor_ms=total_ms,
+        kernel_ms=total_ms, notes=notes)

@@ -1,0 +1,287 @@
+"""Renderers: the terminal report, the gate section, markdown and the Chrome trace.
+
+Every function returns lines or a document; writing them is the caller's
+business (the plugin writes under ``write_sep("=", "opperf")``, the CLI
+prints). The stat table is the reference report's: total/avg/max/min/count
+in ms, nested kernel stats indented under their parent, and ``share`` = the
+stat's total as a share of executor time (``ExecutorRunTimer``: conv2d_grad
+18104.7 / 37099.9 = 48.8 %), shown for the stats the executor ran.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from tabulate import tabulate
+
+from pytest_opperf.gate import Verdict
+from pytest_opperf.results import SCHEMA, ResultSet, RunResult, StatResult
+from pytest_opperf.stats import Samples
+from pytest_opperf.timers import ordered
+
+__all__ = [
+    "SORT_KEYS",
+    "chrome_trace",
+    "gate_lines",
+    "markdown",
+    "op_table_lines",
+    "run_lines",
+    "terminal_lines",
+    "verdict_line",
+]
+
+SORT_KEYS: dict[str, Callable[[StatResult], Any]] = {
+    "total": lambda s: -s.total_ms,
+    "avg": lambda s: -s.avg_ms,
+    "max": lambda s: -s.max_ms,
+    "min": lambda s: -s.min_ms,
+    "count": lambda s: -s.count,
+    "name": lambda s: s.name,
+}
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.2f}%"
+
+
+def _num(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    return f"{v:.6g}"
+
+
+def _inside(stat: StatResult, ancestor: str, stats: Mapping[str, StatResult]) -> bool:
+    """Whether ``ancestor`` is on ``stat``'s parent chain."""
+    seen = {stat.name}
+    parent = stat.parent
+    while parent is not None and parent not in seen:
+        if parent == ancestor:
+            return True
+        seen.add(parent)
+        parent = stats[parent].parent if parent in stats else None
+    return False
+
+
+def _rate(amount: float | None, ms: float, unit: float) -> str:
+    return f"{amount / (ms / 1e3) / unit:.4g}" if amount and ms > 0 else ""
+
+
+def _stat_rows(run: RunResult, sort: str, indent: str) -> tuple[list[str], list[list[str]]]:
+    stats = run.stat_map()
+    with_flops = any(s.flops for s in run.stats)
+    with_bytes = any(s.bytes for s in run.stats)
+    headers = ["name", "total", "avg", "max", "min", "count", "share"]
+    headers += ["GFLOP/s"] * with_flops + ["GB/s"] * with_bytes
+    rows = []
+    for depth, s in ordered(stats, SORT_KEYS[sort]):
+        in_executor = (_inside(s, run.executor_stat, stats) if run.executor_stat else s.parent is None)
+        share = ""
+        if depth == 0 and s.name != run.executor_stat and in_executor and run.executor_ms > 0:
+            share = f"{s.total_ms / run.executor_ms * 100:.1f}%"
+        row = [indent * depth + s.name, f"{s.total_ms:.2f}", f"{s.avg_ms:.3f}", f"{s.max_ms:.3f}",
+               f"{s.min_ms:.3f}", str(s.count), share]
+        if with_flops:
+            row.append(_rate(s.flops, s.total_ms, 1e9))
+        if with_bytes:
+            row.append(_rate(s.bytes, s.total_ms, 1e9))
+        rows.append(row)
+    return headers, rows
+
+
+def _shares_line(run: RunResult) -> str:
+    return (f"Python {_pct(run.python_share)} | framework overhead {_pct(run.framework_share)} | "
+            f"kernels {_pct(run.kernel_share)} of wall time")
+
+
+def _run_header(run: RunResult) -> list[str]:
+    return [
+        f"{run.id}  device={run.device} timing={run.timing}",
+        f"Total examples: {run.examples}, total time: {run.wall_s:.5f} sec",
+        f"{run.examples_per_sec:.5f} examples/sec, {run.sec_per_batch:.5f} sec/batch",
+    ]
+
+
+def _clock_note(run: RunResult) -> list[str]:
+    clocks = {s.clock for s in run.stats}
+    if "device" in clocks:
+        return ["clock: kernel stats on the device clock (events), other timers on the host clock"]
+    return []
+
+
+def run_lines(run: RunResult, sort: str = "total") -> list[str]:
+    """One e2e run in the reference report's shape."""
+    headers, rows = _stat_rows(run, sort, "  ")
+    lines = _run_header(run) + ["unit: ms"]
+    if rows:
+        table = tabulate(rows, headers, tablefmt="plain", disable_numparse=True, preserve_whitespace=True,
+                         colalign=("left",) + ("right",) * (len(headers) - 1))
+        lines += table.splitlines()
+    lines.append(_shares_line(run))
+    lines += _clock_note(run)
+    lines += [f"note: {n}" for n in run.notes]
+    return lines
+
+
+def _op_row(run: RunResult) -> list[str]:
+    s = run.stats[0] if run.stats else None
+    if s is None:
+        return [run.id, run.kind, "", "", "", "", "", "", ""]
+    samples = Samples(s.samples_ms) if s.samples_ms else None
+    return [run.id, run.kind, str(run.batches), f"{samples.median:.4f}" if samples else "",
+            f"{s.avg_ms:.4f}", f"{s.min_ms:.4f}", f"{s.max_ms:.4f}", _rate(s.flops, s.total_ms, 1e9),
+            _rate(s.bytes, s.total_ms, 1e9)]
+
+
+_OP_HEADERS = ["run", "kind", "rounds", "median", "mean", "min", "max", "GFLOP/s", "GB/s"]
+
+
+def op_table_lines(runs: Sequence[RunResult], tablefmt: str = "plain",
+                   escape: Callable[[str], str] = str) -> list[str]:
+    """The compact table of per-op benchmark runs (unit: ms per call)."""
+    if not runs:
+        return []
+    rows = [[escape(c) for c in _op_row(r)] for r in runs]
+    keep = [i for i, h in enumerate(_OP_HEADERS) if h not in ("GFLOP/s", "GB/s") or any(r[i] for r in rows)]
+    headers = [_OP_HEADERS[i] for i in keep]
+    rows = [[r[i] for i in keep] for r in rows]
+    devices = sorted({f"device={r.device} timing={r.timing}" for r in runs})
+    table = tabulate(rows, headers, tablefmt=tablefmt, disable_numparse=True,
+                     colalign=("left", "left") + ("right",) * (len(headers) - 2))
+    return [f"per-op benchmarks ({', '.join(devices)}), unit: ms per call"] + table.splitlines()
+
+
+def _verdict_detail(verdict: Verdict) -> str:
+    where = []
+    if verdict.baseline:
+        where.append(f"baseline {verdict.baseline}")
+    if verdict.thresholds:
+        where.append(f"thresholds {verdict.thresholds}")
+    checks = f"{verdict.checks} checks" if verdict.passed else (
+        f"{len(verdict.violations)} violation(s) in {verdict.checks} checks")
+    return f"{checks}; {', '.join(where) if where else 'no baseline, no thresholds'}"
+
+
+def verdict_line(verdict: Verdict | None) -> str:
+    if verdict is None:
+        return "gate: not run"
+    return f"gate: {'PASSED' if verdict.passed else 'FAILED'} ({_verdict_detail(verdict)})"
+
+
+def gate_lines(verdict: Verdict) -> list[str]:
+    """The ``opperf gate`` section: every violation with value, limit, baseline and statistic."""
+    lines = []
+    for v in verdict.violations:
+        lines.append(f"FAIL {v.run} {v.metric}: {v.message}")
+        lines.append(f"     value {_num(v.value)}, limit {_num(v.limit)}, baseline {_num(v.baseline)}; "
+                     f"{v.statistic}")
+    return lines
+
+
+def terminal_lines(results: ResultSet, verdict: Verdict | None, sort: str = "total",
+                   notes: Sequence[str] = ()) -> list[str]:
+    """The whole ``opperf`` terminal section."""
+    lines: list[str] = []
+    session = results.session
+    if session:
+        head = " ".join(f"{k}={session[k]}" for k in ("device", "timing", "workload") if session.get(k))
+        if head:
+            lines.append(f"session: {head}")
+    lines += [f"note: {n}" for n in notes]
+    e2e = [r for r in results.runs if r.kind == "e2e"]
+    ops = [r for r in results.runs if r.kind != "e2e"]
+    if not results.runs:
+        lines.append("no measured runs")
+    for run in e2e:
+        lines.append("")
+        lines += run_lines(run, sort)
+    if ops:
+        lines.append("")
+        lines += op_table_lines(ops)
+    lines.append("")
+    lines.append(verdict_line(verdict))
+    if verdict is not None:
+        lines += [f"warning: {w}" for w in verdict.warnings]
+        lines += [f"note: {n}" for n in verdict.notes]
+    return lines
+
+
+# --- markdown -----------------------------------------------------------------------
+
+
+def _md(text: str) -> str:
+    return str(text).replace("|", "\\|")
+
+
+def markdown(results: ResultSet, verdict: Verdict | None, sort: str = "total") -> str:
+    """The report as GitHub-flavoured markdown: the verdict first, then the tables."""
+    out = ["## opperf", ""]
+    if verdict is None:
+        out.append("**Gate: not run**")
+    else:
+        out.append(f"**Gate: {'PASSED' if verdict.passed else 'FAILED'}** ({_md(_verdict_detail(verdict))})")
+    if verdict is not None and verdict.violations:
+        rows = [[_md(v.run), _md(v.metric), _num(v.value), _num(v.limit), _num(v.baseline), _md(v.message),
+                 _md(v.statistic)] for v in verdict.violations]
+        out.append("")
+        out += tabulate(rows, ["run", "metric", "value", "limit", "baseline", "message", "statistic"],
+                        tablefmt="github", disable_numparse=True).splitlines()
+    if verdict is not None and (verdict.warnings or verdict.notes):
+        out.append("")
+        out += [f"- warning: {_md(w)}" for w in verdict.warnings]
+        out += [f"- {_md(n)}" for n in verdict.notes]
+    for run in (r for r in results.runs if r.kind == "e2e"):
+        out += ["", f"### `{run.id}`", ""]
+        header = _run_header(run)
+        out += [_md(header[0].replace(run.id, "").strip()) + "  ", header[1] + "  ", header[2], ""]
+        headers, rows = _stat_rows(run, sort, "&nbsp;&nbsp;")
+        rows = [[_md(c) for c in row] for row in rows]
+        if rows:
+            out += tabulate(rows, headers, tablefmt="github", disable_numparse=True,
+                            colalign=("left",) + ("right",) * (len(headers) - 1)).splitlines()
+        out += ["", _shares_line(run)]
+        out += [f"- {_md(n)}" for n in _clock_note(run) + run.notes]
+    ops = [r for r in results.runs if r.kind != "e2e"]
+    if ops:
+        lines = op_table_lines(ops, tablefmt="github", escape=_md)
+        out += ["", f"### {_md(lines[0])}", ""] + lines[1:]
+    return "\n".join(out) + "\n"
+
+
+# --- Chrome trace ---------------------------------------------------------------------
+
+
+def chrome_trace(results: ResultSet) -> dict[str, Any]:
+    """One measured step per run as Chrome trace complete events ("ph": "X").
+
+    Each run is a process (named by its id) with one thread; the step is an
+    enclosing event, and regions nest by time as they did in the step, which
+    is what chrome://tracing and Perfetto use to draw the nesting. Times are
+    host-clock microseconds from the start of the step.
+    """
+    events: list[dict[str, Any]] = []
+    pid = 0
+    for run in results.runs:
+        trace = run.trace
+        if not trace:
+            continue
+        pid += 1
+        kernels = {s.name for s in run.stats if s.kernel}
+        dur_ns = int(trace["dur_ns"])
+        events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 1, "args": {"name": run.id}})
+        events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": 1,
+                       "args": {"name": f"step {trace['step']}"}})
+        events.append({"name": f"step {trace['step']}", "cat": "step", "ph": "X", "ts": 0.0,
+                       "dur": dur_ns / 1e3, "pid": pid, "tid": 1})
+        regions = [tuple(e) for e in trace["events"]]
+        for name, start, dur, depth in sorted(regions, key=lambda e: (e[1], -e[2], e[3])):
+            if start < 0 or start + dur > dur_ns:
+                continue  # opened before the traced step began
+            events.append({"name": name, "cat": "kernel" if name in kernels else "framework", "ph": "X",
+                           "ts": start / 1e3, "dur": dur / 1e3, "pid": pid, "tid": 1,
+                           "args": {"depth": depth + 1}})
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": {"generator": "pytest-opperf", "schema": SCHEMA, "clock": "host"}}

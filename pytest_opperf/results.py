@@ -1,0 +1,417 @@
+"""Run results and the results JSON (schema ``opperf/1``): records, files, machine and commit.
+
+A :class:`ResultSet` is what a session measured; it is written with
+:func:`write_results` (atomically: a temp file in the same directory, fsync,
+rename, so a killed writer never leaves a truncated file where a baseline
+was) and read back with :func:`read_results`, which refuses unknown schemas
+and malformed files with a one-line :class:`ResultsError`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "KINDS",
+    "SCHEMA",
+    "ResultSet",
+    "ResultsError",
+    "RunResult",
+    "StatResult",
+    "baseline_file",
+    "commit_info",
+    "dumps_results",
+    "machine_info",
+    "read_results",
+    "same_hardware",
+    "write_json_atomic",
+    "write_results",
+    "write_text_atomic",
+]
+
+SCHEMA = "opperf/1"
+KINDS = ("e2e", "op", "overhead")
+
+
+class ResultsError(Exception):
+    """A results file that cannot be used; the message is one line naming the file."""
+
+
+@dataclass
+class StatResult:
+    """One stat of a run: the section-6 fields plus optional additions.
+
+    ``samples_ms`` are per-step totals (e2e runs) or per-call times of each
+    benchmark round (op runs); ``flops``/``bytes`` are work done over the run.
+    """
+
+    name: str
+    parent: str | None
+    count: int
+    total_ms: float
+    avg_ms: float
+    min_ms: float
+    max_ms: float
+    samples_ms: list[float] | None = None
+    kernel: bool = False
+    clock: str = "host"
+    flops: float | None = None
+    bytes: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for optional in ("samples_ms", "flops", "bytes"):
+            if d[optional] is None:
+                del d[optional]
+        return d
+
+
+@dataclass
+class RunResult:
+    """One measured run (a test's measured window, or one per-op benchmark)."""
+
+    id: str
+    kind: str
+    config: dict[str, Any]
+    device: str
+    timing: str
+    wall_s: float
+    examples: int
+    batches: int
+    examples_per_sec: float
+    sec_per_batch: float
+    python_share: float
+    stats: list[StatResult]
+    counts: dict[str, int]
+    framework_share: float = 0.0
+    kernel_share: float = 0.0
+    executor_stat: str | None = None  # None: executor time is the sum of top-level stats
+    executor_ms: float = 0.0
+    kernel_ms: float = 0.0
+    step_ms: list[float] = field(default_factory=list)
+    step_examples: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    trace: dict[str, Any] | None = None  # one step's events; kept out of results files
+
+    def stat(self, name: str) -> StatResult | None:
+        for s in self.stats:
+            if s.name == name:
+                return s
+        return None
+
+    def stat_map(self) -> dict[str, StatResult]:
+        return {s.name: s for s in self.stats}
+
+    def to_dict(self, with_trace: bool = False) -> dict[str, Any]:
+        d = {k: v for k, v in self.__dict__.items() if k not in ("stats", "trace")}
+        d["stats"] = [s.to_dict() for s in self.stats]
+        if with_trace and self.trace is not None:
+            d["trace"] = self.trace
+        return d
+
+
+@dataclass
+class ResultSet:
+    """A session's results: runs plus where and from what they were measured."""
+
+    runs: list[RunResult] = field(default_factory=list)
+    machine: dict[str, Any] = field(default_factory=dict)
+    commit: dict[str, Any] | None = None
+    created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat())
+    session: dict[str, Any] = field(default_factory=dict)
+    gate: dict[str, Any] | None = None
+
+    def run(self, run_id: str) -> RunResult | None:
+        for r in self.runs:
+            if r.id == run_id:
+                return r
+        return None
+
+    def to_dict(self, with_trace: bool = False) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "schema": SCHEMA,
+            "created": self.created,
+            "machine": self.machine,
+            "commit": self.commit,
+            "session": self.session,
+            "runs": [r.to_dict(with_trace) for r in self.runs],
+        }
+        if self.gate is not None:
+            d["gate"] = self.gate
+        return d
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "<data>") -> ResultSet:
+        """Validate and load a results document (raises :class:`ResultsError`)."""
+        return _load(data, source)
+
+
+# --- reading -------------------------------------------------------------------
+
+
+def _need(cond: bool, source: str, what: str) -> None:
+    if not cond:
+        raise ResultsError(f"{source}: malformed results file: {what}")
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _num_list(v: Any) -> bool:
+    return isinstance(v, list) and all(_is_num(x) for x in v)
+
+
+def _load_stat(d: Any, where: str, source: str) -> StatResult:
+    _need(isinstance(d, dict), source, f"{where} is not an object")
+    _need(isinstance(d.get("name"), str), source, f"{where}.name is missing or not a string")
+    where = f"{where} ({d['name']!r})"
+    _need(d.get("parent") is None or isinstance(d["parent"], str), source, f"{where}.parent is not a string or null")
+    _need(isinstance(d.get("count"), int) and not isinstance(d["count"], bool), source,
+          f"{where}.count is missing or not an integer")
+    for key in ("total_ms", "avg_ms", "min_ms", "max_ms"):
+        _need(_is_num(d.get(key)), source, f"{where}.{key} is missing or not a number")
+    samples = d.get("samples_ms")
+    _need(samples is None or _num_list(samples), source, f"{where}.samples_ms is not a list of numbers")
+    for key in ("flops", "bytes"):
+        _need(d.get(key) is None or _is_num(d[key]), source, f"{where}.{key} is not a number")
+    return StatResult(
+        name=d["name"], parent=d.get("parent"), count=d["count"], total_ms=float(d["total_ms"]),
+        avg_ms=float(d["avg_ms"]), min_ms=float(d["min_ms"]), max_ms=float(d["max_ms"]),
+        samples_ms=[float(x) for x in samples] if samples is not None else None,
+        kernel=bool(d.get("kernel", False)), clock=str(d.get("clock", "host")),
+        flops=d.get("flops"), bytes=d.get("bytes"),
+    )
+
+
+def _load_run(d: Any, i: int, source: str) -> RunResult:
+    where = f"runs[{i}]"
+    _need(isinstance(d, dict), source, f"{where} is not an object")
+    _need(isinstance(d.get("id"), str), source, f"{where}.id is missing or not a string")
+    where = f"run {d['id']!r}"
+    _need(d.get("kind") in KINDS, source, f"{where}: kind must be one of {'|'.join(KINDS)}, got {d.get('kind')!r}")
+    for key in ("wall_s", "examples_per_sec", "sec_per_batch", "python_share"):
+        _need(_is_num(d.get(key)), source, f"{where}: {key} is missing or not a number")
+    for key in ("examples", "batches"):
+        _need(_is_num(d.get(key)), source, f"{where}: {key} is missing or not a number")
+    _need(isinstance(d.get("stats"), list), source, f"{where}: stats is missing or not a list")
+    counts = d.get("counts", {})
+    _need(isinstance(counts, dict) and all(isinstance(v, int) for v in counts.values()), source,
+          f"{where}: counts is not an object of integers")
+    config = d.get("config", {})
+    _need(isinstance(config, dict), source, f"{where}: config is not an object")
+    for key in ("step_ms", "step_examples"):
+        _need(_num_list(d.get(key, [])), source, f"{where}: {key} is not a list of numbers")
+    stats = [_load_stat(s, f"{where}: stats[{j}]", source) for j, s in enumerate(d["stats"])]
+    optional = {k: d[k] for k in ("framework_share", "kernel_share", "executor_ms", "kernel_ms") if _is_num(d.get(k))}
+    return RunResult(
+        id=d["id"], kind=d["kind"], config=config, device=str(d.get("device", "")),
+        timing=str(d.get("timing", "host")), wall_s=float(d["wall_s"]), examples=int(d["examples"]),
+        batches=int(d["batches"]), examples_per_sec=float(d["examples_per_sec"]),
+        sec_per_batch=float(d["sec_per_batch"]), python_share=float(d["python_share"]), stats=stats,
+        counts=dict(counts), executor_stat=d.get("executor_stat") if isinstance(d.get("executor_stat"), str) else None,
+        step_ms=[float(x) for x in d.get("step_ms", [])], step_examples=[int(x) for x in d.get("step_examples", [])],
+        notes=[str(n) for n in d.get("notes", []) if isinstance(n, str)],
+        trace=d.get("trace") if isinstance(d.get("trace"), dict) else None,
+        **{k: float(v) for k, v in optional.items()},
+    )
+
+
+def _load(data: Any, source: str) -> ResultSet:
+    _need(isinstance(data, dict), source, "the top level is not an object")
+    schema = data.get("schema")
+    if schema != SCHEMA:
+        raise ResultsError(f"{source}: unknown results schema {schema!r} (this version reads {SCHEMA!r})")
+    _need(isinstance(data.get("runs"), list), source, "runs is missing or not a list")
+    runs = [_load_run(r, i, source) for i, r in enumerate(data["runs"])]
+    machine = data.get("machine") or {}
+    _need(isinstance(machine, dict), source, "machine is not an object")
+    commit = data.get("commit")
+    _need(commit is None or isinstance(commit, dict), source, "commit is not an object or null")
+    gate = data.get("gate")
+    _need(gate is None or isinstance(gate, dict), source, "gate is not an object")
+    session = data.get("session") or {}
+    _need(isinstance(session, dict), source, "session is not an object")
+    return ResultSet(runs=runs, machine=machine, commit=commit, created=str(data.get("created", "")),
+                     session=session, gate=gate)
+
+
+def read_results(path: str | os.PathLike[str]) -> ResultSet:
+    """Read a results file; any problem is a :class:`ResultsError` naming the file."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ResultsError(f"{source}: no such file") from None
+    except IsADirectoryError:
+        raise ResultsError(f"{source}: is a directory, expected a results file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{source}: cannot read: {exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{source}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    return _load(data, source)
+
+
+# --- writing -------------------------------------------------------------------
+
+
+def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
+    """Write ``obj`` as JSON to ``path`` so that readers see the old file or the new one.
+
+    The data goes to a temp file in the same directory (so the rename cannot
+    cross file systems), is fsynced, and replaces ``path`` in one rename; on
+    any error the temp file is removed and ``path`` is untouched.
+    """
+    write_text_atomic(path, json.dumps(obj, allow_nan=False) + "\n")
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def dumps_results(results: ResultSet) -> str:
+    """The results document with one run per line: diffs of a baseline in git show
+    which runs changed, and the C encoder stays in use (``indent`` would not)."""
+    doc = results.to_dict()
+    runs = doc.pop("runs")
+    head = json.dumps(doc, allow_nan=False)[:-1]
+    body = ",\n".join(json.dumps(r, allow_nan=False) for r in runs)
+    return f'{head}, "runs": [\n{body}\n]}}\n' if runs else f'{head}, "runs": []}}\n'
+
+
+def write_results(path: str | os.PathLike[str], results: ResultSet) -> None:
+    write_text_atomic(path, dumps_results(results))
+
+
+def baseline_file(directory: str | os.PathLike[str], device_class: str, workload: str) -> Path:
+    """Where a baseline directory keeps the results of one hardware class and workload."""
+    return Path(directory) / f"{device_class}-{workload}.json"
+
+
+# --- machine and commit ----------------------------------------------------------
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _version(module: str, *distributions: str) -> str | None:
+    """The installed version of ``module``, without importing it."""
+    loaded = sys.modules.get(module)
+    if loaded is not None and isinstance(getattr(loaded, "__version__", None), str):
+        return loaded.__version__
+    if importlib.util.find_spec(module) is None:  # cheap; metadata lookups scan every path entry
+        return None
+    for name in distributions or (module,):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _blas() -> str | None:
+    """numpy's BLAS, read only when numpy is already imported (never imported for this)."""
+    np = sys.modules.get("numpy")
+    try:
+        blas = np.__config__.CONFIG["Build Dependencies"]["blas"]  # type: ignore[union-attr]
+        return f"{blas.get('name')} {blas.get('version', '')}".strip()
+    except Exception:  # no numpy, or an older numpy without CONFIG
+        return None
+
+
+def machine_info(device: Any = None) -> dict[str, Any]:
+    """Facts about this machine for the results file (``device`` is a DeviceInfo)."""
+    info: dict[str, Any] = {
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "system": platform.system(),
+        "python": platform.python_version(),
+        "numpy": _version("numpy"),
+        "cupy": _version("cupy", "cupy-cuda12x", "cupy-cuda13x", "cupy-cuda11x", "cupy"),
+        "blas": _blas(),
+        "gpu": None,
+    }
+    if device is not None:
+        info["device"] = device.name
+        info["device_class"] = device.device_class
+        if device.is_gpu:
+            info["gpu"] = {"model": device.gpu_model, "driver": device.driver, "cuda": device.cuda}
+    return info
+
+
+def _git(args: Iterable[str], cwd: str | os.PathLike[str]) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def commit_info(cwd: str | os.PathLike[str] = ".") -> dict[str, Any] | None:
+    """The git commit of ``cwd``: sha, dirty flag (tracked files) and branch; ``None`` without git."""
+    # one subprocess: porcelain v2 headers carry the sha and branch, the other lines are changes
+    out = _git(["status", "--porcelain=v2", "--branch", "--untracked-files=no"], cwd)
+    if out is None:
+        return None
+    sha = branch = None
+    dirty = False
+    for line in out.splitlines():
+        if line.startswith("# branch.oid "):
+            sha = line.split()[2]
+        elif line.startswith("# branch.head "):
+            branch = line.split(maxsplit=2)[2]
+        elif line and not line.startswith("#"):
+            dirty = True
+    if sha is None or sha == "(initial)":
+        return None
+    return {"sha": sha, "dirty": dirty, "branch": None if branch == "(detached)" else branch}
+
+
+def _hardware(machine: Mapping[str, Any]) -> dict[str, Any]:
+    gpu = machine.get("gpu")
+    return {"device_class": machine.get("device_class"), "cpu": machine.get("cpu"),
+            "gpu": gpu.get("model") if isinstance(gpu, dict) else None}
+
+
+def same_hardware(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
+    """``None`` when two machine records describe the same hardware, else how they differ
+    (a fact missing from either record is not a difference)."""
+    ha, hb = _hardware(a), _hardware(b)
+    diffs = [f"{key} {ha[key]!r} vs {hb[key]!r}" for key in ha
+             if ha[key] is not None and hb[key] is not None and ha[key] != hb[key]]
+    return "; ".join(diffs) or None

@@ -1,0 +1,185 @@
+"""Pure sample statistics: summaries of timing samples and the Mann-Whitney U test.
+
+No pytest and no numpy: the gate runs these on a few hundred per-step
+samples, where plain Python is fast enough and keeps the plugin's import
+light. ``tests/test_stats.py`` checks them against hand-computed values and
+``scipy.stats``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+__all__ = ["MannWhitney", "Samples", "mann_whitney_u", "median", "most_common", "normal_sf"]
+
+
+def median(values: Sequence[float]) -> float:
+    """The median (mean of the two middle values for an even count)."""
+    if not values:
+        raise ValueError("median of no values")
+    s = sorted(values)
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+
+
+def _quantile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default method)."""
+    pos = (len(sorted_values) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+class Samples:
+    """Summary statistics of one series of samples (e.g. per-step ms)."""
+
+    def __init__(self, values: Sequence[float]) -> None:
+        if not values:
+            raise ValueError("Samples needs at least one value")
+        self.values = list(values)
+
+    @cached_property
+    def n(self) -> int:
+        return len(self.values)
+
+    @cached_property
+    def sorted(self) -> list[float]:
+        return sorted(self.values)
+
+    @cached_property
+    def min(self) -> float:
+        return self.sorted[0]
+
+    @cached_property
+    def max(self) -> float:
+        return self.sorted[-1]
+
+    @cached_property
+    def mean(self) -> float:
+        return math.fsum(self.values) / self.n
+
+    @cached_property
+    def median(self) -> float:
+        return _quantile(self.sorted, 0.5)
+
+    @cached_property
+    def q1(self) -> float:
+        return _quantile(self.sorted, 0.25)
+
+    @cached_property
+    def q3(self) -> float:
+        return _quantile(self.sorted, 0.75)
+
+    @cached_property
+    def iqr(self) -> float:
+        return self.q3 - self.q1
+
+    @cached_property
+    def stddev(self) -> float:
+        # two passes: the one-pass formula loses everything to cancellation
+        if self.n < 2:
+            return 0.0
+        mean = self.mean
+        return math.sqrt(math.fsum((v - mean) ** 2 for v in self.values) / (self.n - 1))
+
+
+def most_common(values: Sequence[int]) -> tuple[int, bool]:
+    """The most common value (the smallest among equally common ones) and
+    whether all values agree."""
+    if not values:
+        raise ValueError("most_common of no values")
+    counts = Counter(values)
+    top = max(counts.values())
+    return min(v for v, c in counts.items() if c == top), len(counts) == 1
+
+
+def normal_sf(z: float) -> float:
+    """P(Z > z) for a standard normal Z; exact in the tails, unlike 1 - cdf."""
+    return 0.5 * math.erfc(z / math.sqrt(2.0))
+
+
+@dataclass(frozen=True)
+class MannWhitney:
+    """Result of a one-sided Mann-Whitney U test that ``x`` tends to exceed ``y``."""
+
+    u: float  # U of x: how many (x, y) pairs have x > y, ties counting one half
+    p_value: float
+    method: str  # "exact" or "asymptotic"
+
+
+def _midranks(values: Sequence[float]) -> tuple[list[float], list[int]]:
+    """Ranks starting at 1, ties sharing their mean rank; and the tie group sizes."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    ties: list[int] = []
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        rank = (i + j) / 2 + 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = rank
+        ties.append(j - i + 1)
+        i = j + 1
+    return ranks, ties
+
+
+def _u_counts(m: int, n: int) -> list[int]:
+    """How many of the C(m+n, m) orderings give U = 0, 1, ..., m*n.
+
+    These are the coefficients of the Gaussian binomial [m+n choose m]_q =
+    prod_{i=1..m} (1 - q^(n+i)) / (1 - q^i); each factor is a multiplication
+    or a division of the series by a binomial, linear in its length.
+    """
+    m, n = min(m, n), max(m, n)
+    size = m * n + 1
+    c = [0] * size
+    c[0] = 1
+    for i in range(1, m + 1):
+        a = n + i
+        for k in range(size - 1, a - 1, -1):  # times (1 - q^a), descending to reuse c in place
+            c[k] -= c[k - a]
+        for k in range(i, size):  # divided by (1 - q^i): a running sum with stride i
+            c[k] += c[k - i]
+    return c
+
+
+def mann_whitney_u(x: Sequence[float], y: Sequence[float], method: str = "auto",
+                   continuity: bool = True) -> MannWhitney:
+    """One-sided Mann-Whitney U test of "x is stochastically greater than y".
+
+    ``method="auto"`` is exact when one sample has at most 8 values and there
+    are no ties, and otherwise the normal approximation with tie correction
+    (and a continuity correction of 1/2), as ``scipy.stats.mannwhitneyu``
+    chooses. When every value ties the test has no evidence: p = 1.
+    """
+    n1, n2 = len(x), len(y)
+    if n1 == 0 or n2 == 0:
+        raise ValueError(f"Mann-Whitney U needs two non-empty samples, got sizes {n1} and {n2}")
+    if method not in ("auto", "exact", "asymptotic"):
+        raise ValueError(f"method must be 'auto', 'exact' or 'asymptotic', got {method!r}")
+    ranks, ties = _midranks(list(x) + list(y))
+    u = math.fsum(ranks[:n1]) - n1 * (n1 + 1) / 2
+    has_ties = any(t > 1 for t in ties)
+    if method == "auto":
+        method = "asymptotic" if (n1 > 8 and n2 > 8) or has_ties else "exact"
+    if method == "exact":
+        if has_ties:
+            raise ValueError("the exact Mann-Whitney U distribution assumes no ties")
+        counts = _u_counts(n1, n2)
+        at_least = sum(counts[math.ceil(u):])
+        return MannWhitney(u, min(1.0, at_least / math.comb(n1 + n2, n1)), "exact")
+    n = n1 + n2
+    tie_term = sum(t**3 - t for t in ties)
+    sigma = math.sqrt(n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1))))
+    numerator = u - n1 * n2 / 2 - (0.5 if continuity else 0.0)
+    if sigma == 0.0:
+        p = 1.0 if numerator <= 0 else 0.0
+    else:
+        p = normal_sf(numerator / sigma)
+    return MannWhitney(u, min(1.0, max(0.0, p)), "asymptotic")

@@ -1,0 +1,115 @@
+"""python -m pytest_opperf compare|show: verdicts, exit codes, one-line errors."""
+
+import io
+import subprocess
+import sys
+
+import pytest
+
+from pytest_opperf.cli import main
+from pytest_opperf.gate import evaluate
+from pytest_opperf.results import write_results
+from tests.opperf_factories import e2e_run, results
+from tests.test_gate import noisy
+
+
+def run_cli(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def files(tmp_path):
+    base = tmp_path / "base.json"
+    same = tmp_path / "same.json"
+    slow = tmp_path / "slow.json"
+    write_results(base, results(e2e_run(stats={"conv2d": noisy(2.0), "relu": noisy(1.0, seed=9)})))
+    write_results(same, results(e2e_run(stats={"conv2d": noisy(2.0, seed=1), "relu": noisy(1.0, seed=8)})))
+    write_results(slow, results(e2e_run(stats={"conv2d": noisy(6.0, seed=2), "relu": noisy(1.0, seed=7)})))
+    return base, same, slow
+
+
+def test_compare_passes_a_a(files):
+    base, same, _ = files
+    code, out, err = run_cli("compare", str(base), str(same))
+    assert code == 0 and not err
+    assert out.splitlines()[1].startswith("gate: PASSED (")
+    assert "opperf gate" not in out
+
+
+def test_compare_flags_a_slower_stat(files, tmp_path):
+    base, _, slow = files
+    md = tmp_path / "report.md"
+    code, out, _ = run_cli("compare", str(base), str(slow), "--markdown", str(md))
+    assert code == 1
+    assert "gate: FAILED (1 violation(s)" in out
+    assert "opperf gate" in out
+    assert "FAIL suite.py::test_train step_ms:conv2d:" in out
+    assert "Mann-Whitney U" in out
+    assert md.read_text().splitlines()[2].startswith("**Gate: FAILED**")
+
+
+def test_compare_applies_thresholds(files, tmp_path):
+    base, same, _ = files
+    t = tmp_path / "t.toml"
+    t.write_text('[[limit]]\nstat = "conv2d"\nmax_avg_ms = 1.0\n')
+    code, out, _ = run_cli("compare", str(base), str(same), "--thresholds", str(t))
+    assert code == 1 and "avg_ms:conv2d" in out
+
+
+@pytest.mark.parametrize("setup, message", [
+    (lambda p: p.write_text("{broken"), "not valid JSON"),
+    (lambda p: p.write_text('{"schema": "opperf/0", "runs": []}'), "unknown results schema 'opperf/0'"),
+    (lambda p: None, "no such file"),
+])
+def test_compare_unreadable_baseline_is_exit_4(files, tmp_path, setup, message):
+    _, same, _ = files
+    bad = tmp_path / "bad.json"
+    setup(bad)
+    code, out, err = run_cli("compare", str(bad), str(same))
+    assert code == 4 and not out
+    assert message in err and err.count("\n") == 1
+
+
+def test_compare_bad_thresholds_is_exit_4(files, tmp_path):
+    base, same, _ = files
+    t = tmp_path / "t.toml"
+    t.write_text("[regression]\nmax_slowdwn = 0.1\n")
+    code, _, err = run_cli("compare", str(base), str(same), "--thresholds", str(t))
+    assert code == 4 and "unknown key 'max_slowdwn' in [regression]" in err and err.count("\n") == 1
+
+
+def test_bad_arguments_are_exit_4():
+    code, _, err = run_cli("compare", "only-one.json")
+    assert code == 4 and "required" in err and err.count("\n") == 1
+    assert run_cli("frobnicate")[0] == 4
+    assert run_cli()[0] == 4
+
+
+def test_show_prints_the_report_and_stored_verdict(files, tmp_path):
+    base, _, slow = files
+    rs = results(e2e_run(stats={"conv2d": noisy(6.0, seed=2)}))
+    from pytest_opperf.results import read_results
+
+    rs.gate = evaluate(rs, None, read_results(base), str(base)).to_dict()
+    path = tmp_path / "r.json"
+    write_results(path, rs)
+    code, out, _ = run_cli("show", str(path))
+    assert code == 0
+    lines = out.splitlines()
+    assert "suite.py::test_train  device=cpu timing=host" in lines
+    assert any(line.startswith("Total examples: 640, total time: 0.20000 sec") for line in lines)
+    assert any(line.startswith("gate: FAILED") for line in lines)
+    assert any(line.startswith("FAIL suite.py::test_train step_ms:conv2d") for line in lines)
+
+
+def test_module_entry_point(files):
+    base, same, _ = files
+    done = subprocess.run([sys.executable, "-m", "pytest_opperf", "compare", str(base), str(same)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "gate: PASSED" in done.stdout
+    bad = subprocess.run([sys.executable, "-m", "pytest_opperf", "show", str(base) + ".missing"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 4 and "Traceback" not in bad.stderr and "no such file" in bad.stderr

@@ -1,0 +1,276 @@
+"""The gate: thresholds parsing, absolute limits and the regression rule, on hand-built results."""
+
+import random
+
+import pytest
+
+from pytest_opperf.device import CPU_HOST
+from pytest_opperf.gate import (
+    Regression,
+    Thresholds,
+    ThresholdsError,
+    Verdict,
+    compare_slower,
+    evaluate,
+    load_thresholds,
+    parse_thresholds,
+)
+from pytest_opperf.measure import op_run
+from tests.opperf_factories import e2e_run, results
+
+SECTION_7 = """
+[regression]                 # against --opperf-baseline
+max_slowdown = 0.10          # relative, per stat and for examples/sec
+max_python_share_increase = 0.02
+counts = "exact"             # per-step op counts must not change
+
+[[limit]]
+run = "suites/test_resnet50.py::*"
+min_examples_per_sec = 40.0
+max_python_share = 0.25
+
+[[limit]]
+run = "*"
+stat = "conv2d*"
+max_avg_ms = 5.0
+"""
+
+
+def noisy(center, n=20, spread=0.03, seed=0):
+    rng = random.Random(seed)
+    return [center * (1 + rng.uniform(-spread, spread)) for _ in range(n)]
+
+
+# --- thresholds file ---------------------------------------------------------------
+
+
+def test_section_7_example_parses(tmp_path):
+    path = tmp_path / "t.toml"
+    path.write_text(SECTION_7)
+    t = load_thresholds(path)
+    assert t.regression == Regression(max_slowdown=0.10, max_python_share_increase=0.02, counts="exact")
+    assert [(lim.run, lim.stat, lim.min_examples_per_sec, lim.max_python_share, lim.max_avg_ms)
+            for lim in t.limits] == [("suites/test_resnet50.py::*", None, 40.0, 0.25, None),
+                                     ("*", "conv2d*", None, None, 5.0)]
+    assert t.source == str(path)
+
+
+def test_integer_is_a_fine_float():
+    assert parse_thresholds({"regression": {"max_slowdown": 1}}).regression.max_slowdown == 1.0
+
+
+@pytest.mark.parametrize("doc, message", [
+    ({"regresion": {}}, "unknown key 'regresion' in the top level"),
+    ({"regression": {"max_slowdwn": 0.1}}, "unknown key 'max_slowdwn' in [regression]"),
+    ({"limit": [{"run": "*", "max_avg": 1.0}]}, "unknown key 'max_avg' in [[limit]] #1"),
+    ({"regression": {"max_slowdown": "0.1"}}, "[regression] max_slowdown must be a number, got '0.1' (string)"),
+    ({"regression": {"max_slowdown": True}}, "max_slowdown must be a number, got True (boolean)"),
+    ({"regression": {"min_samples": 2.5}}, "min_samples must be an integer"),
+    ({"regression": {"counts": "loose"}}, "counts must be 'exact' or 'ignore', got 'loose'"),
+    ({"regression": {"max_slowdown": -0.1}}, "max_slowdown must be in"),
+    ({"regression": {"alpha": 0.0}}, "alpha must be above 0"),
+    ({"regression": []}, "[regression] must be a table"),
+    ({"limit": {"run": "*"}}, "limit must be an array of tables"),
+    ({"limit": [{"run": "*"}]}, "[[limit]] #1 sets no limit"),
+    ({"limit": [{"run": 3, "max_avg_ms": 1.0}]}, "[[limit]] #1 run must be a string, got 3 (integer)"),
+    ({"limit": [{"stat": "conv*", "min_examples_per_sec": 1.0}]}, "min_examples_per_sec limits a run"),
+    ({"limit": [{"max_avg_ms": -1.0}]}, "max_avg_ms must not be negative"),
+])
+def test_bad_thresholds_name_key_and_file(doc, message):
+    with pytest.raises(ThresholdsError) as info:
+        parse_thresholds(doc, "ci/t.toml")
+    assert message in str(info.value)
+    assert str(info.value).startswith("ci/t.toml: ")
+
+
+def test_unreadable_thresholds_files(tmp_path):
+    with pytest.raises(ThresholdsError, match="no such file"):
+        load_thresholds(tmp_path / "absent.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[regression\n")
+    with pytest.raises(ThresholdsError, match="not valid TOML"):
+        load_thresholds(bad)
+
+
+# --- the regression rule --------------------------------------------------------------
+
+
+def test_three_times_slower_is_flagged():
+    c = compare_slower(noisy(1.0), noisy(3.0, seed=1), Regression(), 0.05)
+    assert c.regressed
+    assert c.new / c.base == pytest.approx(3.0, rel=0.05)
+    assert "Mann-Whitney U" in c.statistic and "(ratio 2.9" in c.statistic
+
+
+def test_same_distribution_is_not_flagged():
+    assert not compare_slower(noisy(1.0), noisy(1.0, seed=1), Regression(), 0.05).regressed
+
+
+def test_significant_but_within_tolerance_is_not_flagged():
+    # 5 % slower, every sample: real, but within max_slowdown 10 %
+    c = compare_slower([1.0] * 10, [1.05] * 10, Regression(), 0.0)
+    assert not c.regressed
+
+
+def test_floor_keeps_microsecond_stats_quiet():
+    c = compare_slower(noisy(0.001), noisy(0.003, seed=1), Regression(), floor=0.05)
+    assert not c.regressed  # 3x slower, but 2 us per step
+    assert compare_slower(noisy(0.001), noisy(0.003, seed=1), Regression(), floor=0.0).regressed
+
+
+def test_large_but_insignificant_difference_is_not_flagged():
+    base = [1.0, 1.0, 5.0, 1.0, 5.0, 1.0, 5.0, 1.0]
+    new = [5.0, 1.0, 5.0, 1.0, 5.0, 1.0, 5.0, 5.0]  # median 5 vs 1, but the samples overlap
+    c = compare_slower(base, new, Regression(), 0.0)
+    assert c.new > c.limit
+    assert not c.regressed
+
+
+def test_few_samples_use_separation_and_twice_the_tolerance():
+    r = Regression(min_samples=5)
+    assert compare_slower([1.0, 1.1], [3.0, 3.1], r, 0.0).regressed
+    c = compare_slower([1.0, 3.5], [3.0, 3.1], r, 0.0)  # slower median, but overlapping
+    assert not c.regressed and "few samples (n=2 vs 2 < 5): twice the tolerance" in c.statistic
+    c = compare_slower([1.0, 1.0], [1.15, 1.15], r, 0.0)  # +15 %: beyond 10 %, within 20 %
+    assert not c.regressed and c.limit == pytest.approx(1.2)
+    assert compare_slower([1.0, 1.0], [1.25, 1.25], r, 0.0).regressed
+
+
+# --- evaluate ---------------------------------------------------------------------------
+
+
+def test_absolute_limits():
+    run = e2e_run("suites/test_resnet50.py::test_train", stats={"conv2d": [6.0] * 10, "relu": [9.0] * 10},
+                  step_ms=[1000.0] * 10, python_share=0.3)
+    t = parse_thresholds({"limit": [
+        {"run": "suites/test_resnet50.py::*", "min_examples_per_sec": 40.0, "max_python_share": 0.25},
+        {"stat": "conv2d*", "max_avg_ms": 5.0},
+        {"run": "other::*", "max_total_ms": 0.0},
+    ]})
+    v = evaluate(results(run), t)
+    assert sorted((x.metric, x.value, x.limit) for x in v.violations) == [
+        ("avg_ms:conv2d", 6.0, 5.0), ("examples_per_sec", pytest.approx(32.0), 40.0),
+        ("python_share", 0.3, 0.25)]
+    assert all(x.baseline is None and x.statistic == "absolute limit" for x in v.violations)
+    assert v.checks == 3 and not v.passed
+
+
+def test_regressions_against_baseline():
+    base = e2e_run(stats={"conv2d": [50.0] + noisy(2.0), "relu": noisy(1.0, seed=2)},
+                   step_ms=[80.0] + noisy(10.0, seed=3))
+    new = e2e_run(stats={"conv2d": [50.0] + noisy(6.0, seed=4), "relu": noisy(1.0, seed=5)},
+                  step_ms=[80.0] + noisy(14.0, seed=6))
+    v = evaluate(results(new), None, results(base), "base.json")
+    metrics = {x.metric: x for x in v.violations}
+    assert set(metrics) == {"step_ms:conv2d", "examples_per_sec"}
+    conv = metrics["step_ms:conv2d"]
+    assert conv.baseline == pytest.approx(2.0, rel=0.05) and conv.value == pytest.approx(6.0, rel=0.05)
+    assert conv.limit == pytest.approx(conv.baseline * 1.1)
+    assert "Mann-Whitney" in conv.statistic
+    assert metrics["examples_per_sec"].value < metrics["examples_per_sec"].limit
+    assert v.baseline == "base.json"
+
+
+def test_first_step_is_warm_up():
+    # only the first step (startup) got slower: no stat regression
+    base = e2e_run(stats={"conv2d": [5.0] + noisy(2.0)})
+    new = e2e_run(stats={"conv2d": [500.0] + noisy(2.0, seed=1)})
+    assert evaluate(results(new), None, results(base)).passed
+
+
+def test_aa_noise_never_flags():
+    alarms = 0
+    for seed in range(50):
+        base = e2e_run(stats={"conv2d": noisy(2.0, seed=seed), "relu": noisy(0.3, seed=seed + 100)},
+                       step_ms=noisy(10.0, seed=seed + 200))
+        new = e2e_run(stats={"conv2d": noisy(2.0, seed=seed + 300), "relu": noisy(0.3, seed=seed + 400)},
+                      step_ms=noisy(10.0, seed=seed + 500))
+        alarms += len(evaluate(results(new), None, results(base)).violations)
+    assert alarms == 0
+
+
+def share_run(executor_ms, step_ms=None):
+    """A run whose executor takes ``executor_ms`` of each 10 ms step."""
+    step_ms = step_ms or [10.0] * len(executor_ms)
+    run = e2e_run(stats={"ExecutorRunTimer": executor_ms}, step_ms=step_ms)
+    run.executor_stat = "ExecutorRunTimer"
+    run.python_share = 1 - sum(executor_ms) / sum(step_ms)
+    return run
+
+
+def test_python_share_tolerance_is_absolute():
+    base = share_run(noisy(8.0))  # Python share 0.2
+    assert evaluate(results(share_run(noisy(7.85, seed=1))), None, results(base)).passed  # +1.5 points
+    v = evaluate(results(share_run(noisy(7.6, seed=1))), None, results(base))  # +4 points, every step
+    (x,) = v.violations
+    assert (x.metric, x.baseline) == ("python_share", pytest.approx(0.2, abs=0.01))
+    assert x.value == pytest.approx(0.24, abs=0.01) and x.limit == pytest.approx(x.baseline + 0.02)
+    assert x.statistic.startswith("per-step Python share: Mann-Whitney U")
+
+
+def test_one_slow_step_does_not_move_the_python_share_verdict():
+    base = share_run(noisy(8.0))
+    steps = [10.0] * 20
+    steps[5] = 30.0  # one 20 ms hiccup outside the executor: whole-window share +8 points
+    new = share_run(noisy(8.0, seed=1), steps)
+    assert new.python_share > base.python_share + 0.05
+    assert evaluate(results(new), None, results(base)).passed
+
+
+def test_python_share_without_steps_compares_the_headline():
+    base, new = e2e_run(stats={}, python_share=0.2), e2e_run(stats={}, python_share=0.25)
+    (x,) = evaluate(results(new), None, results(base)).violations
+    assert x.metric == "python_share" and x.statistic.startswith("no per-step samples")
+
+
+def test_counts_are_exact():
+    base = e2e_run(counts={"conv2d": 53, "relu": 49})
+    new = e2e_run(counts={"conv2d": 54, "relu": 49, "dropout": 1})
+    v = evaluate(results(new), None, results(base))
+    assert sorted((x.metric, x.value, x.baseline) for x in v.violations) == [
+        ("count:conv2d", 54, 53), ("count:dropout", 1, 0)]
+    ignore = Thresholds(Regression(counts="ignore"))
+    assert evaluate(results(new), ignore, results(base)).passed
+
+
+def test_throughput_needs_the_steps_to_agree():
+    # headline examples/sec fell 30 % because of startup only: per-step times are unchanged
+    base = e2e_run(step_ms=[10.0] + noisy(10.0), wall_s=0.2)
+    new = e2e_run(step_ms=[100.0] + noisy(10.0, seed=1), wall_s=0.29)
+    assert new.examples_per_sec < base.examples_per_sec * 0.9
+    assert evaluate(results(new), None, results(base)).passed
+
+
+def test_other_hardware_warns_and_still_checks():
+    base = results(e2e_run(stats={"conv2d": noisy(1.0)}), machine={"cpu": "A", "device_class": "cpu"})
+    new = results(e2e_run(stats={"conv2d": noisy(3.0, seed=1)}), machine={"cpu": "B", "device_class": "cpu"})
+    v = evaluate(new, None, base, "b.json")
+    assert "from other hardware (cpu 'A' vs 'B')" in v.warnings[0]
+    assert [x.metric for x in v.violations] == ["step_ms:conv2d"]
+
+
+def test_unmatched_runs_are_noted():
+    v = evaluate(results(e2e_run("a")), None, results(e2e_run("b")))
+    assert v.passed
+    assert "1 run(s) have no baseline run: a" in v.notes[0]
+    assert "1 baseline run(s) not measured in this session: b" in v.notes[1]
+
+
+def test_op_runs_use_call_samples_and_the_op_floor():
+    base = op_run("ops.py::test_relu", "relu", [s / 1e3 for s in noisy(0.010, n=200)], 10, CPU_HOST, "host")
+    slow = op_run("ops.py::test_relu", "relu", [s / 1e3 for s in noisy(0.030, n=200, seed=1)], 10, CPU_HOST,
+                  "host")
+    same = op_run("ops.py::test_relu", "relu", [s / 1e3 for s in noisy(0.010, n=200, seed=2)], 10, CPU_HOST,
+                  "host")
+    (x,) = evaluate(results(slow), None, results(base)).violations
+    assert x.metric == "call_ms:relu" and x.value == pytest.approx(0.030, rel=0.05)
+    assert evaluate(results(same), None, results(base)).passed
+    # op runs have no counts, throughput or Python share checks
+    assert evaluate(results(same), None, results(base)).checks == 1
+
+
+def test_verdict_round_trip():
+    v = evaluate(results(e2e_run(counts={"relu": 2})), None, results(e2e_run(counts={"relu": 1})), "b.json")
+    back = Verdict.from_dict(v.to_dict())
+    assert back.violations == v.violations and back.baseline == "b.json" and not back.passed
+    assert v.to_dict()["passed"] is False

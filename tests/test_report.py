@@ -1,0 +1,166 @@
+"""Renderers: the terminal report in the reference report's shape, gate lines, markdown, trace."""
+
+import json
+
+from pytest_opperf.device import CPU_HOST
+from pytest_opperf.gate import Verdict, Violation
+from pytest_opperf.measure import op_run
+from pytest_opperf.plugin import SORTS
+from pytest_opperf.report import (
+    SORT_KEYS,
+    chrome_trace,
+    gate_lines,
+    markdown,
+    op_table_lines,
+    run_lines,
+    terminal_lines,
+)
+from pytest_opperf.results import ResultSet, RunResult, StatResult
+
+
+def s(name, total, count, parent="ExecutorRunTimer", kernel=True, avg=None, mx=1.0, mn=0.1, **kw):
+    return StatResult(name, parent, count, total, avg if avg is not None else total / count, mn, mx,
+                      kernel=kernel, **kw)
+
+
+def reference_run(**kw):
+    """The reference report's numbers (wall 47.83653 s, 80 batches of 32)."""
+    stats = [
+        s("ExecutorRunTimer", 37099.9, 163, parent=None, kernel=False, avg=227.606, mx=526.269, mn=0.092),
+        s("conv2d_grad", 18104.7, 4240, avg=4.269, mx=15.852, mn=2.222),
+        s("conv2d", 9482.79, 4240, avg=2.236, mx=10.438, mn=0.601),
+        s("Im2ColTimer", 461.405, 58880, parent="conv2d", avg=0.007, mx=2.732, mn=0.004),
+        s("GemmTimer", 2343.45, 135680, parent="conv2d", avg=0.017, mx=5.965, mn=0.007),
+        s("CreateOpTimer", 237.364, 44433, kernel=False, avg=0.005, mx=7.503, mn=0.001),
+        s("ProgramCloneTimer", 3887.6, 162, parent=None, kernel=False),
+    ]
+    fields = dict(id="suites/test_resnet50.py::test_train[full]", kind="e2e", config={},
+                  device="cuda:0 (NVIDIA H200)", timing="events", wall_s=47.83653, examples=2560, batches=80,
+                  examples_per_sec=2560 / 47.83653, sec_per_batch=47.83653 / 80,
+                  python_share=(47.83653 - 37.0999) / 47.83653, stats=stats, counts={},
+                  framework_share=0.1, kernel_share=0.5, executor_stat="ExecutorRunTimer", executor_ms=37099.9)
+    fields.update(kw)
+    return RunResult(**fields)
+
+
+def test_run_lines_have_the_reference_shape():
+    lines = run_lines(reference_run())
+    assert lines[0] == "suites/test_resnet50.py::test_train[full]  device=cuda:0 (NVIDIA H200) timing=events"
+    assert lines[1] == "Total examples: 2560, total time: 47.83653 sec"
+    assert lines[2] == "53.51559 examples/sec, 0.59796 sec/batch"
+    assert lines[3] == "unit: ms"
+    assert lines[4].split() == ["name", "total", "avg", "max", "min", "count", "share"]
+    rows = {line.split()[0]: line for line in lines[5:12]}
+    assert rows["ExecutorRunTimer"].split() == ["ExecutorRunTimer", "37099.90", "227.606", "526.269", "0.092", "163"]
+    assert rows["conv2d_grad"].split()[1:] == ["18104.70", "4.269", "15.852", "2.222", "4240", "48.8%"]
+    assert rows["conv2d"].split()[-1] == "25.6%"
+    assert lines[-1] == "Python 22.44% | framework overhead 10.00% | kernels 50.00% of wall time"
+
+
+def test_nested_stats_are_indented_under_their_kernel_parent():
+    lines = run_lines(reference_run())
+    names = [line.split()[0] for line in lines[5:12]]
+    # by total: ExecutorRunTimer, conv2d_grad, conv2d (+ its children), ProgramCloneTimer, CreateOpTimer
+    assert names == ["ExecutorRunTimer", "conv2d_grad", "conv2d", "GemmTimer", "Im2ColTimer",
+                     "ProgramCloneTimer", "CreateOpTimer"]
+    gemm = next(line for line in lines if "GemmTimer" in line)
+    conv = next(line for line in lines if line.startswith("conv2d "))
+    assert gemm.startswith("  GemmTimer") and not conv.startswith(" ")
+    # nested and outside-executor stats have no share; framework timers inside it do
+    assert gemm.split()[-1] == "135680"
+    assert next(line for line in lines if "ProgramCloneTimer" in line).split()[-1] == "162"
+    assert next(line for line in lines if "CreateOpTimer" in line).split()[-1] == "0.6%"
+
+
+def test_sort_orders():
+    assert set(SORT_KEYS) == set(SORTS)
+    by_count = [line.split()[0] for line in run_lines(reference_run(), "count")[5:12]]
+    assert by_count[:2] == ["CreateOpTimer", "conv2d_grad"]  # 44433 > 4240 = 4240 (stable)
+    assert by_count[3:5] == ["GemmTimer", "Im2ColTimer"]  # children follow their parent, by count
+    by_name = [line.split()[0] for line in run_lines(reference_run(), "name")[5:12]]
+    assert by_name == ["CreateOpTimer", "ExecutorRunTimer", "ProgramCloneTimer", "conv2d", "GemmTimer",
+                       "Im2ColTimer", "conv2d_grad"]
+
+
+def test_share_without_executor_stat_uses_top_level_sum():
+    run = reference_run(stats=[s("a", 30.0, 3, parent=None), s("b", 10.0, 1, parent=None)],
+                        executor_stat=None, executor_ms=40.0)
+    rows = {line.split()[0]: line.split()[-1] for line in run_lines(run)[5:7]}
+    assert rows == {"a": "75.0%", "b": "25.0%"}
+
+
+def test_flops_column_shows_gflops():
+    run = reference_run(stats=[s("conv2d", 1000.0, 10, parent=None, flops=5e12, bytes=2e9)],
+                        executor_stat=None, executor_ms=1000.0)
+    lines = run_lines(run)
+    assert lines[4].split()[-2:] == ["GFLOP/s", "GB/s"]
+    assert lines[5].split()[-2:] == ["5000", "2"]
+
+
+def test_device_clock_is_said():
+    run = reference_run(stats=[s("conv2d", 1.0, 1, parent=None, clock="device")])
+    assert any(line.startswith("clock: kernel stats on the device clock") for line in run_lines(run))
+
+
+def violation():
+    return Violation("suite::t", "step_ms:conv2d", 6.0, 2.2, 2.0, "conv2d median per-step time 6 ms vs 2 ms",
+                     "Mann-Whitney U one-sided p=1e-08")
+
+
+def test_gate_lines_list_every_field():
+    lines = gate_lines(Verdict(violations=[violation()]))
+    assert lines[0] == "FAIL suite::t step_ms:conv2d: conv2d median per-step time 6 ms vs 2 ms"
+    assert lines[1] == "     value 6, limit 2.2, baseline 2; Mann-Whitney U one-sided p=1e-08"
+
+
+def test_terminal_lines_verdicts():
+    rs = ResultSet(runs=[reference_run()], session={"device": "cpu", "timing": "host", "workload": "small"})
+    passed = terminal_lines(rs, Verdict(checks=4, baseline="b.json", warnings=["w1"]))
+    assert passed[0] == "session: device=cpu timing=host workload=small"
+    assert "gate: PASSED (4 checks; baseline b.json)" in passed
+    assert "warning: w1" in passed
+    failed = terminal_lines(rs, Verdict(violations=[violation()], checks=4))
+    assert "gate: FAILED (1 violation(s) in 4 checks; no baseline, no thresholds)" in failed
+    assert "no measured runs" in terminal_lines(ResultSet(), None)
+
+
+def test_op_table():
+    runs = [op_run("ops.py::test_relu[a|b]", "relu", [0.001, 0.003, 0.002], 4, CPU_HOST, "host", flops=2e6)]
+    lines = op_table_lines(runs)
+    assert lines[0] == "per-op benchmarks (device=cpu timing=host), unit: ms per call"
+    assert lines[1].split() == ["run", "kind", "rounds", "median", "mean", "min", "max", "GFLOP/s"]
+    assert lines[2].split() == ["ops.py::test_relu[a|b]", "op", "3", "2.0000", "2.0000", "1.0000", "3.0000", "1"]
+
+
+def test_markdown_verdict_first_then_tables():
+    rs = ResultSet(runs=[reference_run(), op_run("ops.py::test_relu[a|b]", "relu", [0.001], 1, CPU_HOST, "host")])
+    text = markdown(rs, Verdict(violations=[violation()], checks=3))
+    lines = text.splitlines()
+    assert lines[0] == "## opperf"
+    assert lines[2].startswith("**Gate: FAILED** (1 violation(s) in 3 checks")
+    assert lines[4].startswith("| run ") and lines[4].split("|")[-2].strip() == "statistic"
+    assert text.index("**Gate") < text.index("### `suites/test_resnet50.py::test_train[full]`")
+    assert "| &nbsp;&nbsp;GemmTimer " in text
+    assert "ops.py::test_relu[a\\|b]" in text  # a pipe in an id must not split the cell
+    for table_line in (line for line in lines if line.startswith("|")):
+        assert table_line.endswith("|")
+    assert markdown(ResultSet(), Verdict()).splitlines()[2].startswith("**Gate: PASSED**")
+
+
+def trace_run(events, dur_ns, run_id="t"):
+    run = reference_run(id=run_id, stats=[s("ExecutorRunTimer", 1.0, 1, parent=None, kernel=False),
+                                          s("conv2d", 1.0, 1)])
+    run.trace = {"step": 2, "dur_ns": dur_ns, "events": events}
+    return run
+
+
+def test_chrome_trace_events():
+    events = [("conv2d", 2000, 5000, 1), ("ExecutorRunTimer", 1000, 8000, 0), ("early", -5, 100, 0)]
+    doc = json.loads(json.dumps(chrome_trace(ResultSet(runs=[trace_run(events, 10_000), reference_run()]))))
+    complete = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert [(e["name"], e["ts"], e["dur"]) for e in complete] == [
+        ("step 2", 0.0, 10.0), ("ExecutorRunTimer", 1.0, 8.0), ("conv2d", 2.0, 5.0)]
+    assert [e["cat"] for e in complete] == ["step", "framework", "kernel"]
+    assert {e["pid"] for e in doc["traceEvents"]} == {1}  # the run without a trace is left out
+    meta = [e for e in doc["traceEvents"] if e["ph"] == "M"]
+    assert meta[0]["args"] == {"name": "t"}

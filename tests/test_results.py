@@ -1,0 +1,148 @@
+"""Results JSON: round trip, refusal of unknown schemas and malformed files, atomic writes."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from pytest_opperf.device import DeviceInfo
+from pytest_opperf.results import (
+    SCHEMA,
+    ResultsError,
+    ResultSet,
+    baseline_file,
+    commit_info,
+    machine_info,
+    read_results,
+    same_hardware,
+    write_json_atomic,
+    write_results,
+)
+from tests.opperf_factories import e2e_run, results
+
+
+def test_round_trip_keeps_every_field(tmp_path):
+    run = e2e_run(stats={"conv2d": [1.0, 2.0], "Im2ColTimer": [0.5, 0.25]})
+    run.stats[1].parent = "conv2d"
+    run.stats[0].flops = 1e9
+    run.notes.append("a note")
+    rs = results(run)
+    path = tmp_path / "r.json"
+    write_results(path, rs)
+    data = json.loads(path.read_text())
+    assert data["schema"] == SCHEMA
+    assert {"id", "kind", "config", "device", "timing", "wall_s", "examples", "batches", "examples_per_sec",
+            "sec_per_batch", "python_share", "stats", "counts"} <= set(data["runs"][0])
+    assert "flops" in data["runs"][0]["stats"][0] and "flops" not in data["runs"][0]["stats"][1]
+    back = read_results(path)
+    assert back.runs[0] == run
+    assert back.machine == rs.machine
+
+
+def test_trace_stays_out_of_files_unless_asked():
+    run = e2e_run()
+    run.trace = {"step": 2, "dur_ns": 5, "events": []}
+    assert "trace" not in run.to_dict()
+    assert run.to_dict(with_trace=True)["trace"]["step"] == 2
+    assert ResultSet.from_dict(results(run).to_dict(with_trace=True)).runs[0].trace == run.trace
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{not json", "not valid JSON"),
+    ('{"schema": "opperf/9", "runs": []}', "unknown results schema 'opperf/9'"),
+    ('{"runs": []}', "unknown results schema None"),
+    ("[]", "top level is not an object"),
+    ('{"schema": "opperf/1"}', "runs is missing"),
+    ('{"schema": "opperf/1", "runs": [{"id": "a", "kind": "nope"}]}', "kind must be one of"),
+    ('{"schema": "opperf/1", "runs": [{"id": "a", "kind": "e2e", "wall_s": "1"}]}', "wall_s"),
+])
+def test_reader_refuses_with_one_line(tmp_path, text, message):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(ResultsError) as info:
+        read_results(path)
+    assert message in str(info.value)
+    assert str(path) in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_reader_refuses_bad_stat(tmp_path):
+    data = results(e2e_run()).to_dict()
+    data["runs"][0]["stats"][0]["count"] = 1.5
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ResultsError, match=r"\('conv2d'\)\.count"):
+        read_results(path)
+
+
+def test_reader_missing_file_and_directory(tmp_path):
+    with pytest.raises(ResultsError, match="no such file"):
+        read_results(tmp_path / "absent.json")
+    with pytest.raises(ResultsError, match="is a directory"):
+        read_results(tmp_path)
+
+
+def test_failed_write_keeps_the_old_file_and_leaves_no_temp(tmp_path, monkeypatch):
+    path = tmp_path / "base.json"
+    write_json_atomic(path, {"old": True})
+
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError, match="disk full"):
+        write_json_atomic(path, {"new": True})
+    assert json.loads(path.read_text()) == {"old": True}
+    assert [p.name for p in tmp_path.iterdir()] == ["base.json"]
+
+
+def test_unserialisable_value_keeps_the_old_file(tmp_path):
+    path = tmp_path / "base.json"
+    write_json_atomic(path, {"old": True})
+    with pytest.raises(ValueError):
+        write_json_atomic(path, {"x": float("nan")})
+    assert json.loads(path.read_text()) == {"old": True}
+    assert len(list(tmp_path.iterdir())) == 1
+
+
+def test_machine_info_has_the_facts():
+    info = machine_info(DeviceInfo(name="cuda:0 (X)", is_gpu=True, device_class="x", gpu_model="X",
+                                   driver="1", cuda="13"))
+    assert info["cores"] == os.cpu_count()
+    assert info["cpu"]
+    assert info["numpy"]  # installed, so its version is known without importing it
+    assert info["gpu"] == {"model": "X", "driver": "1", "cuda": "13"}
+    assert info["device_class"] == "x"
+    assert machine_info()["gpu"] is None
+
+
+def test_commit_info_in_a_repository(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "f").write_text("1")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    subprocess.run(["git", "-C", str(tmp_path), "add", "f"], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "commit", "-qm", "x"], check=True, env=env)
+    info = commit_info(tmp_path)
+    assert len(info["sha"]) == 40 and info["dirty"] is False
+    (tmp_path / "f").write_text("2")
+    assert commit_info(tmp_path)["dirty"] is True
+
+
+def test_commit_info_without_git(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no git executable
+    assert commit_info(tmp_path) is None
+
+
+def test_same_hardware():
+    a = {"cpu": "A", "device_class": "cpu", "gpu": None}
+    assert same_hardware(a, dict(a)) is None
+    assert "cpu 'A' vs 'B'" in same_hardware(a, {**a, "cpu": "B"})
+    assert same_hardware(a, {}) is None  # unknown is not different
+    g = {"device_class": "h200", "gpu": {"model": "H200"}}
+    assert "gpu" in same_hardware(g, {"device_class": "h200", "gpu": {"model": "H100"}})
+
+
+def test_baseline_file_name(tmp_path):
+    assert baseline_file(tmp_path, "nvidia-h200", "full") == tmp_path / "nvidia-h200-full.json"
