@@ -64,6 +64,17 @@ def pytest_opperf_modify_results(config: pytest.Config, results: ResultSet) -> N
     """
 
 
+@hookspec
+def pytest_opperf_report_sections(config: pytest.Config, results: ResultSet) -> list[tuple[str, list[str]]]:
+    """Extra sections for the report: a list of ``(title, lines)``.
+
+    Called once, after the gate, with the final results; the sections follow
+    the runs in the terminal report (each under a ``title`` separator) and in
+    the markdown report (as preformatted blocks). A suite uses it for tables
+    that compare its own runs, e.g. the executor ablation of the e2e suite.
+    """
+
+
 class OpPerfWarning(pytest.PytestWarning):
     """Base of pytest-opperf's warnings (filter with ``-W ignore::pytest_opperf.hookspec.OpPerfWarning``)."""
 

@@ -185,6 +185,24 @@ def resolved_workload(settings: Settings, device: DeviceInfo) -> str:
     return "full" if device.is_gpu else "small"
 
 
+@dataclass(frozen=True)
+class SessionInfo:
+    """What a suite may know about the session, also at collection time."""
+
+    enabled: bool  # --opperf
+    device: DeviceInfo
+    workload: str  # tiny|small|full, auto resolved
+    timing: str  # events|sync
+
+
+def session_info(config: pytest.Config) -> SessionInfo:
+    """The session's settings for suites, e.g. in ``pytest_generate_tests`` to
+    parametrise by the workload (the device hook is asked at most once)."""
+    settings = config.stash[_SETTINGS]
+    device = select_device(config)
+    return SessionInfo(settings.enabled, device, resolved_workload(settings, device), settings.timing)
+
+
 # --- fixtures ------------------------------------------------------------------------
 
 
@@ -384,6 +402,7 @@ class OpPerfSession:
         self.errors: list[str] = []
         self.session: pytest.Session | None = None
         self.merged = False
+        self.sections: list[tuple[str, list[str]]] = []  # from pytest_opperf_report_sections
         self._timer: Any = None
         self._timer_made = False
 
@@ -533,6 +552,10 @@ class OpPerfSession:
         results.gate = verdict.to_dict()
         if not verdict.passed:
             session.testsfailed += 1  # exit status 1, as a failed test gives
+        self.sections = [(str(title), [str(line) for line in lines])
+                         for answer in self.config.hook.pytest_opperf_report_sections(config=self.config,
+                                                                                      results=results)
+                         for title, lines in answer]
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -582,7 +605,7 @@ class OpPerfSession:
                 target = baseline_file(save, self.device.device_class, self.workload) if save.is_dir() else save
                 self._write("save", lambda p: write_results(p, results), target)
         if "markdown" in self.settings.paths or os.environ.get("GITHUB_STEP_SUMMARY"):
-            text = report.markdown(results, self.verdict, self.settings.sort)
+            text = report.markdown(results, self.verdict, self.settings.sort, self.sections)
             self._write("markdown", lambda p: write_text_atomic(p, text))
             summary = os.environ.get("GITHUB_STEP_SUMMARY")
             if summary:
@@ -613,6 +636,10 @@ class OpPerfSession:
         else:
             for line in report.terminal_lines(self.results, self.verdict, self.settings.sort, self.notes):
                 tr.write_line(line)
+            for title, lines in self.sections:
+                tr.write_sep("-", title)
+                for line in lines:
+                    tr.write_line(line)
         for line in self.written:
             tr.write_line(f"wrote {line}")
         for line in self.errors:

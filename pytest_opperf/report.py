@@ -216,8 +216,10 @@ def _md(text: str) -> str:
     return str(text).replace("|", "\\|")
 
 
-def markdown(results: ResultSet, verdict: Verdict | None, sort: str = "total") -> str:
-    """The report as GitHub-flavoured markdown: the verdict first, then the tables."""
+def markdown(results: ResultSet, verdict: Verdict | None, sort: str = "total",
+             sections: Sequence[tuple[str, Sequence[str]]] = ()) -> str:
+    """The report as GitHub-flavoured markdown: the verdict first, then the
+    tables, then extra ``(title, lines)`` sections as preformatted blocks."""
     out = ["## opperf", ""]
     if verdict is None:
         out.append("**Gate: not run**")
@@ -248,6 +250,8 @@ def markdown(results: ResultSet, verdict: Verdict | None, sort: str = "total") -
     if ops:
         lines = op_table_lines(ops, tablefmt="github", escape=_md)
         out += ["", f"### {_md(lines[0])}", ""] + lines[1:]
+    for title, lines in sections:
+        out += ["", f"### {_md(title)}", "", "```", *lines, "```"]
     return "\n".join(out) + "\n"
 
 
