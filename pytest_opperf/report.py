@@ -19,7 +19,7 @@ from tabulate import tabulate
 from pytest_opperf.gate import Verdict
 from pytest_opperf.results import SCHEMA, ResultSet, RunResult, StatResult
 from pytest_opperf.stats import Samples
-from pytest_opperf.timers import ordered
+from pytest_opperf.timers import ordered, short_name
 
 __all__ = [
     "SORT_KEYS",
@@ -82,7 +82,7 @@ def _stat_rows(run: RunResult, sort: str, indent: str) -> tuple[list[str], list[
         share = ""
         if depth == 0 and s.name != run.executor_stat and in_executor and run.executor_ms > 0:
             share = f"{s.total_ms / run.executor_ms * 100:.1f}%"
-        row = [indent * depth + s.name, f"{s.total_ms:.2f}", f"{s.avg_ms:.3f}", f"{s.max_ms:.3f}",
+        row = [indent * depth + (short_name(s.name) if depth else s.name), f"{s.total_ms:.2f}", f"{s.avg_ms:.3f}", f"{s.max_ms:.3f}",
                f"{s.min_ms:.3f}", str(s.count), share]
         if with_flops:
             row.append(_rate(s.flops, s.total_ms, 1e9))

@@ -4,9 +4,15 @@ Frameworks time their work with ``with timers.timer("conv2d"): ...``. Nothing is
 measured unless a :func:`recording` is open on the calling thread; then every
 region closed on that thread is added to the recording's :class:`Table`, one
 :class:`Stat` per region name. A region opened inside another gets the outer
-region's name as its ``parent`` (the reference report's indented ``Im2ColTimer``
+region's stat as its ``parent`` (the reference report's indented ``Im2ColTimer``
 under ``conv2d``); parents and children are kept apart, never summed into each
 other, so nothing is counted twice.
+
+Stat names: a region inside a kernel region is qualified by it, so the same
+region under two kernels gives two stats - ``conv2d/GemmTimer`` and
+``conv2d_grad/GemmTimer`` - and each kernel's children add up to no more than
+the kernel itself. Other stats are named by their region (``conv2d``, with
+parent ``ExecutorRunTimer``). :func:`short_name` gives the name to display.
 
 Kernel regions: a region opened with ``kernel=True`` is operator work (an op's
 kernels, or a part of them such as ``Im2ColTimer``); the others are framework
@@ -47,6 +53,7 @@ __all__ = [
     "format_stat_lines",
     "ordered",
     "recording",
+    "short_name",
     "timer",
 ]
 
@@ -182,21 +189,25 @@ class _Region:
     gets a fresh region object sharing the same stat (see :func:`timer`).
     """
 
-    __slots__ = ("table", "name", "kernel", "stat", "start", "outer")
+    __slots__ = ("table", "name", "kernel", "stat", "stat_outer", "start", "outer")
 
-    def __init__(self, table: Table, name: str, kernel: bool, stat: Stat | None = None) -> None:
+    def __init__(self, table: Table, name: str, kernel: bool) -> None:
         self.table = table
         self.name = name
         self.kernel = kernel
-        self.stat = stat
+        self.stat: Stat | None = None
+        self.stat_outer: _Region | None = None  # the outer region self.stat was chosen for
         self.start: int | None = None
         self.outer: _Region | None = None
 
     def __enter__(self) -> _Region:
         table = self.table
         outer = self.outer = table.current
-        if self.stat is None:
-            self.stat = table._stat(self.name, outer.name if outer else None, self.kernel)
+        if self.stat is None or outer is not self.stat_outer:
+            # First entry, or opened inside another region than last time: the
+            # stat depends on the kernel this region is inside, if any.
+            self.stat = table._stat_in(self.name, outer, self.kernel)
+            self.stat_outer = outer
         table.current = self
         self.start = perf_counter_ns()
         return self
@@ -271,13 +282,23 @@ class Table(Mapping[str, Stat]):
             stat = self._stats[name] = Stat(name, parent, kernel)
         return stat
 
+    def _stat_in(self, name: str, outer: _Region | None, kernel: bool) -> Stat:
+        """The stat of region ``name`` opened inside ``outer``: qualified by the
+        nearest enclosing kernel region, if there is one."""
+        parent = outer.stat.name if outer is not None else None
+        enclosing = outer
+        while enclosing is not None and not enclosing.kernel:
+            enclosing = enclosing.outer
+        key = name if enclosing is None else f"{enclosing.stat.name}/{name}"
+        return self._stat(key, parent, kernel)
+
     def region(self, name: str, kernel: bool = False) -> _Region:
         """A region object for ``name``: the cached one unless it is open now."""
         regions = self._kernel_regions if kernel else self._timer_regions
         region = regions.get(name)
         if region is None or region.start is not None:
             cls = _ClockedRegion if kernel and self.device_clock is not None else _Region
-            fresh = cls(self, name, kernel, region.stat if region is not None else None)
+            fresh = cls(self, name, kernel)
             if region is None:
                 regions[name] = fresh
             region = fresh
@@ -426,6 +447,12 @@ def ordered(table: Mapping[str, Stat], key=None) -> list[tuple[int, Stat]]:
     return out
 
 
+def short_name(name: str) -> str:
+    """A stat's name without the kernel it is qualified by (``conv2d/GemmTimer`` -> ``GemmTimer``),
+    for display under that kernel."""
+    return name.rsplit("/", 1)[-1]
+
+
 def format_stat_lines(table: Mapping[str, Stat]) -> list[str]:
     """The table as the reference report's ``Stat=`` lines (unit: ms).
 
@@ -435,7 +462,7 @@ def format_stat_lines(table: Mapping[str, Stat]) -> list[str]:
     lines = []
     for depth, s in ordered(table):
         lines.append(
-            f"{'    ' * depth}Stat={s.name:<22}  total={s.total_ms:<10.6g} avg={s.avg_ms:<10.3f} "
+            f"{'    ' * depth}Stat={short_name(s.name) if depth else s.name:<22}  total={s.total_ms:<10.6g} avg={s.avg_ms:<10.3f} "
             f"max={s.max_ms:<10.3f} min={s.min_ms:<10.3f} count={s.count}"
         )
     return lines

@@ -28,17 +28,17 @@ def test_synthetic_suite_counts_parents_shares_and_json(pytester):
     assert run["sec_per_batch"] == pytest.approx(run["wall_s"] / 8)
     stats = {s["name"]: s for s in run["stats"]}
     assert {n: s["count"] for n, s in stats.items()} == {
-        "ExecutorRunTimer": 8, "CreateOpTimer": 8, "conv2d": 8, "Im2ColTimer": 8, "relu": 8}
+        "ExecutorRunTimer": 8, "CreateOpTimer": 8, "conv2d": 8, "conv2d/Im2ColTimer": 8, "relu": 8}
     assert {n: s["parent"] for n, s in stats.items()} == {
         "ExecutorRunTimer": None, "CreateOpTimer": "ExecutorRunTimer", "conv2d": "ExecutorRunTimer",
-        "Im2ColTimer": "conv2d", "relu": "ExecutorRunTimer"}
+        "conv2d/Im2ColTimer": "conv2d", "relu": "ExecutorRunTimer"}
     assert run["counts"] == {name: 1 for name in stats}
     for s in stats.values():
         assert len(s["samples_ms"]) == 8
         assert sum(s["samples_ms"]) == pytest.approx(s["total_ms"])
         assert s["min_ms"] <= s["avg_ms"] <= s["max_ms"]
     # sleeps: 1 ms im2col inside a 2 ms conv2d, 1 ms relu; 3 ms of "Python" per step
-    assert 1.0 <= stats["Im2ColTimer"]["avg_ms"] < stats["conv2d"]["avg_ms"]
+    assert 1.0 <= stats["conv2d/Im2ColTimer"]["avg_ms"] < stats["conv2d"]["avg_ms"]
     assert 2.0 <= stats["conv2d"]["avg_ms"] < 3.5 and 1.0 <= stats["relu"]["avg_ms"] < 2.5
     assert stats["conv2d"]["flops"] == 8 * 4e6 and stats["conv2d"]["bytes"] == 8 * 1e6
     wall_ms = run["wall_s"] * 1e3

@@ -74,14 +74,37 @@ def test_nested_regions_record_parents_and_are_not_counted_twice():
                 with timers.timer("relu", kernel=True):
                     busy(1)
     assert table["conv2d"].parent == "ExecutorRunTimer"
-    assert table["Im2ColTimer"].parent == "conv2d"
-    assert table["GemmTimer"].parent == "conv2d"
+    assert table["conv2d/Im2ColTimer"].parent == "conv2d"
+    assert table["conv2d/GemmTimer"].parent == "conv2d"
     assert table["ExecutorRunTimer"].parent is None
     # Kernel time is conv2d + relu: the nested Im2Col/Gemm are inside conv2d already.
     assert table.kernel_ms() == pytest.approx(table["conv2d"].total_ms + table["relu"].total_ms)
-    assert table.kernel_ancestor(table["GemmTimer"]) is table["conv2d"]
+    assert table.kernel_ancestor(table["conv2d/GemmTimer"]) is table["conv2d"]
     assert table.kernel_ancestor(table["conv2d"]) is None
-    assert table["conv2d"].total_ms >= table["Im2ColTimer"].total_ms + table["GemmTimer"].total_ms
+    assert table["conv2d"].total_ms >= table["conv2d/Im2ColTimer"].total_ms + table["conv2d/GemmTimer"].total_ms
+
+
+def test_a_region_inside_two_kernels_gives_a_stat_under_each(monkeypatch):
+    # conv2d: GEMM 1 ms; conv2d_grad: GEMM 2 ms + 2 ms; each op adds 1 ms of its own
+    ticks = iter(int(ms * 1e6) for ms in [0, 0, 0, 1, 2, 2, 2, 4, 4, 6, 7, 7])
+    monkeypatch.setattr(timers, "perf_counter_ns", lambda: next(ticks))
+    with timers.recording() as table:
+        with timers.timer("ExecutorRunTimer"):
+            with timers.timer("conv2d", kernel=True):
+                with timers.timer("GemmTimer", kernel=True):
+                    pass
+            with timers.timer("conv2d_grad", kernel=True):
+                for _ in range(2):
+                    with timers.timer("GemmTimer", kernel=True):
+                        pass
+    assert sorted(table) == ["ExecutorRunTimer", "conv2d", "conv2d/GemmTimer", "conv2d_grad",
+                             "conv2d_grad/GemmTimer"]
+    fwd, bwd = table["conv2d/GemmTimer"], table["conv2d_grad/GemmTimer"]
+    assert (fwd.parent, fwd.count, fwd.total_ms) == ("conv2d", 1, 1.0)
+    assert (bwd.parent, bwd.count, bwd.total_ms) == ("conv2d_grad", 2, 4.0)
+    assert table["conv2d"].total_ms == 2.0 and table["conv2d_grad"].total_ms == 5.0
+    assert [(d, timers.short_name(s.name)) for d, s in timers.ordered(table)] == [
+        (0, "ExecutorRunTimer"), (0, "conv2d_grad"), (1, "GemmTimer"), (0, "conv2d"), (1, "GemmTimer")]
     assert table["ExecutorRunTimer"].total_ms >= table.kernel_ms()
 
 
@@ -97,7 +120,7 @@ def test_display_order_indents_only_under_kernels(monkeypatch):
                 with timers.timer("GemmTimer", kernel=True):
                     pass
     order = [(depth, s.name) for depth, s in timers.ordered(table)]
-    assert order == [(0, "ExecutorRunTimer"), (0, "conv2d"), (1, "GemmTimer"), (0, "relu")]
+    assert order == [(0, "ExecutorRunTimer"), (0, "conv2d"), (1, "conv2d/GemmTimer"), (0, "relu")]
     lines = timers.format_stat_lines(table)
     assert lines[0].startswith("Stat=ExecutorRunTimer")
     assert lines[2].startswith("    Stat=GemmTimer")
@@ -110,9 +133,9 @@ def test_recursive_region_keeps_its_outer_start():
             busy(1)
             with timers.timer("sum", kernel=True):
                 busy(1)
-    s = table["sum"]
-    assert s.count == 2
-    assert s.max_ms >= s.min_ms + 1.0  # the outer one includes the inner one and 1 ms more
+    outer, inner = table["sum"], table["sum/sum"]  # a kernel inside a kernel is qualified by it
+    assert (outer.count, inner.count, inner.parent) == (1, 1, "sum")
+    assert outer.total_ms >= inner.total_ms + 1.0  # the outer one includes the inner one and 1 ms more
 
 
 def test_exceptions_propagate_and_are_timed():
