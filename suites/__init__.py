@@ -1,0 +1,1 @@
+"""The benchmark suites users run: ``pytest suites/ --opperf`` (see suites/conftest.py)."""

@@ -1,0 +1,49 @@
+"""The suites' glue to the reference framework: the device and its clock, the
+workload the suites run at, and the executor ablation table of the report.
+
+``pytest suites/ --opperf`` measures; without ``--opperf`` the suites run as a
+quick correctness smoke test at the ``tiny`` size.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from pytest_opperf.device import DeviceInfo
+from reference_framework import backend
+from reference_framework.benchmark import BenchmarkConfig
+from suites.support import ablation_lines, suite_workload
+
+
+def pytest_opperf_select_device(config: pytest.Config, requested: str) -> DeviceInfo:
+    """``--opperf-device``: gpu needs a usable GPU; auto falls back to the CPU and says why."""
+    if requested != "cpu" and backend.gpu_available():
+        place = backend.CUDAPlace(0)
+        facts = backend.device_facts(place)
+        return DeviceInfo(name=backend.device_name(place), is_gpu=True, clock=backend.CudaEventClock(place),
+                          synchronize=lambda: backend.synchronize(place),
+                          device_class=re.sub(r"[^a-z0-9]+", "-", facts["model"].lower()).strip("-"),
+                          gpu_model=facts["model"], driver=facts["driver"], cuda=facts["cuda"])
+    if requested == "gpu":
+        raise pytest.UsageError(f"opperf: --opperf-device=gpu: no usable GPU here: "
+                                f"{backend.gpu_unavailable_reason()}")
+    note = "" if requested == "cpu" else f"no GPU ({backend.gpu_unavailable_reason()}): fell back to CPU"
+    return DeviceInfo(name="cpu", note=note)
+
+
+@pytest.fixture(scope="session")
+def workload(request: pytest.FixtureRequest) -> tuple[str, BenchmarkConfig]:
+    return suite_workload(request.config)
+
+
+@pytest.fixture(scope="session")
+def place(workload: tuple[str, BenchmarkConfig]) -> backend.Place:
+    return backend.CUDAPlace(0) if workload[1].device == "GPU" else backend.CPUPlace()
+
+
+def pytest_opperf_report_sections(config: pytest.Config, results: Any) -> list[tuple[str, list[str]]]:
+    lines = ablation_lines(results.runs)
+    return [("executor ablation (ResNet-50 training)", lines)] if lines else []
