@@ -616,6 +616,7 @@ class OpPerfSession:
                 self._write("step summary", append, Path(summary), label="GITHUB_STEP_SUMMARY")
         self._write("trace", lambda p: write_json_atomic(p, report.chrome_trace(results)))
 
+    @pytest.hookimpl(trylast=True)  # last: the verdict closes the output, after pytest-benchmark's table
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.is_worker:
             return

@@ -51,6 +51,8 @@ def test_benchmarks_become_op_runs(pytester):
         "run * kind * rounds * median * mean * min * max * GFLOP/s * GB/s",
         "test_ops.py::test_relu * op * 12 *", "test_ops.py::test_clone * overhead * 6 *"])
     result.stdout.fnmatch_lines(["*benchmark: 2 tests*"])  # pytest-benchmark still reports its own table
+    out = result.stdout.str()
+    assert out.index("benchmark: 2 tests") < out.index("= opperf =")  # and the verdict comes last
 
 
 def test_a_slower_op_is_flagged(pytester):
