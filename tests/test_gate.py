@@ -217,6 +217,19 @@ def test_one_slow_step_does_not_move_the_python_share_verdict():
     assert evaluate(results(new), None, results(base)).passed
 
 
+def test_a_steady_state_python_share_regression_is_caught_whatever_the_warm_up_did():
+    # The steps after warm-up spend 1 more point outside the executor; a faster
+    # warm-up step (model building) keeps the whole-window share below baseline.
+    base = share_run([100.0] + noisy(9.9, n=19, spread=0.002), [200.0] + [10.0] * 19)
+    new = share_run([150.0] + noisy(9.8, n=19, spread=0.002, seed=1), [200.0] + [10.0] * 19)
+    assert new.python_share < base.python_share
+    tight = Thresholds(regression=Regression(max_python_share_increase=0.005))
+    (x,) = evaluate(results(new), tight, results(base)).violations
+    assert x.metric == "python_share" and x.statistic.startswith("per-step Python share: Mann-Whitney U")
+    assert x.value == pytest.approx(0.02, abs=0.002) and x.baseline == pytest.approx(0.01, abs=0.002)
+    assert evaluate(results(new), None, results(base)).passed  # within the default 2 points
+
+
 def test_python_share_without_steps_compares_the_headline():
     base, new = e2e_run(stats={}, python_share=0.2), e2e_run(stats={}, python_share=0.25)
     (x,) = evaluate(results(new), None, results(base)).violations
