@@ -45,10 +45,9 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from fnmatch import fnmatchcase
-from pathlib import Path
 from typing import Any
 
-from pytest_opperf.results import ResultSet, RunResult, same_hardware
+from pytest_opperf.results import ResultSet, RunResult, read_text, same_hardware
 from pytest_opperf.stats import Samples, mann_whitney_u
 
 __all__ = [
@@ -191,12 +190,7 @@ def load_thresholds(path: str | os.PathLike[str]) -> Thresholds:
         import tomli as tomllib  # type: ignore[no-redef]
 
     source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ThresholdsError(f"{source}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ThresholdsError(f"{source}: cannot read: {exc}") from None
+    text = read_text(path, ThresholdsError, "a thresholds file")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -248,17 +248,22 @@ def _load(data: Any, source: str) -> ResultSet:
                      session=session, gate=gate)
 
 
+def read_text(path: str | os.PathLike[str], error: type[Exception], expected: str) -> str:
+    """A text file's contents; any problem is ``error`` with one line naming the file."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise error(f"{path}: is a directory, expected {expected}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"{path}: cannot read: {exc}") from None
+
+
 def read_results(path: str | os.PathLike[str]) -> ResultSet:
     """Read a results file; any problem is a :class:`ResultsError` naming the file."""
     source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ResultsError(f"{source}: no such file") from None
-    except IsADirectoryError:
-        raise ResultsError(f"{source}: is a directory, expected a results file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ResultsError(f"{source}: cannot read: {exc}") from None
+    text = read_text(path, ResultsError, "a results file")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
