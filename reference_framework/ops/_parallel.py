@@ -230,20 +230,24 @@ def assign(dst: Any, src: Any) -> Any:
 # A GEMM this big takes ~0.2 ms on one core, twice a hand-off.
 MIN_GEMM_FLOPS = 16e6
 # GEMM blocks start at multiples of this many rows or columns, so that each
-# block is tiled as the whole GEMM tiles it (BLAS micro-kernels are 4-32 wide)
-# and gives the same bits.
-GEMM_ALIGN = 64
+# block is tiled as the whole GEMM tiles it (BLAS micro-kernels are 4-32 wide);
+# the tests also found unaligned blocks bitwise equal on OpenBLAS.
+GEMM_ALIGN = 16
 
 
 def matmul(a: Any, b: Any, out: Any, xp: Any = np) -> Any:
     """``xp.matmul(a, b, out=out)`` for 2-D arrays; on numpy with BLAS held to one
     thread, split into blocks of ``out``'s columns (when ``b`` is the bigger
-    operand, so each part reads half of it) or rows. Returns ``out``."""
+    operand, so each part reads a share of it) or rows, whichever gives every
+    thread a block. Returns ``out``."""
     m, n = out.shape
     if (xp is not np or 2.0 * m * n * a.shape[1] < MIN_GEMM_FLOPS or parts_for(2, MIN_BYTES, a, b, out) == 1
             or not _pool.blas_held):
         return xp.matmul(a, b, out=out)
-    if b.size >= a.size:
+    by_columns = b.size >= a.size
+    if (n if by_columns else m) < _pool.threads * GEMM_ALIGN:
+        by_columns = n > m  # the preferred side is too narrow to give every thread a block
+    if by_columns:
         run_parts(lambda p: np.matmul(a, b[:, p], out=out[:, p]), n, MIN_BYTES, a, b, out, align=GEMM_ALIGN)
     else:
         run_parts(lambda p: np.matmul(a[p], b, out=out[p]), m, MIN_BYTES, a, b, out, align=GEMM_ALIGN)
