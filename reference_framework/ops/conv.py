@@ -29,6 +29,14 @@ size is page-faulted in, and zeroed by the kernel, on every call (reuse made
 forward + grad 1.2-1.3x faster at the large ResNet-50 shapes); cupy's memory
 pool already does the same for device memory. ``release_workspace()`` frees them.
 
+On the CPU every big pass runs on all cores through ``_parallel``: the GEMMs
+as blocks of their output's columns or rows (numpy's BLAS is then held to
+one thread), the padding, im2col and col2im copies as channel ranges, and the
+layout transposes along their first axis; each result is bitwise the
+single-threaded one. On 2 cores conv2d + conv2d_grad over the ResNet-50 batch-8
+shapes took 1.09-1.10 s per training step's worth, against 1.26-1.32 s with
+OpenBLAS threading the GEMMs alone.
+
 ``Im2ColTimer``, ``Col2ImTimer`` and ``GemmTimer`` are timed inside the op's own
 region (one ``GemmTimer`` per GEMM).
 """
