@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -87,9 +88,9 @@ def test_thread_count_follows_the_environment(monkeypatch):
         _parallel.set_num_threads(None)
         assert _parallel.num_threads() == 3
         monkeypatch.delenv("OPPERF_NUM_THREADS")
-        import os
         _parallel.set_num_threads(None)
-        assert _parallel.num_threads() == (os.cpu_count() or 1)
+        usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        assert _parallel.num_threads() == usable
         for bad in ("0", "two", "-1"):
             monkeypatch.setenv("OPPERF_NUM_THREADS", bad)
             with pytest.raises(ValueError, match=f"OPPERF_NUM_THREADS expects an int >= 1.*given '{bad}'"):

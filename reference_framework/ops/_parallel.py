@@ -103,7 +103,10 @@ def _limit_blas() -> Any:
         from threadpoolctl import threadpool_limits
     except ImportError:  # then GEMMs stay with BLAS's own threads and are not split
         return None
-    return threadpool_limits(limits=1, user_api="blas")
+    limiter = threadpool_limits(limits=1, user_api="blas")
+    if limiter.get_original_num_threads().get("blas") is None:
+        return None  # no BLAS library threadpoolctl knows: leave the GEMMs to BLAS
+    return limiter
 
 
 _pool = _Pool(_threads_from_env())

@@ -72,16 +72,6 @@ def _total(parts: list[Any]) -> Any:
     return rows.sum(axis=0)
 
 
-def channel_sums(x3: Any) -> Any:
-    """Per-channel sums of an (N, C, S) array, shape (C,), in its dtype."""
-    return _sample_sums(x3).sum(axis=0)
-
-
-def channel_dots(a3: Any, b3: Any) -> Any:
-    """Per-channel sums of ``a3 * b3`` for (N, C, S) arrays, without an (N, C, S) temporary."""
-    return _sample_dots(a3, b3).sum(axis=0)
-
-
 def _per_channel(v: Any) -> Any:
     """A (C,) vector shaped to broadcast over an (N, C, S) array."""
     return v.reshape(1, -1, 1)
