@@ -13,7 +13,7 @@ side (see ``time_pair``). Each side uses its default threads.
 
     python benchmarks/ops_bench.py               # all rows, 15 repetitions
     python benchmarks/ops_bench.py --ops batch_norm,relu --repeat 31
-    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/ops_bench.py   # one thread each
+    OMP_NUM_THREADS=1 OPPERF_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/ops_bench.py   # one thread each
 """
 
 from __future__ import annotations

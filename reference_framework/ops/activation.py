@@ -6,18 +6,22 @@ from collections.abc import Callable
 from typing import Any
 
 from ..registry import KernelContext, OpDef, OpError, make_grad, optional, register
+from ._parallel import elementwise
 from ._util import numel
 
 
 def relu(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> dict[str, Any]:
-    return {"Out": ctx.xp.maximum(ins["X"], 0)}  # a Python 0 keeps X's dtype
+    x, xp = ins["X"], ctx.xp
+    # a Python 0 keeps X's dtype
+    return {"Out": elementwise(lambda o, a: xp.maximum(a, 0, out=o), xp.empty_like(x), x)}
 
 
 def relu_grad(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> dict[str, Any]:
     out, dout = ins["Out"], ins["Out@GRAD"]
     if dout.shape != out.shape:
         raise OpError(f"relu_grad: Out@GRAD must have Out's shape {list(out.shape)}, given {list(dout.shape)}")
-    return {"X@GRAD": dout * (out > 0)}
+    dx = ctx.xp.empty(dout.shape, dtype=dout.dtype)
+    return {"X@GRAD": elementwise(lambda d, o, g: ctx.xp.multiply(g, o > 0, out=d), dx, out, dout)}
 
 
 def _same(src: str, dst: str) -> Callable[[dict, dict[str, Any]], dict]:

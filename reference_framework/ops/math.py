@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..registry import KernelContext, OpDef, OpError, duplicable, make_grad, optional, register
+from ._parallel import elementwise
 from ._util import numel
 
 
@@ -24,10 +25,19 @@ def sum_(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> dict
     for x in xs[1:]:
         if x.shape != first.shape:
             raise OpError(f"sum: every X must have shape {list(first.shape)}, given {list(x.shape)}")
-    out = first + xs[1] if len(xs) > 1 else first.copy()  # a new array: inputs stay untouched
-    for x in xs[2:]:
-        out += x
-    return {"Out": out}
+    if len(xs) == 1 or any(x.dtype != first.dtype for x in xs):
+        out = first + xs[1] if len(xs) > 1 else first.copy()  # a new array: inputs stay untouched
+        for x in xs[2:]:
+            out += x
+        return {"Out": out}
+    xp = ctx.xp
+
+    def add_all(o: Any, a: Any, b: Any, *rest: Any) -> None:
+        xp.add(a, b, out=o)
+        for x in rest:
+            o += x
+
+    return {"Out": elementwise(add_all, xp.empty(first.shape, dtype=first.dtype), *xs)}
 
 
 register(OpDef("mean", inputs=["X"], outputs=["Out"], kernel=mean,

@@ -11,6 +11,7 @@ from numbers import Real
 from typing import Any
 
 from ..registry import REQUIRED, KernelContext, OpDef, OpError, register
+from ._parallel import elementwise
 from ._util import numel
 
 
@@ -29,16 +30,21 @@ def momentum(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> 
     _check(p, g, v, lr)
     xp, mu = ctx.xp, attrs["mu"]
     lr = lr.reshape(()).astype(p.dtype, copy=False)  # a float64 rate must not promote the update
-    xp.multiply(v, mu, out=v)
-    v += g
-    # One parameter-sized temporary: numpy has no fused "p -= lr * v".
-    if attrs["use_nesterov"]:
-        step = xp.multiply(v, mu)
-        step += g
-        step *= lr
-    else:
-        step = xp.multiply(v, lr)
-    p -= step
+    nesterov = attrs["use_nesterov"]
+
+    def update(p: Any, v: Any, g: Any) -> None:
+        xp.multiply(v, mu, out=v)
+        v += g
+        # One temporary the size of the part: numpy has no fused "p -= lr * v".
+        if nesterov:
+            step = xp.multiply(v, mu)
+            step += g
+            step *= lr
+        else:
+            step = xp.multiply(v, lr)
+        p -= step
+
+    elementwise(update, p, v, g)  # big parameters are updated by parts, over threads
     return {"ParamOut": p, "VelocityOut": v}
 
 

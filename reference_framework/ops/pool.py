@@ -19,6 +19,7 @@ import numpy as np
 
 from ..registry import REQUIRED, KernelContext, OpDef, OpError, make_grad, optional, register
 from . import cuda_kernels
+from ._parallel import run_parts
 from ._util import check_ints, numel
 
 __all__ = ["pool2d", "pool2d_grad"]
@@ -98,26 +99,34 @@ def _divisor(x_shape: Sequence[int], win: Window, dtype: np.dtype) -> np.ndarray
 
 def _pool_cpu(x: np.ndarray, is_max: bool, win: Window) -> np.ndarray:
     (kh, kw), (sh, sw), paddings, (oh, ow) = win
-    xpad = _padded(x, paddings, -np.inf if is_max else 0)
-    out = None
-    for ky in range(kh):
-        for kx in range(kw):
-            cells = xpad[:, :, _span(ky, sh, oh), _span(kx, sw, ow)]
-            if out is None:
-                out = cells.copy()
-            elif is_max:
-                np.maximum(out, cells, out=out)
-            else:
-                out += cells
-    if not is_max:
-        out /= _divisor(x.shape, win, x.dtype)
+    out = np.empty((*x.shape[:2], oh, ow), dtype=x.dtype)
+
+    def pool(p: slice) -> None:
+        xpad, o = _padded(x[p], paddings, -np.inf if is_max else 0), out[p]
+        for ky in range(kh):
+            for kx in range(kw):
+                cells = xpad[:, :, _span(ky, sh, oh), _span(kx, sw, ow)]
+                if ky == kx == 0:
+                    o[...] = cells
+                elif is_max:
+                    np.maximum(o, cells, out=o)
+                else:
+                    o += cells
+        if not is_max:
+            o /= _divisor(x.shape, win, x.dtype)
+
+    run_parts(pool, x.shape[0], x.nbytes + out.nbytes * kh * kw, x)  # samples over threads
     return out
 
 
-def _pool_grad_cpu(x: np.ndarray, out: np.ndarray, dout: np.ndarray, is_max: bool, win: Window) -> np.ndarray:
+def _pool_grad_part(x: np.ndarray, out: np.ndarray, dout: np.ndarray, is_max: bool, win: Window,
+                    dx: np.ndarray) -> None:
+    """X@GRAD of some samples into ``dx``."""
     (kh, kw), (sh, sw), (ph, pw), (oh, ow) = win
     n, c, h, w = x.shape
-    dxpad = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=x.dtype)
+    dxpad = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=x.dtype) if ph or pw else dx
+    if not (ph or pw):
+        dx.fill(0)
     if is_max:
         xpad = _padded(x, (ph, pw), -np.inf)  # a padded cell never wins
         searching = np.ones(out.shape, dtype=bool)  # windows whose first maximum is not found yet
@@ -133,7 +142,16 @@ def _pool_grad_cpu(x: np.ndarray, out: np.ndarray, dout: np.ndarray, is_max: boo
                 searching ^= hit
                 np.multiply(dout, hit, out=share)
             dxpad[:, :, rows, cols] += share
-    return dxpad[:, :, ph:ph + h, pw:pw + w].copy() if ph or pw else dxpad
+    if ph or pw:
+        dx[...] = dxpad[:, :, ph:ph + h, pw:pw + w]
+
+
+def _pool_grad_cpu(x: np.ndarray, out: np.ndarray, dout: np.ndarray, is_max: bool, win: Window) -> np.ndarray:
+    dx = np.empty(x.shape, dtype=x.dtype)
+    (kh, kw) = win[0]
+    run_parts(lambda p: _pool_grad_part(x[p], out[p], dout[p], is_max, win, dx[p]), x.shape[0],
+              2 * x.nbytes + 3 * out.nbytes * kh * kw, x)  # samples over threads
+    return dx
 
 
 def _check_float(op: str, x: Any) -> None:
