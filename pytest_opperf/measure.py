@@ -26,7 +26,7 @@ __all__ = ["CountingRun", "Run", "measure_window", "op_run", "MAX_OP_SAMPLES"]
 
 # Per-op benchmarks may run 10^5 rounds; an evenly spaced subset keeps files small
 # and still gives the rank test far more samples than it needs.
-MAX_OP_SAMPLES = 2000
+MAX_OP_SAMPLES = 500
 
 
 class CountingRun:

@@ -15,7 +15,7 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
+import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -75,6 +75,10 @@ class StatResult:
         for optional in ("samples_ms", "flops", "bytes"):
             if d[optional] is None:
                 del d[optional]
+        if d.get("samples_ms"):
+            # 5 significant digits: beyond the timers' resolution, and a third
+            # of the size of a float's repr in files that are committed.
+            d["samples_ms"] = [float(f"{x:.5g}") for x in d["samples_ms"]]
         return d
 
 
@@ -284,9 +288,20 @@ def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
     write_text_atomic(path, json.dumps(obj, allow_nan=False) + "\n")
 
 
+def _temp_beside(target: Path) -> tuple[int, str]:
+    """A new temp file next to ``target``, created with mode 0o666 so that the
+    umask applies as for any new file (mkstemp's would stay private, 0o600)."""
+    while True:
+        tmp = target.parent / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), str(tmp)
+        except FileExistsError:
+            continue
+
+
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    fd, tmp = _temp_beside(target)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)

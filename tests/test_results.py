@@ -2,6 +2,7 @@
 
 import json
 import os
+import stat
 import subprocess
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from pytest_opperf.device import DeviceInfo
 from pytest_opperf.results import (
     SCHEMA,
+    StatResult,
     ResultsError,
     ResultSet,
     baseline_file,
@@ -146,3 +148,20 @@ def test_same_hardware():
 
 def test_baseline_file_name(tmp_path):
     assert baseline_file(tmp_path, "nvidia-h200", "full") == tmp_path / "nvidia-h200-full.json"
+
+
+def test_written_files_get_the_umask_mode_not_a_private_one(tmp_path):
+    from pytest_opperf.results import write_text_atomic
+
+    umask = os.umask(0o022)
+    try:
+        write_text_atomic(tmp_path / "base.json", "{}\n")
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE((tmp_path / "base.json").stat().st_mode) == 0o644
+    assert [p.name for p in tmp_path.iterdir()] == ["base.json"]
+
+
+def test_samples_are_stored_to_five_significant_digits():
+    d = StatResult("relu", None, 2, 0.3, 0.15, 0.1, 0.2, samples_ms=[0.123456789, 12345.6789]).to_dict()
+    assert d["samples_ms"] == [0.12346, 12346.0]
