@@ -9,10 +9,12 @@ Regression rule (defaults in :class:`Regression`). A stat is slower than its
 baseline only when all of these hold:
 
 * its median sample exceeds the baseline median by more than
-  ``max_slowdown`` (relative, default 10 %),
+  ``max_slowdown`` (relative, default 10 %; ``op_max_slowdown`` for per-op
+  benchmarks when set),
 * and by more than a floor in ms (``min_diff_ms``, default 0.05 ms per step
-  for e2e runs; ``op_min_diff_ms``, default 0.001 ms per call for per-op
-  benchmarks), so microsecond stats cannot flap,
+  for e2e runs, raised to ``min_step_share`` of the baseline's median step
+  when that is larger; ``op_min_diff_ms``, default 0.001 ms per call for
+  per-op benchmarks), so small stats cannot flap,
 * and the samples say the difference is real: a one-sided Mann-Whitney U
   test (new slower than baseline) at ``alpha`` (default 0.01). With fewer
   than ``min_samples`` (default 5) samples on either side the rank test has
@@ -81,6 +83,12 @@ class Regression:
     min_diff_ms: float = 0.05
     op_min_diff_ms: float = 0.001
     min_samples: int = 5
+    # per-op benchmarks' relative tolerance (default: max_slowdown): timed in
+    # isolation, they drift between sessions more than the steps of a run
+    op_max_slowdown: float | None = None
+    # e2e floor relative to the step: a stat must grow by more than this share
+    # of the baseline's median step time (and by min_diff_ms)
+    min_step_share: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -140,6 +148,7 @@ def _parse_regression(table: Any, source: str) -> Regression:
     ranges = {
         "max_slowdown": (0.0, math.inf), "max_python_share_increase": (0.0, 1.0), "alpha": (0.0, 1.0),
         "min_diff_ms": (0.0, math.inf), "op_min_diff_ms": (0.0, math.inf), "min_samples": (2, math.inf),
+        "op_max_slowdown": (0.0, math.inf), "min_step_share": (0.0, 1.0),
     }
     for key, (lo, hi) in ranges.items():
         if key in values and not lo <= values[key] <= hi:
@@ -290,9 +299,11 @@ def compare_higher(base: Sequence[float], new: Sequence[float], regression: Regr
 
 
 def compare_slower(base: Sequence[float], new: Sequence[float], regression: Regression,
-                   floor: float) -> Comparison:
-    """The regression rule on two non-empty sample series (larger = slower)."""
-    return compare_higher(base, new, regression, lambda m: m * (1 + regression.max_slowdown), floor)
+                   floor: float, tolerance: float | None = None) -> Comparison:
+    """The regression rule on two non-empty sample series (larger = slower);
+    ``tolerance`` defaults to ``max_slowdown``."""
+    slowdown = regression.max_slowdown if tolerance is None else tolerance
+    return compare_higher(base, new, regression, lambda m: m * (1 + slowdown), floor)
 
 
 def _after_warmup(samples: Sequence[float] | None) -> list[float]:
@@ -375,7 +386,14 @@ class _Gate:
 
     def stats(self, base: RunResult, new: RunResult) -> None:
         e2e = new.kind == "e2e"
-        floor = self.regression.min_diff_ms if e2e else self.regression.op_min_diff_ms
+        reg = self.regression
+        if e2e:
+            steps = _after_warmup(base.step_ms)
+            floor = max(reg.min_diff_ms, reg.min_step_share * Samples(steps).median if steps else 0.0)
+            tolerance = reg.max_slowdown
+        else:
+            floor = reg.op_min_diff_ms
+            tolerance = reg.max_slowdown if reg.op_max_slowdown is None else reg.op_max_slowdown
         unit = "median per-step time" if e2e else "median time per call"
         pick = _after_warmup if e2e else (lambda samples: list(samples or []))
         base_stats = base.stat_map()
@@ -387,16 +405,16 @@ class _Gate:
             new_samples, base_samples = pick(s.samples_ms), pick(b.samples_ms)
             if new_samples and base_samples:
                 metric = f"{'step_ms' if e2e else 'call_ms'}:{s.name}"
-                c = compare_slower(base_samples, new_samples, self.regression, floor)
+                c = compare_slower(base_samples, new_samples, reg, floor, tolerance)
             else:  # one value each: the few-samples rule on the averages is all there is
                 metric, unit = f"avg_ms:{s.name}", "average time"
-                c = compare_slower([b.avg_ms], [s.avg_ms], self.regression, floor)
+                c = compare_slower([b.avg_ms], [s.avg_ms], reg, floor, tolerance)
                 c = Comparison(c.regressed, c.base, c.new, c.limit, f"no samples: averages compared, {c.statistic}")
             if c.regressed:
                 ratio = c.new / c.base if c.base > 0 else math.inf
                 self.fail(new.id, metric, c.new, c.limit, c.base,
                           f"{s.name} {unit} {c.new:.4g} ms vs baseline {c.base:.4g} ms "
-                          f"({_pct(ratio)}, tolerance +{self.regression.max_slowdown:.0%})", c.statistic)
+                          f"({_pct(ratio)}, tolerance +{tolerance:.0%}, floor {floor:.3g} ms)", c.statistic)
 
     def throughput(self, base: RunResult, new: RunResult) -> None:
         if base.examples_per_sec <= 0 or new.examples <= 0:

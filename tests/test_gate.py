@@ -112,6 +112,25 @@ def test_significant_but_within_tolerance_is_not_flagged():
     assert not c.regressed
 
 
+def test_step_share_floor_and_op_tolerance():
+    # e2e: +30 % on a 1 ms stat of 100 ms steps is 0.3 ms, below 1 % of the step
+    base = e2e_run(stats={"relu": noisy(1.0), "conv2d": noisy(50.0)}, step_ms=[100.0] * 20)
+    new = e2e_run(stats={"relu": noisy(1.3, seed=1), "conv2d": noisy(65.0, seed=1)}, step_ms=[100.0] * 20)
+    loose = Thresholds(regression=Regression(max_slowdown=0.25, min_step_share=0.01))
+    (x,) = evaluate(results(new), loose, results(base)).violations
+    assert x.metric == "step_ms:conv2d" and "floor 1 ms" in x.message
+    assert {v.metric for v in evaluate(results(new), Thresholds(regression=Regression(max_slowdown=0.25)),
+                                       results(base)).violations} == {"step_ms:conv2d", "step_ms:relu"}
+    # per-op benchmarks: their own tolerance, the e2e one left alone
+    ops_base = op_run("ops.py::test_relu", "relu", [ms / 1e3 for ms in noisy(1.0, n=50)], 10, CPU_HOST, "host")
+    ops_new = op_run("ops.py::test_relu", "relu", [ms / 1e3 for ms in noisy(1.4, n=50, seed=1)], 10, CPU_HOST,
+                     "host")
+    assert evaluate(results(ops_new), Thresholds(regression=Regression(max_slowdown=0.25, op_max_slowdown=0.5)),
+                    results(ops_base)).passed
+    assert not evaluate(results(ops_new), Thresholds(regression=Regression(max_slowdown=0.25)),
+                        results(ops_base)).passed
+
+
 def test_floor_keeps_microsecond_stats_quiet():
     c = compare_slower(noisy(0.001), noisy(0.003, seed=1), Regression(), floor=0.05)
     assert not c.regressed  # 3x slower, but 2 us per step
