@@ -121,8 +121,13 @@ def peer(s: ConvShape, batch: int) -> Callable[[], None]:
 
 def _time_ms(step: Callable[[], None], pause: float) -> float:
     # BLAS/OpenMP worker threads spin for ~0.1 s after a call and slow down
-    # whatever runs next on the two cores: let them go to sleep first.
+    # whatever runs next on the two cores: let the other side's go to sleep
+    # first. Then one untimed call wakes this side's threads: waking a sleeping
+    # pool costs milliseconds on this VM (torch's 1x1 64->64 conv took 41 ms
+    # after a 0.2 s pause, 13 ms back to back), and a training step runs its
+    # ops back to back, warm.
     time.sleep(pause)
+    step()
     start = time.perf_counter()
     step()
     return (time.perf_counter() - start) * 1e3
