@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
 
-from pytest_opperf.timers import DeviceClock
+from .timers import DeviceClock
 
 __all__ = ["CPU_HOST", "DeviceInfo", "EventTimer", "SyncTimer", "benchmark_timer"]
 

@@ -49,8 +49,8 @@ from dataclasses import asdict, dataclass, field, fields
 from fnmatch import fnmatchcase
 from typing import Any
 
-from pytest_opperf.results import ResultSet, RunResult, read_text, same_hardware
-from pytest_opperf.stats import Samples, mann_whitney_u
+from .results import ResultSet, RunResult, read_text, same_hardware
+from .stats import Samples, mann_whitney_u
 
 __all__ = [
     "Comparison",

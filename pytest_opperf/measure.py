@@ -17,10 +17,10 @@ from contextlib import contextmanager
 from time import perf_counter_ns
 from typing import Any
 
-from pytest_opperf import timers
-from pytest_opperf.device import DeviceInfo
-from pytest_opperf.results import RunResult, StatResult
-from pytest_opperf.stats import most_common
+from . import timers
+from .device import DeviceInfo
+from .results import RunResult, StatResult
+from .stats import most_common
 
 __all__ = ["CountingRun", "Run", "measure_window", "op_run", "MAX_OP_SAMPLES"]
 

@@ -16,10 +16,10 @@ from typing import Any
 
 from tabulate import tabulate
 
-from pytest_opperf.gate import Verdict
-from pytest_opperf.results import SCHEMA, ResultSet, RunResult, StatResult
-from pytest_opperf.stats import Samples
-from pytest_opperf.timers import ordered, short_name
+from .gate import Verdict
+from .results import SCHEMA, ResultSet, RunResult, StatResult
+from .stats import Samples
+from .timers import ordered, short_name
 
 __all__ = [
     "SORT_KEYS",
