@@ -69,8 +69,8 @@ def pytest_opperf_report_sections(config: pytest.Config, results: ResultSet) -> 
     """Extra sections for the report: a list of ``(title, lines)``.
 
     Called once, after the gate, with the final results; the sections follow
-    the runs in the terminal report (each under a ``title`` separator) and in
-    the markdown report (as preformatted blocks). A suite uses it for tables
+    the runs, before the verdict, in the terminal report (each under a
+    ``--- title ---`` line) and in the markdown report (as preformatted blocks). A suite uses it for tables
     that compare its own runs, e.g. the executor ablation of the e2e suite.
     """
 

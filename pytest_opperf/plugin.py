@@ -635,12 +635,9 @@ class OpPerfSession:
         if self.results is None:
             tr.write_line("opperf: no results (the session stopped before running tests)")
         else:
-            for line in report.terminal_lines(self.results, self.verdict, self.settings.sort, self.notes):
+            for line in report.terminal_lines(self.results, self.verdict, self.settings.sort, self.notes,
+                                              self.sections):
                 tr.write_line(line)
-            for title, lines in self.sections:
-                tr.write_sep("-", title)
-                for line in lines:
-                    tr.write_line(line)
         for line in self.written:
             tr.write_line(f"wrote {line}")
         for line in self.errors:

@@ -182,8 +182,9 @@ def gate_lines(verdict: Verdict) -> list[str]:
 
 
 def terminal_lines(results: ResultSet, verdict: Verdict | None, sort: str = "total",
-                   notes: Sequence[str] = ()) -> list[str]:
-    """The whole ``opperf`` terminal section."""
+                   notes: Sequence[str] = (), sections: Sequence[tuple[str, Sequence[str]]] = ()) -> list[str]:
+    """The whole ``opperf`` terminal section; extra ``(title, lines)`` sections
+    come after the runs, each under a ``--- title ---`` line, and the verdict last."""
     lines: list[str] = []
     session = results.session
     if session:
@@ -201,6 +202,8 @@ def terminal_lines(results: ResultSet, verdict: Verdict | None, sort: str = "tot
     if ops:
         lines.append("")
         lines += op_table_lines(ops)
+    for title, section in sections:
+        lines += ["", f"--- {title} ---", *section]
     lines.append("")
     lines.append(verdict_line(verdict))
     if verdict is not None:

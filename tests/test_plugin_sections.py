@@ -30,7 +30,8 @@ def test_sections_reach_the_terminal_and_the_markdown(pytester):
     pytester.makepyfile(test_suite=TEST)
     result = pytester.runpytest("--opperf", "--opperf-workload=tiny", "--opperf-markdown=report.md")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*- ablation -*", "test_suite.py::test_train[[]tiny-cpu[]]: 3 steps"])
+    result.stdout.fnmatch_lines(["--- ablation ---", "test_suite.py::test_train[[]tiny-cpu[]]: 3 steps", "",
+                                 "gate: PASSED *"])  # the verdict closes the report
     text = (pytester.path / "report.md").read_text()
     assert "### ablation\n\n```\ntest_suite.py::test_train[tiny-cpu]: 3 steps\n```" in text
 
