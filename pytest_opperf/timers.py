@@ -328,14 +328,6 @@ class Table(Mapping[str, Stat]):
             s.total_ms for s in self._stats.values() if s.kernel and self.kernel_ancestor(s) is None
         )
 
-    @property
-    def depth(self) -> int:
-        """How many regions are open on this table now."""
-        depth, region = 0, self.current
-        while region is not None:
-            depth, region = depth + 1, region.outer
-        return depth
-
     def _event(self, region: _Region, start: int, ns: int) -> None:
         depth, outer = 0, region.outer
         while outer is not None:

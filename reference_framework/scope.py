@@ -61,10 +61,6 @@ class Scope:
     def local_var_names(self) -> list[str]:
         return list(self._vars)
 
-    def erase(self, names: list[str]) -> None:
-        for n in names:
-            self._vars.pop(n, None)
-
     def new_scope(self) -> Scope:
         """A new kid scope whose lookups fall back to this one."""
         kid = Scope(self)
