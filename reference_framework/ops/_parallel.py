@@ -7,8 +7,14 @@ takes the first part, pool threads the rest. Every part computes exactly what
 the serial pass computes for its elements, so element-wise results are
 bitwise identical; a kernel that reduces keeps per-part partial results in a
 fixed order and combines them itself. :func:`matmul` splits a GEMM into
-blocks of its output the same way (each block is the same BLAS computation,
-so the result is bitwise identical too).
+blocks of its output the same way. Its result is *not* promised bitwise: BLAS
+picks micro-kernels, K blocking and small-matrix paths by the size of the
+matrices it is given, so a block may sum its products in another order than
+the same rows of the whole GEMM (OpenBLAS 0.3.31 on some AMD EPYC machines
+differs by an ulp, even single-threaded). What holds on every BLAS is the
+error bound of a rounded sum: each output differs from the whole GEMM's by at
+most ``2 * gamma_k * (|a| @ |b|)``, ``gamma_k = k u / (1 - k u)``, which the
+tests check; a block read at a wrong offset or never written breaks it.
 
 While splitting is on, numpy's BLAS is held to one thread (through
 threadpoolctl, from the first kernel call that could split). OpenBLAS's own
@@ -235,8 +241,8 @@ def assign(dst: Any, src: Any) -> Any:
 # A GEMM this big takes ~0.2 ms on one core, twice a hand-off.
 MIN_GEMM_FLOPS = 16e6
 # GEMM blocks start at multiples of this many rows or columns, so that each
-# block is tiled as the whole GEMM tiles it (BLAS micro-kernels are 4-32 wide);
-# the tests also found unaligned blocks bitwise equal on OpenBLAS.
+# block is tiled much as the whole GEMM tiles it (BLAS micro-kernels are 4-32
+# wide); this keeps blocks on the fast kernels, it does not make them bitwise.
 GEMM_ALIGN = 16
 
 
@@ -244,7 +250,8 @@ def matmul(a: Any, b: Any, out: Any, xp: Any = np) -> Any:
     """``xp.matmul(a, b, out=out)`` for 2-D arrays; on numpy with BLAS held to one
     thread, split into blocks of ``out``'s columns (when ``b`` is the bigger
     operand, so each part reads a share of it) or rows, whichever gives every
-    thread a block. Returns ``out``."""
+    thread a block. Returns ``out``, equal to the unsplit GEMM within the
+    rounding bound of its sums (see the module docstring), not bitwise."""
     m, n = out.shape
     if (xp is not np or 2.0 * m * n * a.shape[1] < MIN_GEMM_FLOPS or parts_for(2, MIN_BYTES, a, b, out) == 1
             or not _pool.blas_held):

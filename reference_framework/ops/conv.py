@@ -32,8 +32,11 @@ pool already does the same for device memory. ``release_workspace()`` frees them
 On the CPU every big pass runs on all cores through ``_parallel``: the GEMMs
 as blocks of their output's columns or rows (numpy's BLAS is then held to
 one thread), the padding, im2col and col2im copies as channel ranges, and the
-layout transposes along their first axis; each result is bitwise the
-single-threaded one. On 2 cores conv2d + conv2d_grad over the ResNet-50 batch-8
+layout transposes along their first axis. The copies are bitwise the
+single-threaded ones; the GEMMs, and so Output, Filter@GRAD and Input@GRAD,
+agree with the single-threaded op within the rounding bound of their sums,
+not bitwise, because BLAS may round a block differently from the whole
+matrix (``_parallel.matmul``). On 2 cores conv2d + conv2d_grad over the ResNet-50 batch-8
 shapes took 1.09-1.10 s per training step's worth, against 1.26-1.32 s with
 OpenBLAS threading the GEMMs alone.
 
