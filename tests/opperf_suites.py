@@ -1,7 +1,12 @@
-"""Synthetic suites for the plugin tests: timed regions are sleeps, so no framework is needed.
+"""Synthetic suites for the plugin tests: timed regions advance a fake clock, so no framework is needed.
 
 Per step: ExecutorRunTimer (CreateOpTimer, conv2d with Im2ColTimer inside, relu),
 then ``PYTHON_MS`` outside the executor (the "Python" part of the step).
+
+``nap(ms)`` advances the clock the timers and the measured window read
+(``perf_counter_ns`` of ``pytest_opperf.timers`` and ``.measure``, patched for
+the test) by exactly ``ms``, and each reading by 1 us: every time in the results is known in advance, so
+no assertion depends on how busy the machine is (``-n 16``, a shared CI box).
 """
 
 from __future__ import annotations
@@ -9,16 +14,27 @@ from __future__ import annotations
 import pytest
 
 E2E = '''
-import time
-from pytest_opperf import timers
+import pytest
+from pytest_opperf import measure as _measure, timers
 
 STEPS = {steps}
 RELU_MS = {relu_ms}
 RELU_CALLS = {relu_calls}
 PYTHON_MS = {python_ms}
 
+NOW_NS = [0]
+
 def nap(ms):
-    time.sleep(ms / 1000)
+    NOW_NS[0] += round(ms * 1e6)
+
+def clock():  # a real clock always moves: 1 us per reading keeps regions ordered and nested
+    NOW_NS[0] += 1000
+    return NOW_NS[0]
+
+@pytest.fixture(autouse=True)
+def _fake_clock(monkeypatch):
+    monkeypatch.setattr(timers, "perf_counter_ns", clock)
+    monkeypatch.setattr(_measure, "perf_counter_ns", clock)
 
 def train_step():
     with timers.timer("ExecutorRunTimer"):
@@ -67,7 +83,8 @@ def assert_one_line_usage_error(result, *fragments: str) -> None:
 def inner_run_env(pytester, monkeypatch):
     """Keep inner runs independent of the outer environment, and fast.
 
-    Inner runs must not append to a real step summary. pytester restores
+    Inner runs must not append to a real step summary, nor see the outer
+    xdist worker's environment. pytester restores
     sys.modules after every in-process run, so a plugin that imports a large
     package lazily (hypothesis, where installed) would import it again in
     each run; blocking it keeps the plugin tests within their time budget.
@@ -76,5 +93,9 @@ def inner_run_env(pytester, monkeypatch):
     the editable package's files); tests that count warnings must not.
     """
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    # under `pytest -n N` the outer worker's variables would make pytest-benchmark
+    # in the inner run believe it is an xdist worker and switch itself off
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
     # after pytester, which clears it
     monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:hypothesispytest -W ignore::pytest.PytestAssertRewriteWarning")
