@@ -38,6 +38,13 @@ confined to the warm-up step is therefore not gated.
 Per-step counts (``counts = "exact"``) must equal the baseline's: a count
 change is structural and has no noise. A baseline from other hardware gives
 a warning; the relative checks still run.
+
+A baseline that checks (almost) nothing fails: when the session measured no
+run, or fewer than ``min_baseline_share`` (default 0.5) of the session's runs
+have a run of the same id in the baseline (a wrong file, another workload, run
+ids that changed), the verdict gets one ``baseline_match`` violation saying so.
+A ``[[limit]]`` whose globs match no run, or no stat of the runs they match,
+is reported as a warning.
 """
 
 from __future__ import annotations
@@ -89,6 +96,9 @@ class Regression:
     # e2e floor relative to the step: a stat must grow by more than this share
     # of the baseline's median step time (and by min_diff_ms)
     min_step_share: float = 0.0
+    # below this share of the session's runs found in the baseline, the baseline
+    # is the wrong one (or ids changed): the gate fails instead of checking little
+    min_baseline_share: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -148,7 +158,7 @@ def _parse_regression(table: Any, source: str) -> Regression:
     ranges = {
         "max_slowdown": (0.0, math.inf), "max_python_share_increase": (0.0, 1.0), "alpha": (0.0, 1.0),
         "min_diff_ms": (0.0, math.inf), "op_min_diff_ms": (0.0, math.inf), "min_samples": (2, math.inf),
-        "op_max_slowdown": (0.0, math.inf), "min_step_share": (0.0, 1.0),
+        "op_max_slowdown": (0.0, math.inf), "min_step_share": (0.0, 1.0), "min_baseline_share": (0.0, 1.0),
     }
     for key, (lo, hi) in ranges.items():
         if key in values and not lo <= values[key] <= hi:
@@ -178,6 +188,9 @@ def _parse_limit(table: Any, index: int, source: str) -> Limit:
     for key in _STAT_LIMITS + _RUN_LIMITS:
         if key in values and values[key] < 0:
             raise ThresholdsError(f"{source}: {where} {key} must not be negative, got {values[key]!r}")
+    if values.get("max_python_share", 0.0) > 1:
+        raise ThresholdsError(f"{source}: {where} max_python_share is a share of wall time and must be in "
+                              f"[0, 1], got {values['max_python_share']!r}")
     return Limit(**values)
 
 
@@ -236,15 +249,20 @@ class Verdict:
     checks: int = 0
     baseline: str | None = None
     thresholds: str | None = None
+    # why the session did not run to its end (interrupted, -x): such a verdict never passes
+    incomplete: str | None = None
 
     @property
     def passed(self) -> bool:
-        return not self.violations
+        return not self.violations and self.incomplete is None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"passed": self.passed, "violations": [v.to_dict() for v in self.violations],
-                "warnings": list(self.warnings), "notes": list(self.notes), "checks": self.checks,
-                "baseline": self.baseline, "thresholds": self.thresholds}
+        d = {"passed": self.passed, "violations": [v.to_dict() for v in self.violations],
+             "warnings": list(self.warnings), "notes": list(self.notes), "checks": self.checks,
+             "baseline": self.baseline, "thresholds": self.thresholds}
+        if self.incomplete is not None:
+            d["incomplete"] = self.incomplete
+        return d
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
@@ -256,9 +274,13 @@ class Verdict:
                     run=str(v.get("run", "")), metric=str(v.get("metric", "")), value=v.get("value"),
                     limit=v.get("limit"), baseline=v.get("baseline"), message=str(v.get("message", "")),
                     statistic=str(v.get("statistic", ""))))
+        incomplete = data.get("incomplete")
+        if incomplete is None and data.get("passed") is False and not violations:
+            incomplete = "the stored verdict did not pass"  # never show PASSED for a file that says otherwise
         return cls(violations=violations, warnings=list(data.get("warnings", [])),
                    notes=list(data.get("notes", [])), checks=int(data.get("checks", 0)),
-                   baseline=data.get("baseline"), thresholds=data.get("thresholds"))
+                   baseline=data.get("baseline"), thresholds=data.get("thresholds"),
+                   incomplete=str(incomplete) if incomplete is not None else None)
 
 
 @dataclass(frozen=True)
@@ -268,7 +290,8 @@ class Comparison:
     regressed: bool
     base: float  # baseline median
     new: float  # new median
-    limit: float  # base median x (1 + max_slowdown)
+    limit: float  # the bound the new median was held to: limit(base median), widened to twice the
+    # tolerance with few samples (e.g. base x (1 + max_slowdown), or base + increase for the Python share)
     statistic: str
 
 
@@ -344,6 +367,18 @@ class _Gate:
         self.thresholds = thresholds
         self.regression = thresholds.regression
         self.verdict = Verdict(thresholds=thresholds.source)
+        self.limit_runs: set[int] = set()  # [[limit]] tables whose run glob matched a run
+        self.limit_stats: set[int] = set()  # ... and whose stat glob matched a stat of one
+
+    def unmatched_limits(self) -> None:
+        """A warning for every [[limit]] whose globs matched nothing: a typo must not switch it off silently."""
+        for index, lim in enumerate(self.thresholds.limits):
+            where = f"[[limit]] #{index + 1} (run = {lim.run!r}{f', stat = {lim.stat!r}' if lim.stat else ''})"
+            if index not in self.limit_runs:
+                self.verdict.warnings.append(f"{where} matches no run of this session: it checked nothing")
+            elif (lim.max_avg_ms is not None or lim.max_total_ms is not None) and index not in self.limit_stats:
+                self.verdict.warnings.append(f"{where} matches no stat of the runs it matches: its stat limits "
+                                             "checked nothing")
 
     def fail(self, run: str, metric: str, value: float, limit: float, baseline: float | None,
              message: str, statistic: str) -> None:
@@ -352,9 +387,10 @@ class _Gate:
     # absolute limits
 
     def limits(self, run: RunResult) -> None:
-        for lim in self.thresholds.limits:
+        for index, lim in enumerate(self.thresholds.limits):
             if not fnmatchcase(run.id, lim.run):
                 continue
+            self.limit_runs.add(index)
             if lim.min_examples_per_sec is not None:
                 self.verdict.checks += 1
                 if run.examples_per_sec < lim.min_examples_per_sec:
@@ -372,6 +408,7 @@ class _Gate:
             for s in run.stats:
                 if not fnmatchcase(s.name, lim.stat or "*"):
                     continue
+                self.limit_stats.add(index)
                 checks = (("avg_ms", s.avg_ms, lim.max_avg_ms), ("total_ms", s.total_ms, lim.max_total_ms))
                 for key, value, bound in checks:
                     if bound is None:
@@ -394,7 +431,7 @@ class _Gate:
         else:
             floor = reg.op_min_diff_ms
             tolerance = reg.max_slowdown if reg.op_max_slowdown is None else reg.op_max_slowdown
-        unit = "median per-step time" if e2e else "median time per call"
+        sampled_unit = "median per-step time" if e2e else "median time per call"
         pick = _after_warmup if e2e else (lambda samples: list(samples or []))
         base_stats = base.stat_map()
         for s in new.stats:
@@ -404,7 +441,7 @@ class _Gate:
             self.verdict.checks += 1
             new_samples, base_samples = pick(s.samples_ms), pick(b.samples_ms)
             if new_samples and base_samples:
-                metric = f"{'step_ms' if e2e else 'call_ms'}:{s.name}"
+                metric, unit = f"{'step_ms' if e2e else 'call_ms'}:{s.name}", sampled_unit
                 c = compare_slower(base_samples, new_samples, reg, floor, tolerance)
             else:  # one value each: the few-samples rule on the averages is all there is
                 metric, unit = f"avg_ms:{s.name}", "average time"
@@ -483,6 +520,7 @@ def evaluate(results: ResultSet, thresholds: Thresholds | None = None, baseline:
     verdict.baseline = baseline_name
     for run in results.runs:
         gate.limits(run)
+    gate.unmatched_limits()
     if baseline is not None:
         other = same_hardware(baseline.machine, results.machine)
         if other:
@@ -497,8 +535,29 @@ def evaluate(results: ResultSet, thresholds: Thresholds | None = None, baseline:
                 gate.against(base, run)
         if unmatched:
             verdict.notes.append(f"{len(unmatched)} run(s) have no baseline run: {', '.join(unmatched)}")
+        _baseline_match(gate, results, baseline, baseline_name, len(results.runs) - len(unmatched))
         measured = {r.id for r in results.runs}
         missing = [r.id for r in baseline.runs if r.id not in measured]
         if missing:
             verdict.notes.append(f"{len(missing)} baseline run(s) not measured in this session: {', '.join(missing)}")
     return verdict
+
+
+def _baseline_match(gate: _Gate, results: ResultSet, baseline: ResultSet, name: str | None, matched: int) -> None:
+    """A ``baseline_match`` violation when the baseline compares nothing, or too few of the session's runs."""
+    total = len(results.runs)
+    least = gate.regression.min_baseline_share
+    label = f"baseline {name}" if name else "the baseline"
+    if total == 0:
+        message = f"the session measured no runs: nothing was compared with {label}"
+    elif matched == 0 or matched / total < least:
+        new_id = next(r.id for r in results.runs if baseline.run(r.id) is None)
+        base_id = f"{baseline.runs[0].id!r}" if baseline.runs else "none (it has no runs)"
+        message = (f"{label} has a run for only {matched} of the session's {total} run(s) (at least "
+                   f"{least:.0%} expected): a wrong baseline, another workload or suite, or run ids that changed "
+                   f"(e.g. {new_id!r} is not in it; its ids look like {base_id})")
+    else:
+        return
+    gate.verdict.checks += 1
+    gate.fail("(session)", "baseline_match", matched / total if total else 0.0, least, None, message,
+              "runs found in the baseline")

@@ -12,6 +12,7 @@ startup); the gate treats it as warm-up when there are at least two steps.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from time import perf_counter_ns
@@ -81,6 +82,8 @@ class Run:
         table = self._table
         if table is None:
             raise RuntimeError(f"run {self.id!r}: step() called outside its measure() window")
+        if isinstance(examples, bool) or not isinstance(examples, int) or examples < 0:
+            raise ValueError(f"run {self.id!r}: step(examples=...) expects an int >= 0, given {examples!r}")
         table.flush()  # one device sync per step resolves the step's kernel times
         now = perf_counter_ns()
         self._end_trace_step(now)
@@ -104,6 +107,11 @@ class Run:
 
     def add_work(self, stat: str, flops: float = 0.0, bytes: float = 0.0) -> None:
         """Add FLOPs and bytes moved by ``stat`` in this step (for GFLOP/s in the report)."""
+        for key, value in (("flops", flops), ("bytes", bytes)):
+            if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                    or value < 0):
+                raise ValueError(f"run {self.id!r}: add_work({stat!r}, {key}=...) expects a finite number >= 0, "
+                                 f"given {value!r}")
         work = self._work.setdefault(stat, [0.0, 0.0])
         work[0] += flops
         work[1] += bytes

@@ -109,6 +109,7 @@ class Settings:
     executor_stat: str = "ExecutorRunTimer"
     paths: dict[str, Path] = field(default_factory=dict)  # thresholds, baseline, save, json, markdown, trace
     labels: dict[str, str] = field(default_factory=dict)  # how each was given, for messages
+    save_dir: bool = False  # --opperf-save ends with a slash: a directory, created when missing
 
     def label(self, name: str) -> str:
         return self.labels.get(name, f"--opperf-{name}")
@@ -142,7 +143,10 @@ def _settings(config: pytest.Config) -> Settings:
     if enabled is None:
         enabled = bool(config.getini("opperf_enabled"))
     executor_stat = config.getini("opperf_executor_stat") or "ExecutorRunTimer"
-    return Settings(enabled=enabled, executor_stat=executor_stat, paths=paths, labels=labels, **values)
+    save_given = labels.get("save", "")
+    save_dir = save_given.endswith(("/", os.sep))
+    return Settings(enabled=enabled, executor_stat=executor_stat, paths=paths, labels=labels, save_dir=save_dir,
+                    **values)
 
 
 _SETTINGS = pytest.StashKey[Settings]()
@@ -206,6 +210,21 @@ def session_info(config: pytest.Config) -> SessionInfo:
 # --- fixtures ------------------------------------------------------------------------
 
 
+def run_id_of(node: Any) -> str:
+    """A test's run id: its node id with the file part relative to the rootdir.
+
+    pytest names a file outside the rootdir relative to the argument it was
+    collected from, so the same test would get another id when pytest is run
+    from another directory, and match no baseline run."""
+    nodeid = node.nodeid
+    path = getattr(node, "path", None)
+    if path is None:
+        return nodeid
+    _, sep, rest = nodeid.partition("::")
+    rel = Path(os.path.relpath(path, node.config.rootpath)).as_posix()
+    return f"{rel}::{rest}" if sep else rel
+
+
 class OpPerf:
     """The ``opperf`` fixture: measured windows for e2e suites (see the README)."""
 
@@ -215,6 +234,8 @@ class OpPerf:
         self._settings = request.config.stash[_SETTINGS]
         self._session: OpPerfSession | None = request.config.pluginmanager.get_plugin(SESSION_PLUGIN)
         self._windows = 0
+        self._names: set[str | None] = set()
+        self._open: str | None = None  # the id of the window open now
 
     @property
     def enabled(self) -> bool:
@@ -246,21 +267,38 @@ class OpPerf:
         """
         from pytest_opperf import measure
 
+        from pytest_opperf.results import json_problem
+
         if kind not in KINDS:
             raise ValueError(f"opperf.measure: kind must be one of {'|'.join(KINDS)}, got {kind!r}")
+        if self._open is not None:
+            # the inner recording would take every region over and the outer window would undercount
+            raise RuntimeError(f"opperf.measure: a window cannot open inside the open window {self._open!r}; "
+                               "close it first (measured windows do not nest)")
+        if name is not None and name in self._names:
+            raise ValueError(f"opperf.measure: name {name!r} is already used by another window of this test; "
+                             "give each window its own name (run ids must be unique)")
+        self._names.add(name)
         self._windows += 1
-        if self._session is None:
-            yield measure.CountingRun()
-            return
-        run_id = self._request.node.nodeid
+        run_id = run_id_of(self._request.node)
         if name is not None:
             run_id = f"{run_id}#{name}"
         elif self._windows > 1:
             run_id = f"{run_id}#{self._windows}"
+        problem = json_problem(config, "config") if config is not None else None
+        if problem:
+            raise ValueError(f"opperf.measure: run {run_id!r}: {problem}")
+        if self._session is None:
+            yield measure.CountingRun()
+            return
         run = measure.Run(run_id, kind, config, self.device, self.timing, self._settings.executor_stat,
                           trace="trace" in self._settings.paths)
-        with measure.measure_window(run):
-            yield run
+        self._open = run_id
+        try:
+            with measure.measure_window(run):
+                yield run
+        finally:
+            self._open = None
         for note in run.count_warnings:
             warnings.warn(_warning("OpPerfStepCountWarning", f"{run_id}: {note}"), stacklevel=3)
         self._session.add_run(run.result)
@@ -359,7 +397,7 @@ class OpBenchmark:
         config["benchmark"] = {"rounds": len(meta.stats.data), "iterations": meta.iterations}
         timing = getattr(session.benchmark_timer(), "timing", "host")  # what timed the rounds
         session.add_run(op_run(
-            self._request.node.nodeid, self.stat, list(meta.stats.data), meta.iterations, self._opperf.device,
+            run_id_of(self._request.node), self.stat, list(meta.stats.data), meta.iterations, self._opperf.device,
             timing, kind=self.kind, config=config, flops=self.flops, bytes=self.bytes))
 
 
@@ -402,12 +440,44 @@ class OpPerfSession:
         self.errors: list[str] = []
         self.session: pytest.Session | None = None
         self.merged = False
+        self.workers_down = 0
         self.sections: list[tuple[str, list[str]]] = []  # from pytest_opperf_report_sections
         self._timer: Any = None
         self._timer_made = False
+        self.interrupted: str | None = None  # why the test loop stopped early
+        self.deselected = 0
+        self.failed_tests = 0
+        self.save_notes: list[str] = []  # what --opperf-save wrote (merged runs), for the report
 
     def add_run(self, run: RunResult) -> None:
+        if any(r.id == run.id for r in self.runs):
+            raise ValueError(f"opperf: run id {run.id!r} is measured twice in this session (run ids must be "
+                             "unique: name the windows with measure(name=...))")
         self.runs.append(run)
+
+    # --- what a partial session did not measure ----------------------------------------
+
+    def pytest_deselected(self, items: list[Any]) -> None:
+        self.deselected += len(items)
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        if report.failed:
+            self.failed_tests += 1
+
+    def partial(self) -> list[str]:
+        """Why this session did not measure every run it could have (empty: it did)."""
+        reasons = []
+        if self.interrupted:
+            reasons.append(f"interrupted: {self.interrupted}")
+        if self.deselected:
+            reasons.append(f"{self.deselected} test(s) deselected")
+        if self.failed_tests:
+            reasons.append(f"{self.failed_tests} test report(s) failed, their runs are not recorded")
+        if self.untimed_benchmarks:
+            reasons.append(f"{self.untimed_benchmarks} per-op benchmark(s) untimed")
+        if self.workers_down:
+            reasons.append(f"{self.workers_down} xdist worker(s) went down")
+        return reasons
 
     def benchmark_timer(self) -> Any:
         """One timer per session: pytest-benchmark measures each new timer's precision (1 s)."""
@@ -457,6 +527,11 @@ class OpPerfSession:
             path = self.settings.paths.get(name)
             if path is None or (name == "save" and path.is_dir()):
                 continue
+            if name == "save" and self.settings.save_dir:
+                existing = next((p for p in (path, *path.parents) if os.path.lexists(p)), None)
+                if existing is not None and not existing.is_dir():
+                    raise pytest.UsageError(f"opperf: {self.settings.label(name)}: {existing} is not a directory")
+                continue
             if path.is_dir():
                 raise pytest.UsageError(f"opperf: {self.settings.label(name)}: is a directory, expected a file")
             if not path.parent.is_dir():
@@ -505,6 +580,7 @@ class OpPerfSession:
         data = output.get("opperf")
         name = getattr(getattr(node, "gateway", None), "id", "worker")
         if error:
+            self.workers_down += 1
             self.notes.append(f"worker {name} went down ({error}); its runs may be missing")
         if not data:
             return
@@ -516,15 +592,21 @@ class OpPerfSession:
             return
         self.runs.extend(worker.runs)
         self.untimed_benchmarks += int(payload.get("untimed", 0))
+        self.deselected = max(self.deselected, int(payload.get("deselected", 0)))  # every worker collects all
         self.merged = True
 
     # --- end: gate, files, report ---------------------------------------------------------
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Iterator[None]:
-        yield
+        outcome = yield
         if self.is_worker:
             return
+        exc = outcome.exception if hasattr(outcome, "exception") else (outcome.excinfo or (None, None))[1]
+        if exc is not None:  # Ctrl-C, -x / --maxfail, or a plugin stopping the loop
+            self.interrupted = str(exc) or type(exc).__name__
+        elif session.shouldstop or session.shouldfail:
+            self.interrupted = str(session.shouldstop or session.shouldfail)
         try:
             self._gate(session)
         except Exception as exc:  # the gate could not decide: never pass silently
@@ -545,6 +627,8 @@ class OpPerfSession:
         results = self.results = self._results()
         self.config.hook.pytest_opperf_modify_results(config=self.config, results=results)
         verdict = self.verdict = evaluate(results, self.thresholds, self.baseline, self.baseline_name)
+        if self.interrupted:
+            verdict.incomplete = f"session interrupted ({self.interrupted}), not every run was measured"
         verdict.warnings[:0] = self.warnings
         if self.untimed_benchmarks:
             verdict.notes.append(f"{self.untimed_benchmarks} per-op benchmark(s) ran untimed "
@@ -575,7 +659,7 @@ class OpPerfSession:
         from pytest_opperf.results import ResultSet
 
         payload = {"results": ResultSet(runs=self.runs).to_dict(with_trace=True),
-                   "untimed": self.untimed_benchmarks}
+                   "untimed": self.untimed_benchmarks, "deselected": self.deselected}
         self.config.workeroutput["opperf"] = json.dumps(payload)  # type: ignore[attr-defined]
 
     def _write(self, name: str, write: Callable[[Path], None], path: Path | None = None,
@@ -602,8 +686,7 @@ class OpPerfSession:
             if not results.runs:
                 self.notes.append(f"{self.settings.label('save')}: not saved, no measured runs")
             else:
-                target = baseline_file(save, self.device.device_class, self.workload) if save.is_dir() else save
-                self._write("save", lambda p: write_results(p, results), target)
+                self._save(save)
         if "markdown" in self.settings.paths or os.environ.get("GITHUB_STEP_SUMMARY"):
             text = report.markdown(results, self.verdict, self.settings.sort, self.sections)
             self._write("markdown", lambda p: write_text_atomic(p, text))
@@ -615,6 +698,29 @@ class OpPerfSession:
 
                 self._write("step summary", append, Path(summary), label="GITHUB_STEP_SUMMARY")
         self._write("trace", lambda p: write_json_atomic(p, report.chrome_trace(results)))
+
+    def _save(self, save: Path) -> None:
+        """``--opperf-save``: a partial session merges the runs it did not measure, or refuses (see save.py)."""
+        from pytest_opperf.results import baseline_file, write_results
+        from pytest_opperf.save import SaveRefused, baseline_to_save
+
+        results = self.results
+        assert results is not None
+        if self.settings.save_dir:
+            try:
+                save.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                self.errors.append(f"{self.settings.label('save')}: cannot create directory {save}: {exc}")
+                return
+        target = baseline_file(save, self.device.device_class, self.workload) if save.is_dir() else save
+        try:
+            saved = baseline_to_save(results, target, self.partial())
+        except SaveRefused as exc:
+            self.errors.append(f"{self.settings.label('save')}: {exc}")
+            return
+        self._write("save", lambda p: write_results(p, saved.results), target)
+        if saved.note and any(line == f"save: {target}" for line in self.written):
+            self.save_notes.append(saved.note)
 
     @pytest.hookimpl(trylast=True)  # last: the verdict closes the output, after pytest-benchmark's table
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -640,6 +746,8 @@ class OpPerfSession:
                 tr.write_line(line)
         for line in self.written:
             tr.write_line(f"wrote {line}")
+        for line in self.save_notes:
+            tr.write_line(f"note: {line}")
         for line in self.errors:
             tr.write_line(f"error: {line}", red=True)
         if self.verdict is not None and not self.verdict.passed:

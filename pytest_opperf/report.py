@@ -160,15 +160,23 @@ def _verdict_detail(verdict: Verdict) -> str:
         where.append(f"baseline {verdict.baseline}")
     if verdict.thresholds:
         where.append(f"thresholds {verdict.thresholds}")
-    checks = f"{verdict.checks} checks" if verdict.passed else (
+    checks = f"{verdict.checks} checks" if not verdict.violations else (
         f"{len(verdict.violations)} violation(s) in {verdict.checks} checks")
-    return f"{checks}; {', '.join(where) if where else 'no baseline, no thresholds'}"
+    detail = f"{checks}; {', '.join(where) if where else 'no baseline, no thresholds'}"
+    return f"{verdict.incomplete}; {detail}" if verdict.incomplete is not None else detail
+
+
+def _verdict_word(verdict: Verdict) -> str:
+    """PASSED, FAILED, or INCOMPLETE for a session that did not run to its end (never a pass)."""
+    if verdict.violations:
+        return "FAILED"
+    return "INCOMPLETE" if verdict.incomplete is not None else "PASSED"
 
 
 def verdict_line(verdict: Verdict | None) -> str:
     if verdict is None:
         return "gate: not run"
-    return f"gate: {'PASSED' if verdict.passed else 'FAILED'} ({_verdict_detail(verdict)})"
+    return f"gate: {_verdict_word(verdict)} ({_verdict_detail(verdict)})"
 
 
 def gate_lines(verdict: Verdict) -> list[str]:
@@ -227,7 +235,7 @@ def markdown(results: ResultSet, verdict: Verdict | None, sort: str = "total",
     if verdict is None:
         out.append("**Gate: not run**")
     else:
-        out.append(f"**Gate: {'PASSED' if verdict.passed else 'FAILED'}** ({_md(_verdict_detail(verdict))})")
+        out.append(f"**Gate: {_verdict_word(verdict)}** ({_md(_verdict_detail(verdict))})")
     if verdict is not None and verdict.violations:
         rows = [[_md(v.run), _md(v.metric), _num(v.value), _num(v.limit), _num(v.baseline), _md(v.message),
                  _md(v.statistic)] for v in verdict.violations]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import platform
 import subprocess
@@ -33,6 +34,7 @@ __all__ = [
     "baseline_file",
     "commit_info",
     "dumps_results",
+    "json_problem",
     "machine_info",
     "read_results",
     "same_hardware",
@@ -160,6 +162,37 @@ class ResultSet:
     def from_dict(cls, data: Any, source: str = "<data>") -> ResultSet:
         """Validate and load a results document (raises :class:`ResultsError`)."""
         return _load(data, source)
+
+
+def json_problem(value: Any, where: str, depth: int = 0) -> str | None:
+    """Why ``value`` cannot go into a results file as it is (``where`` names it), or None.
+
+    JSON has no NaN or Infinity, and its objects have string keys; anything
+    but str, int, float, bool, None, lists and dicts would not be written."""
+    if depth > 100:
+        return f"{where} is nested more than 100 levels deep"
+    if value is None or isinstance(value, (str, bool)):
+        return None
+    if isinstance(value, int):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{where} is {value!r}, which JSON cannot hold (give a finite number)"
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            problem = json_problem(item, f"{where}[{i}]", depth + 1)
+            if problem:
+                return problem
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{where} has the key {key!r} ({type(key).__name__}); JSON keys are strings"
+            problem = json_problem(item, f"{where}[{key!r}]", depth + 1)
+            if problem:
+                return problem
+        return None
+    return (f"{where} is {type(value).__name__} {value!r:.60}, which JSON cannot hold "
+            "(give str, int, float, bool, None, a list or a dict)")
 
 
 # --- reading -------------------------------------------------------------------

@@ -282,10 +282,65 @@ def test_other_hardware_warns_and_still_checks():
 
 
 def test_unmatched_runs_are_noted():
-    v = evaluate(results(e2e_run("a")), None, results(e2e_run("b")))
-    assert v.passed
+    v = evaluate(results(e2e_run("a"), e2e_run("c")), None, results(e2e_run("b"), e2e_run("c")))
+    assert v.passed  # half the session's runs are in the baseline: enough
     assert "1 run(s) have no baseline run: a" in v.notes[0]
     assert "1 baseline run(s) not measured in this session: b" in v.notes[1]
+
+
+def test_a_baseline_that_matches_no_run_fails_the_gate():
+    v = evaluate(results(e2e_run("suite.py::test_train[tiny]")), None,
+                 results(e2e_run("suite.py::test_train[small]")), "b.json")
+    (x,) = v.violations
+    assert (x.run, x.metric, x.value, x.limit) == ("(session)", "baseline_match", 0.0, 0.5)
+    assert x.message.startswith("baseline b.json has a run for only 0 of the session's 1 run(s) (at least 50% "
+                                "expected): a wrong baseline, another workload or suite, or run ids that changed")
+    assert "'suite.py::test_train[tiny]' is not in it; its ids look like 'suite.py::test_train[small]'" in x.message
+    assert "\n" not in x.message
+
+
+def test_a_baseline_that_matches_too_few_runs_fails_and_the_share_is_configurable():
+    new = results(*(e2e_run(f"torchsuite/t.py::test_{i}") for i in range(3)), e2e_run("t.py::test_0"))
+    base = results(*(e2e_run(f"t.py::test_{i}") for i in range(3)))
+    (x,) = evaluate(new, None, base, "b.json").violations
+    assert x.metric == "baseline_match" and x.value == 0.25 and "only 1 of the session's 4 run(s)" in x.message
+    lenient = Thresholds(Regression(min_baseline_share=0.2))
+    assert evaluate(new, lenient, base, "b.json").passed
+
+
+def test_a_session_without_runs_against_a_baseline_fails():
+    (x,) = evaluate(results(), None, results(e2e_run("a")), "b.json").violations
+    assert x.metric == "baseline_match"
+    assert x.message == "the session measured no runs: nothing was compared with baseline b.json"
+    assert evaluate(results(), None, None).passed  # no baseline: nothing was promised
+
+
+def test_limit_globs_that_match_nothing_are_warned_about():
+    t = parse_thresholds({"limit": [{"run": "suites/*", "min_examples_per_sec": 1.0},
+                                    {"run": "*", "stat": "conv2D", "max_avg_ms": 1.0},
+                                    {"run": "*", "stat": "conv2d", "max_avg_ms": 100.0}]})
+    v = evaluate(results(e2e_run("suite.py::test_train")), t)
+    assert v.passed and v.checks == 1
+    assert v.warnings == [
+        "[[limit]] #1 (run = 'suites/*') matches no run of this session: it checked nothing",
+        "[[limit]] #2 (run = '*', stat = 'conv2D') matches no stat of the runs it matches: its stat limits "
+        "checked nothing"]
+
+
+def test_a_python_share_limit_above_one_is_rejected():
+    with pytest.raises(ThresholdsError, match=r"\[\[limit\]\] #1 max_python_share is a share of wall time and "
+                                              r"must be in \[0, 1\], got 5.0"):
+        parse_thresholds({"limit": [{"max_python_share": 5}]})
+    assert parse_thresholds({"limit": [{"max_python_share": 1}]}).limits[0].max_python_share == 1.0
+
+
+def test_an_averages_fallback_does_not_leak_into_later_messages():
+    base = e2e_run(stats={"a": noisy(1.0), "b": noisy(1.0)})
+    new = e2e_run(stats={"a": noisy(3.0, seed=1), "b": noisy(3.0, seed=2)})
+    base.stats[0].samples_ms = None  # stat a has no samples: averages compared
+    x, y = evaluate(results(new), None, results(base)).violations
+    assert (x.metric, y.metric) == ("avg_ms:a", "step_ms:b")
+    assert "a average time" in x.message and "b median per-step time" in y.message
 
 
 def test_op_runs_use_call_samples_and_the_op_floor():

@@ -1,0 +1,160 @@
+"""Through pytest: a gate that checked nothing never passes, and a baseline is never lost."""
+
+import json
+
+import pytest
+
+from tests.opperf_suites import assert_one_line_usage_error, e2e, inner_run_env  # noqa: F401
+
+pytest_plugins = ["pytester"]
+
+THREE = e2e(name="test_a", steps=3) + '''
+
+def test_b(opperf):
+    with opperf.measure() as run:
+        for _ in range(3):
+            train_step()
+            run.step(examples=4)
+
+def test_c(opperf):
+    with opperf.measure() as run:
+        for _ in range(3):
+            train_step()
+            run.step(examples=4)
+'''
+
+
+def ids(path):
+    return [r["id"] for r in json.loads(path.read_text())["runs"]]
+
+
+# --- a gate that checked nothing must not pass -----------------------------------------
+
+
+def test_run_ids_do_not_depend_on_the_invocation_directory(pytester):
+    (pytester.path / "root").mkdir()
+    (pytester.path / "suite").mkdir()
+    (pytester.path / "suite" / "test_suite.py").write_text(e2e(steps=2))
+    # files outside the rootdir: pytest names them after the argument they were collected from
+    pytester.runpytest("--rootdir=root", "suite", "--opperf", "--opperf-json=a.json")
+    pytester.runpytest("--rootdir=root", "suite/test_suite.py", "--opperf", "--opperf-json=b.json")
+    assert ids(pytester.path / "a.json") == ids(pytester.path / "b.json") == ["../suite/test_suite.py::test_train"]
+
+
+def test_a_baseline_of_another_workload_fails_the_gate_with_one_line(pytester):
+    pytester.makepyfile(test_suite=e2e(steps=2))
+    assert pytester.runpytest("--opperf", "--opperf-save=base.json").ret == 0
+    pytester.makepyfile(test_other=e2e(name="test_other", steps=2))
+    (pytester.path / "test_suite.py").unlink()
+    result = pytester.runpytest("--opperf", "--opperf-baseline=base.json", "--opperf-markdown=r.md")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines([
+        "gate: FAILED (1 violation(s) in 1 checks; baseline */base.json)",
+        "FAIL (session) baseline_match: baseline */base.json has a run for only 0 of the session's 1 run(s) *"])
+    assert "**Gate: FAILED**" in (pytester.path / "r.md").read_text()
+
+
+def test_an_interrupted_session_never_writes_gate_passed(pytester, monkeypatch):
+    summary = pytester.path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    pytester.makepyfile(test_suite=e2e(name="test_a", steps=2) + "\ndef test_stop():\n    raise KeyboardInterrupt\n")
+    result = pytester.runpytest("--opperf", "--opperf-markdown=r.md", "--opperf-json=r.json", no_reraise_ctrlc=True)
+    assert result.ret == 2  # pytest's "interrupted"
+    result.stdout.fnmatch_lines(["gate: INCOMPLETE (session interrupted (*), not every run was measured; 0 checks*"])
+    for text in ((pytester.path / "r.md").read_text(), summary.read_text()):
+        assert "PASSED" not in text and "**Gate: INCOMPLETE** (session interrupted" in text
+    gate = json.loads((pytester.path / "r.json").read_text())["gate"]
+    assert gate["passed"] is False and gate["incomplete"].startswith("session interrupted")
+
+
+def test_exitfirst_is_an_incomplete_session(pytester):
+    pytester.makepyfile(test_suite="def test_bad():\n    assert False\n" + e2e(name="test_z", steps=2))
+    result = pytester.runpytest("--opperf", "-x")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["gate: INCOMPLETE (session interrupted (stopping after 1 failures)*"])
+
+
+# --- never lose a baseline ----------------------------------------------------------------
+
+
+def save_three(pytester):
+    pytester.makepyfile(test_suite=THREE)
+    assert pytester.runpytest("--opperf", "--opperf-save=base.json").ret == 0
+    base = pytester.path / "base.json"
+    assert ids(base) == ["test_suite.py::test_a", "test_suite.py::test_b", "test_suite.py::test_c"]
+    return base
+
+
+@pytest.mark.parametrize("args, reason", [
+    (["-k", "test_b"], "2 test(s) deselected"),
+    (["-x"], "interrupted: stopping after 1 failures"),
+])
+def test_a_partial_session_keeps_the_runs_it_did_not_measure(pytester, args, reason):
+    base = save_three(pytester)
+    before = {r["id"]: r for r in json.loads(base.read_text())["runs"]}
+    suite = THREE.replace("examples=4", "examples=8")  # the runs measured now differ from the saved ones
+    if args == ["-x"]:  # test_b fails: its run and test_c's are not measured
+        suite = suite.replace("def test_b(opperf):\n", "def test_b(opperf):\n    assert 0\n")
+    pytester.makepyfile(test_suite=suite)
+    result = pytester.runpytest("--opperf", "--opperf-save=base.json", *args)
+    after = {r["id"]: r for r in json.loads(base.read_text())["runs"]}
+    assert list(after) == list(before)  # nothing dropped, in the file's order
+    measured = {"-k": ["test_suite.py::test_b"], "-x": ["test_suite.py::test_a"]}[args[0]]
+    for run_id in before:
+        assert after[run_id]["examples"] == (24 if run_id in measured else 12)
+    result.stdout.fnmatch_lines([f"note: partial session ({reason}*): saved 1 measured run(s) and kept 2 run(s) "
+                                 "of the existing baseline */base.json that this session did not measure"])
+
+
+def test_a_partial_session_refuses_to_replace_an_unreadable_baseline(pytester):
+    base = save_three(pytester)
+    base.write_text("{broken")
+    result = pytester.runpytest("--opperf", "--opperf-save=base.json", "-k", "test_b")
+    assert result.ret == 4
+    result.stdout.fnmatch_lines(["error: --opperf-save base.json: not saved: partial session (2 test(s) "
+                                 "deselected), and the existing baseline cannot be read *not valid JSON*"])
+    assert base.read_text() == "{broken"
+
+
+def test_a_complete_session_replaces_the_baseline(pytester):
+    base = save_three(pytester)
+    pytester.makepyfile(test_suite=e2e(name="test_a", steps=2))
+    result = pytester.runpytest("--opperf", "--opperf-save=base.json")
+    assert result.ret == 0 and ids(base) == ["test_suite.py::test_a"]
+    assert "partial session" not in result.stdout.str()
+
+
+def test_save_to_a_new_directory_with_a_trailing_slash(pytester):
+    pytester.makepyfile(test_suite=e2e(steps=2))
+    result = pytester.runpytest("--opperf", "--opperf-save=new/dir/")
+    assert result.ret == 0, result.stdout.str()
+    assert ids(pytester.path / "new" / "dir" / "cpu-small.json") == ["test_suite.py::test_train"]
+    (pytester.path / "afile").write_text("")
+    assert_one_line_usage_error(pytester.runpytest("--opperf", "--opperf-save=afile/sub/"),
+                                "--opperf-save afile/sub/", "afile is not a directory")
+
+
+# --- what a suite hands the plugin ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("body, message", [
+    ('with opperf.measure(config={"lr": float("nan")}) as run:\n        run.step(examples=1)',
+     "opperf.measure: run 'test_x.py::test_x': config['lr'] is nan, which JSON cannot hold"),
+    ('with opperf.measure(config={"shape": {1, 2}}) as run:\n        run.step(examples=1)',
+     "config['shape'] is set {1, 2}, which JSON cannot hold"),
+    ('with opperf.measure() as run:\n        run.add_work("conv2d", flops=float("inf"))',
+     "run 'test_x.py::test_x': add_work('conv2d', flops=...) expects a finite number >= 0, given inf"),
+    ('with opperf.measure() as run:\n        run.step(examples=-5)',
+     "step(examples=...) expects an int >= 0, given -5"),
+    ('with opperf.measure(name="x"):\n        pass\n    with opperf.measure(name="x"):\n        pass',
+     "name 'x' is already used by another window of this test"),
+    ('with opperf.measure():\n        with opperf.measure():\n            pass',
+     "a window cannot open inside the open window 'test_x.py::test_x'"),
+])
+def test_bad_values_fail_their_test_with_a_message_and_the_rest_is_written(pytester, body, message):
+    pytester.makepyfile(test_x=f"def test_x(opperf):\n    {body}\n\n" + e2e(name="test_ok", steps=2))
+    result = pytester.runpytest("--opperf", "--opperf-json=r.json")
+    result.assert_outcomes(passed=1, failed=1)
+    assert message in result.stdout.str()
+    first = ["test_x.py::test_x#x"] if "already used" in message else []  # the first window was fine
+    assert ids(pytester.path / "r.json") == first + ["test_x.py::test_ok"]
