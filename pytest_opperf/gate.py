@@ -217,6 +217,8 @@ def load_thresholds(path: str | os.PathLike[str]) -> Thresholds:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ThresholdsError(f"{source}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ThresholdsError(f"{source}: not a thresholds file: nested too deeply") from None
     return parse_thresholds(data, source)
 
 

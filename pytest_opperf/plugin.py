@@ -556,11 +556,11 @@ class OpPerfSession:
         if path is None:
             return
         label = self.settings.label("baseline")
-        if not path.exists():
+        if not os.path.lexists(path):
             raise pytest.UsageError(f"opperf: {label}: no such file or directory")
         if path.is_dir():
             path = baseline_file(path, self.device.device_class, self.workload)
-            if not path.exists():
+            if not os.path.lexists(path):  # a broken link or a link loop is an error, read below
                 self._warn(f"no baseline {path} for device class {self.device.device_class!r} and workload "
                            f"{self.workload!r}: only absolute limits are checked")
                 return

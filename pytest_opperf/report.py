@@ -42,6 +42,18 @@ SORT_KEYS: dict[str, Callable[[StatResult], Any]] = {
 }
 
 
+# C0 controls (newline, ESC...), DEL and C1 controls: a run id or stat name read
+# from a file must not move the cursor, colour the terminal or start a new line
+# (which could forge a "gate: PASSED" line in a job summary)
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7f, 0xa0))}
+_CONTROL.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
+
+
+def clean(text: str) -> str:
+    """``text`` with every control character written as an escape (``\\n``, ``\\x1b``)."""
+    return str(text).translate(_CONTROL)
+
+
 def _pct(x: float) -> str:
     return f"{x * 100:.2f}%"
 
@@ -186,7 +198,7 @@ def gate_lines(verdict: Verdict) -> list[str]:
         lines.append(f"FAIL {v.run} {v.metric}: {v.message}")
         lines.append(f"     value {_num(v.value)}, limit {_num(v.limit)}, baseline {_num(v.baseline)}; "
                      f"{v.statistic}")
-    return lines
+    return [clean(line) for line in lines]
 
 
 def terminal_lines(results: ResultSet, verdict: Verdict | None, sort: str = "total",
@@ -217,14 +229,27 @@ def terminal_lines(results: ResultSet, verdict: Verdict | None, sort: str = "tot
     if verdict is not None:
         lines += [f"warning: {w}" for w in verdict.warnings]
         lines += [f"note: {n}" for n in verdict.notes]
-    return lines
+    return [clean(line) for line in lines]
 
 
 # --- markdown -----------------------------------------------------------------------
 
 
 def _md(text: str) -> str:
-    return str(text).replace("|", "\\|")
+    """Text for a markdown line or table cell: control characters escaped, no
+    HTML tags, no column breaks."""
+    return clean(text).replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+
+
+def _code(text: str) -> str:
+    """``text`` as an inline code span, fenced by more backticks than it holds."""
+    text = clean(text)
+    ticks = 1
+    while "`" * ticks in text:
+        ticks += 1
+    fence = "`" * ticks
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def markdown(results: ResultSet, verdict: Verdict | None, sort: str = "total",
@@ -247,7 +272,7 @@ def markdown(results: ResultSet, verdict: Verdict | None, sort: str = "total",
         out += [f"- warning: {_md(w)}" for w in verdict.warnings]
         out += [f"- {_md(n)}" for n in verdict.notes]
     for run in (r for r in results.runs if r.kind == "e2e"):
-        out += ["", f"### `{run.id}`", ""]
+        out += ["", f"### {_code(run.id)}", ""]
         header = _run_header(run)
         out += [_md(header[0].replace(run.id, "").strip()) + "  ", header[1] + "  ", header[2], ""]
         headers, rows = _stat_rows(run, sort, "&nbsp;&nbsp;")

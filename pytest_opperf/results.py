@@ -14,6 +14,7 @@ import json
 import math
 import os
 import platform
+import stat
 import subprocess
 import sys
 import secrets
@@ -204,11 +205,26 @@ def _need(cond: bool, source: str, what: str) -> None:
 
 
 def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    """A finite number a float can hold (JSON's 1e999 and 400-digit integers are not)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:
+        return False
 
 
 def _num_list(v: Any) -> bool:
     return isinstance(v, list) and all(_is_num(x) for x in v)
+
+
+def _count(v: Any) -> bool:
+    """A whole number >= 0 (an int, or a float with no fraction as older writers gave)."""
+    return _is_num(v) and v >= 0 and float(v).is_integer()
+
+
+def _nonneg(v: Any) -> bool:
+    return _is_num(v) and v >= 0
 
 
 def _load_stat(d: Any, where: str, source: str) -> StatResult:
@@ -218,12 +234,15 @@ def _load_stat(d: Any, where: str, source: str) -> StatResult:
     _need(d.get("parent") is None or isinstance(d["parent"], str), source, f"{where}.parent is not a string or null")
     _need(isinstance(d.get("count"), int) and not isinstance(d["count"], bool), source,
           f"{where}.count is missing or not an integer")
+    _need(_count(d["count"]), source, f"{where}.count must be an integer >= 0, got {d['count']!r:.40}")
     for key in ("total_ms", "avg_ms", "min_ms", "max_ms"):
-        _need(_is_num(d.get(key)), source, f"{where}.{key} is missing or not a number")
+        _need(_is_num(d.get(key)), source, f"{where}.{key} is missing or not a finite number")
+        _need(d[key] >= 0, source, f"{where}.{key} must not be negative, got {d[key]!r}")
     samples = d.get("samples_ms")
-    _need(samples is None or _num_list(samples), source, f"{where}.samples_ms is not a list of numbers")
+    _need(samples is None or (_num_list(samples) and all(x >= 0 for x in samples)), source,
+          f"{where}.samples_ms is not a list of finite numbers >= 0")
     for key in ("flops", "bytes"):
-        _need(d.get(key) is None or _is_num(d[key]), source, f"{where}.{key} is not a number")
+        _need(d.get(key) is None or _nonneg(d[key]), source, f"{where}.{key} is not a finite number >= 0")
     return StatResult(
         name=d["name"], parent=d.get("parent"), count=d["count"], total_ms=float(d["total_ms"]),
         avg_ms=float(d["avg_ms"]), min_ms=float(d["min_ms"]), max_ms=float(d["max_ms"]),
@@ -240,18 +259,28 @@ def _load_run(d: Any, i: int, source: str) -> RunResult:
     where = f"run {d['id']!r}"
     _need(d.get("kind") in KINDS, source, f"{where}: kind must be one of {'|'.join(KINDS)}, got {d.get('kind')!r}")
     for key in ("wall_s", "examples_per_sec", "sec_per_batch", "python_share"):
-        _need(_is_num(d.get(key)), source, f"{where}: {key} is missing or not a number")
+        _need(_is_num(d.get(key)), source, f"{where}: {key} is missing or not a finite number")
+        _need(d[key] >= 0, source, f"{where}: {key} must not be negative, got {d[key]!r}")
+    _need(d["python_share"] <= 1, source, f"{where}: python_share is a share and must be in [0, 1], "
+                                          f"got {d['python_share']!r}")
     for key in ("examples", "batches"):
-        _need(_is_num(d.get(key)), source, f"{where}: {key} is missing or not a number")
+        _need(_is_num(d.get(key)), source, f"{where}: {key} is missing or not a finite number")
+        _need(_count(d[key]), source, f"{where}: {key} must be a whole number >= 0, got {d[key]!r}")
     _need(isinstance(d.get("stats"), list), source, f"{where}: stats is missing or not a list")
     counts = d.get("counts", {})
-    _need(isinstance(counts, dict) and all(isinstance(v, int) for v in counts.values()), source,
-          f"{where}: counts is not an object of integers")
+    _need(isinstance(counts, dict) and all(isinstance(v, int) and not isinstance(v, bool) and _count(v)
+                                           for v in counts.values()), source,
+          f"{where}: counts is not an object of integers >= 0")
     config = d.get("config", {})
     _need(isinstance(config, dict), source, f"{where}: config is not an object")
     for key in ("step_ms", "step_examples"):
-        _need(_num_list(d.get(key, [])), source, f"{where}: {key} is not a list of numbers")
+        values = d.get(key, [])
+        _need(_num_list(values) and all(x >= 0 for x in values), source,
+              f"{where}: {key} is not a list of finite numbers >= 0")
+    _need(all(_count(x) for x in d.get("step_examples", [])), source,
+          f"{where}: step_examples is not a list of whole numbers")
     stats = [_load_stat(s, f"{where}: stats[{j}]", source) for j, s in enumerate(d["stats"])]
+    _check_stat_tree(stats, where, source)
     optional = {k: d[k] for k in ("framework_share", "kernel_share", "executor_ms", "kernel_ms") if _is_num(d.get(k))}
     return RunResult(
         id=d["id"], kind=d["kind"], config=config, device=str(d.get("device", "")),
@@ -266,6 +295,42 @@ def _load_run(d: Any, i: int, source: str) -> RunResult:
     )
 
 
+def _check_stat_tree(stats: list[StatResult], where: str, source: str) -> None:
+    """Stat names are unique and parent links end at a root: a duplicate would
+    mask the other copy in every check, a cycle would loop every reader."""
+    parents: dict[str, str | None] = {}
+    for s in stats:
+        _need(s.name not in parents, source, f"{where}: stat {s.name!r} appears twice")
+        parents[s.name] = s.parent
+    for name in parents:
+        seen = [name]
+        parent = parents[name]
+        while parent is not None and parent in parents:
+            _need(parent not in seen, source, f"{where}: stat parents form a cycle: "
+                                              f"{' -> '.join(repr(n) for n in [*seen, parent])}")
+            seen.append(parent)
+            parent = parents[parent]
+
+
+def _check_gate(gate: dict[str, Any], source: str) -> None:
+    """The stored verdict, as ``show`` renders it."""
+    _need(isinstance(gate.get("passed", False), bool), source, "gate.passed is not a boolean")
+    violations = gate.get("violations", [])
+    _need(isinstance(violations, list) and all(isinstance(v, dict) for v in violations), source,
+          "gate.violations is not a list of objects")
+    for i, v in enumerate(violations):
+        for key in ("value", "limit", "baseline"):
+            _need(v.get(key) is None or _is_num(v[key]), source, f"gate.violations[{i}].{key} is not a number")
+    for key in ("warnings", "notes"):
+        _need(isinstance(gate.get(key, []), list) and all(isinstance(x, str) for x in gate.get(key, [])), source,
+              f"gate.{key} is not a list of strings")
+    checks = gate.get("checks", 0)
+    _need(isinstance(checks, int) and not isinstance(checks, bool) and checks >= 0, source,
+          "gate.checks is not an integer >= 0")
+    for key in ("baseline", "thresholds", "incomplete"):
+        _need(gate.get(key) is None or isinstance(gate[key], str), source, f"gate.{key} is not a string or null")
+
+
 def _load(data: Any, source: str) -> ResultSet:
     _need(isinstance(data, dict), source, "the top level is not an object")
     schema = data.get("schema")
@@ -273,12 +338,18 @@ def _load(data: Any, source: str) -> ResultSet:
         raise ResultsError(f"{source}: unknown results schema {schema!r} (this version reads {SCHEMA!r})")
     _need(isinstance(data.get("runs"), list), source, "runs is missing or not a list")
     runs = [_load_run(r, i, source) for i, r in enumerate(data["runs"])]
+    seen: set[str] = set()
+    for r in runs:
+        _need(r.id not in seen, source, f"run {r.id!r} appears twice (run ids must be unique)")
+        seen.add(r.id)
     machine = data.get("machine") or {}
     _need(isinstance(machine, dict), source, "machine is not an object")
     commit = data.get("commit")
     _need(commit is None or isinstance(commit, dict), source, "commit is not an object or null")
     gate = data.get("gate")
     _need(gate is None or isinstance(gate, dict), source, "gate is not an object")
+    if gate is not None:
+        _check_gate(gate, source)
     session = data.get("session") or {}
     _need(isinstance(session, dict), source, "session is not an object")
     return ResultSet(runs=runs, machine=machine, commit=commit, created=str(data.get("created", "")),
@@ -286,7 +357,25 @@ def _load(data: Any, source: str) -> ResultSet:
 
 
 def read_text(path: str | os.PathLike[str], error: type[Exception], expected: str) -> str:
-    """A text file's contents; any problem is ``error`` with one line naming the file."""
+    """A text file's contents; any problem is ``error`` with one line naming the file.
+
+    Only regular files are read (a FIFO would block forever), and a broken or
+    looping symbolic link is said to be one."""
+    if os.path.islink(path) and not os.path.exists(path):
+        try:
+            os.stat(path)
+        except OSError as exc:
+            raise error(f"{path}: is a broken symbolic link (to {os.readlink(path)!r}: {exc.strerror})") from None
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise error(f"{path}: no such file") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot read: {exc}") from None
+    if stat.S_ISDIR(mode):
+        raise error(f"{path}: is a directory, expected {expected}")
+    if not stat.S_ISREG(mode):
+        raise error(f"{path}: is not a regular file (a FIFO, device or socket), expected {expected}")
     try:
         return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -301,11 +390,24 @@ def read_results(path: str | os.PathLike[str]) -> ResultSet:
     """Read a results file; any problem is a :class:`ResultsError` naming the file."""
     source = str(path)
     text = read_text(path, ResultsError, "a results file")
+    return _load(loads_strict(text, source), source)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def loads_strict(text: str, source: str) -> Any:
+    """Parse a results document: NaN and Infinity (which Python's json accepts)
+    are errors, as are documents nested too deeply to check."""
     try:
-        data = json.loads(text)
+        return json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise ResultsError(f"{source}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    return _load(data, source)
+    except RecursionError:
+        raise ResultsError(f"{source}: not a results file: nested too deeply") from None
+    except ValueError as exc:  # NaN/Infinity, or an integer with more digits than Python parses
+        raise ResultsError(f"{source}: not valid JSON: {exc}") from None
 
 
 # --- writing -------------------------------------------------------------------
@@ -332,8 +434,58 @@ def _temp_beside(target: Path) -> tuple[int, str]:
             continue
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # e.g. another user's process
+        return True
+    return True
+
+
+def remove_stale_temps(target: Path) -> int:
+    """Remove the temp files that writers of ``target`` killed mid-write left
+    behind (named by a process that no longer runs); returns how many."""
+    prefix = f".{target.name}."
+    try:
+        names = os.listdir(target.parent)
+    except OSError:
+        return 0
+    removed = 0
+    for name in names:
+        if not (name.startswith(prefix) and name.endswith(".tmp")):
+            continue
+        parts = name[len(prefix):-len(".tmp")].split(".")
+        if len(parts) != 2 or not parts[0].isdigit() or int(parts[0]) == os.getpid() or _alive(int(parts[0])):
+            continue
+        try:
+            os.unlink(target.parent / name)
+            removed += 1
+        except OSError:
+            pass
+    return removed
+
+
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` atomically (see :func:`write_json_atomic`).
+
+    A symbolic link is written through: its target is replaced and the link
+    stays. A path that is not a regular file (``/dev/null``, a FIFO) is
+    written to in place, as a shell redirection would, never replaced by a
+    file. Temp files of killed earlier writers are removed first."""
     target = Path(path)
+    if os.path.islink(target):
+        target = Path(os.path.realpath(target))
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        with open(target, "w", encoding="utf-8") as f:
+            f.write(text)
+        return
+    remove_stale_temps(target)
     fd, tmp = _temp_beside(target)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -1,0 +1,197 @@
+"""Bad results and thresholds files: one line, exit 4, never a hang or a traceback; files written as users expect."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import stat
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from pytest_opperf import cli, report
+from pytest_opperf.gate import ThresholdsError, Verdict, load_thresholds
+from pytest_opperf.results import ResultsError, dumps_results, read_results, write_results, write_text_atomic
+from tests.opperf_factories import e2e_run, results, stat as make_stat
+from tests.opperf_suites import assert_one_line_usage_error, e2e, inner_run_env  # noqa: F401
+
+pytest_plugins = ["pytester"]
+
+
+def good_doc() -> dict:
+    return json.loads(dumps_results(results(e2e_run("a", stats={"conv2d": [1.0, 2.0]}))))
+
+
+def edit(doc: dict, path: str, value) -> dict:
+    """``doc`` with the value at a dotted path (list indices as numbers) replaced."""
+    *parents, last = [int(p) if p.isdigit() else p for p in path.split(".")]
+    node = doc
+    for key in parents:
+        node = node[key]
+    node[last] = value
+    return doc
+
+
+def write_doc(tmp_path, text: str):
+    path = tmp_path / "r.json"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"schema": "opperf/1", "runs": [], "x": NaN}', "not valid JSON: NaN is not a number JSON allows"),
+    ('{"schema": "opperf/1", "runs": [], "x": -Infinity}', "-Infinity is not a number JSON allows"),
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ('{"schema": "opperf/1", "runs": [], "x": ' + "9" * 5000 + "}", "not valid JSON: Exceeds the limit"),
+])
+def test_unparsable_documents_are_one_line(tmp_path, text, message):
+    with pytest.raises(ResultsError) as info:
+        read_results(write_doc(tmp_path, text))
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("path, value, message", [
+    ("runs.0.wall_s", "BIG", "wall_s is missing or not a finite number"),
+    ("runs.0.batches", 10 ** 400, "batches is missing or not a finite number"),
+    ("runs.0.examples", -5, "examples must be a whole number >= 0, got -5"),
+    ("runs.0.examples", 2.5, "examples must be a whole number >= 0, got 2.5"),
+    ("runs.0.python_share", 14.12, "python_share is a share and must be in [0, 1], got 14.12"),
+    ("runs.0.step_examples", [32, -1], "step_examples is not a list of finite numbers >= 0"),
+    ("runs.0.step_ms", [1.0, "BIG"], "step_ms is not a list of finite numbers >= 0"),
+    ("runs.0.counts", {"conv2d": -1}, "counts is not an object of integers >= 0"),
+    ("runs.0.stats.0.count", -2, "stats[0] ('conv2d').count must be an integer >= 0, got -2"),
+    ("runs.0.stats.0.total_ms", -3.0, "total_ms must not be negative, got -3.0"),
+    ("runs.0.stats.0.samples_ms", [1.0, -1.0], "samples_ms is not a list of finite numbers >= 0"),
+    ("runs.0.stats.0.parent", "conv2d", "stat parents form a cycle: 'conv2d' -> 'conv2d'"),
+    ("gate", {"violations": 5}, "gate.violations is not a list of objects"),
+    ("gate", {"warnings": 5}, "gate.warnings is not a list of strings"),
+    ("gate", {"checks": "many"}, "gate.checks is not an integer >= 0"),
+    ("gate", {"violations": [{"value": "x"}]}, "gate.violations[0].value is not a number"),
+])
+def test_invalid_values_are_rejected_naming_the_field(tmp_path, path, value, message):
+    doc = edit(good_doc(), path, value)
+    text = json.dumps(doc).replace('"BIG"', "1e999")  # a float literal that parses to inf
+    with pytest.raises(ResultsError) as info:
+        read_results(write_doc(tmp_path, text))
+    assert "malformed results file" in str(info.value) and message in str(info.value), str(info.value)
+
+
+def test_duplicate_run_ids_and_stat_names_are_rejected(tmp_path):
+    doc = good_doc()
+    doc["runs"].append(dict(doc["runs"][0]))
+    with pytest.raises(ResultsError, match="run 'a' appears twice"):
+        read_results(write_doc(tmp_path, json.dumps(doc)))
+    doc = good_doc()
+    doc["runs"][0]["stats"].append(dict(doc["runs"][0]["stats"][0]))
+    with pytest.raises(ResultsError, match="stat 'conv2d' appears twice"):
+        read_results(write_doc(tmp_path, json.dumps(doc)))
+
+
+def test_a_cycle_of_stat_parents_is_rejected_once_on_read_and_show_does_not_hang(tmp_path):
+    run = e2e_run("a", stats={"x": [1.0], "y": [1.0], "z": [1.0]})
+    run.stats = [make_stat("x", [1.0], parent="z"), make_stat("y", [1.0], parent="x"),
+                 make_stat("z", [1.0], parent="y")]
+    path = write_doc(tmp_path, dumps_results(results(run)))
+    with pytest.raises(ResultsError, match="stat parents form a cycle: 'x' -> 'z' -> 'y' -> 'x'"):
+        read_results(path)
+    err = io.StringIO()
+    assert cli.main(["show", str(path)], out=io.StringIO(), err=err) == 4
+    assert cli.main(["compare", str(path), str(path), "--markdown", str(tmp_path / "m.md")],
+                    out=io.StringIO(), err=io.StringIO()) == 4
+    assert err.getvalue().count("\n") == 1 and "cycle" in err.getvalue()
+
+
+def test_deeply_nested_thresholds_are_one_line(tmp_path):
+    path = tmp_path / "t.toml"
+    path.write_text("a = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(ThresholdsError, match="nested too deeply"):
+        load_thresholds(path)
+
+
+# --- what sits at the path ---------------------------------------------------------------
+
+
+def test_broken_and_looping_links_and_fifos_are_errors_not_missing_files(tmp_path):
+    broken, loop, fifo = tmp_path / "broken.json", tmp_path / "loop.json", tmp_path / "fifo.json"
+    broken.symlink_to(tmp_path / "gone.json")
+    loop.symlink_to(loop)
+    os.mkfifo(fifo)
+    for path, message in ((broken, "is a broken symbolic link (to"), (loop, "Too many levels of symbolic links"),
+                          (fifo, "is not a regular file (a FIFO, device or socket)")):
+        with pytest.raises(ResultsError) as info:
+            read_results(path)  # a FIFO must not block
+        assert message in str(info.value)
+        with pytest.raises(ThresholdsError):
+            load_thresholds(path)
+
+
+@pytest.mark.parametrize("kind", ["broken", "fifo"])
+def test_a_baseline_directory_with_a_broken_link_or_fifo_is_exit_4(pytester, kind):
+    (pytester.path / "baselines").mkdir()
+    target = pytester.path / "baselines" / "cpu-small.json"
+    if kind == "broken":
+        target.symlink_to(pytester.path / "nowhere.json")
+    else:
+        os.mkfifo(target)
+    pytester.makepyfile(test_suite=e2e(steps=2))
+    result = pytester.runpytest("--opperf", "--opperf-baseline=baselines")
+    assert_one_line_usage_error(result, "--opperf-baseline baselines", "cpu-small.json")
+
+
+def test_writing_through_a_symlink_keeps_the_link(tmp_path):
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    write_text_atomic(link, "new")
+    assert link.is_symlink() and real.read_text() == "new"
+
+
+def test_writing_to_a_fifo_writes_into_it_and_leaves_it_a_fifo(tmp_path):
+    fifo = tmp_path / "out"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    write_text_atomic(fifo, "hello")
+    reader.join(10)
+    assert got == ["hello"] and stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_temp_files_of_killed_writers_are_cleaned_by_the_next_save(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(dead.stdout)
+    stale = tmp_path / f".base.json.{pid}.0123abcd.tmp"
+    stale.write_text("x" * 1000)
+    other = tmp_path / ".other.json.1.0123abcd.tmp"  # another file's temp: not ours to remove
+    other.write_text("x")
+    write_results(tmp_path / "base.json", results(e2e_run("a")))
+    assert not stale.exists() and other.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.json.1.0123abcd.tmp", "base.json"]
+
+
+# --- what reaches the screen ----------------------------------------------------------------
+
+
+FORGED = "x.py::t\n**Gate: PASSED**\x1b[32m <img src=x>"
+
+
+def test_run_ids_with_newlines_ansi_and_html_are_escaped_in_show_and_markdown(tmp_path):
+    run = e2e_run(FORGED)
+    doc = results(run)
+    doc.gate = Verdict(notes=[f"note about {FORGED}"]).to_dict()
+    path = write_doc(tmp_path, dumps_results(doc))
+    out = io.StringIO()
+    assert cli.main(["show", str(path)], out=out, err=io.StringIO()) == 0
+    text = out.getvalue()
+    assert "\x1b" not in text and "\n**Gate" not in text
+    assert "x.py::t\\n**Gate: PASSED**\\x1b[32m <img src=x>" in text
+    back = read_results(path)
+    md = report.markdown(back, Verdict.from_dict(back.gate), "total")
+    assert "\x1b" not in md and "\n**Gate: PASSED**" not in md.split("\n", 3)[3]
+    heading = "### `x.py::t\\n**Gate: PASSED**\\x1b[32m <img src=x>`"  # a code span: shown as it is, no HTML
+    assert md.count("<img") == 1 and heading in md.splitlines()
+    assert "- note about x.py::t\\n**Gate: PASSED**\\x1b[32m &lt;img src=x&gt;" in md.splitlines()
