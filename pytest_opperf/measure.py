@@ -120,6 +120,7 @@ class Run:
 
     def _open(self, table: timers.Table) -> None:
         self._table = table
+        self._other_threads = timers.other_thread_regions()
         self._start_ns = self._last_ns = perf_counter_ns()
         self._begin_trace_step()
 
@@ -153,6 +154,21 @@ class Run:
         self._table = None
         self.result = self._result(table, (end - self._start_ns) / 1e9)
         return self.result
+
+    def _unrecorded_notes(self, table: timers.Table) -> list[str]:
+        """What the window's recording could not hold: regions on other threads, exits out of order."""
+        notes = []
+        before = getattr(self, "_other_threads", {})
+        other = {name: n - before.get(name, 0) for name, n in timers.other_thread_regions().items()
+                 if n > before.get(name, 0)}
+        if other:
+            named = ", ".join(f"{name} x{n}" for name, n in sorted(other.items())[:5])
+            notes.append(f"{sum(other.values())} region(s) timed on other threads while this window was open are "
+                         f"not recorded (only the window's own thread is): {named}{', ...' if len(other) > 5 else ''}")
+        if table.misnested:
+            notes.append(f"{table.misnested} region exit(s) out of order (first: {table.first_misnested}); "
+                         "stats first seen after it may have the wrong parent")
+        return notes
 
     def _counts(self, notes: list[str]) -> dict[str, int]:
         if not self._step_ms:
@@ -195,6 +211,7 @@ class Run:
         share = (lambda ms: max(0.0, ms) / wall_ms) if wall_ms > 0 else (lambda ms: 0.0)
         if not steps and len(table):
             notes.append("no run.step() calls: counts and samples are not available")
+        notes += self._unrecorded_notes(table)
         counts = self._counts(notes)
         return RunResult(
             id=self.id, kind=self.kind, config=self.config, device=self.device.name,

@@ -89,6 +89,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         parser.addini(f"opperf_{name}", f"default for --opperf-{name}", default=default or "")
     parser.addini("opperf_executor_stat", "stat whose total is executor time (default: ExecutorRunTimer)",
                   default="ExecutorRunTimer")
+    group.addoption("--opperf-record-benchmarks", action="store_true", default=None, dest="opperf_record_benchmarks",
+                    help="also record tests using pytest-benchmark's plain `benchmark` fixture as per-op runs, "
+                         "timed by pytest-benchmark's own timer (default: off, they are only counted; "
+                         "ini opperf_record_benchmarks)")
+    parser.addini("opperf_record_benchmarks", "record plain `benchmark` fixtures, as --opperf-record-benchmarks does",
+                  type="bool", default=False)
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -110,6 +116,7 @@ class Settings:
     paths: dict[str, Path] = field(default_factory=dict)  # thresholds, baseline, save, json, markdown, trace
     labels: dict[str, str] = field(default_factory=dict)  # how each was given, for messages
     save_dir: bool = False  # --opperf-save ends with a slash: a directory, created when missing
+    record_benchmarks: bool = False  # plain pytest-benchmark `benchmark` fixtures become per-op runs
 
     def label(self, name: str) -> str:
         return self.labels.get(name, f"--opperf-{name}")
@@ -145,8 +152,11 @@ def _settings(config: pytest.Config) -> Settings:
     executor_stat = config.getini("opperf_executor_stat") or "ExecutorRunTimer"
     save_given = labels.get("save", "")
     save_dir = save_given.endswith(("/", os.sep))
+    record = config.getoption("opperf_record_benchmarks")
+    if record is None:
+        record = bool(config.getini("opperf_record_benchmarks"))
     return Settings(enabled=enabled, executor_stat=executor_stat, paths=paths, labels=labels, save_dir=save_dir,
-                    **values)
+                    record_benchmarks=record, **values)
 
 
 _SETTINGS = pytest.StashKey[Settings]()
@@ -444,6 +454,7 @@ class OpPerfSession:
         self.sections: list[tuple[str, list[str]]] = []  # from pytest_opperf_report_sections
         self._timer: Any = None
         self._timer_made = False
+        self.plain_benchmarks = 0  # tests with pytest-benchmark's own `benchmark` fixture, not recorded
         self.interrupted: str | None = None  # why the test loop stopped early
         self.deselected = 0
         self.failed_tests = 0
@@ -454,6 +465,48 @@ class OpPerfSession:
             raise ValueError(f"opperf: run id {run.id!r} is measured twice in this session (run ids must be "
                              "unique: name the windows with measure(name=...))")
         self.runs.append(run)
+
+    # --- plain pytest-benchmark fixtures and --benchmark-only ------------------------------
+
+    @pytest.hookimpl(trylast=True)  # after pytest-benchmark's own
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[Any]) -> None:
+        for item in items:
+            names = getattr(item, "fixturenames", ())
+            if "benchmark" in names:
+                defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}).get("benchmark") or ()
+                last = defs[-1] if defs else None
+                if last is not None and "opperf_benchmark" in last.argnames:
+                    raise pytest.UsageError(
+                        f"opperf: {item.nodeid}: the `benchmark` fixture is redefined on top of opperf_benchmark "
+                        f"(in {last.baseid + '/' if last.baseid else ''}conftest.py), which pytest-benchmark cannot "
+                        "run; record plain benchmark "
+                        "fixtures with --opperf-record-benchmarks instead")
+            elif "opperf_benchmark" in names:
+                # --benchmark-only skips what does not request `benchmark` by name; opperf_benchmark
+                # requests it when the test calls it, so it is a benchmark all the same
+                item.own_markers[:] = [m for m in item.own_markers if not (
+                    m.name == "skip" and str(m.kwargs.get("reason", "")).startswith("Skipping non-benchmark"))]
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: Any, call: Any) -> Iterator[None]:
+        outcome = yield
+        report = outcome.get_result()
+        if call.when != "call" or not report.passed or "opperf_benchmark" in getattr(item, "fixturenames", ()):
+            return
+        bench = getattr(item, "funcargs", {}).get("benchmark")
+        meta = getattr(bench, "stats", None)
+        if bench is None or not meta or not meta.stats.data:
+            return
+        if not self.settings.record_benchmarks:
+            self.plain_benchmarks += 1
+            return
+        from pytest_opperf.measure import op_run
+
+        stat = getattr(item, "originalname", None) or item.name
+        config = {"benchmark": {"rounds": len(meta.stats.data), "iterations": meta.iterations},
+                  "timer": "pytest-benchmark"}
+        self.add_run(op_run(run_id_of(item), stat, list(meta.stats.data), meta.iterations, self.device, "host",
+                            config=config))
 
     # --- what a partial session did not measure ----------------------------------------
 
@@ -592,6 +645,7 @@ class OpPerfSession:
             return
         self.runs.extend(worker.runs)
         self.untimed_benchmarks += int(payload.get("untimed", 0))
+        self.plain_benchmarks += int(payload.get("plain", 0))
         self.deselected = max(self.deselected, int(payload.get("deselected", 0)))  # every worker collects all
         self.merged = True
 
@@ -633,6 +687,10 @@ class OpPerfSession:
         if self.untimed_benchmarks:
             verdict.notes.append(f"{self.untimed_benchmarks} per-op benchmark(s) ran untimed "
                                  "(pytest-benchmark disabled: --benchmark-disable, or xdist)")
+        if self.plain_benchmarks:
+            verdict.notes.append(f"{self.plain_benchmarks} test(s) use pytest-benchmark's plain `benchmark` "
+                                 "fixture and are not in the opperf results (use opperf_benchmark, or "
+                                 "--opperf-record-benchmarks to record them as per-op runs)")
         results.gate = verdict.to_dict()
         if not verdict.passed:
             session.testsfailed += 1  # exit status 1, as a failed test gives
@@ -659,7 +717,8 @@ class OpPerfSession:
         from pytest_opperf.results import ResultSet
 
         payload = {"results": ResultSet(runs=self.runs).to_dict(with_trace=True),
-                   "untimed": self.untimed_benchmarks, "deselected": self.deselected}
+                   "untimed": self.untimed_benchmarks, "deselected": self.deselected,
+                   "plain": self.plain_benchmarks}
         self.config.workeroutput["opperf"] = json.dumps(payload)  # type: ignore[attr-defined]
 
     def _write(self, name: str, write: Callable[[Path], None], path: Path | None = None,

@@ -309,7 +309,8 @@ def chrome_trace(results: ResultSet) -> dict[str, Any]:
         if not trace:
             continue
         pid += 1
-        kernels = {s.name for s in run.stats if s.kernel}
+        # events carry the region's own name: a nested kernel stat is "conv2d/GemmTimer", its events "GemmTimer"
+        kernels = {short_name(s.name) for s in run.stats if s.kernel}
         dur_ns = int(trace["dur_ns"])
         events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 1, "args": {"name": run.id}})
         events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": 1,

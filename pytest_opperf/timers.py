@@ -3,10 +3,18 @@
 Frameworks time their work with ``with timers.timer("conv2d"): ...``. Nothing is
 measured unless a :func:`recording` is open on the calling thread; then every
 region closed on that thread is added to the recording's :class:`Table`, one
-:class:`Stat` per region name. A region opened inside another gets the outer
-region's stat as its ``parent`` (the reference report's indented ``Im2ColTimer``
-under ``conv2d``); parents and children are kept apart, never summed into each
-other, so nothing is counted twice.
+:class:`Stat` per region name. A stat's ``parent`` is the region it was inside
+when it was first seen (the reference report's indented ``Im2ColTimer`` under
+``conv2d``), and it keeps that parent when later entries of the region happen
+elsewhere; parents and children are kept apart, never summed into each other,
+so nothing is counted twice.
+
+What is not recorded is counted, so that a report can say so: regions timed
+on a thread without a recording while some other thread records
+(:func:`other_thread_regions`; autograd's backward threads, data-loader
+threads), and region exits out of order (``Table.misnested``: a region closed
+while one opened inside it was still open; the stats opened after that may
+have the wrong parent).
 
 Stat names: a region inside a kernel region is qualified by it, so the same
 region under two kernels gives two stats - ``conv2d/GemmTimer`` and
@@ -52,6 +60,7 @@ __all__ = [
     "current",
     "format_stat_lines",
     "ordered",
+    "other_thread_regions",
     "recording",
     "short_name",
     "timer",
@@ -217,7 +226,7 @@ class _Region:
         start = self.start
         self.start = None
         table = self.table
-        table.current = self.outer
+        table.current = self.outer if table.current is self else table._misnested_exit(self)
         ns = end - start
         stat = self.stat
         stat.count += 1
@@ -265,6 +274,21 @@ class Table(Mapping[str, Stat]):
         self.current: _Region | None = None  # the innermost open region
         self._pending: list[tuple[Stat, Any, Any]] = []
         self._events: list[tuple[str, int, int, int]] | None = None
+        self.misnested = 0  # region exits out of order
+        self.first_misnested: str | None = None  # the first of them, described
+
+    def _misnested_exit(self, region: _Region) -> _Region | None:
+        """Count an exit out of order; the region that is innermost once ``region`` is closed."""
+        self.misnested += 1
+        inner = self.current
+        if self.first_misnested is None:
+            self.first_misnested = (f"{region.name!r} closed while {inner.name!r} was still open inside it"
+                                    if inner is not None else f"{region.name!r} closed after its outer region")
+        node = inner
+        while node is not None and node is not region:
+            node = node.outer
+        # closed inside the open chain: what it held is closed with it; already off the chain: nothing changes
+        return region.outer if node is region else inner
 
     # Mapping interface
     def __getitem__(self, name: str) -> Stat:
@@ -365,6 +389,15 @@ _state = _ThreadState()
 # thread-local lookup in the common case where nothing records at all.
 _open_recordings = 0
 _open_lock = threading.Lock()
+# Regions entered on a thread without a recording while another thread records:
+# not recorded, but counted by name so the recording's report can say so.
+_other_threads: dict[str, int] = {}
+
+
+def other_thread_regions() -> dict[str, int]:
+    """How often each region name was timed, unrecorded, on a thread without a
+    recording while another thread had one open (a running total: compare two snapshots)."""
+    return dict(_other_threads)
 
 
 def timer(name: str, kernel: bool = False):
@@ -377,6 +410,7 @@ def timer(name: str, kernel: bool = False):
         return _NULL
     table = _state.table
     if table is None:
+        _other_threads[name] = _other_threads.get(name, 0) + 1
         return _NULL
     region = (table._kernel_regions if kernel else table._timer_regions).get(name)
     if region is None or region.start is not None:

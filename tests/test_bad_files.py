@@ -195,3 +195,47 @@ def test_run_ids_with_newlines_ansi_and_html_are_escaped_in_show_and_markdown(tm
     heading = "### `x.py::t\\n**Gate: PASSED**\\x1b[32m <img src=x>`"  # a code span: shown as it is, no HTML
     assert md.count("<img") == 1 and heading in md.splitlines()
     assert "- note about x.py::t\\n**Gate: PASSED**\\x1b[32m &lt;img src=x&gt;" in md.splitlines()
+
+
+# --- what the timers could not record --------------------------------------------------------
+
+
+def test_regions_on_other_threads_are_counted_not_recorded():
+    from pytest_opperf import timers
+
+    with timers.recording() as table:
+        before = timers.other_thread_regions().get("backward", 0)
+        worker = threading.Thread(target=lambda: timers.timer("backward").__enter__())
+        worker.start()
+        worker.join()
+        with timers.timer("forward"):
+            pass
+    assert list(table) == ["forward"]
+    assert timers.other_thread_regions()["backward"] - before == 1
+
+
+def test_an_exit_out_of_order_is_counted_and_does_not_reparent_later_stats():
+    from pytest_opperf import timers
+
+    with timers.recording() as table:
+        outer, inner = timers.timer("a"), timers.timer("b")
+        outer.__enter__()
+        inner.__enter__()
+        outer.__exit__(None, None, None)  # a closes while b is still open inside it
+        with timers.timer("c"):
+            pass
+        inner.__exit__(None, None, None)
+        with timers.timer("d"):
+            pass
+    assert (table.misnested, table.first_misnested) == (2, "'a' closed while 'b' was still open inside it")
+    assert (table["c"].parent, table["d"].parent) == (None, None)  # not the closed 'a' or 'b'
+
+
+def test_chrome_trace_gives_nested_kernel_regions_the_kernel_category():
+    run = e2e_run("a", stats={"ExecutorRunTimer": [3.0], "conv2d": [2.0], "conv2d/GemmTimer": [1.0]})
+    run.stats[0].kernel = False
+    run.trace = {"step": 1, "dur_ns": 4000, "events": [("ExecutorRunTimer", 0, 3000, 0), ("conv2d", 100, 2000, 1),
+                                                         ("GemmTimer", 200, 1000, 2)]}
+    events = [e for e in report.chrome_trace(results(run))["traceEvents"] if e.get("cat") not in (None, "step")]
+    assert {e["name"]: e["cat"] for e in events} == {"ExecutorRunTimer": "framework", "conv2d": "kernel",
+                                                     "GemmTimer": "kernel"}

@@ -158,3 +158,94 @@ def test_bad_values_fail_their_test_with_a_message_and_the_rest_is_written(pytes
     assert message in result.stdout.str()
     first = ["test_x.py::test_x#x"] if "already used" in message else []  # the first window was fine
     assert ids(pytester.path / "r.json") == first + ["test_x.py::test_ok"]
+
+
+def test_regions_on_other_threads_and_exits_out_of_order_are_said_in_the_report(pytester):
+    pytester.makepyfile(test_x="""
+        import threading
+        from pytest_opperf import timers
+        def test_x(opperf):
+            with opperf.measure() as run:
+                t = threading.Thread(target=lambda: timers.timer("backward").__enter__())
+                t.start()
+                t.join()
+                a, b = timers.timer("a"), timers.timer("b")
+                a.__enter__()
+                b.__enter__()
+                a.__exit__(None, None, None)
+                run.step(examples=1)
+    """)
+    result = pytester.runpytest("--opperf")
+    result.stdout.fnmatch_lines([
+        "note: 1 region(s) timed on other threads while this window was open are not recorded (only the "
+        "window's own thread is): backward x1",
+        "note: 1 region exit(s) out of order (first: 'a' closed while 'b' was still open inside it); stats first "
+        "seen after it may have the wrong parent"])
+
+
+# --- pytest-benchmark ------------------------------------------------------------------------
+
+BENCHMARKS = """
+import pytest
+
+NOW_S = [0.0]
+
+def clock():
+    NOW_S[0] += 1e-3
+    return NOW_S[0]
+
+pytestmark = pytest.mark.benchmark(timer=clock)
+
+def test_op(opperf_benchmark):
+    opperf_benchmark.pedantic(sum, args=(range(3),), rounds=5)
+
+def test_plain(benchmark):
+    benchmark.pedantic(sum, args=(range(3),), rounds=4)
+
+def test_other():
+    pass
+"""
+
+
+def test_benchmark_only_runs_opperf_benchmarks(pytester):
+    pytester.makepyfile(test_b=BENCHMARKS)
+    result = pytester.runpytest("--opperf", "--opperf-json=r.json", "--benchmark-only", "-rs")
+    result.assert_outcomes(passed=2, skipped=1)  # test_other is no benchmark
+    result.stdout.fnmatch_lines(["SKIPPED [1] test_b.py: Skipping non-benchmark (--benchmark-only active)."])
+    assert ids(pytester.path / "r.json") == ["test_b.py::test_op"]
+
+
+def test_plain_benchmark_fixtures_are_counted_or_recorded_on_request(pytester):
+    pytester.makepyfile(test_b=BENCHMARKS)
+    result = pytester.runpytest("--opperf", "--opperf-json=r.json")
+    result.stdout.fnmatch_lines(["note: 1 test(s) use pytest-benchmark's plain `benchmark` fixture and are not in "
+                                 "the opperf results (use opperf_benchmark, or --opperf-record-benchmarks *"])
+    assert ids(pytester.path / "r.json") == ["test_b.py::test_op"]
+    result = pytester.runpytest("--opperf", "--opperf-json=r.json", "--opperf-record-benchmarks")
+    assert "plain `benchmark` fixture" not in result.stdout.str()
+    runs = {r["id"]: r for r in json.loads((pytester.path / "r.json").read_text())["runs"]}
+    plain = runs["test_b.py::test_plain"]
+    assert (plain["kind"], plain["batches"], plain["stats"][0]["name"]) == ("op", 4, "test_plain")
+    assert plain["stats"][0]["samples_ms"] == [pytest.approx(1.0)] * 4  # the fake clock: 1 ms per round
+    assert plain["config"]["timer"] == "pytest-benchmark"
+
+
+def test_aliasing_benchmark_to_opperf_benchmark_is_a_usage_error(pytester):
+    pytester.makeconftest("import pytest\n@pytest.fixture\ndef benchmark(opperf_benchmark):\n"
+                          "    return opperf_benchmark\n")
+    pytester.makepyfile(test_b=BENCHMARKS)
+    result = pytester.runpytest("--opperf")
+    assert result.ret == 4 and "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    (error,) = [line for line in result.stderr.lines if line.startswith("ERROR:")]  # at collection: stderr
+    assert ("the `benchmark` fixture is redefined on top of opperf_benchmark (in conftest.py)" in error
+            and "--opperf-record-benchmarks" in error)
+
+
+def test_an_xdist_session_with_untimed_benchmarks_keeps_the_saved_op_runs(pytester):
+    pytester.makepyfile(test_b=BENCHMARKS, test_suite=e2e(steps=2))
+    assert pytester.runpytest("--opperf", "--opperf-save=base.json").ret == 0
+    assert ids(pytester.path / "base.json") == ["test_b.py::test_op", "test_suite.py::test_train"]
+    result = pytester.runpytest("--opperf", "--opperf-save=base.json", "-n", "2")
+    assert ids(pytester.path / "base.json") == ["test_b.py::test_op", "test_suite.py::test_train"]
+    result.stdout.fnmatch_lines(["note: partial session (1 per-op benchmark(s) untimed): saved 1 measured run(s) "
+                                 "and kept 1 run(s) of the existing baseline *"])
