@@ -739,6 +739,7 @@ class OpPerfSession:
 
         results = self.results
         assert results is not None
+        self._drop_unwritable_runs(results)
         self._write("json", lambda p: write_results(p, results))
         save = self.settings.paths.get("save")
         if save is not None:
@@ -757,6 +758,20 @@ class OpPerfSession:
 
                 self._write("step summary", append, Path(summary), label="GITHUB_STEP_SUMMARY")
         self._write("trace", lambda p: write_json_atomic(p, report.chrome_trace(results)))
+
+    def _drop_unwritable_runs(self, results: ResultSet) -> None:
+        """Runs that JSON cannot hold (a hook put NaN or an object in them) are left out of every
+        file, each with an error naming the run and the field; the other runs are written."""
+        from pytest_opperf.results import json_problem
+
+        keep = []
+        for run in results.runs:
+            problem = json_problem(run.to_dict(), "run")
+            if problem:
+                self.errors.append(f"run {run.id!r} not written: {problem}")
+            else:
+                keep.append(run)
+        results.runs[:] = keep
 
     def _save(self, save: Path) -> None:
         """``--opperf-save``: a partial session merges the runs it did not measure, or refuses (see save.py)."""

@@ -88,18 +88,21 @@ def save_three(pytester):
 @pytest.mark.parametrize("args, reason", [
     (["-k", "test_b"], "2 test(s) deselected"),
     (["-x"], "interrupted: stopping after 1 failures"),
+    (["ctrl-c"], "interrupted: KeyboardInterrupt"),
 ])
 def test_a_partial_session_keeps_the_runs_it_did_not_measure(pytester, args, reason):
     base = save_three(pytester)
     before = {r["id"]: r for r in json.loads(base.read_text())["runs"]}
     suite = THREE.replace("examples=4", "examples=8")  # the runs measured now differ from the saved ones
-    if args == ["-x"]:  # test_b fails: its run and test_c's are not measured
-        suite = suite.replace("def test_b(opperf):\n", "def test_b(opperf):\n    assert 0\n")
+    if args[0] in ("-x", "ctrl-c"):  # test_b stops the session: its run and test_c's are not measured
+        stop = "assert 0" if args[0] == "-x" else "raise KeyboardInterrupt"
+        suite = suite.replace("def test_b(opperf):\n", f"def test_b(opperf):\n    {stop}\n")
     pytester.makepyfile(test_suite=suite)
-    result = pytester.runpytest("--opperf", "--opperf-save=base.json", *args)
+    result = pytester.runpytest("--opperf", "--opperf-save=base.json", *[a for a in args if a != "ctrl-c"],
+                                no_reraise_ctrlc=True)
     after = {r["id"]: r for r in json.loads(base.read_text())["runs"]}
     assert list(after) == list(before)  # nothing dropped, in the file's order
-    measured = {"-k": ["test_suite.py::test_b"], "-x": ["test_suite.py::test_a"]}[args[0]]
+    measured = {"-k": ["test_suite.py::test_b"]}.get(args[0], ["test_suite.py::test_a"])
     for run_id in before:
         assert after[run_id]["examples"] == (24 if run_id in measured else 12)
     result.stdout.fnmatch_lines([f"note: partial session ({reason}*): saved 1 measured run(s) and kept 2 run(s) "
@@ -249,3 +252,16 @@ def test_an_xdist_session_with_untimed_benchmarks_keeps_the_saved_op_runs(pytest
     assert ids(pytester.path / "base.json") == ["test_b.py::test_op", "test_suite.py::test_train"]
     result.stdout.fnmatch_lines(["note: partial session (1 per-op benchmark(s) untimed): saved 1 measured run(s) "
                                  "and kept 1 run(s) of the existing baseline *"])
+
+
+def test_a_run_a_hook_made_unwritable_is_left_out_with_an_error_and_the_rest_is_written(pytester):
+    pytester.makeconftest("""
+        def pytest_opperf_modify_results(config, results):
+            results.runs[0].config["loss"] = float("nan")
+    """)
+    pytester.makepyfile(test_a=e2e(name="test_a", steps=2), test_b=e2e(name="test_b", steps=2))
+    result = pytester.runpytest("--opperf", "--opperf-json=r.json", "--opperf-markdown=r.md")
+    assert result.ret == 4
+    result.stdout.fnmatch_lines(["error: run 'test_a.py::test_a' not written: run['config']['loss'] is nan, "
+                                 "which JSON cannot hold (give a finite number)"])
+    assert ids(pytester.path / "r.json") == ["test_b.py::test_b"] and (pytester.path / "r.md").exists()
