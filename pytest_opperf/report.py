@@ -17,6 +17,7 @@ from typing import Any
 from tabulate import tabulate
 
 from .gate import Verdict
+from .gpu_report import device_host_lines, steady_lines
 from .results import SCHEMA, ResultSet, RunResult, StatResult
 from .stats import Samples
 from .timers import ordered, short_name
@@ -122,6 +123,7 @@ def run_lines(run: RunResult, sort: str = "total") -> list[str]:
         lines += table.splitlines()
     lines.append(_shares_line(run))
     lines += _clock_note(run)
+    lines += steady_lines(run) + device_host_lines(run)  # steady state, compiles; device span vs host enqueue
     lines += [f"note: {n}" for n in run.notes]
     return lines
 
