@@ -74,11 +74,11 @@ def snapshot(pci_bus_id: str | None, nvml: Any = None) -> dict[str, Any]:
     """The GPU's facts now, e.g. ``{"name", "driver", "sm_clock_mhz", ...}``; a fact
     NVML cannot give is ``None``. Without NVML, or without a way to find the GPU,
     the snapshot is ``{"error": "<why>"}``."""
+    if not pci_bus_id:
+        return {"error": "the device has no PCI bus id to find it in NVML"}
     nvml = nvml if nvml is not None else nvml_module()
     if nvml is None:
         return {"error": "nvidia-ml-py is not installed (pip install 'pytest-opperf[gpu]')"}
-    if not pci_bus_id:
-        return {"error": "the device has no PCI bus id to find it in NVML"}
     try:
         nvml.nvmlInit()
     except Exception as exc:

@@ -332,3 +332,61 @@ def test_with_a_flush_each_round_is_one_call_after_it_and_the_flush_is_not_timed
                                      before_round=flush, clock=clock)
     assert iterations == 1 and rounds == [pytest.approx(2e-3)] * 5
     assert order == ["flush", "call"] * 6  # one warm-up round, five timed
+
+
+# --- separate event pools: a per-op benchmark inside a measured window ---------------------
+
+
+class _Device:
+    now = 0
+
+
+class PooledClock:
+    """Events from a pool, as backend.CudaEventClock keeps them: recycled events are re-recorded."""
+
+    def __init__(self, device):
+        self.device, self.free, self.used = device, [], []
+
+    def mark(self):
+        event = self.free.pop() if self.free else {}
+        event["t"] = self.device.now
+        self.used.append(event)
+        return event
+
+    def elapsed_ns(self, a, b):
+        return b["t"] - a["t"]
+
+    def synchronize(self):
+        pass
+
+    def recycle(self):
+        self.free += self.used
+        self.used = []
+
+
+def _window_with_a_benchmark_inside(device_info, device):
+    from pytest_opperf.device import benchmark_timer
+
+    with timers.recording(device_clock=device_info.clock) as table:
+        with timers.timer("conv2d", kernel=True):
+            device.now += 5_000_000  # 5 ms queued, its events not read yet
+        timer = benchmark_timer(device_info, "events")
+        start = timer()
+        device.now += 1_000_000
+        assert timer() - start == pytest.approx(0.001)
+        with timers.timer("relu", kernel=True):  # the window goes on, marking more events
+            device.now += 2_000_000
+    return table["conv2d"].total_ms
+
+
+def test_a_benchmark_inside_a_window_times_on_its_own_pool():
+    device = _Device()
+    clock = PooledClock(device)
+    info = DeviceInfo(name="cuda:0", is_gpu=True, clock=clock, new_clock=lambda: PooledClock(device))
+    assert _window_with_a_benchmark_inside(info, device) == pytest.approx(5.0)
+
+
+def test_one_shared_pool_would_lose_the_windows_events():
+    device = _Device()
+    shared = DeviceInfo(name="cuda:0", is_gpu=True, clock=PooledClock(device))  # no new_clock
+    assert _window_with_a_benchmark_inside(shared, device) != pytest.approx(5.0)  # the defect new_clock avoids
