@@ -177,3 +177,17 @@ def test_the_l2_flusher_writes_twice_the_cache_on_its_device(cp):
     flush()
     assert flush.nbytes == 64 * 2**20  # the fake's L2 is 1 MiB: the 64 MiB floor
     assert cp.log[-1] == ("memset", 1, 64 * 2**20)
+
+
+def test_the_suites_describe_a_gpu_fully(cp):
+    from suites.conftest import pytest_opperf_select_device
+
+    device = pytest_opperf_select_device(config=None, requested="gpu")
+    assert device.is_gpu and device.name == "cuda:0 (Fake GPU)" and device.device_class == "fake-gpu"
+    assert device.pci_bus_id == "0000:01:00.0"
+    other = device.new_clock()
+    assert isinstance(other, backend.CudaEventClock) and other is not device.clock
+    assert not any(e[0] == "memset" for e in cp.log)  # the flush buffer is made at the first flush only
+    device.flush_cache()
+    device.flush_cache()
+    assert [e for e in cp.log if e[0] == "memset"] == [("memset", 0, 64 * 2**20)] * 2
