@@ -400,22 +400,26 @@ class OpBenchmark:
             return function(*args, **kwargs)
         if self._opperf._session.own_loop:
             return self._own_loop(lambda: function(*args, **kwargs))
-        return self._benchmark()(function, *args, **kwargs)
+        return self._benchmark()(self._annotated(function), *args, **kwargs)
 
     # --- per-op timing without pytest-benchmark: L2 flush, per-GPU xdist workers ----------
 
-    def _target(self, call: Callable[[], Any]) -> Callable[[], Any]:
+    def _annotated(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """``function`` inside an NVTX range named by the stat, with ``--opperf-nvtx``."""
         nvtx = self._opperf._session.nvtx
         if nvtx is None:
-            return call
+            return function
 
-        def annotated() -> Any:
+        def annotated(*args: Any, **kwargs: Any) -> Any:
             nvtx.push(self.stat)
             try:
-                return call()
+                return function(*args, **kwargs)
             finally:
                 nvtx.pop()
         return annotated
+
+    def _target(self, call: Callable[[], Any]) -> Callable[[], Any]:
+        return self._annotated(call)
 
     def _own_loop(self, call: Callable[[], Any]) -> Any:
         from pytest_opperf.oploop import LoopSettings, time_rounds
@@ -475,8 +479,9 @@ class OpBenchmark:
             return result
         if self._opperf._session.own_loop:
             return self._own_pedantic(target, args, kwargs, setup, teardown, rounds, warmup_rounds, iterations)
-        return self._benchmark().pedantic(target, args=args, kwargs=kwargs, setup=setup, teardown=teardown,
-                                          rounds=rounds, warmup_rounds=warmup_rounds, iterations=iterations)
+        return self._benchmark().pedantic(self._annotated(target), args=args, kwargs=kwargs, setup=setup,
+                                          teardown=teardown, rounds=rounds, warmup_rounds=warmup_rounds,
+                                          iterations=iterations)
 
     def _finish(self) -> None:
         session = self._opperf._session

@@ -111,9 +111,8 @@ def test_the_executor_runs_a_program_on_device_one(cp):
     assert np.isfinite(value).all() and cp.current == 0
     launched_on = {entry[1] for entry in cp.log if entry[0] in ("random_state",)}
     assert launched_on == {1}  # the initialisers drew on device 1
-    params = [v for v in main.global_block().vars.values() if v.persistable and scope.find_var(v.name)]
-    assert params and all(scope.find_var(v.name).value.device.id == 1 for v in params
-                          if scope.find_var(v.name).value is not None and hasattr(scope.find_var(v.name).value, "_dev"))
+    params = [scope.find_var(v.name).value for v in startup.global_block().vars.values() if v.persistable]
+    assert params and all(isinstance(p, fake_cupy.FakeArray) and p.device.id == 1 for p in params)
 
 
 def test_the_event_clock_records_and_syncs_on_its_device(cp):

@@ -121,6 +121,24 @@ def test_ranges_seen():
     result.assert_outcomes(passed=2)
 
 
+PER_OP_NVTX = """
+def test_op(opperf_benchmark):
+    opperf_benchmark.describe(stat="relu")
+    opperf_benchmark.pedantic(lambda: None, rounds=3)
+
+def test_ranges_seen():
+    import nvtx
+    assert nvtx.EVENTS.count(("push", "relu")) == nvtx.EVENTS.count(("pop",)) == 3
+"""
+
+
+def test_nvtx_ranges_around_per_op_benchmark_calls(pytester):
+    pytester.makepyfile(nvtx=NVTX, test_op=PER_OP_NVTX)
+    pytester.syspathinsert()
+    result = pytester.runpytest("--opperf", "--opperf-nvtx", "-p", "no:randomly")
+    result.assert_outcomes(passed=2)
+
+
 def test_nvtx_without_the_package_is_a_usage_error(pytester, monkeypatch):
     import sys
 
