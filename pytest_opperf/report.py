@@ -250,7 +250,10 @@ def markdown(results: ResultSet, verdict: Verdict | None, sort: str = "total",
             out += tabulate(rows, headers, tablefmt="github", disable_numparse=True,
                             colalign=("left",) + ("right",) * (len(headers) - 1)).splitlines()
         out += ["", _shares_line(run)]
-        out += [f"- {_md(n)}" for n in _clock_note(run) + run.notes]
+        out += [f"- {_md(n)}" for n in _clock_note(run) + steady_lines(run) + run.notes]
+        device = device_host_lines(run)  # device span vs host enqueue, on a device clock
+        if device:
+            out += ["", "```", *device, "```"]
     ops = [r for r in results.runs if r.kind != "e2e"]
     if ops:
         lines = op_table_lines(ops, tablefmt="github", escape=_md)

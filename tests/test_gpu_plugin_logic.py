@@ -114,6 +114,10 @@ def test_launch_bound_when_the_span_is_no_longer_than_the_enqueue():
     assert lines[0].startswith("device span vs host enqueue per call (ms): 1 of 2 kernel stats launch-bound")
     assert lines[2].split() == ["conv2d", "10.000", "0.500", "20.00", "device"]
     assert lines[3].split() == ["relu", "1.000", "0.950", "1.05", "launch"]
+    from pytest_opperf.report import markdown
+
+    text = markdown(results(run), None)
+    assert "```\n" + "\n".join(lines) + "\n```" in text
 
 
 class CountingClock:
