@@ -4,6 +4,12 @@ Kernels are written once against an array module ``xp`` (numpy or cupy), found
 from their arrays with :func:`get_array_module` or from a place with
 :func:`array_module`. cupy is imported lazily and inside a guard, so importing
 the framework never fails or touches CUDA on a machine without a GPU.
+
+A GPU is usable only once a probe kernel has compiled (NVRTC) and run, and
+one of cupy's own kernels too: with CUDA half installed, :func:`gpu_available`
+says no and :func:`gpu_unavailable_reason` says why. ``CUDAPlace(n)`` code
+runs inside :func:`device_scope`, so arrays, kernels, events and random
+draws all land on device ``n``.
 """
 
 from __future__ import annotations
