@@ -394,3 +394,34 @@ def test_one_shared_pool_would_lose_the_windows_events():
     device = _Device()
     shared = DeviceInfo(name="cuda:0", is_gpu=True, clock=PooledClock(device))  # no new_clock
     assert _window_with_a_benchmark_inside(shared, device) != pytest.approx(5.0)  # the defect new_clock avoids
+
+
+# --- per-GPU workers: the pure part ----------------------------------------------------------
+
+
+def test_the_visible_gpus_come_from_cuda_visible_devices_first():
+    from pytest_opperf.xdist_gpu import GpuWorkersError, visible_gpus
+
+    never = (lambda: pytest.fail("probed although CUDA_VISIBLE_DEVICES was set"),)
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2, 3"}, never) == ["2", "3"]
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "GPU-8f1c,GPU-77aa"}, never) == ["GPU-8f1c", "GPU-77aa"]
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "1,-1,0"}, never) == ["1"]  # CUDA stops at an invalid entry
+    with pytest.raises(GpuWorkersError, match="CUDA_VISIBLE_DEVICES='-1' hides every GPU"):
+        visible_gpus({"CUDA_VISIBLE_DEVICES": "-1"}, never)
+    assert visible_gpus({}, (lambda: None, lambda: ["0", "1", "2", "3"])) == ["0", "1", "2", "3"]
+    with pytest.raises(GpuWorkersError, match="no GPU found"):
+        visible_gpus({}, (lambda: None,))
+
+
+def test_each_worker_gets_its_own_gpu_before_cuda_starts():
+    from pytest_opperf.xdist_gpu import ENV_LIST, GpuWorkersError, assign, different_models, set_worker_device
+
+    assert [assign(f"gw{i}", ["3", "5"]) for i in range(3)] == ["3", "5", "3"]
+    with pytest.raises(GpuWorkersError, match="unexpected xdist worker id 'main'"):
+        assign("main", ["0"])
+    env = {ENV_LIST: "3,5", "PYTEST_XDIST_WORKER": "gw1", "CUDA_VISIBLE_DEVICES": "3,5"}
+    assert set_worker_device(env) == "5" and env["CUDA_VISIBLE_DEVICES"] == "5"
+    untouched = {"PYTEST_XDIST_WORKER": "gw1", "CUDA_VISIBLE_DEVICES": "3,5"}  # not a per-GPU session
+    assert set_worker_device(untouched) is None and untouched["CUDA_VISIBLE_DEVICES"] == "3,5"
+    assert different_models({"gw0": {"gpu_model": "H200"}, "gw1": {"gpu_model": "H200"}}) is None
+    assert different_models({"gw1": {"gpu_model": "A100"}, "gw0": {"gpu_model": "H200"}}) == "gw0: H200, gw1: A100"
