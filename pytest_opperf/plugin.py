@@ -452,7 +452,7 @@ class OpBenchmark:
                     a, k = made
             if session.flush is not None:
                 session.flush()
-            call = self._target(lambda: target(*a, **k))
+            call = self._target(lambda a=a, k=k: target(*a, **k))
             start = timer()
             for _ in range(iterations):
                 result = call()

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from pytest_opperf import gpu_env, timers
+from pytest_opperf.device import DeviceInfo
 from pytest_opperf.gate import evaluate, parse_thresholds
 from pytest_opperf.gpu_report import bound, device_host_lines, steady_examples_per_sec, steady_lines
 from pytest_opperf.identity import baseline_variant, mismatch
 from pytest_opperf.measure import Run, measure_window
-from pytest_opperf.device import DeviceInfo
 from pytest_opperf.nvtx_ranges import NvtxRanges
 from pytest_opperf.oploop import LoopSettings, time_rounds
 from pytest_opperf.report import run_lines
@@ -151,7 +151,7 @@ def test_measured_windows_keep_the_host_time_of_device_stats():
     relu = run.result.stat("relu")
     assert relu.clock == "device" and relu.total_ms == pytest.approx(2.0)  # two 1 ms spans
     assert relu.host_ms is not None and 0 <= relu.host_ms < relu.total_ms
-    assert StatResult(**{**relu.__dict__}).to_dict()["host_ms"] == relu.host_ms
+    assert StatResult(**relu.__dict__).to_dict()["host_ms"] == relu.host_ms
     back = ResultSet.from_dict(results(run.result).to_dict())
     assert back.runs[0].stat("relu").host_ms == pytest.approx(relu.host_ms)
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.opperf_suites import assert_one_line_usage_error, e2e, inner_run_env  # noqa: F401
 
 pytest_plugins = ["pytester"]
@@ -216,3 +218,30 @@ def test_gpu_workers_without_xdist_is_a_usage_error(pytester):
     pytester.makepyfile(test_a="def test_a():\n    pass\n")
     result = pytester.runpytest("--opperf-gpu-workers")
     assert_one_line_usage_error(result, "--opperf-gpu-workers needs pytest-xdist workers: add -n auto")
+
+
+PEDANTIC = '''
+from conftest import LOG, Clock
+
+def test_op(opperf_benchmark):
+    def op(x):
+        LOG.append(("call", x))
+        Clock.now += 20_000
+    def setup():
+        LOG.append("setup")
+        return (7,), {}
+    opperf_benchmark.describe(stat="relu")
+    opperf_benchmark.pedantic(op, setup=setup, rounds=4, warmup_rounds=1, iterations=2)
+    assert LOG == ["setup", "flush", ("call", 7), ("call", 7)] * 5  # a warm-up round, then 4 timed
+'''
+
+
+def test_pedantic_with_the_flush_keeps_rounds_iterations_and_setup(pytester):
+    pytester.makeconftest(FAKE_GPU.format(other="A"))
+    pytester.makepyfile(test_p=PEDANTIC)
+    result = pytester.runpytest("--opperf", "--opperf-l2-flush", "--opperf-json=r.json")
+    assert result.ret == 0, result.stdout.str()
+    (run,) = json.loads((pytester.path / "r.json").read_text())["runs"]
+    assert run["config"]["benchmark"] == {"rounds": 4, "iterations": 2, "loop": "opperf", "l2_flush": True}
+    (s,) = run["stats"]
+    assert s["count"] == 8 and s["samples_ms"] == [pytest.approx(0.02, abs=1e-5)] * 4  # 20 us a call, no flush
