@@ -36,6 +36,13 @@ class DeviceInfo:
     gpu_model: str | None = None
     driver: str | None = None
     cuda: str | None = None
+    # GPU additions: a maker of further clocks, each with its own pool of markers
+    # (per-op benchmarks inside a measured window must not recycle its unread
+    # markers); an L2 flush for cold-cache per-op timing (--opperf-l2-flush);
+    # the PCI bus id, by which NVML finds the same GPU (pytest_opperf.gpu_env).
+    new_clock: Callable[[], DeviceClock] | None = None
+    flush_cache: Callable[[], None] | None = None
+    pci_bus_id: str | None = None
 
     def timing_label(self, timing: str) -> str:
         """What the JSON calls the timing of measured windows: ``host`` without a device clock
@@ -98,7 +105,7 @@ def benchmark_timer(device: DeviceInfo, timing: str) -> Callable[[], float] | No
     if not device.is_gpu:
         return None
     if timing == "events" and device.clock is not None:
-        return EventTimer(device.clock)
+        return EventTimer(device.new_clock() if device.new_clock is not None else device.clock)
     if device.synchronize is not None:
         return SyncTimer(device.synchronize)
     if device.clock is not None:

@@ -50,7 +50,7 @@ class Run:
     """The handle of one measured window; the suite calls :meth:`step` per batch."""
 
     def __init__(self, run_id: str, kind: str, config: Mapping[str, Any] | None, device: DeviceInfo,
-                 timing: str, executor_stat: str, trace: bool = False) -> None:
+                 timing: str, executor_stat: str, trace: bool = False, annotate: Any = None) -> None:
         self.id = run_id
         self.kind = kind
         self.config = dict(config or {})
@@ -74,6 +74,7 @@ class Run:
         self._step_examples: list[int] = []
         self._work: dict[str, list[float]] = {}
         self.count_warnings: list[str] = []  # per-step counts that vary: the plugin warns
+        self.annotate = annotate  # profiler ranges (NVTX) around regions and steps, or None
 
     # --- used by suites --------------------------------------------------------
 
@@ -104,6 +105,8 @@ class Run:
         self.batches += 1
         self._last_ns = now
         self._begin_trace_step()
+        if self.annotate is not None:
+            self.annotate.start_step(self.batches + 1)
 
     def add_work(self, stat: str, flops: float = 0.0, bytes: float = 0.0) -> None:
         """Add FLOPs and bytes moved by ``stat`` in this step (for GFLOP/s in the report)."""
@@ -123,6 +126,8 @@ class Run:
         self._other_threads = timers.other_thread_regions()
         self._start_ns = self._last_ns = perf_counter_ns()
         self._begin_trace_step()
+        if self.annotate is not None:
+            self.annotate.start_step(1)
 
     def _begin_trace_step(self) -> None:
         # The trace keeps the first step after warm-up (or the only one there is).
@@ -197,7 +202,8 @@ class Run:
                 min_ms=s.min_ms, max_ms=s.max_ms,
                 samples_ms=list(self._step_totals.get(name, [])) if steps else None,
                 kernel=s.kernel, clock=s.clock,
-                flops=work[0] if work else None, bytes=work[1] if work else None))
+                flops=work[0] if work else None, bytes=work[1] if work else None,
+                host_ms=s.host_total_ms if s.device_count else None))
         executor = table.get(self.executor_stat)
         if executor is not None:
             executor_ms, executor_name = executor.total_ms, self.executor_stat
@@ -233,7 +239,7 @@ def measure_window(run: Run) -> Iterator[Run]:
     by an exception records nothing (its test fails anyway).
     """
     device = run.device
-    with timers.recording(device_clock=device.clock, sync=run.timing == "sync") as table:
+    with timers.recording(device_clock=device.clock, sync=run.timing == "sync", annotate=run.annotate) as table:
         run._open(table)
         try:
             yield run
@@ -242,6 +248,9 @@ def measure_window(run: Run) -> Iterator[Run]:
             if run._trace and not run._trace_done:
                 table.stop_trace()
             raise
+        finally:
+            if run.annotate is not None:
+                run.annotate.end_step()
         run._close()
 
 

@@ -95,6 +95,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "ini opperf_record_benchmarks)")
     parser.addini("opperf_record_benchmarks", "record plain `benchmark` fixtures, as --opperf-record-benchmarks does",
                   type="bool", default=False)
+    for name, text in _GPU_FLAGS:
+        group.addoption(f"--opperf-{name.replace('_', '-')}", action="store_true", default=None,
+                        dest=f"opperf_{name}", help=f"{text} (default: off; ini opperf_{name})")
+        parser.addini(f"opperf_{name}", f"turn on --opperf-{name.replace('_', '-')}", type="bool", default=False)
+
+
+# GPU switches (flags, each also an ini key): see docs/contract-additions.md
+_GPU_FLAGS = (
+    ("nvtx", "NVTX ranges around every op and step, named as in the report, for Nsight Systems (needs nvtx)"),
+    ("l2_flush", "per-op benchmarks flush the GPU's L2 cache before each timed call (cold-cache timing)"),
+    ("gpu_workers", "one pytest-xdist worker per GPU, each with its own CUDA_VISIBLE_DEVICES (use with -n auto)"),
+)
+
+
+def _flag(config: pytest.Config, name: str) -> bool:
+    given = config.getoption(f"opperf_{name}", None)
+    return bool(config.getini(f"opperf_{name}")) if given is None else bool(given)
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -117,6 +134,9 @@ class Settings:
     labels: dict[str, str] = field(default_factory=dict)  # how each was given, for messages
     save_dir: bool = False  # --opperf-save ends with a slash: a directory, created when missing
     record_benchmarks: bool = False  # plain pytest-benchmark `benchmark` fixtures become per-op runs
+    nvtx: bool = False
+    l2_flush: bool = False
+    gpu_workers: bool = False
 
     def label(self, name: str) -> str:
         return self.labels.get(name, f"--opperf-{name}")
@@ -156,7 +176,7 @@ def _settings(config: pytest.Config) -> Settings:
     if record is None:
         record = bool(config.getini("opperf_record_benchmarks"))
     return Settings(enabled=enabled, executor_stat=executor_stat, paths=paths, labels=labels, save_dir=save_dir,
-                    record_benchmarks=record, **values)
+                    record_benchmarks=record, **{name: _flag(config, name) for name, _ in _GPU_FLAGS}, **values)
 
 
 _SETTINGS = pytest.StashKey[Settings]()
@@ -165,8 +185,61 @@ _DEVICE = pytest.StashKey[DeviceInfo]()
 
 def pytest_configure(config: pytest.Config) -> None:
     settings = config.stash[_SETTINGS] = _settings(config)
+    if settings.gpu_workers and not hasattr(config, "workerinput"):
+        _share_gpus(config)
     if settings.enabled:
         config.pluginmanager.register(OpPerfSession(config, settings), SESSION_PLUGIN)
+
+
+# --- one xdist worker per GPU (pytest_opperf.xdist_gpu) --------------------------------
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    """A worker of a per-GPU session sees only its GPU, before any conftest can touch CUDA."""
+    from pytest_opperf.xdist_gpu import set_worker_device
+
+    set_worker_device(os.environ)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` with ``--opperf-gpu-workers``: one worker per GPU."""
+    if not _flag(config, "gpu_workers"):
+        return None
+    from pytest_opperf.xdist_gpu import GpuWorkersError, visible_gpus
+
+    try:
+        return len(visible_gpus())
+    except GpuWorkersError as exc:
+        raise pytest.UsageError(f"opperf: --opperf-gpu-workers: {exc}") from None
+
+
+def _share_gpus(config: pytest.Config) -> None:
+    """On the controller: check the worker count and hand the GPU list to the workers."""
+    from pytest_opperf.xdist_gpu import ENV_LIST, GpuWorkersError, visible_gpus
+
+    workers = config.getoption("numprocesses", None)
+    if not workers:
+        raise pytest.UsageError("opperf: --opperf-gpu-workers needs pytest-xdist workers: add -n auto "
+                                "(one worker per GPU)")
+    try:
+        gpus = visible_gpus()
+    except GpuWorkersError as exc:
+        raise pytest.UsageError(f"opperf: --opperf-gpu-workers: {exc}") from None
+    if workers > len(gpus):
+        raise pytest.UsageError(f"opperf: --opperf-gpu-workers: -n {workers} workers for {len(gpus)} GPU(s) "
+                                f"({','.join(gpus)}); two workers on one GPU would disturb each other's timings")
+    previous = os.environ.get(ENV_LIST)
+    os.environ[ENV_LIST] = ",".join(gpus)  # workers inherit the controller's environment
+
+    def restore() -> None:
+        if previous is None:
+            os.environ.pop(ENV_LIST, None)
+        else:
+            os.environ[ENV_LIST] = previous
+
+    config.add_cleanup(restore)
 
 
 @pytest.hookimpl(trylast=True)
@@ -301,7 +374,7 @@ class OpPerf:
             yield measure.CountingRun()
             return
         run = measure.Run(run_id, kind, config, self.device, self.timing, self._settings.executor_stat,
-                          trace="trace" in self._settings.paths)
+                          trace="trace" in self._settings.paths, annotate=self._session.nvtx)
         self._open = run_id
         try:
             with measure.measure_window(run):
@@ -343,6 +416,7 @@ class OpBenchmark:
         self.config: dict[str, Any] = {}
         self.flops: float | None = None
         self.bytes: float | None = None
+        self._own_rounds: tuple[list[float], int] | None = None  # rounds timed by pytest_opperf.oploop
 
     def describe(self, stat: str | None = None, kind: str | None = None, config: dict[str, Any] | None = None,
                  flops: float | None = None, bytes: float | None = None) -> OpBenchmark:
@@ -370,7 +444,71 @@ class OpBenchmark:
     def __call__(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if not self._opperf.enabled:
             return function(*args, **kwargs)
-        return self._benchmark()(function, *args, **kwargs)
+        if self._opperf._session.own_loop:
+            return self._own_loop(lambda: function(*args, **kwargs))
+        return self._benchmark()(self._annotated(function), *args, **kwargs)
+
+    # --- per-op timing without pytest-benchmark: L2 flush, per-GPU xdist workers ----------
+
+    def _annotated(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """``function`` inside an NVTX range named by the stat, with ``--opperf-nvtx``."""
+        nvtx = self._opperf._session.nvtx
+        if nvtx is None:
+            return function
+
+        def annotated(*args: Any, **kwargs: Any) -> Any:
+            nvtx.push(self.stat)
+            try:
+                return function(*args, **kwargs)
+            finally:
+                nvtx.pop()
+        return annotated
+
+    def _target(self, call: Callable[[], Any]) -> Callable[[], Any]:
+        return self._annotated(call)
+
+    def _own_loop(self, call: Callable[[], Any]) -> Any:
+        from pytest_opperf.oploop import LoopSettings, time_rounds
+
+        session = self._opperf._session
+        config = self._request.config
+
+        def option(name: str, default: float) -> float:
+            value = config.getoption(f"benchmark_{name}", None)
+            return default if value is None else float(value)
+
+        settings = LoopSettings(min_rounds=int(option("min_rounds", 5)), max_time=option("max_time", 1.0),
+                                min_time=option("min_time", 0.000005))
+        result = call()  # the call whose result the test gets (and one more warm-up)
+        self._own_rounds = time_rounds(self._target(call), session.benchmark_timer() or _perf_counter, settings,
+                                       before_round=session.flush)
+        return result
+
+    def _own_pedantic(self, target: Callable[..., Any], args: tuple, kwargs: dict[str, Any] | None,
+                      setup: Callable[[], Any] | None, teardown: Callable[..., Any] | None, rounds: int,
+                      warmup_rounds: int, iterations: int) -> Any:
+        session = self._opperf._session
+        timer = session.benchmark_timer() or _perf_counter
+        per_call, result = [], None
+        for i in range(warmup_rounds + rounds):
+            a, k = args, kwargs or {}
+            if setup is not None:
+                made = setup()
+                if made:
+                    a, k = made
+            if session.flush is not None:
+                session.flush()
+            call = self._target(lambda a=a, k=k: target(*a, **k))
+            start = timer()
+            for _ in range(iterations):
+                result = call()
+            elapsed = timer() - start
+            if i >= warmup_rounds:
+                per_call.append(elapsed / iterations)
+            if teardown is not None:
+                teardown(*a, **k)
+        self._own_rounds = (per_call, iterations)
+        return result
 
     def pedantic(self, target: Callable[..., Any], args: tuple = (), kwargs: dict[str, Any] | None = None,
                  setup: Callable[[], Any] | None = None, teardown: Callable[..., Any] | None = None,
@@ -385,11 +523,17 @@ class OpBenchmark:
             if teardown is not None:
                 teardown(*args, **kwargs)
             return result
-        return self._benchmark().pedantic(target, args=args, kwargs=kwargs, setup=setup, teardown=teardown,
-                                          rounds=rounds, warmup_rounds=warmup_rounds, iterations=iterations)
+        if self._opperf._session.own_loop:
+            return self._own_pedantic(target, args, kwargs, setup, teardown, rounds, warmup_rounds, iterations)
+        return self._benchmark().pedantic(self._annotated(target), args=args, kwargs=kwargs, setup=setup,
+                                          teardown=teardown, rounds=rounds, warmup_rounds=warmup_rounds,
+                                          iterations=iterations)
 
     def _finish(self) -> None:
         session = self._opperf._session
+        if session is not None and self._own_rounds is not None:
+            self._finish_own(session)
+            return
         bench = self._bench
         if session is None or bench is None or getattr(bench, "has_error", False):
             return
@@ -408,6 +552,26 @@ class OpBenchmark:
         session.add_run(op_run(
             run_id_of(self._request.node), self.stat, list(meta.stats.data), meta.iterations, self._opperf.device,
             timing, kind=self.kind, config=config, flops=self.flops, bytes=self.bytes))
+
+
+    def _finish_own(self, session: OpPerfSession) -> None:
+        from pytest_opperf.measure import op_run
+
+        rounds, iterations = self._own_rounds
+        if not rounds:
+            return
+        config = dict(self.config)
+        config["benchmark"] = {"rounds": len(rounds), "iterations": iterations, "loop": "opperf",
+                               **({"l2_flush": True} if session.flush is not None else {})}
+        timing = getattr(session.benchmark_timer(), "timing", "host")
+        session.add_run(op_run(self._request.node.nodeid, self.stat, rounds, iterations, self._opperf.device,
+                               timing, kind=self.kind, config=config, flops=self.flops, bytes=self.bytes))
+
+
+def _perf_counter() -> float:
+    from time import perf_counter
+
+    return perf_counter()
 
 
 @pytest.fixture
@@ -458,6 +622,20 @@ class OpPerfSession:
         self.deselected = 0
         self.failed_tests = 0
         self.save_notes: list[str] = []  # what --opperf-save wrote (merged runs), for the report
+        # GPU additions (see _gpu_start): NVTX ranges, the L2 flush, per-op timing without
+        # pytest-benchmark, the per-GPU workers' devices, and NVML snapshots
+        self.nvtx: Any = None
+        self.flush: Callable[[], None] | None = None
+        self.own_loop = settings.l2_flush or (settings.gpu_workers and self.is_worker)
+        self.worker_devices: dict[str, dict[str, Any]] = {}
+        self.gpu_env: dict[str, Any] = {}
+        if settings.nvtx:
+            from pytest_opperf.nvtx_ranges import NvtxUnavailable, load
+
+            try:
+                self.nvtx = load()
+            except NvtxUnavailable as exc:
+                raise pytest.UsageError(f"opperf: --opperf-nvtx: {exc}") from None
 
     def add_run(self, run: RunResult) -> None:
         if any(r.id == run.id for r in self.runs):
@@ -550,6 +728,7 @@ class OpPerfSession:
         self.session = session
         self.device = select_device(self.config)
         self.workload = resolved_workload(self.settings, self.device)
+        self._gpu_start()
         if self.is_worker:
             return
         if self.device.note:
@@ -560,6 +739,8 @@ class OpPerfSession:
         from pytest_opperf.results import commit_info, machine_info, same_hardware
 
         self.machine = machine_info(self.device)
+        if self.gpu_env:
+            self.machine["gpu_env"] = self.gpu_env
         self.config.hook.pytest_opperf_machine_info(config=self.config, info=self.machine)
         self.commit = commit_info(self.config.rootpath)
         if self.baseline is not None:
@@ -567,6 +748,47 @@ class OpPerfSession:
             if other:
                 self._warn(f"baseline {self.baseline_name} is from other hardware ({other}); "
                            "relative checks still run", report=False)
+
+    def _gpu_start(self) -> None:
+        """The L2 flush (a usage error on a device without one) and the NVML facts at the start."""
+        if self.settings.l2_flush:
+            if self.device.flush_cache is None:
+                raise pytest.UsageError(f"opperf: --opperf-l2-flush: device {self.device.name} has no cache flush "
+                                        "(a GPU device of pytest_opperf_select_device provides one)")
+            self.flush = self.device.flush_cache
+        if self.device.is_gpu:
+            from pytest_opperf import gpu_env
+
+            self.gpu_env = {"start": gpu_env.snapshot(self.device.pci_bus_id)}
+
+    def _gpu_end(self, verdict: Verdict) -> None:
+        """NVML facts at the end, throttling warnings, and the per-GPU workers' same-model check."""
+        from pytest_opperf import gpu_env
+        from pytest_opperf.xdist_gpu import different_models
+
+        if self.gpu_env:
+            self.gpu_env["end"] = gpu_env.snapshot(self.device.pci_bus_id)
+            error = self.gpu_env["start"].get("error")
+            if error:
+                verdict.notes.append(f"GPU environment (NVML) not recorded: {error}")
+            verdict.warnings += gpu_env.throttling(self.gpu_env["start"], self.gpu_env["end"])
+        for name, info in sorted(self.worker_devices.items()):
+            env = info.get("gpu_env") or {}
+            verdict.warnings += [f"worker {name}: {w}" for w in gpu_env.throttling(env.get("start"), env.get("end"))]
+        if self.worker_devices:
+            self.machine["workers"] = self.worker_devices
+        differ = different_models(self.worker_devices)
+        if differ:
+            self.errors.append(f"the workers ran on different GPU models ({differ}): their runs are not one "
+                               "measurement; run them on identical GPUs")
+            if self.session is not None:
+                self.session.testsfailed += 1
+            verdict.notes.append("workers on different GPU models: see the error below")
+
+    def _variant(self) -> str:
+        from pytest_opperf.identity import baseline_variant
+
+        return baseline_variant(self.device.timing_label(self.settings.timing), self.settings.l2_flush)
 
     def _warn(self, message: str, report: bool = True) -> None:
         """An OpPerfBaselineWarning now (filterable; ``-W error`` makes it a usage error)."""
@@ -614,7 +836,7 @@ class OpPerfSession:
         if not os.path.lexists(path):
             raise pytest.UsageError(f"opperf: {label}: no such file or directory")
         if path.is_dir():
-            path = baseline_file(path, self.device.device_class, self.workload)
+            path = baseline_file(path, self.device.device_class, self.workload, self._variant())
             if not os.path.lexists(path):  # a broken link or a link loop is an error, read below
                 self._warn(f"no baseline {path} for device class {self.device.device_class!r} and workload "
                            f"{self.workload!r}: only absolute limits are checked")
@@ -649,6 +871,8 @@ class OpPerfSession:
         self.untimed_benchmarks += int(payload.get("untimed", 0))
         self.plain_benchmarks += int(payload.get("plain", 0))
         self.deselected = max(self.deselected, int(payload.get("deselected", 0)))  # every worker collects all
+        if isinstance(payload.get("device"), dict):
+            self.worker_devices[name] = payload["device"]
         self.merged = True
 
     # --- end: gate, files, report ---------------------------------------------------------
@@ -673,9 +897,11 @@ class OpPerfSession:
         from pytest_opperf.results import ResultSet
 
         runs = sorted(self.runs, key=lambda r: r.id) if self.merged else list(self.runs)
-        return ResultSet(runs=runs, machine=self.machine, commit=self.commit, session={
-            "device": self.device.name, "device_class": self.device.device_class, "workload": self.workload,
-            "timing": self.device.timing_label(self.settings.timing)})
+        session = {"device": self.device.name, "device_class": self.device.device_class, "workload": self.workload,
+                   "timing": self.device.timing_label(self.settings.timing)}
+        if self.settings.l2_flush:
+            session["l2_flush"] = True
+        return ResultSet(runs=runs, machine=self.machine, commit=self.commit, session=session)
 
     def _gate(self, session: pytest.Session) -> None:
         from pytest_opperf.gate import evaluate
@@ -686,6 +912,7 @@ class OpPerfSession:
         if self.interrupted:
             verdict.incomplete = f"session interrupted ({self.interrupted}), not every run was measured"
         verdict.warnings[:0] = self.warnings
+        self._gpu_end(verdict)
         if self.untimed_benchmarks:
             verdict.notes.append(f"{self.untimed_benchmarks} per-op benchmark(s) ran untimed "
                                  "(pytest-benchmark disabled: --benchmark-disable, or xdist)")
@@ -721,6 +948,15 @@ class OpPerfSession:
         payload = {"results": ResultSet(runs=self.runs).to_dict(with_trace=True),
                    "untimed": self.untimed_benchmarks, "deselected": self.deselected,
                    "plain": self.plain_benchmarks}
+        if self.device.is_gpu:  # for the controller's same-model check and NVML warnings
+            from pytest_opperf import gpu_env
+
+            if self.gpu_env:
+                self.gpu_env["end"] = gpu_env.snapshot(self.device.pci_bus_id)
+            payload["device"] = {"name": self.device.name, "gpu_model": self.device.gpu_model,
+                                 "pci_bus_id": self.device.pci_bus_id,
+                                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                                 "gpu_env": self.gpu_env}
         self.config.workeroutput["opperf"] = json.dumps(payload)  # type: ignore[attr-defined]
 
     def _write(self, name: str, write: Callable[[Path], None], path: Path | None = None,
@@ -788,7 +1024,8 @@ class OpPerfSession:
             except OSError as exc:
                 self.errors.append(f"{self.settings.label('save')}: cannot create directory {save}: {exc}")
                 return
-        target = baseline_file(save, self.device.device_class, self.workload) if save.is_dir() else save
+        target = (baseline_file(save, self.device.device_class, self.workload, self._variant())
+                  if save.is_dir() else save)
         try:
             saved = baseline_to_save(results, target, self.partial())
         except SaveRefused as exc:

@@ -17,6 +17,7 @@ from typing import Any
 from tabulate import tabulate
 
 from .gate import Verdict
+from .gpu_report import device_host_lines, steady_lines
 from .results import SCHEMA, ResultSet, RunResult, StatResult
 from .stats import Samples
 from .timers import ordered, short_name
@@ -134,6 +135,7 @@ def run_lines(run: RunResult, sort: str = "total") -> list[str]:
         lines += table.splitlines()
     lines.append(_shares_line(run))
     lines += _clock_note(run)
+    lines += steady_lines(run) + device_host_lines(run)  # steady state, compiles; device span vs host enqueue
     lines += [f"note: {n}" for n in run.notes]
     return lines
 
@@ -281,7 +283,10 @@ def markdown(results: ResultSet, verdict: Verdict | None, sort: str = "total",
             out += tabulate(rows, headers, tablefmt="github", disable_numparse=True,
                             colalign=("left",) + ("right",) * (len(headers) - 1)).splitlines()
         out += ["", _shares_line(run)]
-        out += [f"- {_md(n)}" for n in _clock_note(run) + run.notes]
+        out += [f"- {_md(n)}" for n in _clock_note(run) + steady_lines(run) + run.notes]
+        device = device_host_lines(run)  # device span vs host enqueue, on a device clock
+        if device:
+            out += ["", "```", *device, "```"]
     ops = [r for r in results.runs if r.kind != "e2e"]
     if ops:
         lines = op_table_lines(ops, tablefmt="github", escape=_md)

@@ -72,10 +72,11 @@ class StatResult:
     clock: str = "host"
     flops: float | None = None
     bytes: float | None = None
+    host_ms: float | None = None  # a device-clock stat's host (enqueue) total, beside its device span
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        for optional in ("samples_ms", "flops", "bytes"):
+        for optional in ("samples_ms", "flops", "bytes", "host_ms"):
             if d[optional] is None:
                 del d[optional]
         if d.get("samples_ms"):
@@ -241,7 +242,7 @@ def _load_stat(d: Any, where: str, source: str) -> StatResult:
     samples = d.get("samples_ms")
     _need(samples is None or (_num_list(samples) and all(x >= 0 for x in samples)), source,
           f"{where}.samples_ms is not a list of finite numbers >= 0")
-    for key in ("flops", "bytes"):
+    for key in ("flops", "bytes", "host_ms"):
         _need(d.get(key) is None or _nonneg(d[key]), source, f"{where}.{key} is not a finite number >= 0")
     return StatResult(
         name=d["name"], parent=d.get("parent"), count=d["count"], total_ms=float(d["total_ms"]),
@@ -249,6 +250,7 @@ def _load_stat(d: Any, where: str, source: str) -> StatResult:
         samples_ms=[float(x) for x in samples] if samples is not None else None,
         kernel=bool(d.get("kernel", False)), clock=str(d.get("clock", "host")),
         flops=d.get("flops"), bytes=d.get("bytes"),
+        host_ms=float(d["host_ms"]) if d.get("host_ms") is not None else None,
     )
 
 
@@ -515,9 +517,10 @@ def write_results(path: str | os.PathLike[str], results: ResultSet) -> None:
     write_text_atomic(path, dumps_results(results))
 
 
-def baseline_file(directory: str | os.PathLike[str], device_class: str, workload: str) -> Path:
-    """Where a baseline directory keeps the results of one hardware class and workload."""
-    return Path(directory) / f"{device_class}-{workload}.json"
+def baseline_file(directory: str | os.PathLike[str], device_class: str, workload: str, variant: str = "") -> Path:
+    """Where a baseline directory keeps the results of one hardware class and workload
+    (and measurement variant, e.g. ``sync``: see :func:`pytest_opperf.identity.baseline_variant`)."""
+    return Path(directory) / f"{device_class}-{workload}{'-' + variant if variant else ''}.json"
 
 
 # --- machine and commit ----------------------------------------------------------
@@ -609,8 +612,14 @@ def commit_info(cwd: str | os.PathLike[str] = ".") -> dict[str, Any] | None:
 
 def _hardware(machine: Mapping[str, Any]) -> dict[str, Any]:
     gpu = machine.get("gpu")
-    return {"device_class": machine.get("device_class"), "cpu": machine.get("cpu"),
-            "gpu": gpu.get("model") if isinstance(gpu, dict) else None}
+    facts = {"device_class": machine.get("device_class"), "cpu": machine.get("cpu"),
+             "gpu": gpu.get("model") if isinstance(gpu, dict) else None}
+    # A GPU's driver and clock settings change its speed as much as another model does.
+    from .gpu_env import settings_of
+
+    facts["gpu driver"] = gpu.get("driver") if isinstance(gpu, dict) else None
+    facts.update(settings_of(machine))
+    return facts
 
 
 def same_hardware(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:

@@ -262,12 +262,44 @@ class _ClockedRegion(_Region):
         _Region.__exit__(self, exc_type, exc, tb)
 
 
-class Table(Mapping[str, Stat]):
-    """The stats of one recording, by region name, in order of first entry."""
+class _AnnotatedRegion(_Region):
+    """A region that also opens a profiler range (NVTX) of its name."""
 
-    def __init__(self, device_clock: DeviceClock | None = None, sync: bool = False) -> None:
+    __slots__ = ()
+
+    def __enter__(self) -> _Region:
+        self.table.annotate.push(self.name)
+        return _Region.__enter__(self)
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        _Region.__exit__(self, exc_type, exc, tb)
+        self.table.annotate.pop()
+
+
+class _AnnotatedClockedRegion(_ClockedRegion):
+    __slots__ = ()
+
+    def __enter__(self) -> _Region:
+        self.table.annotate.push(self.name)
+        return _ClockedRegion.__enter__(self)
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        _ClockedRegion.__exit__(self, exc_type, exc, tb)
+        self.table.annotate.pop()
+
+
+class Table(Mapping[str, Stat]):
+    """The stats of one recording, by region name, in order of first entry.
+
+    ``annotate`` (optional, e.g. :class:`pytest_opperf.nvtx_ranges.NvtxRanges`)
+    gets ``push(name)``/``pop()`` around every region; without it regions cost
+    nothing extra.
+    """
+
+    def __init__(self, device_clock: DeviceClock | None = None, sync: bool = False, annotate: Any = None) -> None:
         self.device_clock = device_clock
         self.sync = sync
+        self.annotate = annotate
         self._stats: dict[str, Stat] = {}
         self._timer_regions: dict[str, _Region] = {}
         self._kernel_regions: dict[str, _Region] = {}
@@ -321,7 +353,11 @@ class Table(Mapping[str, Stat]):
         regions = self._kernel_regions if kernel else self._timer_regions
         region = regions.get(name)
         if region is None or region.start is not None:
-            cls = _ClockedRegion if kernel and self.device_clock is not None else _Region
+            clocked = kernel and self.device_clock is not None
+            if self.annotate is not None:
+                cls = _AnnotatedClockedRegion if clocked else _AnnotatedRegion
+            else:
+                cls = _ClockedRegion if clocked else _Region
             fresh = cls(self, name, kernel)
             if region is None:
                 regions[name] = fresh
@@ -424,14 +460,14 @@ def current() -> Table | None:
 
 
 @contextmanager
-def recording(device_clock: DeviceClock | None = None, sync: bool = False) -> Iterator[Table]:
+def recording(device_clock: DeviceClock | None = None, sync: bool = False, annotate: Any = None) -> Iterator[Table]:
     """Record every region closed on this thread into a fresh :class:`Table`.
 
     Recordings nest: an inner one takes over until it ends. On exit pending
-    device samples are resolved (one synchronisation).
+    device samples are resolved (one synchronisation). ``annotate``: see :class:`Table`.
     """
     global _open_recordings
-    table = Table(device_clock, sync)
+    table = Table(device_clock, sync, annotate)
     outer = _state.table
     with _open_lock:
         _open_recordings += 1

@@ -4,11 +4,19 @@ Kernels are written once against an array module ``xp`` (numpy or cupy), found
 from their arrays with :func:`get_array_module` or from a place with
 :func:`array_module`. cupy is imported lazily and inside a guard, so importing
 the framework never fails or touches CUDA on a machine without a GPU.
+
+A GPU is usable only once a probe kernel has compiled (NVRTC) and run, and
+one of cupy's own kernels too: with CUDA half installed, :func:`gpu_available`
+says no and :func:`gpu_unavailable_reason` says why. ``CUDAPlace(n)`` code
+runs inside :func:`device_scope`, so arrays, kernels, events and random
+draws all land on device ``n``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -25,9 +33,15 @@ __all__ = [
     "cupy_or_none",
     "device_facts",
     "device_name",
+    "device_scope",
     "get_array_module",
     "gpu_available",
+    "gpu_count",
+    "gpu_random",
+    "gpu_unavailable_reason",
     "is_gpu_array",
+    "l2_flusher",
+    "pci_bus_id",
     "synchronize",
     "to_host",
     "to_place",
@@ -74,9 +88,39 @@ def cupy_or_none() -> ModuleType | None:
     return cupy
 
 
+# One trivial kernel compiled by NVRTC and run: counting devices says nothing of
+# whether kernels compile (NVRTC or the CUDA headers may be missing).
+_PROBE_SOURCE = r"""
+extern "C" __global__ void opperf_probe(int* out) { out[threadIdx.x] = 40 + threadIdx.x; }
+"""
+
+
+def _probe(cp: ModuleType) -> str | None:
+    """Why kernels cannot run on device 0, or ``None`` when a raw kernel and one
+    of cupy's own elementwise kernels compile, run and give the right values."""
+    try:
+        with cp.cuda.Device(0):
+            out = cp.zeros(3, dtype=np.int32)
+            cp.RawKernel(_PROBE_SOURCE, "opperf_probe")((1,), (3,), (out,))
+            got = [int(v) for v in out.get()]
+    except Exception as exc:  # NVRTC missing or failing: CompileException, RuntimeError...
+        return f"cupy cannot compile and run a raw CUDA kernel (NVRTC): {type(exc).__name__}: {exc}"
+    if got != [40, 41, 42]:
+        return f"the probe kernel ran but wrote {got}, expected [40, 41, 42]"
+    try:
+        with cp.cuda.Device(0):
+            total = float((cp.arange(4, dtype=np.float32) * 2 + 1).sum())
+    except Exception as exc:  # cupy's kernels include CUDA headers
+        return (f"cupy cannot compile its own elementwise kernels (are the CUDA headers installed? "
+                f"pip install 'pytest-opperf[gpu]'): {type(exc).__name__}: {exc}")
+    if total != 16.0:
+        return f"the probe elementwise kernel gave {total}, expected 16.0"
+    return None
+
+
 @functools.cache
 def _gpu_problem() -> str | None:
-    """Why no GPU can be used, or ``None`` when one can."""
+    """Why no GPU can be used, or ``None`` when one can (checked once per process)."""
     cp = cupy_or_none()
     if cp is None:
         return "cupy is not installed (pip install 'pytest-opperf[gpu]')"
@@ -86,11 +130,11 @@ def _gpu_problem() -> str | None:
         return f"CUDA is not usable: {exc}"
     if count < 1:
         return "no CUDA device is visible"
-    return None
+    return _probe(cp)
 
 
 def gpu_available() -> bool:
-    """Whether a CUDA device can run kernels here. Never raises."""
+    """Whether a CUDA device can compile and run kernels here. Never raises."""
     try:
         return _gpu_problem() is None
     except Exception:
@@ -99,13 +143,34 @@ def gpu_available() -> bool:
 
 def gpu_unavailable_reason() -> str:
     """A sentence saying why :func:`gpu_available` is false ("" when it is true)."""
-    return _gpu_problem() or ""
+    try:
+        return _gpu_problem() or ""
+    except Exception as exc:
+        return f"the GPU check failed: {type(exc).__name__}: {exc}"
+
+
+def gpu_count() -> int:
+    """How many CUDA devices are visible (0 without a usable GPU)."""
+    return cupy_or_none().cuda.runtime.getDeviceCount() if gpu_available() else 0
 
 
 def _cupy_for(place: Place) -> ModuleType:
     if not gpu_available():
         raise RuntimeError(f"{place} was asked for, but {gpu_unavailable_reason()}")
-    return cupy_or_none()
+    cp = cupy_or_none()
+    count = cp.cuda.runtime.getDeviceCount()
+    if not 0 <= place.device_id < count:
+        raise RuntimeError(f"{place} was asked for, but the visible CUDA devices are cuda:0..cuda:{count - 1}")
+    return cp
+
+
+def device_scope(place: Place) -> contextlib.AbstractContextManager[Any]:
+    """A context in which cupy allocates, launches, records events and draws
+    random numbers on the place's device (nothing to do for the CPU). The
+    executor and ``run_op`` run every op inside one."""
+    if not place.is_gpu:
+        return contextlib.nullcontext()
+    return _cupy_for(place).cuda.Device(place.device_id)
 
 
 def array_module(place: Place) -> ModuleType:
@@ -129,10 +194,13 @@ def is_gpu_array(a: Any) -> bool:
 
 
 def to_place(a: Any, place: Place, dtype: Any = None) -> Any:
-    """``a`` as an array of ``place`` (copied only when needed)."""
+    """``a`` as an array of ``place`` (copied only when needed; a device array
+    of another device is copied to the place's device)."""
     if place.is_gpu:
         cp = _cupy_for(place)
         with cp.cuda.Device(place.device_id):
+            if isinstance(a, cp.ndarray) and a.device.id != place.device_id:
+                a = a.copy()  # to the current device; asarray would keep the other device's array
             return cp.asarray(a, dtype=dtype)
     if is_gpu_array(a):
         a = a.get()
@@ -162,6 +230,52 @@ def device_name(place: Place) -> str:
     return f"{place} ({name.decode() if isinstance(name, bytes) else name})"
 
 
+def pci_bus_id(place: Place) -> str | None:
+    """The PCI bus id of a CUDA place's device (how NVML finds the same GPU), ``None`` for the CPU."""
+    if not place.is_gpu:
+        return None
+    cp = _cupy_for(place)
+    return str(cp.cuda.Device(place.device_id).pci_bus_id)
+
+
+@functools.cache
+def _random_state(device_id: int) -> Any:
+    cp = cupy_or_none()
+    with cp.cuda.Device(device_id):
+        return cp.random.RandomState()
+
+
+def gpu_random(place: Place, seed: int | None) -> Any:
+    """The cached cuRAND generator of the place's device (``cupy.random.RandomState``),
+    reseeded with ``seed`` (``None``: fresh entropy).
+
+    Building a ``cupy.random.default_rng`` per draw initialises a new set of
+    device-side curand states every time; reseeding one host-API generator costs
+    nothing, and a given seed still gives the same values on every call.
+    """
+    _cupy_for(place)
+    rs = _random_state(place.device_id)
+    rs.seed(seed)
+    return rs
+
+
+def l2_flusher(place: Place) -> Callable[[], None]:
+    """A function that evicts the place's device L2 cache by writing a buffer of
+    twice its size (at least 64 MiB), for cold-cache per-op timing. The write is
+    queued on the current stream, like the op that follows it."""
+    cp = _cupy_for(place)
+    with cp.cuda.Device(place.device_id):
+        l2 = int(cp.cuda.runtime.getDeviceProperties(place.device_id).get("l2CacheSize", 0))
+        buffer = cp.empty(max(2 * l2, 64 * 2**20), dtype=np.uint8)
+
+    def flush() -> None:
+        with cp.cuda.Device(place.device_id):
+            buffer.data.memset_async(0, buffer.nbytes)
+
+    flush.nbytes = buffer.nbytes  # type: ignore[attr-defined]
+    return flush
+
+
 def device_facts(place: Place) -> dict[str, str | None]:
     """The GPU model, driver and CUDA runtime versions of a CUDA place (all
     ``None`` for the CPU), e.g. for a results file's machine description."""
@@ -183,22 +297,38 @@ def device_facts(place: Place) -> dict[str, str | None]:
 class CudaEventClock:
     """A :class:`pytest_opperf.timers.DeviceClock` made of CUDA events.
 
-    Events are recorded on the current stream of the place's device and are
-    pooled: after :meth:`synchronize` and the reads that follow, :meth:`recycle`
+    Events are created and recorded on the current stream of the place's
+    device (whichever device is current when a mark is made), and are pooled:
+    after :meth:`synchronize` and the reads that follow, :meth:`recycle`
     returns them for reuse so that timing a step does not allocate events.
+    Each clock has its own pool; :meth:`fresh` makes another clock of the same
+    device for a second user (a per-op benchmark inside a measured window),
+    whose recycling must not hand out the window's unread events.
     """
 
     def __init__(self, place: CUDAPlace) -> None:
         self._cp = _cupy_for(place)
+        self._place = place
         self._device = place.device_id
         self._free: list[Any] = []
         self._used: list[Any] = []
 
-    def mark(self) -> Any:
+    def fresh(self) -> CudaEventClock:
+        """A new clock of the same device, with its own pool of events."""
+        return CudaEventClock(self._place)
+
+    def _mark_here(self) -> Any:
         event = self._free.pop() if self._free else self._cp.cuda.Event()
         event.record()
         self._used.append(event)
         return event
+
+    def mark(self) -> Any:
+        cp = self._cp
+        if cp.cuda.runtime.getDevice() == self._device:
+            return self._mark_here()
+        with cp.cuda.Device(self._device):
+            return self._mark_here()
 
     def elapsed_ns(self, start: Any, end: Any) -> int:
         return int(self._cp.cuda.get_elapsed_time(start, end) * 1e6)

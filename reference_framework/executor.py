@@ -17,7 +17,8 @@ Each avoidable overhead can be switched off, so a suite can show its cost:
 program version and feed/fetch signature; ``Executor(cache_ops=True)`` creates
 the runnable ops once; ``Executor(reuse_local_scope=True)`` keeps the local
 scope between runs. Results are identical either way, and the caller's program
-is never modified.
+is never modified. On a GPU place the core run has the place's device current,
+so every op allocates and launches there (``CUDAPlace(1)`` included).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import numpy as np
 
 from pytest_opperf import timers
 
-from .backend import Place, array_module, is_gpu_array
+from .backend import Place, array_module, device_scope, is_gpu_array
 from .framework import Block, Program, Variable, default_main_program
 from .registry import RuntimeOp, create_op
 from .scope import Scope, global_scope
@@ -111,7 +112,8 @@ class Executor:
         scope.var(feed_var_name).value = feed_values
         fetched: list[Any] = []
         scope.var(fetch_var_name).value = fetched
-        self._run_block(run_program.global_block(), scope, prepared)
+        with device_scope(self.place):  # every allocation, launch and event on the place's device
+            self._run_block(run_program.global_block(), scope, prepared)
         return fetched
 
     def _run_block(self, block: Block, scope: Scope, prepared: _Prepared | None) -> None:

@@ -25,7 +25,7 @@ import numpy as np
 
 from pytest_opperf import timers
 
-from .backend import CPUPlace, CUDAPlace, Place, array_module, is_gpu_array, to_place
+from .backend import CPUPlace, CUDAPlace, Place, array_module, device_scope, is_gpu_array, to_place
 
 __all__ = [
     "REQUIRED",
@@ -370,12 +370,19 @@ def run_op(op_type: str, inputs: Mapping[str, Any], attrs: Mapping[str, Any] | N
 
     Inputs are keyed by slot (a list of arrays for a duplicable slot) and moved
     to ``place`` (default: where the inputs are, else the CPU). Every output slot
-    is computed and returned, as arrays of the place. In-place ops (``momentum``,
+    is computed and returned, as arrays of the place; on a GPU place everything
+    runs with the place's device current. In-place ops (``momentum``,
     ``batch_norm``'s running statistics) update their input arrays, as in a
     program. Timed as a kernel region named ``op_type``.
     """
     opdef = get_op_def(op_type)
     place = place or _infer_place(inputs)
+    with device_scope(place):  # inputs, outputs and launches on the place's device
+        return _run_op(opdef, op_type, inputs, attrs, place)
+
+
+def _run_op(opdef: OpDef, op_type: str, inputs: Mapping[str, Any], attrs: Mapping[str, Any] | None,
+            place: Place) -> dict[str, Any]:
     xp = array_module(place)
     opdef.check_slots("input", opdef.input_slots,
                       {k: (v if isinstance(v, (list, tuple)) else [v]) if v is not None else []

@@ -23,15 +23,29 @@ def pytest_opperf_select_device(config: pytest.Config, requested: str) -> Device
     if requested != "cpu" and backend.gpu_available():
         place = backend.CUDAPlace(0)
         facts = backend.device_facts(place)
-        return DeviceInfo(name=backend.device_name(place), is_gpu=True, clock=backend.CudaEventClock(place),
+        clock = backend.CudaEventClock(place)
+        return DeviceInfo(name=backend.device_name(place), is_gpu=True, clock=clock,
                           synchronize=lambda: backend.synchronize(place),
                           device_class=re.sub(r"[^a-z0-9]+", "-", facts["model"].lower()).strip("-"),
-                          gpu_model=facts["model"], driver=facts["driver"], cuda=facts["cuda"])
+                          gpu_model=facts["model"], driver=facts["driver"], cuda=facts["cuda"],
+                          new_clock=clock.fresh, flush_cache=_lazy_l2_flush(place),
+                          pci_bus_id=backend.pci_bus_id(place))
     if requested == "gpu":
         raise pytest.UsageError(f"opperf: --opperf-device=gpu: no usable GPU here: "
                                 f"{backend.gpu_unavailable_reason()}")
     note = "" if requested == "cpu" else f"no GPU ({backend.gpu_unavailable_reason()}): fell back to CPU"
     return DeviceInfo(name="cpu", note=note)
+
+
+def _lazy_l2_flush(place: backend.Place):
+    """The device's L2 flush, its buffer allocated at the first flush (only --opperf-l2-flush flushes)."""
+    made = []
+
+    def flush() -> None:
+        if not made:
+            made.append(backend.l2_flusher(place))
+        made[0]()
+    return flush
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,13 @@ import reference_framework as rf
 from reference_framework.backend import to_host
 from reference_framework.registry import OpSpec, get_op_def, grad_var_name
 
-requires_gpu = pytest.mark.skipif(not rf.gpu_available(), reason="needs a CUDA GPU and cupy")
+_skip_without_gpu = pytest.mark.skipif(not rf.gpu_available(),
+                                       reason=f"needs a usable CUDA GPU: {rf.backend.gpu_unavailable_reason()}")
+
+
+def requires_gpu(test: Any) -> Any:
+    """A GPU test: marked ``gpu`` (``pytest -m gpu``) and skipped without a usable GPU."""
+    return pytest.mark.gpu(_skip_without_gpu(test))
 
 
 def _copy(inputs: Mapping[str, Any]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import reference_framework as rf
+from pytest_opperf import timers as rf_timers
 from reference_framework.ops import conv, cuda_kernels
 from reference_framework.ops.cuda_kernels import KernelSource
 
@@ -118,7 +119,9 @@ class _RecordingModule:
 def recorded(monkeypatch):
     calls: list[str] = []
     monkeypatch.setattr(cuda_kernels, "_module", lambda name: _RecordingModule(calls))
-    return calls
+    cuda_kernels._function.cache_clear()  # kernel instances are cached: look them up in this module
+    yield calls
+    cuda_kernels._function.cache_clear()
 
 
 def _run_every_launcher(dtype) -> None:
@@ -143,6 +146,32 @@ def test_the_signature_check_catches_a_swapped_argument():
     with pytest.raises(AssertionError, match="argument 2"):
         _check_arguments("im2col<float, int>", [np.ones(1, np.float32), np.ones(1, np.float32), np.int64(1),
                                                 *[np.int32(1)] * 13])
+
+
+class _CountingModule:
+    """A RawModule whose look-ups are counted (each builds a new kernel object, as cupy's does)."""
+
+    def __init__(self) -> None:
+        self.lookups: list[str] = []
+
+    def get_function(self, expression: str):
+        self.lookups.append(expression)
+        return lambda grid, block, args: None
+
+
+def test_each_kernel_instance_is_looked_up_once_and_timed_as_compile_time(monkeypatch):
+    module = _CountingModule()
+    monkeypatch.setattr(cuda_kernels, "_module", lambda name: module)
+    cuda_kernels._function.cache_clear()
+    try:
+        with rf_timers.recording() as table:
+            for _ in range(3):
+                _run_every_launcher(np.float32)
+    finally:
+        cuda_kernels._function.cache_clear()
+    assert module.lookups == [f"{k}<float, int>" for k in ("im2col", "col2im", "pool_forward", "pool_backward")]
+    compile_stat = table["CompileTimer"]
+    assert (compile_stat.count, compile_stat.parent, compile_stat.kernel) == (4, None, False)
 
 
 def test_launchers_refuse_other_dtypes(recorded):
@@ -217,8 +246,11 @@ def emulation(tmp_path_factory):
 @pytest.fixture(params=[False, True], ids=["int32-index", "int64-index"])
 def emulated(request, emulation, monkeypatch):
     monkeypatch.setattr(cuda_kernels, "_module", lambda name: emulation)
+    cuda_kernels._function.cache_clear()
     if request.param:
         monkeypatch.setattr(cuda_kernels, "_INT32_INDEX_LIMIT", 0)
+    yield
+    cuda_kernels._function.cache_clear()
 
 
 CONV_CASES = [  # (Input shape, Filter shape, attrs)

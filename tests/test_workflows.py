@@ -53,10 +53,13 @@ def test_safe_for_a_runner_that_holds_a_gpu(path):
 def test_the_gpu_gate_runs_the_full_workload_on_the_gpu_runner():
     text = (WORKFLOWS[1]).read_text()
     assert "runs-on: [self-hosted, linux, gpu]" in text
-    assert "pip install -e '.[gpu]'" in text
-    for option in ("--opperf-workload=full", "--opperf-baseline=ci/baselines",
-                   "--opperf-thresholds=ci/thresholds.toml", "--opperf-json=", "--opperf-markdown=",
-                   "--opperf-trace="):
-        assert option in text
+    # the workflow runs the one GPU check anyone can run, which installs, runs and gates
+    assert "run: bash ci/gpu-check.sh" in text and "OUT: opperf-results" in text
+    script = (Path(__file__).parent.parent / "ci" / "gpu-check.sh").read_text()
+    assert "pip install --progress-bar off -e '.[gpu,test]'" in script
+    assert "WORKLOAD=full" in script and '"--opperf-workload=$WORKLOAD"' in script
+    for option in ("--opperf-baseline=ci/baselines", "--opperf-thresholds=ci/thresholds.toml", "--opperf-json=",
+                   "--opperf-markdown=", "--opperf-trace="):
+        assert option in script
     # Code from forks needs a maintainer's approval (an environment with reviewers).
     assert "github.event.pull_request.head.repo.fork && 'gpu-fork'" in text

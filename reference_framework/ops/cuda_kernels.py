@@ -11,7 +11,10 @@ order threads run in.
 Each kernel is a template over the element type ``T`` (float or double) and
 the index type ``I`` (int, or long long once a tensor has 2**31 elements or
 more). Sources are compiled lazily, once per process, through cupy's
-``RawModule`` (cupy comes from :func:`backend.cupy_or_none`); no header is
+``RawModule`` (cupy comes from :func:`backend.cupy_or_none`), and each kernel
+instance is looked up once per device (``RawModule.get_function`` builds a new
+``RawKernel`` on every call); that first look-up, which compiles and loads the
+module, is timed as ``CompileTimer``. No header is
 included, so NVRTC compiles them without a toolkit. :func:`sources` lists every
 source with the instantiations the launchers use, so tests can compile them
 with ``nvcc`` on machines without a GPU.
@@ -22,9 +25,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from time import perf_counter_ns
 from typing import Any
 
 import numpy as np
+
+from pytest_opperf import timers
 
 from ..backend import cupy_or_none, get_array_module
 from ..registry import OpError
@@ -207,12 +213,23 @@ def _module(name: str) -> Any:
     return cp.RawModule(code=src.code, options=("--std=c++14",), name_expressions=src.name_expressions)
 
 
-def _function(source: str, kernel: str, dtype: Any, wide: bool) -> Any:
-    """The compiled kernel instance for ``dtype`` and index width (cached by cupy)."""
+@functools.cache
+def _function(source: str, kernel: str, ctype: str, wide: bool, device: int) -> Any:
+    """The compiled kernel instance for ``ctype`` and index width on ``device``
+    (the current device), built once and cached."""
+    start = perf_counter_ns()
+    function = _module(source).get_function(f"{kernel}<{ctype}, {'long long' if wide else 'int'}>")
+    table = timers.current()
+    if table is not None:  # a stat of its own, outside the op's tree: one-time work, not kernel time
+        table.add("CompileTimer", perf_counter_ns() - start)
+    return function
+
+
+def _ctype(kernel: str, dtype: Any) -> str:
     ctype = _TYPES.get(np.dtype(dtype))
     if ctype is None:
         raise OpError(f"{kernel}: the CUDA kernel takes float32 or float64 arrays, given {np.dtype(dtype).name}")
-    return _module(source).get_function(f"{kernel}<{ctype}, {'long long' if wide else 'int'}>")
+    return ctype
 
 
 def _launch(source: str, kernel: str, dtype: Any, threads_needed: int, sizes: Sequence[int],
@@ -224,11 +241,23 @@ def _launch(source: str, kernel: str, dtype: Any, threads_needed: int, sizes: Se
     dtypes = {np.dtype(a.dtype).name for a in arrays}
     if len(dtypes) > 1:
         raise OpError(f"{kernel}: the CUDA kernel takes arrays of one dtype, given {sorted(dtypes)}")
+    ctype = _ctype(kernel, dtype)
+    cp = cupy_or_none()
+    on_gpu = cp is not None and isinstance(arrays[0], cp.ndarray)  # else a host emulation (the tests')
+    device = arrays[0].device.id if on_gpu else -1
+    # Raw kernels take bare pointers and cupy checks no device: a foreign array is an error here.
+    if on_gpu and any(a.device.id != device for a in arrays):
+        raise OpError(f"{kernel}: the CUDA kernel takes arrays of one device, given devices "
+                      f"{sorted({a.device.id for a in arrays})}")
     wide = max(max(a.size for a in arrays), threads_needed) > _INT32_INDEX_LIMIT
     index = np.int64 if wide else np.int32
     blocks = min((threads_needed + _THREADS - 1) // _THREADS, _MAX_BLOCKS)
     args = (*arrays, *(index(s) for s in sizes), *(np.int32(v) for v in ints))
-    _function(source, kernel, dtype, wide)((blocks,), (_THREADS,), args)
+    if not on_gpu or cp.cuda.runtime.getDevice() == device:
+        _function(source, kernel, ctype, wide, device)((blocks,), (_THREADS,), args)
+    else:  # launched where its arrays are
+        with cp.cuda.Device(device):
+            _function(source, kernel, ctype, wide, device)((blocks,), (_THREADS,), args)
 
 
 def im2col(x: Any, ksize: Sequence[int], strides: Sequence[int], paddings: Sequence[int],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..backend import gpu_random
 from ..registry import REQUIRED, KernelContext, OpDef, OpError, register
 from ._util import check_ints
 
@@ -39,8 +40,27 @@ def cast(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> dict
 
 
 def _generator(ctx: KernelContext, seed: int) -> Any:
-    # seed 0 means "not seeded", as in the reference framework.
+    # seed 0 means "not seeded", as in the reference framework. On a GPU the
+    # device's one cuRAND generator is reseeded: a new default_rng per op would
+    # initialise a fresh set of device-side curand states on every call.
+    if ctx.place.is_gpu:
+        return _GpuDraws(gpu_random(ctx.place, seed if seed else None))
     return ctx.xp.random.default_rng(seed if seed else None)
+
+
+class _GpuDraws:
+    """numpy Generator's two draws on a cupy RandomState."""
+
+    __slots__ = ("_rs",)
+
+    def __init__(self, rs: Any) -> None:
+        self._rs = rs
+
+    def standard_normal(self, shape: tuple[int, ...], dtype: str) -> Any:
+        return self._rs.standard_normal(shape, dtype=dtype)
+
+    def random(self, shape: tuple[int, ...], dtype: str) -> Any:
+        return self._rs.random_sample(shape, dtype=dtype)
 
 
 def _draw_dtype(dtype: str) -> str:

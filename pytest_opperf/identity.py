@@ -1,0 +1,46 @@
+"""What a measurement is, beyond the hardware: the timing mode and the cache state.
+
+A baseline is only comparable with a run measured the same way: CUDA-event
+spans and per-op-synchronised host times are different quantities, and a
+per-op benchmark with the L2 cache flushed before each call (cold) measures
+other work than one with a warm cache. :func:`baseline_variant` names the
+baseline file of a measurement (``nvidia-h200-full-sync.json``), and
+:func:`mismatch` says why a baseline run must not be compared with a run.
+No pytest import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["baseline_variant", "mismatch", "run_identity"]
+
+
+def baseline_variant(timing: str, l2_flush: bool = False) -> str:
+    """The suffix of a baseline file for a session's measurement: ``""`` for the
+    default (CUDA events, or the host clock off the GPU, warm cache), ``sync``,
+    ``cold`` (L2 flushed before each per-op call), ``sync-cold``."""
+    parts = ["sync"] if timing == "sync" else []
+    if l2_flush:
+        parts.append("cold")
+    return "-".join(parts)
+
+
+def run_identity(run: Any) -> dict[str, Any]:
+    """How a run was measured: its timing, and for per-op runs whether the L2 was flushed."""
+    bench = run.config.get("benchmark") if isinstance(run.config, Mapping) else None
+    flushed = bool(bench.get("l2_flush")) if isinstance(bench, Mapping) else False
+    return {"timing": run.timing, "l2_flush": flushed}
+
+
+def mismatch(base: Any, new: Any) -> str | None:
+    """``None`` when two runs were measured the same way, else how they differ."""
+    a, b = run_identity(base), run_identity(new)
+    diffs = []
+    if a["timing"] != b["timing"]:
+        diffs.append(f"timing {b['timing']} vs baseline {a['timing']}")
+    if a["l2_flush"] != b["l2_flush"]:
+        diffs.append(f"{'cold' if b['l2_flush'] else 'warm'} cache vs baseline "
+                     f"{'cold' if a['l2_flush'] else 'warm'}")
+    return "; ".join(diffs) or None

@@ -1,0 +1,66 @@
+"""Per-op timing without pytest-benchmark: calibrated rounds on a given timer.
+
+pytest-benchmark turns itself off under pytest-xdist, and its automatic mode
+has no hook to run work between rounds. Two cases need both: per-op
+benchmarks on per-GPU xdist workers (each worker owns its GPU, so parallel
+workers do not disturb each other), and cold-cache timing, which flushes the
+GPU's L2 cache before every timed call. :func:`time_rounds` follows
+pytest-benchmark's automatic mode (warm-up, iterations calibrated until a
+round lasts ``min_time``, rounds until ``max_time`` has passed and at least
+``min_rounds`` were done) and returns per-call seconds of each round. No
+pytest import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from time import perf_counter
+
+__all__ = ["LoopSettings", "time_rounds"]
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """pytest-benchmark's knobs of the same names (``--benchmark-min-rounds``...)."""
+
+    min_rounds: int = 5
+    max_time: float = 1.0  # seconds of wall time for the timed rounds
+    min_time: float = 0.000005  # a round lasts at least this long (iterations calibrated)
+    warmup_rounds: int = 1
+    max_rounds: int = 100_000
+    max_iterations: int = 1 << 20
+
+
+def _round(call: Callable[[], object], timer: Callable[[], float], iterations: int) -> float:
+    start = timer()
+    for _ in range(iterations):
+        call()
+    return timer() - start
+
+
+def time_rounds(call: Callable[[], object], timer: Callable[[], float], settings: LoopSettings = LoopSettings(),
+                before_round: Callable[[], object] | None = None,
+                clock: Callable[[], float] = perf_counter) -> tuple[list[float], int]:
+    """Time ``call``: ``(per-call seconds of each round, iterations per round)``.
+
+    ``timer`` reads the time (the session's device-aware timer); ``clock`` is the
+    wall clock that bounds the run. With ``before_round`` (an L2 flush) every
+    round is one call, preceded by it, outside the timed span.
+    """
+    for _ in range(settings.warmup_rounds):
+        if before_round is not None:
+            before_round()
+        call()
+    iterations = 1
+    if before_round is None:
+        while iterations < settings.max_iterations and _round(call, timer, iterations) < settings.min_time:
+            iterations *= 2
+    rounds: list[float] = []
+    start = clock()
+    while len(rounds) < settings.min_rounds or (
+            len(rounds) < settings.max_rounds and clock() - start < settings.max_time):
+        if before_round is not None:
+            before_round()
+        rounds.append(_round(call, timer, iterations) / iterations)
+    return rounds, iterations
