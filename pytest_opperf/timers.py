@@ -40,7 +40,7 @@ This module must not import pytest: frameworks import it at run time.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from time import perf_counter_ns
 from typing import Any, Protocol
@@ -265,6 +265,8 @@ class Table(Mapping[str, Stat]):
         self.current: _Region | None = None  # the innermost open region
         self._pending: list[tuple[Stat, Any, Any]] = []
         self._events: list[tuple[str, int, int, int]] | None = None
+        self._record_lock = threading.Lock()  # record() may be called from other threads
+        self._flush_callbacks: list[Callable[[], None]] = []
 
     # Mapping interface
     def __getitem__(self, name: str) -> Stat:
@@ -335,7 +337,10 @@ class Table(Mapping[str, Stat]):
         self._events.append((region.name, start, ns, depth))
 
     def flush(self) -> None:
-        """Synchronise the device clock and resolve pending device samples."""
+        """Synchronise the device clock and resolve pending device samples
+        (after the callbacks given to :meth:`on_flush`)."""
+        for callback in self._flush_callbacks:
+            callback()
         if not self._pending:
             return
         clock = self.device_clock
@@ -345,6 +350,33 @@ class Table(Mapping[str, Stat]):
             stat.add_device(clock.elapsed_ns(start, end))
         self._pending.clear()
         clock.recycle()
+
+    def record(self, name: str, start_ns: int, ns: int, kernel: bool = False) -> Stat:
+        """Add a region timed outside this table's own regions, e.g. on another thread.
+
+        The region started at ``start_ns`` (``perf_counter_ns``) and took ``ns``
+        host nanoseconds; it is filed as if it had closed inside the region open
+        now on the recording thread (its parent, and its qualified name, as
+        :func:`timer` would give), and kept as a trace event when tracing.
+        Thread-safe: calls from several threads are serialised by the table's
+        lock. Returns the stat, so the caller can add device samples to it.
+        """
+        with self._record_lock:
+            outer = self.current
+            stat = self._stat_in(name, outer, kernel)
+            stat.add(ns)
+            if self._events is not None:
+                depth = 0
+                while outer is not None:
+                    depth, outer = depth + 1, outer.outer
+                self._events.append((name, start_ns, ns, depth))
+        return stat
+
+    def on_flush(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` at the start of every :meth:`flush` (each ``run.step()``
+        and the end of the recording): a source of device samples with markers of
+        its own, such as another framework's CUDA events, resolves them there."""
+        self._flush_callbacks.append(callback)
 
     def start_trace(self) -> None:
         """Keep every region closed from now on as an event (for a trace)."""
