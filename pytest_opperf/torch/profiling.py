@@ -63,9 +63,9 @@ _TAG = "opperf.module"  # key of an autograd node's metadata: the module whose f
 class Profile:
     """What :func:`profile` yields: where it records and how it times."""
 
-    table: timers.Table
+    table: timers.Table | None  # None when nothing records
     by: str  # op | module
-    timing: str  # host | events | sync
+    timing: str  # host | events | sync, or off when nothing records
 
 
 def _op_name(func: Any) -> str:
@@ -273,13 +273,16 @@ def profile(by: str = "op") -> Iterator[Profile]:
     profile(): ...``) or ``timers.recording()``. In a measured window the
     run's executor time becomes the time inside top-level ops, and its report
     says so. ``by="module"`` groups by ``nn.Module`` class instead of by op.
+    Where nothing records on this thread (``opperf.measure()`` without
+    ``--opperf``), it does nothing, as ``timers.timer`` does, and yields a
+    :class:`Profile` with ``table=None`` and ``timing="off"``.
     """
     if by not in GROUPINGS:
         raise ValueError(f"profile: by must be one of {'|'.join(GROUPINGS)}, got {by!r}")
     table = timers.current()
-    if table is None:
-        raise RuntimeError("profile(): no recording is open on this thread; use it inside opperf.measure() "
-                           "(with opperf.measure() as run, profile(): ...) or timers.recording()")
+    if table is None:  # as timers.timer(): nothing records (opperf.measure() without --opperf)
+        yield Profile(None, by, "off")
+        return
     run = measure.active_run()
     if run is not None:
         run.kernels_are_executor(ACCOUNTING_NOTE)
