@@ -283,3 +283,15 @@ def test_profile_on_the_cpu_times_with_the_host_clock() -> None:
     with timers.recording() as table, profile() as prof:
         torch.relu(torch.ones(2))
     assert prof.timing == "host" and table["aten::relu"].clock == "host"
+
+
+def test_profile_inside_profile_is_refused_rather_than_counting_twice() -> None:
+    with timers.recording() as table, profile():
+        with pytest.raises(RuntimeError, match=r"already being profiled"):
+            with profile():
+                pass
+        torch.relu(torch.ones(2))
+    assert table["aten::relu"].count == 1
+    with timers.recording() as again, profile():  # the guard ends with its profile
+        torch.relu(torch.ones(2))
+    assert again["aten::relu"].count == 1

@@ -283,6 +283,25 @@ def profile(by: str = "op") -> Iterator[Profile]:
     if table is None:  # as timers.timer(): nothing records (opperf.measure() without --opperf)
         yield Profile(None, by, "off")
         return
+    with _profiled_lock:
+        if id(table) in _profiled:
+            # two modes on one table would file every op twice
+            raise RuntimeError("profile(): this recording is already being profiled (profile() inside profile())")
+        _profiled.add(id(table))
+    try:
+        with _profiling(table, by) as prof:
+            yield prof
+    finally:
+        with _profiled_lock:
+            _profiled.discard(id(table))
+
+
+_profiled: set[int] = set()  # the tables a profile() is open on
+_profiled_lock = threading.Lock()
+
+
+@contextmanager
+def _profiling(table: timers.Table, by: str) -> Iterator[Profile]:
     run = measure.active_run()
     if run is not None:
         run.kernels_are_executor(ACCOUNTING_NOTE)
