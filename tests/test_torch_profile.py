@@ -295,3 +295,77 @@ def test_profile_inside_profile_is_refused_rather_than_counting_twice() -> None:
     with timers.recording() as again, profile():  # the guard ends with its profile
         torch.relu(torch.ones(2))
     assert again["aten::relu"].count == 1
+
+
+# --- the CUDA bookkeeping, on fake events (no GPU here) ------------------------------------
+
+class FakeEvent:
+    """torch.cuda.Event stand-in: each record() is one tick later; a tick is 0.5 ms."""
+
+    tick = 0
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        self.t = None
+
+    def record(self) -> None:
+        FakeEvent.tick += 1
+        self.t = FakeEvent.tick
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        return (end.t - self.t) * 0.5
+
+
+class NoDeviceClock:
+    """A device clock for the window, so that profile() times with events."""
+
+    def mark(self):
+        return None
+
+    def elapsed_ns(self, start, end):
+        return 0
+
+    def synchronize(self):
+        pass
+
+    def recycle(self):
+        pass
+
+
+def test_on_cuda_each_op_gets_its_event_pair_resolved_once_per_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_opperf.device import DeviceInfo
+
+    syncs = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: syncs.append(1))
+    monkeypatch.setattr(profiling, "_on_cuda", lambda value: isinstance(value, torch.Tensor))
+    gpu = DeviceInfo(name="cuda:0", is_gpu=True, clock=NoDeviceClock())
+    run = measure.Run("suite::test_gpu", "e2e", None, gpu, "events", "ExecutorRunTimer")
+    x = torch.ones(3)
+    with measure.measure_window(run), profile() as prof:
+        for _ in range(4):
+            torch.relu(x)
+            torch.add(x, x)
+            torch.relu(x)
+            run.step(examples=1)
+    assert prof.timing == "events"
+    assert len(syncs) == 4  # one per step, none per op
+    relu = next(s for s in run.result.stats if s.name == "aten::relu")
+    assert (relu.clock, relu.count, relu.total_ms) == ("device", 8, pytest.approx(8 * 0.5))
+    assert relu.samples_ms == pytest.approx([1.0] * 4)  # each step's two relus, resolved at its step()
+    assert run.result.kernel_ms == pytest.approx(12 * 0.5)
+
+
+def test_with_sync_timing_the_device_is_synchronised_around_every_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_opperf.device import DeviceInfo
+
+    syncs = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: syncs.append(1))
+    gpu = DeviceInfo(name="cuda:0", is_gpu=True, clock=NoDeviceClock())
+    run = measure.Run("suite::test_gpu", "e2e", None, gpu, "sync", "ExecutorRunTimer")
+    with measure.measure_window(run), profile() as prof:
+        torch.relu(torch.ones(3))
+        run.step(examples=1)
+    assert prof.timing == "sync" and len(syncs) == 2 * 2  # torch.ones and torch.relu
+    assert next(s for s in run.result.stats if s.name == "aten::relu").clock == "host"

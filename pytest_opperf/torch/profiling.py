@@ -20,9 +20,11 @@ filed into the same table through :meth:`Table.record`, under a lock, as if
 they had run inside the region open on the recording thread: nothing timed on
 an autograd thread is dropped.
 
-Clocks: on the CPU the host clock. On CUDA each op on CUDA tensors is
-bracketed by two CUDA events on the current stream, read at the next
-``run.step()`` (one synchronisation per step, through ``Table.on_flush``);
+Clocks: on the CPU the host clock. In a window measured on a GPU (its
+recording has a device clock: ``pytest_opperf_select_device`` chose CUDA)
+each op on CUDA tensors is bracketed by two CUDA events on the current
+stream, read at the next ``run.step()`` (one synchronisation per step,
+through ``Table.on_flush``);
 with ``--opperf-timing=sync`` the device is synchronised around every op
 instead and the host clock reads device time.
 
@@ -249,6 +251,8 @@ class _ModuleMode(_OpMode):
         frames = self.frames
         if not frames or threading.get_ident() != self.thread:
             return _OpMode.__torch_dispatch__(self, func, types, args, kwargs)
+        if self.sync:
+            torch.cuda.synchronize()
         start = perf_counter_ns()
         out = func(*args, **(kwargs or {}))
         if self.sync:
@@ -305,7 +309,10 @@ def _profiling(table: timers.Table, by: str) -> Iterator[Profile]:
     run = measure.active_run()
     if run is not None:
         run.kernels_are_executor(ACCOUNTING_NOTE)
-    cuda = torch.cuda.is_available()
+    # Device time where the window measures on a GPU (its recording has a device
+    # clock); a CPU session on a CUDA machine keeps the host clock and never
+    # touches CUDA.
+    cuda = table.device_clock is not None and torch.cuda.is_available()
     sync = cuda and table.sync
     timing = "sync" if sync else "events" if cuda else "host"
     mode = (_ModuleMode if by == "module" else _OpMode)(table, None, sync)
