@@ -2,8 +2,9 @@
 
     python benchmarks/torch_profile_overhead.py [--ops 20000] [--repeats 7] [--steps 5]
 
-Two workloads, each timed plain, under ``profile()`` (in a
-``timers.recording()``), and under ``torch.profiler.profile`` (CPU activity):
+Two workloads, each timed plain, under an empty dispatch mode, under
+``profile()`` (in a ``timers.recording()``), and under
+``torch.profiler.profile`` (CPU activity):
 
 * ``tiny op``: a loop of ``torch.add`` on two 4-element tensors, where an op
   costs about a microsecond and the instrumentation is most of what changes;
@@ -11,10 +12,13 @@ Two workloads, each timed plain, under ``profile()`` (in a
   pooling, linear, SGD with momentum), batch 8, 3x32x32.
 
 Overhead per op = (instrumented time - plain time) / aten ops, the op count
-taken from ``profile()``'s own table. For ``torch.profiler`` two figures: the
+taken from ``profile()``'s own table. An empty ``TorchDispatchMode`` (its
+handler only calls the op, and torch's wrapping of it in
+``torch._disable_dynamo`` switched off as ``profile()`` does) is timed too:
+the floor of any instrumentation through torch's Python dispatch. For ``torch.profiler`` two figures: the
 cost inside the window ("in window"), and with its stop and ``key_averages()``
 ("with results"), which is what it takes to get per-op figures out of it.
-The three variants are interleaved, each repeat in all three, and the medians
+The variants are interleaved, each repeat in all of them, and the medians
 printed, so that a busy neighbour affects them alike; expect noise of 10-20 %
 on a shared machine.
 """
@@ -58,6 +62,20 @@ def _cnn(torch, steps: int) -> Callable[[], None]:
     return run
 
 
+def _empty_mode(torch):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Empty(TorchDispatchMode):
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            return False
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func._op(*args, **(kwargs or {}))
+
+    return Empty
+
+
 def measure(torch, run: Callable[[], None], repeats: int) -> dict[str, float]:
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
@@ -69,12 +87,18 @@ def measure(torch, run: Callable[[], None], repeats: int) -> dict[str, float]:
     with timers.recording() as table, profile():
         run()
     ops = sum(s.count for s in table.values())
-    times: dict[str, list[float]] = {"plain": [], "profile()": [], "torch.profiler in window": [],
-                                     "torch.profiler with results": []}
+    empty = _empty_mode(torch)
+    times: dict[str, list[float]] = {"plain": [], "empty dispatch mode": [], "profile()": [],
+                                     "torch.profiler in window": [], "torch.profiler with results": []}
     for _ in range(repeats):
         start = time.perf_counter()
         run()
         times["plain"].append(time.perf_counter() - start)
+
+        with empty():
+            start = time.perf_counter()
+            run()
+            times["empty dispatch mode"].append(time.perf_counter() - start)
 
         with timers.recording():
             with profile():
@@ -110,12 +134,12 @@ def main(argv: list[str] | None = None) -> int:
     for label, run in (("tiny op (torch.add, 4 elements)", _tiny(torch, args.ops)),
                        ("CNN step (batch 8, 3x32x32)", _cnn(torch, args.steps))):
         m = measure(torch, run, args.repeats)
-        rows.append([label, m["ops"], m["plain_us"], m["profile()"], m["torch.profiler in window"],
-                     m["torch.profiler with results"]])
+        rows.append([label, m["ops"], m["plain_us"], m["empty dispatch mode"], m["profile()"],
+                     m["torch.profiler in window"], m["torch.profiler with results"]])
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; medians of {args.repeats} interleaved "
           "repeats; overhead in us per aten op")
-    print(tabulate(rows, headers=["workload", "ops/repeat", "plain us/op", "profile()", "torch.profiler in window",
-                                  "torch.profiler with results"], floatfmt=".2f"))
+    print(tabulate(rows, headers=["workload", "ops/repeat", "plain us/op", "empty dispatch mode", "profile()",
+                                  "torch.profiler in window", "torch.profiler with results"], floatfmt=".2f"))
     return 0
 
 

@@ -135,29 +135,30 @@ class _OpMode(TorchDispatchMode):
         self.names: dict[Any, str] = {}
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        # The hot path of every op: kept flat (no method calls but the op and record).
         name = self.names.get(func)
         if name is None:
             name = self.names[func] = _op_name(func)
         if not name:
             return func(*args, **(kwargs or {}))
         if self.events is not None or self.sync:
-            return self._device_op(func, name, args, kwargs or {})
+            return self.timed(func, name, args, kwargs or {})
         call = func._op  # the C++ op itself, without OpOverload.__call__'s Python frame
         start = perf_counter_ns()
         out = call(*args, **kwargs) if kwargs else call(*args)
-        self.table.record(self.stat_name(name), start, perf_counter_ns() - start, kernel=True)  # thread-safe
+        self.table.record(name, start, perf_counter_ns() - start, True)  # thread-safe
         return out
 
-    def stat_name(self, name: str) -> str:
-        return name
-
-    def _device_op(self, func: Any, name: str, args: tuple, kwargs: dict) -> Any:
-        if self.sync:
-            torch.cuda.synchronize()
+    def timed(self, func: Any, name: str, args: tuple, kwargs: dict) -> Any:
+        """Run one op and file it as ``name``, with device time where there is a device."""
+        if self.events is None:
+            if self.sync:
+                torch.cuda.synchronize()
             start = perf_counter_ns()
             out = func(*args, **kwargs)
-            torch.cuda.synchronize()
-            self.table.record(self.stat_name(name), start, perf_counter_ns() - start, kernel=True)
+            if self.sync:
+                torch.cuda.synchronize()
+            self.table.record(name, start, perf_counter_ns() - start, True)
             return out
         events = self.events
         begin = events.take()
@@ -166,7 +167,7 @@ class _OpMode(TorchDispatchMode):
         ns = perf_counter_ns() - start
         on_device = _on_cuda(out) or bool(args) and _on_cuda(args[0])
         end = events.take() if on_device else None
-        stat = self.table.record(self.stat_name(name), start, ns, kernel=True)
+        stat = self.table.record(name, start, ns, True)
         with self.lock:
             if end is None:
                 stat.add_device(ns)  # an op on the host: its host time is its time
@@ -250,7 +251,12 @@ class _ModuleMode(_OpMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         frames = self.frames
         if not frames or threading.get_ident() != self.thread:
-            return _OpMode.__torch_dispatch__(self, func, types, args, kwargs)
+            name = self.names.get(func)
+            if name is None:
+                name = self.names[func] = _op_name(func)
+            if not name:
+                return func(*args, **(kwargs or {}))
+            return self.timed(func, self.stat_name(name), args, kwargs or {})
         if self.sync:
             torch.cuda.synchronize()
         start = perf_counter_ns()

@@ -53,6 +53,7 @@ def test_train(opperf, torch_setting: tuple[str, BenchmarkConfig], torch_device:
     workload, config = torch_setting
     losses = []
     with opperf.measure(kind="e2e", config={"workload": workload, "framework": "torch",
+                                            "torch_threads": torch.get_num_threads(),
                                             **config.as_dict()}) as run, profile():
         torch.manual_seed(config.seed)
         model = ResNet(config.class_dim, config.depth, config.stem_pool).to(torch_device).train()
@@ -85,5 +86,5 @@ def test_op(case: OpCase, workload: tuple[str, BenchmarkConfig], torch_device: A
         if isinstance(value, torch.Tensor) and value.is_floating_point():
             assert torch.isfinite(value).all(), f"{case.id}: output is not finite"
     benchmark_op(opperf_benchmark, fn, *args, stat=case.type,
-                 config={"op": case.type, "framework": "torch",
+                 config={"op": case.type, "framework": "torch", "torch_threads": torch.get_num_threads(),
                          "inputs": {k: [list(s) for s in v] for k, v in case.shapes.items()}})
