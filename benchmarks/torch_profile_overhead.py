@@ -100,11 +100,10 @@ def measure(torch, run: Callable[[], None], repeats: int) -> dict[str, float]:
             run()
             times["empty dispatch mode"].append(time.perf_counter() - start)
 
-        with timers.recording():
-            with profile():
-                start = time.perf_counter()
-                run()
-                times["profile()"].append(time.perf_counter() - start)
+        with timers.recording(), profile():
+            start = time.perf_counter()
+            run()
+            times["profile()"].append(time.perf_counter() - start)
 
         outer = time.perf_counter()
         with torch_profile(activities=[ProfilerActivity.CPU]) as prof:

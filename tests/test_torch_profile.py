@@ -8,19 +8,23 @@ never compared with the wall clock: the time case runs on a fake clock.
 from __future__ import annotations
 
 import threading
+from typing import ClassVar
 
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
 
-from torch import nn  # noqa: E402
+from torch import nn
 
-from pytest_opperf import measure, timers  # noqa: E402
-from pytest_opperf.device import CPU_HOST  # noqa: E402
-from pytest_opperf.gate import evaluate, parse_thresholds  # noqa: E402
-from pytest_opperf.results import ResultSet, RunResult  # noqa: E402
-from pytest_opperf.torch import ACCOUNTING_NOTE, profile  # noqa: E402
-from pytest_opperf.torch import profiling  # noqa: E402
+from pytest_opperf import measure, timers
+from pytest_opperf.device import CPU_HOST
+from pytest_opperf.gate import evaluate, parse_thresholds
+from pytest_opperf.results import ResultSet, RunResult
+from pytest_opperf.torch import (
+    ACCOUNTING_NOTE,
+    profile,
+    profiling,
+)
 
 STEPS = 6
 
@@ -198,7 +202,7 @@ LEVELS = 80  # torch's engine hands reentrant backward deeper than 60 to a pool 
 class Reentrant(torch.autograd.Function):
     """Each backward runs a backward of its own (reentrant), ``depth`` levels deep."""
 
-    threads: set[int] = set()
+    threads: ClassVar[set[int]] = set()
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, depth: int) -> torch.Tensor:
@@ -274,9 +278,8 @@ def test_profile_without_a_recording_records_nothing() -> None:
 
 
 def test_profile_rejects_an_unknown_grouping() -> None:
-    with pytest.raises(ValueError, match=r"by must be one of op\|module, got 'layer'"):
-        with profile(by="layer"):
-            pass
+    with pytest.raises(ValueError, match=r"by must be one of op\|module, got 'layer'"), profile(by="layer"):
+        pass
 
 
 def test_profile_on_the_cpu_times_with_the_host_clock() -> None:
@@ -287,9 +290,8 @@ def test_profile_on_the_cpu_times_with_the_host_clock() -> None:
 
 def test_profile_inside_profile_is_refused_rather_than_counting_twice() -> None:
     with timers.recording() as table, profile():
-        with pytest.raises(RuntimeError, match=r"already being profiled"):
-            with profile():
-                pass
+        with pytest.raises(RuntimeError, match=r"already being profiled"), profile():
+            pass
         torch.relu(torch.ones(2))
     assert table["aten::relu"].count == 1
     with timers.recording() as again, profile():  # the guard ends with its profile

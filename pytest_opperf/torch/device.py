@@ -64,7 +64,7 @@ def _driver(torch: Any) -> str | None:
     get = getattr(torch._C, "_cuda_getDriverVersion", None)
     try:
         version = int(get()) if get is not None else 0
-    except Exception:  # an old or odd build: the driver is a fact for the report, not needed
+    except (RuntimeError, TypeError, ValueError):  # an odd build: the driver is a fact for the report, not needed
         return None
     return f"{version // 1000}.{version % 1000 // 10}" if version else None
 

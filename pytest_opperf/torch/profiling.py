@@ -181,7 +181,7 @@ class _OpMode(TorchDispatchMode):
 class _Frame:
     """One module call open on the recording thread."""
 
-    __slots__ = ("key", "cls", "ns", "begin", "inputs")
+    __slots__ = ("begin", "cls", "inputs", "key", "ns")
 
     def __init__(self, key: str, cls: str, begin: Any, inputs: set) -> None:
         self.key, self.cls, self.ns, self.begin, self.inputs = key, cls, 0, begin, inputs

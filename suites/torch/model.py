@@ -24,7 +24,7 @@ from reference_framework.benchmark import BenchmarkConfig
 from reference_framework.data import batch, dataset, reader
 from reference_framework.models.resnet import DEPTHS, STAGE_CHANNELS, bottleneck
 
-__all__ = ["ResNet", "has_peer", "op_call", "train_step", "train_batches"]
+__all__ = ["ResNet", "has_peer", "op_call", "train_batches", "train_step"]
 
 
 def conv_bn(cin: int, cout: int, k: int, stride: int = 1, padding: int = 0, relu: bool = True) -> list[nn.Module]:

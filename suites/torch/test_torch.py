@@ -20,10 +20,10 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed: the torch suite needs it "
                                             "(CPU build: pip install torch==2.13.0)")
 
-from pytest_opperf.torch import benchmark_op, profile  # noqa: E402
-from reference_framework.benchmark import BenchmarkConfig  # noqa: E402
-from suites.support import OpCase, distinct_ops, suite_workload, training_program  # noqa: E402
-from suites.torch.model import ResNet, has_peer, op_call, train_batches, train_step  # noqa: E402
+from pytest_opperf.torch import benchmark_op, profile
+from reference_framework.benchmark import BenchmarkConfig
+from suites.support import OpCase, distinct_ops, suite_workload, training_program
+from suites.torch.model import ResNet, has_peer, op_call, train_batches, train_step
 
 
 def _cases(config: BenchmarkConfig) -> list[OpCase]:
