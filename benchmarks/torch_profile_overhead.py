@@ -1,6 +1,6 @@
 """What ``pytest_opperf.torch.profile()`` costs per aten op, next to ``torch.profiler`` in the same run.
 
-    python benchmarks/torch_profile_overhead.py [--ops 20000] [--repeats 7] [--steps 5]
+    python benchmarks/torch_profile_overhead.py [--ops 20000] [--repeats 7] [--steps 5] [--threads 1]
 
 Two workloads, each timed plain, under an empty dispatch mode, under
 ``profile()`` (in a ``timers.recording()``), and under
@@ -20,7 +20,9 @@ cost inside the window ("in window"), and with its stop and ``key_averages()``
 ("with results"), which is what it takes to get per-op figures out of it.
 The variants are interleaved, each repeat in all of them, and the medians
 printed, so that a busy neighbour affects them alike; expect noise of 10-20 %
-on a shared machine.
+on a shared machine. torch runs on one intra-op thread by default
+(``--threads``): the cost measured is the host's per op, and on a busy
+machine torch's OpenMP workers waiting for each other's cores swamp it.
 """
 
 from __future__ import annotations
@@ -123,12 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ops", type=int, default=20000, help="tiny ops per repeat (default 20000)")
     p.add_argument("--steps", type=int, default=5, help="CNN training steps per repeat (default 5)")
     p.add_argument("--repeats", type=int, default=7, help="interleaved repeats (default 7)")
+    p.add_argument("--threads", type=int, default=1, help="torch's intra-op threads (default 1)")
     args = p.parse_args(argv)
     try:
         import torch
     except ImportError:
         print("torch_profile_overhead: torch is not installed; pip install torch==2.13.0", file=sys.stderr)
         return 1
+    torch.set_num_threads(args.threads)
     rows = []
     for label, run in (("tiny op (torch.add, 4 elements)", _tiny(torch, args.ops)),
                        ("CNN step (batch 8, 3x32x32)", _cnn(torch, args.steps))):
