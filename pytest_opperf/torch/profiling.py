@@ -31,8 +31,9 @@ instead and the host clock reads device time.
 ``profile(by="module")`` groups by ``nn.Module`` class instead: one sample per
 module call, its time the sum of the ops inside it (on CUDA: the device span
 of the call), nested as modules nest (``Sequential/Bottleneck/Conv2d``); the
-backward ops of the autograd nodes a module's forward made go to
-``<Class>.backward``; ops outside every module keep their op names.
+backward ops of the autograd nodes a module's forward made are samples of
+``<Class>.backward`` (one per op; the innermost module's class); ops outside
+every module keep their op names.
 """
 
 from __future__ import annotations
