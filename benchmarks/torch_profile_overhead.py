@@ -3,7 +3,7 @@
     python benchmarks/torch_profile_overhead.py [--ops 20000] [--repeats 7] [--steps 5] [--threads 1]
 
 Two workloads, each timed plain, under an empty dispatch mode, under
-``profile()`` (in a ``timers.recording()``), and under
+``profile()`` and ``profile(nested=True)`` (in a ``timers.recording()``), and under
 ``torch.profiler.profile`` (CPU activity):
 
 * ``tiny op``: a loop of ``torch.add`` on two 4-element tensors, where an op
@@ -12,7 +12,8 @@ Two workloads, each timed plain, under an empty dispatch mode, under
   pooling, linear, SGD with momentum), batch 8, 3x32x32.
 
 Overhead per op = (instrumented time - plain time) / aten ops, the op count
-taken from ``profile()``'s own table. An empty ``TorchDispatchMode`` (its
+taken from ``profile()``'s own table (its top-level ops, also for
+``profile(nested=True)``, which times the ops each op calls as well). An empty ``TorchDispatchMode`` (its
 handler only calls the op, and torch's wrapping of it in
 ``torch._disable_dynamo`` switched off as ``profile()`` does) is timed too:
 the floor of any instrumentation through torch's Python dispatch. For ``torch.profiler`` two figures: the
@@ -91,7 +92,8 @@ def measure(torch, run: Callable[[], None], repeats: int) -> dict[str, float]:
     ops = sum(s.count for s in table.values())
     empty = _empty_mode(torch)
     times: dict[str, list[float]] = {"plain": [], "empty dispatch mode": [], "profile()": [],
-                                     "torch.profiler in window": [], "torch.profiler with results": []}
+                                     "profile(nested=True)": [], "torch.profiler in window": [],
+                                     "torch.profiler with results": []}
     for _ in range(repeats):
         start = time.perf_counter()
         run()
@@ -106,6 +108,11 @@ def measure(torch, run: Callable[[], None], repeats: int) -> dict[str, float]:
             start = time.perf_counter()
             run()
             times["profile()"].append(time.perf_counter() - start)
+
+        with timers.recording(), profile(nested=True):
+            start = time.perf_counter()
+            run()
+            times["profile(nested=True)"].append(time.perf_counter() - start)
 
         outer = time.perf_counter()
         with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -138,11 +145,12 @@ def main(argv: list[str] | None = None) -> int:
                        ("CNN step (batch 8, 3x32x32)", _cnn(torch, args.steps))):
         m = measure(torch, run, args.repeats)
         rows.append([label, m["ops"], m["plain_us"], m["empty dispatch mode"], m["profile()"],
-                     m["torch.profiler in window"], m["torch.profiler with results"]])
+                     m["profile(nested=True)"], m["torch.profiler in window"], m["torch.profiler with results"]])
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; medians of {args.repeats} interleaved "
           "repeats; overhead in us per aten op")
     print(tabulate(rows, headers=["workload", "ops/repeat", "plain us/op", "empty dispatch mode", "profile()",
-                                  "torch.profiler in window", "torch.profiler with results"], floatfmt=".2f"))
+                                  "nested=True", "torch.profiler in window", "torch.profiler with results"],
+                   floatfmt=".2f"))
     return 0
 
 

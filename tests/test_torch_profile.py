@@ -371,3 +371,42 @@ def test_with_sync_timing_the_device_is_synchronised_around_every_op(monkeypatch
         run.step(examples=1)
     assert prof.timing == "sync" and len(syncs) == 2 * 2  # torch.ones and torch.relu
     assert next(s for s in run.result.stats if s.name == "aten::relu").clock == "host"
+
+
+# --- nested=True: the ops each op calls, under it -----------------------------------------
+
+def test_nested_lists_what_each_op_calls_under_it_and_counts_nothing_twice() -> None:
+    with timers.recording() as flat:
+        train(small_cnn(), steps=1)
+    with timers.recording() as table:
+        opt_model = small_cnn()
+        opt = torch.optim.SGD(opt_model.parameters(), lr=0.01, momentum=0.9)
+        x, y = torch.randn(2, 3, 8, 8), torch.tensor([1, 3])
+        with profile(nested=True):
+            nn.functional.cross_entropy(opt_model(x), y).backward()
+            opt.step()
+    # the top level is the flat profile's
+    assert {n: s.count for n, s in table.items() if s.parent is None} == \
+        {n: s.count for n, s in flat.items() if s.parent is None}
+    inner = table["aten::convolution/aten::_convolution"]
+    assert (inner.parent, inner.count, inner.kernel) == ("aten::convolution", 2, True)
+    assert table["aten::relu/aten::clamp_min"].parent == "aten::relu"
+    # each call is timed inside its caller's time: children never add up to more
+    for stat in table.values():
+        children = [s for s in table.values() if s.parent == stat.name]
+        assert sum(c.total_ns for c in children) <= stat.total_ns, stat.name
+    assert table.kernel_ms() == pytest.approx(sum(s.total_ms for s in table.values() if s.parent is None))
+
+
+def test_nested_files_the_calls_made_on_autograd_threads_too() -> None:
+    x = torch.randn(4, requires_grad=True)
+    with timers.recording() as table, profile(nested=True):
+        Reentrant.apply(x, LEVELS).sum().backward()
+    assert table["aten::relu"].count == LEVELS + 1
+    assert table["aten::relu/aten::clamp_min"].count == LEVELS + 1
+
+
+def test_nested_needs_grouping_by_op() -> None:
+    with pytest.raises(ValueError, match=r"nested=True .* needs by='op', got by='module'"), \
+            profile(by="module", nested=True):
+        pass

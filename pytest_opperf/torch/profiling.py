@@ -10,7 +10,8 @@ schema name without the overload (``aten::add`` for ``aten::add.Tensor``).
 A composite op's parts show as their own stats (``nn.Linear`` as ``aten::t``
 and ``aten::addmm``); what a kernel calls internally (``aten::convolution``'s
 call into its backend) is inside its time and never listed again, so nothing
-is counted twice. Ops nest under the regions the code opens with
+is counted twice. ``profile(nested=True)`` lists those calls too, each under
+the op that made it (``aten::convolution/aten::_convolution``). Ops nest under the regions the code opens with
 ``timers.timer``, as regions do.
 
 Threads: a dispatch mode belongs to the thread that entered it, and torch's
@@ -150,8 +151,9 @@ class _OpMode(TorchDispatchMode):
         self.table.record(name, start, perf_counter_ns() - start, True)  # thread-safe
         return out
 
-    def timed(self, func: Any, name: str, args: tuple, kwargs: dict) -> Any:
-        """Run one op and file it as ``name``, with device time where there is a device."""
+    def timed(self, func: Any, name: str, args: tuple, kwargs: dict, calls: list | None = None) -> Any:
+        """Run one op and file it as ``name``, with device time where there is a device;
+        ``calls``, filled while it runs, are the ops it called (``nested=True``)."""
         if self.events is None:
             if self.sync:
                 torch.cuda.synchronize()
@@ -159,7 +161,9 @@ class _OpMode(TorchDispatchMode):
             out = func(*args, **kwargs)
             if self.sync:
                 torch.cuda.synchronize()
-            self.table.record(name, start, perf_counter_ns() - start, True)
+            stat = self.table.record(name, start, perf_counter_ns() - start, True)
+            if calls:
+                self.file(stat, calls)
             return out
         events = self.events
         begin = events.take()
@@ -176,7 +180,129 @@ class _OpMode(TorchDispatchMode):
                 events.pending.append((stat, begin, end))
         if end is None:
             events.give(begin)
+        if calls:
+            self.file(stat, calls)  # host times: the calls' device time is inside the op's
         return out
+
+    def file(self, stat: timers.Stat, calls: list) -> None:
+        raise AssertionError("only the nested mode has calls to file")
+
+
+class _Call:
+    """An op open on this thread, under ``nested=True``: its calls are filed when it ends."""
+
+    __slots__ = ("calls", "func", "name")
+
+    def __init__(self, func: Any, name: str) -> None:
+        self.func, self.name = func, name
+        self.calls: list[tuple[str, int, list]] = []  # (name, ns, its own calls)
+
+
+class _Stack(threading.local):
+    def __init__(self) -> None:
+        self.calls: list[_Call] = []
+
+
+# the dispatch keys an op runs on below the Python key (its backend's kernels)
+_BELOW_PYTHON = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.Python)
+
+
+def _tensor_positions(func: Any) -> tuple[int, ...]:
+    """The positions of ``func``'s arguments typed ``Tensor``."""
+    return tuple(i for i, a in enumerate(func._schema.arguments) if isinstance(a.type, torch._C.TensorType))
+
+
+def _keys(args: tuple, tensors: tuple[int, ...]) -> Any:
+    """The dispatch keys of an op's first tensor argument (in a list too), or ``None``
+    when it has none, or when a ``Tensor`` argument was given a number (``x * 2``):
+    redispatching does not convert numbers to tensors, as a call does."""
+    for i in tensors:
+        if i < len(args) and not isinstance(args[i], torch.Tensor):
+            return None
+    for arg in args:
+        if isinstance(arg, torch.Tensor):
+            return torch._C._dispatch_keys(arg)
+        if isinstance(arg, (list, tuple)) and arg and isinstance(arg[0], torch.Tensor):
+            return torch._C._dispatch_keys(arg[0])
+    return None
+
+
+class _NestedOpMode(_OpMode):
+    """Also the ops each op calls through the dispatcher, filed under it.
+
+    The op is run with this mode pushed again, below the Python key (its
+    backend kernel), so the ops its kernel calls come back here as its
+    children. An op already open on this thread (a kernel redispatching to
+    itself), an op without tensor arguments, and one given a number for a
+    tensor argument, runs as in the flat mode: its inside is not listed. Children are filed when their top-level op
+    ends, qualified by their parents' names (``aten::convolution/aten::_convolution``).
+    """
+
+    def __init__(self, table: timers.Table, events: _Events | None, sync: bool) -> None:
+        super().__init__(table, events, sync)
+        self.stack = _Stack()
+        self.tensors: dict[Any, tuple[int, ...]] = {}
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        name = self.names.get(func)
+        if name is None:
+            name = self.names[func] = _op_name(func)
+        if not name:
+            return func(*args, **kwargs)
+        calls = self.stack.calls
+        tensors = self.tensors.get(func)
+        if tensors is None:
+            tensors = self.tensors[func] = _tensor_positions(func)
+        keys = _keys(args, tensors)
+        if not calls:
+            if keys is None:
+                return self.timed(func, name, args, kwargs)
+            call = _Call(func, name)
+            calls.append(call)
+            try:
+                return self.timed(_Redispatch(self, func, keys), name, args, kwargs, call.calls)
+            finally:
+                calls.pop()
+        start = perf_counter_ns()
+        if keys is None or any(open_call.func is func for open_call in calls):
+            out = func(*args, **kwargs)
+            calls[-1].calls.append((name, perf_counter_ns() - start, []))
+            return out
+        call = _Call(func, name)
+        calls.append(call)
+        try:
+            with self:
+                out = func.redispatch(keys & _BELOW_PYTHON, *args, **kwargs)
+        finally:
+            calls.pop()
+        calls[-1].calls.append((name, perf_counter_ns() - start, call.calls))
+        return out
+
+    def file(self, stat: timers.Stat, calls: list) -> None:
+        """File an op's calls under its stat (the caller holds no lock)."""
+        with self.lock:
+            todo = [(stat.name, calls)]
+            while todo:
+                parent, children = todo.pop()
+                for name, ns, inner in children:
+                    key = f"{parent}/{name}"
+                    self.table.add(key, ns, parent=parent, kernel=True)
+                    if inner:
+                        todo.append((key, inner))
+
+
+class _Redispatch:
+    """Calls ``func`` below the Python key with the mode pushed again (see _NestedOpMode)."""
+
+    __slots__ = ("func", "keys", "mode")
+
+    def __init__(self, mode: _NestedOpMode, func: Any, keys: Any) -> None:
+        self.mode, self.func, self.keys = mode, func, keys
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with self.mode:
+            return self.func.redispatch(self.keys & _BELOW_PYTHON, *args, **kwargs)
 
 
 class _Frame:
@@ -277,7 +403,7 @@ class _ModuleMode(_OpMode):
 
 
 @contextmanager
-def profile(by: str = "op") -> Iterator[Profile]:
+def profile(by: str = "op", nested: bool = False) -> Iterator[Profile]:
     """Time every aten op run inside as a kernel stat of the open recording.
 
     Use it inside ``opperf.measure()`` (``with opperf.measure() as run,
@@ -286,10 +412,15 @@ def profile(by: str = "op") -> Iterator[Profile]:
     says so. ``by="module"`` groups by ``nn.Module`` class instead of by op.
     Where nothing records on this thread (``opperf.measure()`` without
     ``--opperf``), it does nothing, as ``timers.timer`` does, and yields a
-    :class:`Profile` with ``table=None`` and ``timing="off"``.
+    :class:`Profile` with ``table=None`` and ``timing="off"``. ``nested=True``
+    also lists what each op calls through the dispatcher, under it
+    (``aten::convolution/aten::_convolution/aten::mkldnn_convolution``), at
+    a higher cost per op; the top-level ops and their times stay the same.
     """
     if by not in GROUPINGS:
         raise ValueError(f"profile: by must be one of {'|'.join(GROUPINGS)}, got {by!r}")
+    if nested and by != "op":
+        raise ValueError(f"profile: nested=True lists ops inside ops; it needs by='op', got by={by!r}")
     table = timers.current()
     if table is None:  # as timers.timer(): nothing records (opperf.measure() without --opperf)
         yield Profile(None, by, "off")
@@ -300,7 +431,7 @@ def profile(by: str = "op") -> Iterator[Profile]:
             raise RuntimeError("profile(): this recording is already being profiled (profile() inside profile())")
         _profiled.add(id(table))
     try:
-        with _profiling(table, by) as prof:
+        with _profiling(table, by, nested) as prof:
             yield prof
     finally:
         with _profiled_lock:
@@ -312,7 +443,7 @@ _profiled_lock = threading.Lock()
 
 
 @contextmanager
-def _profiling(table: timers.Table, by: str) -> Iterator[Profile]:
+def _profiling(table: timers.Table, by: str, nested: bool) -> Iterator[Profile]:
     run = measure.active_run()
     if run is not None:
         run.kernels_are_executor(ACCOUNTING_NOTE)
@@ -322,7 +453,7 @@ def _profiling(table: timers.Table, by: str) -> Iterator[Profile]:
     cuda = table.device_clock is not None and torch.cuda.is_available()
     sync = cuda and table.sync
     timing = "sync" if sync else "events" if cuda else "host"
-    mode = (_ModuleMode if by == "module" else _OpMode)(table, None, sync)
+    mode = (_ModuleMode if by == "module" else _NestedOpMode if nested else _OpMode)(table, None, sync)
     if timing == "events":
         mode.events = _Events(mode.lock)
         table.on_flush(mode.events.resolve)
