@@ -13,6 +13,7 @@ startup); the gate treats it as warm-up when there are at least two steps.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from time import perf_counter_ns
@@ -23,7 +24,7 @@ from .device import DeviceInfo
 from .results import RunResult, StatResult
 from .stats import most_common
 
-__all__ = ["CountingRun", "Run", "measure_window", "op_run", "MAX_OP_SAMPLES"]
+__all__ = ["CountingRun", "Run", "active_run", "measure_window", "op_run", "MAX_OP_SAMPLES"]
 
 # Per-op benchmarks may run 10^5 rounds; an evenly spaced subset keeps files small
 # and still gives the rank test far more samples than it needs.
@@ -75,6 +76,7 @@ class Run:
         self._work: dict[str, list[float]] = {}
         self.count_warnings: list[str] = []  # per-step counts that vary: the plugin warns
         self.annotate = annotate  # profiler ranges (NVTX) around regions and steps, or None
+        self._kernels_note: str | None = None  # set by kernels_are_executor()
 
     # --- used by suites --------------------------------------------------------
 
@@ -118,6 +120,12 @@ class Run:
         work = self._work.setdefault(stat, [0.0, 0.0])
         work[0] += flops
         work[1] += bytes
+
+    def kernels_are_executor(self, note: str) -> None:
+        """Take executor time to be kernel time (the time inside top-level operators),
+        for frameworks that run ops without an executor (PyTorch); ``note`` says so
+        in the report. An executor stat, when the run has one, still takes precedence."""
+        self._kernels_note = note
 
     # --- window ----------------------------------------------------------------
 
@@ -207,6 +215,9 @@ class Run:
         executor = table.get(self.executor_stat)
         if executor is not None:
             executor_ms, executor_name = executor.total_ms, self.executor_stat
+        elif self._kernels_note is not None:
+            executor_ms, executor_name = table.kernel_ms(), None
+            notes.append(self._kernels_note)
         else:
             executor_ms = sum(s.total_ms for s in table.values() if s.parent is None)
             executor_name = None
@@ -231,6 +242,20 @@ class Run:
             trace=self._trace_events)
 
 
+class _ActiveRun(threading.local):
+    run: Run | None = None
+
+
+_active = _ActiveRun()
+
+
+def active_run() -> Run | None:
+    """The run whose measured window is open on this thread (the innermost), or ``None``:
+    lets instrumentation that opens inside a window (``pytest_opperf.torch.profile``)
+    tell the run how to account for its time."""
+    return _active.run
+
+
 @contextmanager
 def measure_window(run: Run) -> Iterator[Run]:
     """Open ``run``'s window: a recording on this thread plus the wall clock.
@@ -239,8 +264,10 @@ def measure_window(run: Run) -> Iterator[Run]:
     by an exception records nothing (its test fails anyway).
     """
     device = run.device
+    outer = _active.run
     with timers.recording(device_clock=device.clock, sync=run.timing == "sync", annotate=run.annotate) as table:
         run._open(table)
+        _active.run = run
         try:
             yield run
         except BaseException:
@@ -251,6 +278,7 @@ def measure_window(run: Run) -> Iterator[Run]:
         finally:
             if run.annotate is not None:
                 run.annotate.end_step()
+            _active.run = outer
         run._close()
 
 

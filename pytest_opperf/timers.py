@@ -48,7 +48,7 @@ This module must not import pytest: frameworks import it at run time.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from time import perf_counter_ns
 from typing import Any, Protocol
@@ -308,6 +308,8 @@ class Table(Mapping[str, Stat]):
         self._events: list[tuple[str, int, int, int]] | None = None
         self.misnested = 0  # region exits out of order
         self.first_misnested: str | None = None  # the first of them, described
+        self._record_lock = threading.Lock()  # record() may be called from other threads
+        self._flush_callbacks: list[Callable[[], None]] = []
 
     def _misnested_exit(self, region: _Region) -> _Region | None:
         """Count an exit out of order; the region that is innermost once ``region`` is closed."""
@@ -395,7 +397,10 @@ class Table(Mapping[str, Stat]):
         self._events.append((region.name, start, ns, depth))
 
     def flush(self) -> None:
-        """Synchronise the device clock and resolve pending device samples."""
+        """Synchronise the device clock and resolve pending device samples
+        (after the callbacks given to :meth:`on_flush`)."""
+        for callback in self._flush_callbacks:
+            callback()
         if not self._pending:
             return
         clock = self.device_clock
@@ -405,6 +410,41 @@ class Table(Mapping[str, Stat]):
             stat.add_device(clock.elapsed_ns(start, end))
         self._pending.clear()
         clock.recycle()
+
+    def record(self, name: str, start_ns: int, ns: int, kernel: bool = False) -> Stat:
+        """Add a region timed outside this table's own regions, e.g. on another thread.
+
+        The region started at ``start_ns`` (``perf_counter_ns``) and took ``ns``
+        host nanoseconds; it is filed as if it had closed inside the region open
+        now on the recording thread (its parent, and its qualified name, as
+        :func:`timer` would give), and kept as a trace event when tracing.
+        Thread-safe: calls from several threads are serialised by the table's
+        lock. Returns the stat, so the caller can add device samples to it.
+        """
+        with self._record_lock:
+            outer = self.current
+            # outside every region the stat is the one of that name (what _stat_in gives)
+            stat = self._stats.get(name) if outer is None else None
+            if stat is None:
+                stat = self._stat_in(name, outer, kernel)
+            stat.count += 1  # Stat.add, inlined: this runs once per op of a profiled framework
+            stat.total_ns += ns
+            if ns < stat.min_ns:
+                stat.min_ns = ns
+            if ns > stat.max_ns:
+                stat.max_ns = ns
+            if self._events is not None:
+                depth = 0
+                while outer is not None:
+                    depth, outer = depth + 1, outer.outer
+                self._events.append((name, start_ns, ns, depth))
+        return stat
+
+    def on_flush(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` at the start of every :meth:`flush` (each ``run.step()``
+        and the end of the recording): a source of device samples with markers of
+        its own, such as another framework's CUDA events, resolves them there."""
+        self._flush_callbacks.append(callback)
 
     def start_trace(self) -> None:
         """Keep every region closed from now on as an event (for a trace)."""

@@ -1,0 +1,46 @@
+"""PyTorch support: every aten operator of a measured window as a kernel stat, the torch device, op benchmarks.
+
+::
+
+    from pytest_opperf.torch import profile
+
+    def test_train(opperf):
+        with opperf.measure() as run, profile():
+            for x, y in batches:
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                opt.step()
+                run.step(examples=len(x))
+
+and in the suite's ``conftest.py``::
+
+    from pytest_opperf.torch import pytest_opperf_select_device  # CUDA when usable, else the CPU
+
+:func:`profile` is in :mod:`pytest_opperf.torch.profiling`; the device hook and
+its CUDA event clock in :mod:`pytest_opperf.torch.device`; per-op benchmarks
+of torch callables (:func:`benchmark_op`, :func:`op_flops`) in
+:mod:`pytest_opperf.torch.bench`. This package imports torch only when one of
+those is used, so a ``conftest.py`` may re-export the hook on a machine
+without torch (it then leaves the choice of device to others).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .device import pytest_opperf_select_device
+
+__all__ = ["ACCOUNTING_NOTE", "CudaEventClock", "Profile", "benchmark_op", "op_flops", "profile",
+           "pytest_opperf_select_device"]
+
+_LAZY = {"ACCOUNTING_NOTE": "profiling", "Profile": "profiling", "profile": "profiling",
+         "CudaEventClock": "device", "benchmark_op": "bench", "op_flops": "bench"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(f"{__name__}.{module}"), name)

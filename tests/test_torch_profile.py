@@ -1,0 +1,412 @@
+"""pytest_opperf.torch.profile(): the Stat table of a small CNN, counts per step, the
+gate on injected regressions, autograd's threads, grouping by module, accounting.
+
+Needs the CPU build of torch (``.ci/run`` installs torch==2.13.0). Times are
+never compared with the wall clock: the time case runs on a fake clock.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import ClassVar
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
+
+from torch import nn
+
+from pytest_opperf import measure, timers
+from pytest_opperf.device import CPU_HOST
+from pytest_opperf.gate import evaluate, parse_thresholds
+from pytest_opperf.results import ResultSet, RunResult
+from pytest_opperf.torch import (
+    ACCOUNTING_NOTE,
+    profile,
+    profiling,
+)
+
+STEPS = 6
+
+
+class Block(nn.Module):
+    """conv -> batch norm -> relu, with an optional extra relu (the injected regression)."""
+
+    def __init__(self, cin: int, cout: int, extra_relu: bool = False) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(cout)
+        self.extra_relu = extra_relu
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn(self.conv(x)))
+        return torch.relu(y) if self.extra_relu else y
+
+
+def small_cnn(extra_relu: bool = False) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(Block(3, 4, extra_relu), nn.MaxPool2d(2), Block(4, 4, extra_relu),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 5))
+
+
+def train(model: nn.Module, run: measure.Run | None = None, steps: int = STEPS, by: str = "op") -> timers.Table:
+    """``steps`` training steps (SGD with momentum) under profile(); the table."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x, y = torch.randn(2, 3, 8, 8), torch.tensor([1, 3])
+    with profile(by=by) as prof:
+        for _ in range(steps):
+            opt.zero_grad(set_to_none=True)
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            if run is not None:
+                run.step(examples=2)
+    return prof.table
+
+
+def measured(model: nn.Module, run_id: str = "suite::test_train", by: str = "op") -> RunResult:
+    run = measure.Run(run_id, "e2e", None, CPU_HOST, "events", "ExecutorRunTimer")
+    with measure.measure_window(run):
+        train(model, run, by=by)
+    return run.result
+
+
+# Per step of the small CNN: forward, backward and the optimizer's ops, as the
+# dispatcher sees them below autograd (nn.Linear is aten::t + aten::addmm).
+FORWARD = {"aten::convolution": 2, "aten::native_batch_norm": 2, "aten::relu": 2,
+           "aten::max_pool2d_with_indices": 1, "aten::mean": 1, "aten::addmm": 1}
+BACKWARD = {"aten::convolution_backward": 2, "aten::native_batch_norm_backward": 2, "aten::threshold_backward": 2,
+            "aten::max_pool2d_with_indices_backward": 1, "aten::mm": 2}
+
+
+def test_stat_table_of_a_small_cnn_names_every_op_forward_and_backward() -> None:
+    with timers.recording() as table:
+        train(small_cnn(), steps=1)
+    for name, count in {**FORWARD, **BACKWARD}.items():
+        assert name in table, f"{name} missing from {sorted(table)}"
+        assert table[name].count == count, name
+        assert table[name].kernel and table[name].parent is None
+        assert table[name].total_ms > 0
+    assert not [n for n in table if not n.startswith("aten::")]  # profiler:: markers are left out
+    lines = timers.format_stat_lines(table)
+    assert any(line.startswith("Stat=aten::convolution_backward ") for line in lines)
+
+
+def test_counts_are_per_step_and_every_step_agrees() -> None:
+    result = measured(small_cnn())
+    assert result.batches == STEPS
+    for name, count in {**FORWARD, **BACKWARD}.items():
+        assert result.counts[name] == count, name
+    stat = next(s for s in result.stats if s.name == "aten::convolution")
+    assert stat.count == 2 * STEPS and len(stat.samples_ms) == STEPS
+
+
+def test_executor_time_is_the_time_inside_top_level_ops() -> None:
+    result = measured(small_cnn())
+    top = sum(s.total_ms for s in result.stats if s.kernel and s.parent is None)
+    assert result.executor_stat is None
+    assert result.executor_ms == pytest.approx(top) and result.kernel_ms == pytest.approx(top)
+    assert result.python_share == pytest.approx(1 - top / (result.wall_s * 1e3))
+    assert ACCOUNTING_NOTE in result.notes
+    assert not any("sum of top-level stats" in n for n in result.notes)
+
+
+def test_ops_nest_under_open_regions_and_are_not_counted_twice() -> None:
+    x = torch.randn(4)
+    with timers.recording() as table, profile():
+        with timers.timer("forward"):
+            torch.relu(x)
+        with timers.timer("block", kernel=True):
+            torch.relu(x)
+    # a plain region is the op's parent; a kernel region also qualifies its name
+    assert (table["aten::relu"].parent, table["aten::relu"].count) == ("forward", 1)
+    assert (table["block/aten::relu"].parent, table["block/aten::relu"].count) == ("block", 1)
+    assert not table["forward"].kernel
+    # kernel time: the top-level kernel stats, the relu inside "block" only through it
+    assert table.kernel_ms() == pytest.approx(table["block"].total_ms + table["aten::relu"].total_ms)
+
+
+# --- regression injection: the gate catches an extra op by count, a slow op by time -----
+
+THRESHOLDS = parse_thresholds({"regression": {"max_slowdown": 0.5, "counts": "exact"}})
+
+
+def test_an_extra_relu_per_block_is_caught_by_the_exact_count_gate() -> None:
+    base = ResultSet(runs=[measured(small_cnn())])
+    same = evaluate(ResultSet(runs=[measured(small_cnn())]), THRESHOLDS, base)
+    assert not [v for v in same.violations if v.metric.startswith("count:")]
+    verdict = evaluate(ResultSet(runs=[measured(small_cnn(extra_relu=True))]), THRESHOLDS, base)
+    counts = {v.metric: v for v in verdict.violations if v.metric.startswith("count:")}
+    # the relu, its backward, and the detach of the result it saves for backward
+    assert set(counts) == {"count:aten::relu", "count:aten::threshold_backward", "count:aten::detach"}
+    assert (counts["count:aten::relu"].value, counts["count:aten::relu"].baseline) == (4, 2)
+    assert not verdict.passed
+
+
+class FakeClock:
+    """perf_counter_ns for profile(): 1 ns per read, plus what the work op adds."""
+
+    def __init__(self) -> None:
+        self.now = 0
+
+    def __call__(self) -> int:
+        self.now += 1
+        return self.now
+
+
+CLOCK = FakeClock()
+COST_NS = {"value": 0}
+
+
+@torch.library.custom_op("opperf_test::work", mutates_args=())
+def work(x: torch.Tensor) -> torch.Tensor:
+    CLOCK.now += COST_NS["value"]  # the op's cost, on the fake clock
+    return x.clone()
+
+
+@work.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def _work_run(monkeypatch: pytest.MonkeyPatch, cost_ns: int) -> RunResult:
+    monkeypatch.setattr(profiling, "perf_counter_ns", CLOCK)
+    COST_NS["value"] = cost_ns
+    x = torch.ones(3)
+    run = measure.Run("suite::test_work", "e2e", None, CPU_HOST, "events", "ExecutorRunTimer")
+    with measure.measure_window(run), profile():
+        for _ in range(10):
+            torch.relu(work(x))
+            run.step(examples=1)
+    return run.result
+
+
+def test_a_slowed_op_is_caught_by_time_on_a_fake_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    base = _work_run(monkeypatch, cost_ns=2_000_000)  # 2 ms per call
+    same = _work_run(monkeypatch, cost_ns=2_000_000)
+    slow = _work_run(monkeypatch, cost_ns=6_000_000)  # 3x
+    stat = next(s for s in base.stats if s.name == "opperf_test::work")
+    assert stat.count == 10 and stat.total_ms == pytest.approx(10 * 2.000001)
+    assert not [v for v in evaluate(ResultSet(runs=[same]), THRESHOLDS, ResultSet(runs=[base])).violations
+                if v.metric.startswith("step_ms:")]
+    verdict = evaluate(ResultSet(runs=[slow]), THRESHOLDS, ResultSet(runs=[base]))
+    slowed = [v for v in verdict.violations if v.metric.startswith("step_ms:")]
+    assert [v.metric for v in slowed] == ["step_ms:opperf_test::work"]
+    assert slowed[0].value == pytest.approx(6.000001) and slowed[0].baseline == pytest.approx(2.000001)
+
+
+# --- autograd's threads -------------------------------------------------------------------
+
+LEVELS = 80  # torch's engine hands reentrant backward deeper than 60 to a pool of threads
+
+
+class Reentrant(torch.autograd.Function):
+    """Each backward runs a backward of its own (reentrant), ``depth`` levels deep."""
+
+    threads: ClassVar[set[int]] = set()
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, depth: int) -> torch.Tensor:
+        ctx.depth = depth
+        ctx.save_for_backward(x)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        Reentrant.threads.add(threading.get_ident())
+        (x,) = ctx.saved_tensors
+        if ctx.depth > 0:
+            with torch.enable_grad():
+                inner = x.detach().requires_grad_()
+                torch.autograd.backward(Reentrant.apply(inner, ctx.depth - 1).sum())
+        return torch.relu(grad) * 2, None
+
+
+def test_nothing_is_dropped_from_autograd_threads() -> None:
+    Reentrant.threads = set()
+    x = torch.randn(4, requires_grad=True)
+    with timers.recording() as table, timers.timer("step"), profile():
+        Reentrant.apply(x, LEVELS).sum().backward()
+    assert len(Reentrant.threads - {threading.get_ident()}) >= 1, "the engine used no other thread"
+    # one relu per backward level, on whichever thread ran it
+    relu = [s for s in table.values() if s.name == "aten::relu"]
+    assert len(relu) == 1 and relu[0].count == LEVELS + 1
+    assert relu[0].parent == "step"  # filed inside the region open on the recording thread
+    # a multiplication per level forward (x * 2) and one per level backward
+    assert table["aten::mul"].count == 2 * (LEVELS + 1)
+
+
+def test_a_timer_on_an_autograd_thread_alone_would_be_dropped() -> None:
+    """Why profile() files other threads' ops itself: timers record per thread."""
+    seen = []
+
+    def elsewhere() -> None:
+        with timers.timer("aten::relu", kernel=True):
+            seen.append(timers.current())
+
+    with timers.recording() as table:
+        t = threading.Thread(target=elsewhere)
+        t.start()
+        t.join()
+    assert seen == [None] and "aten::relu" not in table
+
+
+# --- grouping by module ---------------------------------------------------------------------
+
+def test_by_module_groups_op_time_by_module_class_nested_as_modules_nest() -> None:
+    result = measured(small_cnn(), by="module")
+    names = {s.name: s for s in result.stats}
+    assert names["Sequential"].parent is None
+    assert names["Sequential/Block"].parent == "Sequential"
+    assert names["Sequential/Block/Conv2d"].parent == "Sequential/Block"
+    assert result.counts["Sequential/Block/Conv2d"] == 2 and result.counts["Sequential/Linear"] == 1
+    assert result.counts["Sequential"] == 1
+    # backward ops go to the module whose forward made their autograd node
+    assert result.counts["Conv2d.backward"] == 2
+    assert result.counts["BatchNorm2d.backward"] == 2
+    assert "aten::convolution" not in names and "aten::convolution_backward" not in names
+    block = names["Sequential/Block"]
+    inner = sum(s.total_ms for s in result.stats if s.parent == "Sequential/Block")
+    assert block.total_ms >= inner  # a module's time holds its submodules'
+
+
+# --- edges ----------------------------------------------------------------------------------
+
+def test_profile_without_a_recording_records_nothing() -> None:
+    with profile() as prof:
+        torch.relu(torch.ones(2))
+    assert prof.table is None and prof.timing == "off"
+
+
+def test_profile_rejects_an_unknown_grouping() -> None:
+    with pytest.raises(ValueError, match=r"by must be one of op\|module, got 'layer'"), profile(by="layer"):
+        pass
+
+
+def test_profile_on_the_cpu_times_with_the_host_clock() -> None:
+    with timers.recording() as table, profile() as prof:
+        torch.relu(torch.ones(2))
+    assert prof.timing == "host" and table["aten::relu"].clock == "host"
+
+
+def test_profile_inside_profile_is_refused_rather_than_counting_twice() -> None:
+    with timers.recording() as table, profile():
+        with pytest.raises(RuntimeError, match=r"already being profiled"), profile():
+            pass
+        torch.relu(torch.ones(2))
+    assert table["aten::relu"].count == 1
+    with timers.recording() as again, profile():  # the guard ends with its profile
+        torch.relu(torch.ones(2))
+    assert again["aten::relu"].count == 1
+
+
+# --- the CUDA bookkeeping, on fake events (no GPU here) ------------------------------------
+
+class FakeEvent:
+    """torch.cuda.Event stand-in: each record() is one tick later; a tick is 0.5 ms."""
+
+    tick = 0
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        self.t = None
+
+    def record(self) -> None:
+        FakeEvent.tick += 1
+        self.t = FakeEvent.tick
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        return (end.t - self.t) * 0.5
+
+
+class NoDeviceClock:
+    """A device clock for the window, so that profile() times with events."""
+
+    def mark(self):
+        return None
+
+    def elapsed_ns(self, start, end):
+        return 0
+
+    def synchronize(self):
+        pass
+
+    def recycle(self):
+        pass
+
+
+def test_on_cuda_each_op_gets_its_event_pair_resolved_once_per_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_opperf.device import DeviceInfo
+
+    syncs = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: syncs.append(1))
+    monkeypatch.setattr(profiling, "_on_cuda", lambda value: isinstance(value, torch.Tensor))
+    gpu = DeviceInfo(name="cuda:0", is_gpu=True, clock=NoDeviceClock())
+    run = measure.Run("suite::test_gpu", "e2e", None, gpu, "events", "ExecutorRunTimer")
+    x = torch.ones(3)
+    with measure.measure_window(run), profile() as prof:
+        for _ in range(4):
+            torch.relu(x)
+            torch.add(x, x)
+            torch.relu(x)
+            run.step(examples=1)
+    assert prof.timing == "events"
+    assert len(syncs) == 4  # one per step, none per op
+    relu = next(s for s in run.result.stats if s.name == "aten::relu")
+    assert (relu.clock, relu.count, relu.total_ms) == ("device", 8, pytest.approx(8 * 0.5))
+    assert relu.samples_ms == pytest.approx([1.0] * 4)  # each step's two relus, resolved at its step()
+    assert run.result.kernel_ms == pytest.approx(12 * 0.5)
+
+
+def test_with_sync_timing_the_device_is_synchronised_around_every_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_opperf.device import DeviceInfo
+
+    syncs = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: syncs.append(1))
+    gpu = DeviceInfo(name="cuda:0", is_gpu=True, clock=NoDeviceClock())
+    run = measure.Run("suite::test_gpu", "e2e", None, gpu, "sync", "ExecutorRunTimer")
+    with measure.measure_window(run), profile() as prof:
+        torch.relu(torch.ones(3))
+        run.step(examples=1)
+    assert prof.timing == "sync" and len(syncs) == 2 * 2  # torch.ones and torch.relu
+    assert next(s for s in run.result.stats if s.name == "aten::relu").clock == "host"
+
+
+# --- nested=True: the ops each op calls, under it -----------------------------------------
+
+def test_nested_lists_what_each_op_calls_under_it_and_counts_nothing_twice() -> None:
+    with timers.recording() as flat:
+        train(small_cnn(), steps=1)
+    with timers.recording() as table:
+        opt_model = small_cnn()
+        opt = torch.optim.SGD(opt_model.parameters(), lr=0.01, momentum=0.9)
+        x, y = torch.randn(2, 3, 8, 8), torch.tensor([1, 3])
+        with profile(nested=True):
+            nn.functional.cross_entropy(opt_model(x), y).backward()
+            opt.step()
+    # the top level is the flat profile's
+    assert {n: s.count for n, s in table.items() if s.parent is None} == \
+        {n: s.count for n, s in flat.items() if s.parent is None}
+    inner = table["aten::convolution/aten::_convolution"]
+    assert (inner.parent, inner.count, inner.kernel) == ("aten::convolution", 2, True)
+    assert table["aten::relu/aten::clamp_min"].parent == "aten::relu"
+    # each call is timed inside its caller's time: children never add up to more
+    for stat in table.values():
+        children = [s for s in table.values() if s.parent == stat.name]
+        assert sum(c.total_ns for c in children) <= stat.total_ns, stat.name
+    assert table.kernel_ms() == pytest.approx(sum(s.total_ms for s in table.values() if s.parent is None))
+
+
+def test_nested_files_the_calls_made_on_autograd_threads_too() -> None:
+    x = torch.randn(4, requires_grad=True)
+    with timers.recording() as table, profile(nested=True):
+        Reentrant.apply(x, LEVELS).sum().backward()
+    assert table["aten::relu"].count == LEVELS + 1
+    assert table["aten::relu/aten::clamp_min"].count == LEVELS + 1
+
+
+def test_nested_needs_grouping_by_op() -> None:
+    with pytest.raises(ValueError, match=r"nested=True .* needs by='op', got by='module'"), \
+            profile(by="module", nested=True):
+        pass
