@@ -15,6 +15,9 @@ JASA 2012), the search asv's step detection and the ``ruptures`` library's
   difference of neighbours, so that one outlier does not inflate it, and
   never below ``min_sigma`` (timers do not resolve better than that: a
   perfectly flat series must not turn every 0.1 % wiggle into a step).
+* Outliers are held within 3 sigma of a running median before the fit, so
+  that one bad commit does not pull a step onto itself; each step is then
+  placed where it fits the unclipped data best.
 * Segments have at least ``min_size`` points: a single outlying commit is
   not a step; a real step is reported once ``min_size`` commits show it.
 * Steps smaller than ``min_change`` (relative) are dropped afterwards, and
@@ -112,6 +115,25 @@ def _pelt(x: np.ndarray, penalty: float, min_size: int) -> list[int]:
     return sorted(set(steps))
 
 
+def _refine(x: np.ndarray, steps: list[int], min_size: int) -> list[int]:
+    """Each step moved to the split of the unclipped data that fits its two segments best
+    (clipping can shift a step near the end by a point); a step that then leaves a segment
+    shorter than ``min_size`` is dropped."""
+    out: list[int] = []
+    bounds = [0, *steps, len(x)]
+    for k in range(1, len(bounds) - 1):
+        lo, hi = (out[-1] if out else 0), bounds[k + 1]
+        best, where = np.inf, bounds[k]
+        for j in range(max(lo + 1, bounds[k] - min_size + 1), min(hi, bounds[k] + min_size)):
+            left, right = x[lo:j], x[j:hi]
+            cost = float(((left - left.mean()) ** 2).sum() + ((right - right.mean()) ** 2).sum())
+            if cost < best - 1e-12:
+                best, where = cost, j
+        if where - lo >= min_size and hi - where >= min_size:
+            out.append(where)
+    return out
+
+
 def segments(values: Sequence[float], steps: Sequence[int]) -> list[tuple[int, int, float]]:
     """(start, stop, median) of each segment between the steps."""
     bounds = [0, *steps, len(values)]
@@ -126,8 +148,8 @@ def detect(values: Sequence[float], min_size: int = 3, min_change: float = MIN_C
         return []
     x = _transform(y)
     sigma = _noise(x, min_sigma)
-    x = _clip(x, sigma)
-    steps = _pelt(x, beta * sigma * sigma * math.log(len(x)), min_size)
+    steps = _pelt(_clip(x, sigma), beta * sigma * sigma * math.log(len(x)), min_size)
+    steps = _refine(x, steps, min_size)
     while True:  # drop the smallest step below min_change, merge its segments, repeat
         segs = segments(y, steps)
         changes = [abs(b[2] / a[2] - 1.0) if a[2] else math.inf for a, b in zip(segs, segs[1:])]
