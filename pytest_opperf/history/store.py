@@ -350,7 +350,11 @@ class Store:
             yield
         except HistoryError:
             raise
-        except self._driver_errors as exc:
+        except Exception as exc:
+            # by module too: a driver re-imported in one process (pytester, reloads) keeps
+            # raising the classes of its first import
+            if not (isinstance(exc, self._driver_errors) or type(exc).__module__.split(".")[0] == "psycopg"):
+                raise
             message = _one_line(exc)
             if "locked" in message or "busy" in message:
                 message += " (another writer held the store too long)"
@@ -389,7 +393,10 @@ class Store:
 
     def _has_schema_table(self) -> bool:
         if self.dialect == "postgresql":
-            return self._execute("SELECT to_regclass('opperf_schema')").fetchone()[0] is not None
+            # a catalog query under the statement's snapshot: to_regclass's cache may not yet see
+            # a table that another writer created while this one waited for the advisory lock
+            return self._execute("SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = current_schema() "
+                                 "AND tablename = 'opperf_schema'").fetchone() is not None
         row = self._execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'opperf_schema'")
         return row.fetchone() is not None
 
