@@ -52,7 +52,7 @@ __all__ = [
     "step_value",
 ]
 
-SAMPLES_KEPT = 32  # per stat: enough to see a distribution, small enough for 1,000 sessions of 170 runs
+SAMPLES_KEPT = 16  # per stat: enough to see a distribution, small enough for 1,000 sessions of 170 runs
 EXTRA_HINT = "pip install 'pytest-opperf[history]'"
 URL_SCHEMES = ("postgresql://", "postgres://")
 _LOCK_KEY = 0x6F70706572660001  # pg_advisory_xact_lock key of the schema migration ("opperf" + 1)
@@ -86,7 +86,6 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             kind TEXT NOT NULL,
             device TEXT,
             timing TEXT,
-            config TEXT NOT NULL,
             wall_s {float} NOT NULL,
             examples BIGINT NOT NULL,
             batches BIGINT NOT NULL,
@@ -235,9 +234,11 @@ def _dumps(obj: Any) -> str:
 
 
 def fingerprint(results: ResultSet, compare: Any = None) -> str:
-    """Identifies a session's results: importing the same file twice stores it once."""
-    doc = results.to_dict()
-    doc["compare"] = compare
+    """Identifies a session's results: importing the same file twice stores it once. (Every
+    fact but the samples: hashing those would cost more than storing the session.)"""
+    runs = [(r.id, r.kind, r.wall_s, r.examples, r.examples_per_sec, r.python_share,
+             [(s.name, s.count, s.total_ms, s.min_ms, s.max_ms) for s in r.stats]) for r in results.runs]
+    doc = [results.created, results.commit, results.session, results.machine, results.gate, compare, runs]
     return hashlib.sha256(_dumps(doc).encode()).hexdigest()
 
 
@@ -468,10 +469,10 @@ class Store:
 
     def _insert_run(self, session_id: int, run: RunResult) -> None:
         run_id = self._execute(
-            "INSERT INTO opperf_runs (session_id, run, kind, device, timing, config, wall_s, examples, batches, "
+            "INSERT INTO opperf_runs (session_id, run, kind, device, timing, wall_s, examples, batches, "
             "examples_per_sec, sec_per_batch, python_share, framework_share, kernel_share, executor_ms, "
-            "kernel_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
-            (session_id, run.id, run.kind, run.device, run.timing, _dumps(run.config), run.wall_s, run.examples,
+            "kernel_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            (session_id, run.id, run.kind, run.device, run.timing, run.wall_s, run.examples,
              run.batches, run.examples_per_sec, run.sec_per_batch, run.python_share, run.framework_share,
              run.kernel_share, run.executor_ms, run.kernel_ms)).fetchone()[0]
         rows = [(run_id, s.name, s.parent, int(s.kernel), s.clock, s.count, s.total_ms, s.avg_ms, s.min_ms,
