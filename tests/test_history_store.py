@@ -185,3 +185,13 @@ def test_the_sqlite_store_needs_no_optional_library(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "error: the dashboard needs plotly (pip install 'pytest-opperf[history]')" in done.stderr
+
+
+def test_the_history_modules_do_not_import_pytest():
+    code = ("import sys\n"
+            "import pytest_opperf.history.store, pytest_opperf.history.changepoints, "
+            "pytest_opperf.history.trends, pytest_opperf.history.dashboard, pytest_opperf.history.commands\n"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('pytest', '_pytest', 'reference_framework'))\n"
+            "assert not bad, bad\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
