@@ -93,7 +93,7 @@ def test_the_charts_hold_the_stored_points_in_a_browser(site):
         eps = _traces(browser, "examples_per_sec-0")["suite.py::test_train"]
         assert eps["x"] == labels
         # 6 steps of 32 examples, each step 10 x conv2d ms of wall time
-        assert eps["y"] == pytest.approx([192 / (6 * 10 * level / 1e3) for level in LEVELS])
+        assert eps["y"] == pytest.approx([192 / (6 * 10 * level / 1e3) for level in LEVELS], rel=1e-4)  # 5 digits
 
         top = _traces(browser, "top-0-0")
         assert top["conv2d"]["y"] == pytest.approx(LEVELS) and top["relu"]["y"] == pytest.approx([1.0] * 12)

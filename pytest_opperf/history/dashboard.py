@@ -44,13 +44,17 @@ def _json(obj: Any) -> str:
     return json.dumps(obj, allow_nan=False).replace("</", "<\\/")
 
 
+def _round(values: Sequence[float]) -> list[float]:
+    return [float(f"{v:.5g}") for v in values]  # beyond the timers' resolution; a third of the bytes
+
+
 def _trace_data(group: Group, s: Series) -> dict[str, Any]:
-    """A series as the page's script and the charts take it: x = commit labels."""
+    """A series as the charts take it: x = commit labels."""
     x = [group.commits[p].label for p in s.points]
     return {
-        "x": x, "y": s.values,
+        "x": x, "y": _round(s.values),
         "text": [f"{group.commits[p].when} {group.commits[p].branch or ''}".strip() for p in s.points],
-        "cp_x": [x[c.index] for c in s.changes], "cp_y": [s.values[c.index] for c in s.changes],
+        "cp_x": [x[c.index] for c in s.changes], "cp_y": _round([s.values[c.index] for c in s.changes]),
         "cp_text": [change_line(group, s, c) for c in s.changes],
     }
 
@@ -125,12 +129,18 @@ def _group_html(gi: int, group: Group, latest: dict[str, Any], go: Any, pio: Any
         parts.append(_div(pio, _shares(go, group, latest["shares"]), f"shares-{gi}"))
     metrics = [s for s in group.series if s.metric not in RUN_METRICS]
     if metrics:
-        data = {f"{s.run} {s.metric}": _trace_data(group, s) for s in metrics}
-        first = next(iter(data))
+        # compact for the page's script: points index one shared list of commits
+        data = {"labels": [c.label for c in group.commits],
+                "text": [f"{c.when} {c.branch or ''}".strip() for c in group.commits],
+                "series": {f"{s.run} {s.metric}": {"p": s.points, "y": _round(s.values),
+                                                   "cp": [c.index for c in s.changes],
+                                                   "cpt": [change_line(group, s, c) for c in s.changes]}
+                           for s in metrics}}
+        first = next(iter(data["series"]))
         fig = _figure(go, first, "ms")
-        _add_series(go, fig, data[first], first)
-        options = "".join(f'<option value="{html.escape(k)}"></option>' for k in data)
-        parts += [f"<h3>per-op trends</h3><p><label>metric ({len(data)}): <input id=\"search-{gi}\" "
+        _add_series(go, fig, _trace_data(group, metrics[0]), first)
+        options = "".join(f'<option value="{html.escape(k)}"></option>' for k in data["series"])
+        parts += [f"<h3>per-op trends</h3><p><label>metric ({len(metrics)}): <input id=\"search-{gi}\" "
                   f'list="metrics-{gi}" size="90" placeholder="type to search, e.g. conv2d"></label></p>'
                   f'<datalist id="metrics-{gi}">{options}</datalist>',
                   _div(pio, fig, f"trend-{gi}"),
@@ -151,11 +161,15 @@ document.querySelectorAll('input[id^="search-"]').forEach(function (input) {
   var gi = input.id.slice(7);
   var data = JSON.parse(document.getElementById('data-' + gi).textContent);
   input.addEventListener('change', function () {
-    var d = data[input.value];
+    var d = data.series[input.value];
     if (!d) { return; }
-    var traces = [{x: d.x, y: d.y, text: d.text, name: input.value, mode: 'lines+markers', type: 'scatter'}];
-    if (d.cp_x.length) {
-      traces.push({x: d.cp_x, y: d.cp_y, text: d.cp_text, mode: 'markers', type: 'scatter', showlegend: false,
+    var x = d.p.map(function (i) { return data.labels[i]; });
+    var text = d.p.map(function (i) { return data.text[i]; });
+    var traces = [{x: x, y: d.y, text: text, name: input.value, mode: 'lines+markers', type: 'scatter',
+                   hovertemplate: '%{x} %{text}<br>%{y:.4g}<extra></extra>'}];
+    if (d.cp.length) {
+      traces.push({x: d.cp.map(function (j) { return x[j]; }), y: d.cp.map(function (j) { return d.y[j]; }),
+                   text: d.cpt, mode: 'markers', type: 'scatter', showlegend: false,
                    name: input.value + ': change points', hovertemplate: '%{text}<extra></extra>',
                    marker: {symbol: 'x', size: 13, color: 'red'}});
     }

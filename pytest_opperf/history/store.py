@@ -537,7 +537,10 @@ class Store:
 
 def append_session(source: str, results: ResultSet, compare: Any = None, cwd: str | os.PathLike[str] = ".",
                    timeout_s: float = 30.0) -> int | None:
-    """Open (creating) the store, append one session with its commit's time, close."""
+    """Open (creating) the store, append one session with its commit's time, close.
+    ``compare`` is the results' A/B object: a dict, or a record with ``to_dict()``."""
+    if compare is not None and hasattr(compare, "to_dict"):
+        compare = compare.to_dict()
     when = commit_time((results.commit or {}).get("sha"), cwd)
     with Store(source, create=True, timeout_s=timeout_s) as store:
         return store.append(results, compare, commit_time=when)
