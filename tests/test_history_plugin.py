@@ -37,14 +37,15 @@ def test_a_failed_gate_is_stored_as_failed(pytester, tmp_path):
     assert stored.gate_passed is False
 
 
-def test_the_ini_key_is_relative_to_the_ini_file(pytester):
-    pytester.makeini("[pytest]\nopperf_history = out/h.sqlite\n")
+def test_the_ini_key_is_relative_to_the_ini_file(pytester, monkeypatch):
+    ini = pytester.makeini("[pytest]\nopperf_history = out/h.sqlite\n")
     (pytester.path / "out").mkdir()
-    pytester.makepyfile(test_suite=e2e(steps=2))
-    sub = pytester.mkdir("sub")
-    result = pytester.runpytest("--opperf", f"--rootdir={pytester.path}", str(pytester.path), "-p", "no:cacheprovider")
+    suite = pytester.makepyfile(test_suite=e2e(steps=2))
+    monkeypatch.chdir(pytester.mkdir("elsewhere"))  # not the ini file's directory
+    result = pytester.runpytest("--opperf", "-c", str(ini), str(suite), "-p", "no:cacheprovider")
     assert result.ret == 0, result.stdout.str()
-    assert sub.exists() and (pytester.path / "out" / "h.sqlite").exists()
+    with Store(str(pytester.path / "out" / "h.sqlite")) as store:
+        assert len(store.load().sessions) == 1
 
 
 @pytest.mark.parametrize("target, fragment", [
