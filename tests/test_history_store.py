@@ -80,15 +80,20 @@ def test_an_interrupted_append_writes_nothing(store_source, monkeypatch, interru
         assert store.append(session(conv_ms=2.0)) is not None  # and the store is still usable
 
 
-def _append_many(source: str, worker: int, count: int) -> list[int]:
-    with Store(source, create=True, timeout_s=60) as store:
-        return [store.append(session(conv_ms=1.0 + worker + i / 100)) for i in range(count)]
+def _append_many(source: str, worker: int, count: int) -> list[int] | str:
+    try:
+        with Store(source, create=True, timeout_s=60) as store:
+            return [store.append(session(conv_ms=1.0 + worker + i / 100)) for i in range(count)]
+    except HistoryError as exc:  # as text: the message must reach the assertion
+        return f"worker {worker}: {exc}"
 
 
 def test_concurrent_writers_lose_nothing(store_source):
     """Four processes create the store and append at once: every session arrives whole."""
     with ProcessPoolExecutor(4, mp_context=get_context("spawn")) as pool:
-        ids = [i for got in pool.map(_append_many, [store_source] * 4, range(4), [5] * 4) for i in got]
+        got = list(pool.map(_append_many, [store_source] * 4, range(4), [5] * 4))
+    assert [g for g in got if isinstance(g, str)] == []
+    ids = [i for g in got for i in g]
     assert None not in ids and len(set(ids)) == 20
     with Store(store_source) as store:
         history = store.load()

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from ..results import ResultSet, ResultsError, read_text
+from ..results import ResultsError, ResultSet, read_text
 from .store import History, HistoryError, Store, commit_time
 
 __all__ = ["add_commands", "run_command"]

@@ -21,8 +21,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 import sqlite3
+import subprocess
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -301,6 +302,25 @@ class History:
 # --- the store --------------------------------------------------------------------------------
 
 
+def _wal(conn: sqlite3.Connection, timeout_s: float) -> None:
+    """WAL mode (readers never block the writer, nor it them), switched on once per file.
+
+    The switch needs the file to itself, and SQLite answers "locked" at once, without
+    waiting, when it would deadlock with a writer that is creating the store at the
+    same moment: so it is retried, up to the busy timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
+
 class Store:
     """An open history store (use as a context manager, or :meth:`close`).
 
@@ -342,7 +362,7 @@ class Store:
                                timeout=timeout_s, isolation_level=None)  # transactions are explicit
         conn.execute("PRAGMA foreign_keys = ON")
         if create:
-            conn.execute("PRAGMA journal_mode = WAL")  # readers never block the writer, nor it them
+            _wal(conn, timeout_s)
         return conn
 
     @contextmanager

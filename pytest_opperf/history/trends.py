@@ -222,7 +222,8 @@ def history_lines(label: str, groups: Sequence[Group], stat_glob: str | None = N
                 if p >= first:
                     cells[p - first] = _fmt(s.metric, v) + ("*" if p in marks else "")
             rows.append([s.run, s.metric, *cells])
-        lines += ["", f"trend over the last {len(shown)} commit(s) (examples/sec, share, or ms per step/call; * = change point):"]
+        lines += ["", f"trend over the last {len(shown)} commit(s) "
+                      "(examples/sec, share, or ms per step/call; * = change point):"]
         lines += tabulate(rows, ["run", "metric", *[c.label for c in shown]], tablefmt="plain",
                           disable_numparse=True).splitlines()
         found = [(s, c) for s in chosen for c in s.changes if s.points[c.index] >= first]
