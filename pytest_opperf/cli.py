@@ -3,7 +3,8 @@
 ``compare BASE.json NEW.json [--thresholds T]`` gives the plugin's verdicts
 and exit codes (0 pass, 1 gate violations, 4 usage error or unreadable file)
 for CI steps that run no tests; ``show R.json`` prints the terminal report
-stored in a results file.
+stored in a results file. ``history`` and ``dashboard`` read a history store
+(:mod:`pytest_opperf.history.commands`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import NoReturn, TextIO
 
 from pytest_opperf import report
 from pytest_opperf.gate import ThresholdsError, Verdict, evaluate, load_thresholds
+from pytest_opperf.history.store import HistoryError
 from pytest_opperf.results import ResultsError, read_results
 
 __all__ = ["main"]
@@ -43,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     show = commands.add_parser("show", help="print the terminal report of a results file")
     show.add_argument("results", metavar="R.json")
     show.add_argument("--sort", choices=sorted(report.SORT_KEYS), default="total")
+    from pytest_opperf.history.commands import add_commands
+
+    add_commands(commands)
     return parser
 
 
@@ -85,8 +90,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
     err = err or sys.stderr
     try:
         args = _parser().parse_args(argv)
+        if args.command in ("history", "dashboard"):
+            from pytest_opperf.history.commands import run_command
+
+            return run_command(args, out)
         return _compare(args, out) if args.command == "compare" else _show(args, out)
-    except (_Usage, ResultsError, ThresholdsError) as exc:
+    except (_Usage, ResultsError, ThresholdsError, HistoryError) as exc:
         err.write(f"error: {exc}\n")
         return EXIT_USAGE
     except OSError as exc:

@@ -74,6 +74,8 @@ _OPTIONS: tuple[tuple[str, str, Callable[[str], str] | None, str | None, str], .
     ("markdown", "PATH", _path, None, "write the markdown report (also appended to $GITHUB_STEP_SUMMARY when set)"),
     ("trace", "PATH", _path, None, "write a Chrome trace (chrome://tracing, Perfetto) of one step per run"),
     ("sort", "COLUMN", _choice("sort", SORTS), "total", "stat table order: total|avg|max|min|count|name"),
+    ("history", "PATH|URL", _path, None,
+     "append this session to a history: a SQLite file (created on first use) or a postgresql:// URL"),
 )
 
 
@@ -131,6 +133,7 @@ class Settings:
     sort: str = "total"
     executor_stat: str = "ExecutorRunTimer"
     paths: dict[str, Path] = field(default_factory=dict)  # thresholds, baseline, save, json, markdown, trace
+    history: str | None = None  # a SQLite path (absolute) or a postgresql:// URL
     labels: dict[str, str] = field(default_factory=dict)  # how each was given, for messages
     save_dir: bool = False  # --opperf-save ends with a slash: a directory, created when missing
     record_benchmarks: bool = False  # plain pytest-benchmark `benchmark` fixtures become per-op runs
@@ -160,7 +163,13 @@ def _settings(config: pytest.Config) -> Settings:
                     given = parse(given)
                 except Exception as exc:  # argparse.ArgumentTypeError
                     raise pytest.UsageError(f"opperf: {label}: {exc}") from None
-        if name in ("thresholds", "baseline", "save", "json", "markdown", "trace"):
+        if name == "history":
+            if given:
+                values[name] = given if "://" in given else str(Path(base, given))
+                from pytest_opperf.history.store import redact
+
+                labels[name] = f"{label} {redact(given)}"  # never a URL's password
+        elif name in ("thresholds", "baseline", "save", "json", "markdown", "trace"):
             if given:
                 paths[name] = Path(base, given)
                 labels[name] = f"{label} {given}"
@@ -734,6 +743,7 @@ class OpPerfSession:
         if self.device.note:
             self.notes.append(self.device.note)
         self._check_outputs()
+        self._check_history()
         self._load_thresholds()
         self._load_baseline()
         from pytest_opperf.results import commit_info, machine_info, same_hardware
@@ -814,6 +824,16 @@ class OpPerfSession:
             if not path.parent.is_dir():
                 raise pytest.UsageError(
                     f"opperf: {self.settings.label(name)}: directory {path.parent} does not exist")
+
+    def _check_history(self) -> None:
+        if self.settings.history is None:
+            return
+        from pytest_opperf.history.store import HistoryError, check_target
+
+        try:
+            check_target(self.settings.history)
+        except HistoryError as exc:
+            raise pytest.UsageError(f"opperf: {self.settings.label('history')}: {exc}") from None
 
     def _load_thresholds(self) -> None:
         path = self.settings.paths.get("thresholds")
@@ -939,8 +959,27 @@ class OpPerfSession:
             self._write_files()
         except Exception as exc:
             self.errors.append(f"internal error while writing files: {type(exc).__name__}: {exc}")
+        self._append_history(exitstatus)
         if self.errors and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
+
+    def _append_history(self, exitstatus: int) -> None:
+        """The session (results and verdict) into the history, all or nothing, after the other files."""
+        source = self.settings.history
+        if source is None or self.results is None:
+            return
+        label = self.settings.label("history")
+        if exitstatus == pytest.ExitCode.INTERRUPTED:
+            self.notes.append(f"{label}: not appended, the session was interrupted")
+            return
+        from pytest_opperf.history.store import HistoryError, append_session, redact
+
+        try:
+            sid = append_session(source, self.results, getattr(self.results, "compare", None), self.config.rootpath)
+        except HistoryError as exc:
+            self.errors.append(f"{label}: {exc}")
+        else:
+            self.written.append(f"history: {redact(source)} (session {sid})")
 
     def _hand_over(self) -> None:
         from pytest_opperf.results import ResultSet

@@ -1,0 +1,232 @@
+"""Trends: stored sessions turned into per-metric series over commits, with change points (pure).
+
+Sessions are grouped by device class and workload (numbers from different
+hardware or sizes are never on one line). Within a group, the points of a
+series are commits in time order: sessions of one clean commit are one
+point (the median of their values); a session of a dirty tree, or without
+git, is a point of its own. Metrics, named as the gate names them:
+
+* e2e runs: ``examples_per_sec``, ``python_share``, and ``step_ms:<stat>``,
+  the stat's per-step median;
+* per-op and overhead benchmarks: ``call_ms:<stat>``, the median per call.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from tabulate import tabulate
+
+from ..stats import median
+from .changepoints import ChangePoint, detect
+from .store import History, StoredSession
+
+__all__ = ["Commit", "Group", "Series", "build", "history_lines", "metric_name"]
+
+RUN_METRICS = ("examples_per_sec", "python_share")
+HIGHER_IS_BETTER = ("examples_per_sec",)
+DEFAULT_TOP = 10  # step_ms rows per e2e run in the history command without --stat
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One point on a group's time axis."""
+
+    key: str
+    label: str  # short sha, "abc12345*" for a dirty tree, "#12" for a session without git
+    sha: str | None
+    branch: str | None
+    when: str
+    sessions: tuple[int, ...]
+
+
+@dataclass
+class Series:
+    run: str
+    kind: str
+    metric: str
+    points: list[int] = field(default_factory=list)  # indices into the group's commits
+    values: list[float] = field(default_factory=list)
+    changes: list[ChangePoint] = field(default_factory=list)  # ChangePoint.index indexes values
+
+    @property
+    def stat(self) -> str:
+        return self.metric.split(":", 1)[1] if ":" in self.metric else self.metric
+
+    @property
+    def latest(self) -> float | None:
+        return self.values[-1] if self.values else None
+
+
+@dataclass
+class Group:
+    device_class: str
+    workload: str
+    sessions: list[StoredSession]
+    commits: list[Commit]
+    series: list[Series]
+
+    @property
+    def title(self) -> str:
+        return f"{self.device_class} / {self.workload}"
+
+
+def metric_name(kind: str, stat: str) -> str:
+    return f"{'step_ms' if kind == 'e2e' else 'call_ms'}:{stat}"
+
+
+def _commit_key(s: StoredSession) -> tuple[str, str]:
+    if s.sha and s.dirty is False:
+        return s.sha, s.sha[:8]
+    if s.sha:
+        return f"session {s.id}", f"{s.sha[:8]}*"
+    return f"session {s.id}", f"#{s.id}"
+
+
+def build(history: History, last: int | None = None) -> list[Group]:
+    """Every group's commits and series, change points found over the whole history;
+    ``last`` keeps the last N commits of each group afterwards."""
+    by_group: dict[tuple[str, str], list[StoredSession]] = {}
+    for s in history.sessions:  # already in time order
+        by_group.setdefault((s.device_class, s.workload), []).append(s)
+    values: dict[tuple[int, str], list[tuple[str, str, float]]] = {}  # session -> (run, metric, value)
+    for r in history.runs:
+        if r.kind == "e2e":
+            values.setdefault((r.session_id, r.run), []).extend(
+                [(r.kind, "examples_per_sec", r.examples_per_sec), (r.kind, "python_share", r.python_share)])
+    kinds = {(r.session_id, r.run): r.kind for r in history.runs}
+    for st in history.stats:
+        kind = kinds.get((st.session_id, st.run))
+        if kind is not None and st.value is not None:
+            values.setdefault((st.session_id, st.run), []).append((kind, metric_name(kind, st.name), st.value))
+    by_session: dict[int, list[tuple[str, str, str, float]]] = {}
+    for (sid, run), items in values.items():
+        by_session.setdefault(sid, []).extend((run, k, m, v) for k, m, v in items)
+
+    groups = []
+    for (device_class, workload), sessions in sorted(by_group.items()):
+        commits: list[Commit] = []
+        index: dict[str, int] = {}
+        members: list[list[int]] = []
+        for s in sessions:
+            key, label = _commit_key(s)
+            if key not in index:
+                index[key] = len(commits)
+                commits.append(Commit(key, label, s.sha, s.branch, s.when, ()))
+                members.append([])
+            members[index[key]].append(s.id)
+        commits = [Commit(c.key, c.label, c.sha, c.branch, c.when, tuple(m)) for c, m in zip(commits, members)]
+        gathered: dict[tuple[str, str], tuple[str, dict[int, list[float]]]] = {}
+        for i, commit in enumerate(commits):
+            for sid in commit.sessions:
+                for run, kind, metric, value in by_session.get(sid, ()):
+                    gathered.setdefault((run, metric), (kind, {}))[1].setdefault(i, []).append(value)
+        series = []
+        for (run, metric), (kind, per_commit) in gathered.items():
+            s = Series(run, kind, metric)
+            for i in sorted(per_commit):
+                s.points.append(i)
+                s.values.append(median(per_commit[i]))
+            s.changes = detect(s.values)
+            series.append(s)
+        series.sort(key=lambda s: (s.run, s.metric not in RUN_METRICS, -(s.latest or 0.0), s.metric))
+        group = Group(device_class, workload, sessions, commits, series)
+        groups.append(_last(group, last) if last else group)
+    return groups
+
+
+def _last(group: Group, n: int) -> Group:
+    """The group's last ``n`` commits; series and change points cut to them."""
+    first = max(0, len(group.commits) - n)
+    keep = {sid for c in group.commits[first:] for sid in c.sessions}
+    series = []
+    for s in group.series:
+        cut = next((j for j, p in enumerate(s.points) if p >= first), len(s.points))
+        if cut == len(s.points):
+            continue
+        series.append(Series(s.run, s.kind, s.metric, [p - first for p in s.points[cut:]], s.values[cut:],
+                             [ChangePoint(c.index - cut, c.before, c.after) for c in s.changes if c.index >= cut]))
+    return Group(group.device_class, group.workload, [s for s in group.sessions if s.id in keep],
+                 group.commits[first:], series)
+
+
+# --- the history command's text ------------------------------------------------------------------
+
+
+def _fmt(metric: str, value: float | None) -> str:
+    if value is None:
+        return ""
+    if metric == "python_share":
+        return f"{value:.2%}"
+    return f"{value:.4g}"
+
+
+def _select(series: Sequence[Series], stat_glob: str | None) -> list[Series]:
+    if stat_glob is not None:
+        return [s for s in series if fnmatch.fnmatchcase(s.stat, stat_glob)]
+    chosen, per_run = [], {}
+    for s in series:  # sorted: run-level metrics first, then by latest value, descending
+        if s.kind != "e2e" or s.metric in RUN_METRICS:
+            chosen.append(s)
+        elif per_run.setdefault(s.run, 0) < DEFAULT_TOP:
+            per_run[s.run] += 1
+            chosen.append(s)
+    return chosen
+
+
+def change_line(group: Group, s: Series, c: ChangePoint) -> str:
+    commit = group.commits[s.points[c.index]]
+    worse = (c.after < c.before) if s.metric in HIGHER_IS_BETTER else (c.after > c.before)
+    word = "worse" if worse else "better"
+    return (f"{s.run} {s.metric}: stepped at {commit.label} ({commit.when}): {_fmt(s.metric, c.before)} -> "
+            f"{_fmt(s.metric, c.after)} ({c.change:+.1%}, {word})")
+
+
+def session_rows(sessions: Sequence[StoredSession]) -> list[list[str]]:
+    rows = []
+    for s in sessions:
+        gate = "-" if s.gate_passed is None else ("passed" if s.gate_passed else "FAILED")
+        rows.append([str(s.id), s.created, (s.sha or "")[:8] + ("*" if s.dirty else ""), s.branch or "",
+                     s.device_class, s.workload, s.timing or "", str(s.runs), gate,
+                     "yes" if s.compare is not None else ""])
+    return rows
+
+
+SESSION_HEADERS = ["id", "created", "commit", "branch", "device class", "workload", "timing", "runs", "gate", "A/B"]
+
+
+def history_lines(label: str, groups: Sequence[Group], stat_glob: str | None = None,
+                  columns: int = 10) -> list[str]:
+    """The history command's report: sessions, per group a trend table over the last
+    ``columns`` commits (``*`` after a value: a change point there), and the change points."""
+    total = sum(len(g.sessions) for g in groups)
+    lines = [f"history {label}: {total} session(s) in {len(groups)} group(s) (device class / workload)"]
+    if not groups:
+        return lines
+    for g in groups:
+        lines += ["", f"== {g.title}: {len(g.sessions)} session(s), {len(g.commits)} commit(s) ==", "sessions:"]
+        lines += tabulate(session_rows(g.sessions[-columns:]), SESSION_HEADERS, tablefmt="plain").splitlines()
+        chosen = _select(g.series, stat_glob)
+        if not chosen:
+            lines += ["no metric matches" + (f" --stat {stat_glob}" if stat_glob else "")]
+            continue
+        first = max(0, len(g.commits) - columns)
+        shown = g.commits[first:]
+        rows = []
+        for s in chosen:
+            cells = [""] * len(shown)
+            marks = {s.points[c.index] for c in s.changes}
+            for p, v in zip(s.points, s.values):
+                if p >= first:
+                    cells[p - first] = _fmt(s.metric, v) + ("*" if p in marks else "")
+            rows.append([s.run, s.metric, *cells])
+        lines += ["", f"trend over the last {len(shown)} commit(s) "
+                      "(examples/sec, share, or ms per step/call; * = change point):"]
+        lines += tabulate(rows, ["run", "metric", *[c.label for c in shown]], tablefmt="plain",
+                          disable_numparse=True).splitlines()
+        found = [(s, c) for s in chosen for c in s.changes if s.points[c.index] >= first]
+        lines += ["", f"change points in the last {len(shown)} commit(s): {len(found) or 'none'}"]
+        lines += ["  " + change_line(g, s, c) for s, c in found]
+    return lines

@@ -1,0 +1,202 @@
+"""The history store on SQLite and PostgreSQL alike: round trip, all-or-nothing, concurrency, migrations."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+
+import pytest
+
+from pytest_opperf.history import store as history_store
+from pytest_opperf.history.store import MIGRATIONS, SAMPLES_KEPT, HistoryError, Store, check_target, redact
+from tests.history_helpers import op_run, pg_schema_url, session, store_source  # noqa: F401
+
+
+def test_a_session_round_trips_with_per_step_medians_and_counts(store_source):
+    results = session(conv_ms=2.0)
+    compare = {"summary": "1 regressed", "metrics": [{"run": "x", "ratio": 1.2}]}
+    with Store(store_source, create=True) as store:
+        sid = store.append(results, compare, commit_time="2026-11-30T10:00:00+01:00")
+        history = store.load()
+    assert [s.id for s in history.sessions] == [sid]
+    s = history.sessions[0]
+    assert (s.sha, s.branch, s.dirty, s.device_class, s.workload, s.timing) == ("a" * 40, "main", False, "cpu",
+                                                                               "small", "host")
+    assert s.commit_time == "2026-11-30T09:00:00+00:00"  # stored in UTC, so that times sort as text
+    assert s.gate_passed is True and s.compare == compare and s.runs == 2
+    stats = {(st.run, st.name): st for st in history.stats}
+    conv = stats[("suite.py::test_train", "conv2d")]
+    assert conv.value == 2.0  # per-step median after the warm-up step (10 ms), not the mean (3.33)
+    assert conv.step_count == 53 and conv.kernel
+    assert stats[("suite.py::test_op[conv2d]", "conv2d")].value == 0.5  # per call
+    run = next(r for r in history.runs if r.kind == "e2e")
+    assert run.examples_per_sec == pytest.approx(results.runs[0].examples_per_sec)
+
+
+def test_compare_is_optional_and_the_same_results_are_stored_once(store_source):
+    results = session()
+    with Store(store_source, create=True) as store:
+        first = store.append(results)
+        assert store.append(results) is None
+        second = store.append(session(conv_ms=3.0))
+        history = store.load()
+    assert first is not None and second is not None and first != second
+    assert [s.compare for s in history.sessions] == [None, None]
+    assert len(history.runs) == 4
+
+
+def test_samples_are_kept_bounded(store_source):
+    results = session()
+    results.runs[1] = op_run("suite.py::test_op[conv2d]", [float(i) for i in range(1, 501)])
+    with Store(store_source, create=True) as store:
+        sid = store.append(results)
+        kept = store.samples(sid, "suite.py::test_op[conv2d]", "conv2d")
+    assert len(kept) == SAMPLES_KEPT and kept[0] == 1.0 and kept[-1] == 500.0
+    assert kept == sorted(kept)
+
+
+@pytest.mark.parametrize("interruption", [RuntimeError, KeyboardInterrupt])
+def test_an_interrupted_append_writes_nothing(store_source, monkeypatch, interruption):
+    with Store(store_source, create=True) as store:
+        store.append(session(conv_ms=1.0))
+        calls = []
+        real = Store._insert_run
+
+        def insert_then_fail(self, session_id, run):
+            real(self, session_id, run)  # the first run is written inside the transaction...
+            calls.append(run.id)
+            raise interruption("interrupted")  # ...then the session stops
+
+        monkeypatch.setattr(Store, "_insert_run", insert_then_fail)
+        with pytest.raises(interruption):
+            store.append(session(conv_ms=2.0))
+        monkeypatch.undo()
+        assert calls == ["suite.py::test_train"]
+        history = store.load()
+        assert len(history.sessions) == 1 and len(history.runs) == 2  # nothing of the second session
+        assert store.append(session(conv_ms=2.0)) is not None  # and the store is still usable
+
+
+def _append_many(source: str, worker: int, count: int) -> list[int] | str:
+    try:
+        with Store(source, create=True, timeout_s=60) as store:
+            return [store.append(session(conv_ms=1.0 + worker + i / 100)) for i in range(count)]
+    except HistoryError as exc:  # as text: the message must reach the assertion
+        return f"worker {worker}: {exc}"
+
+
+def test_concurrent_writers_lose_nothing(store_source):
+    """Four processes create the store and append at once: every session arrives whole."""
+    with ProcessPoolExecutor(4, mp_context=get_context("spawn")) as pool:
+        got = list(pool.map(_append_many, [store_source] * 4, range(4), [5] * 4))
+    assert [g for g in got if isinstance(g, str)] == []
+    ids = [i for g in got for i in g]
+    assert None not in ids and len(set(ids)) == 20
+    with Store(store_source) as store:
+        history = store.load()
+        assert store.version == len(MIGRATIONS)
+    assert len(history.sessions) == 20 and len(history.runs) == 40 and len(history.stats) == 60
+
+
+def test_migrations_bring_an_older_store_up_to_date(store_source):
+    with Store(store_source, create=True) as store:
+        store.append(session())
+    extra = (*MIGRATIONS, ("ALTER TABLE opperf_sessions ADD COLUMN note TEXT",))
+    with Store(store_source, migrations=extra) as store:
+        assert store.version == len(extra)
+        assert len(store.load().sessions) == 1
+    with pytest.raises(HistoryError, match=r"schema version 2 is newer than this pytest-opperf's \(1\)"):
+        Store(store_source)
+
+
+def test_a_locked_sqlite_file_is_one_line_and_writes_nothing(tmp_path):
+    path = tmp_path / "h.sqlite"
+    with Store(str(path), create=True) as store:
+        store.append(session())
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(HistoryError) as err:
+            with Store(str(path), create=True, timeout_s=0.2) as store:
+                store.append(session(conv_ms=5.0))
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    message = str(err.value)
+    assert message.startswith(f"{path}: database is locked") and "\n" not in message
+    with Store(str(path)) as store:
+        assert len(store.load().sessions) == 1
+
+
+def test_readers_do_not_create_and_refuse_what_is_not_a_history(tmp_path):
+    with pytest.raises(HistoryError, match="no such file"):
+        Store(str(tmp_path / "missing.sqlite"))
+    assert not (tmp_path / "missing.sqlite").exists()
+    junk = tmp_path / "junk.sqlite"
+    junk.write_text("not a database at all " * 100)
+    with pytest.raises(HistoryError, match="junk.sqlite: file is not a database"):
+        Store(str(junk), create=True)
+    other = tmp_path / "other.sqlite"
+    sqlite3.connect(other).execute("CREATE TABLE t (x)").connection.close()
+    with pytest.raises(HistoryError, match="not a pytest-opperf history"):
+        Store(str(other))
+
+
+def test_an_unreachable_server_is_one_line_without_the_password():
+    pytest.importorskip("psycopg")
+    url = "postgresql://opperf:s3cret@127.0.0.1:1/history?connect_timeout=2"
+    with pytest.raises(HistoryError) as err:
+        Store(url, create=True)
+    message = str(err.value)
+    assert message.startswith("postgresql://opperf:***@127.0.0.1:1/history") and "\n" not in message
+    assert "s3cret" not in message and "refused" in message
+
+
+def test_targets_are_checked_before_a_session(tmp_path):
+    check_target(str(tmp_path / "new.sqlite"))
+    with pytest.raises(HistoryError, match="directory .*nowhere does not exist"):
+        check_target(str(tmp_path / "nowhere" / "h.sqlite"))
+    with pytest.raises(HistoryError, match="is a directory"):
+        check_target(str(tmp_path))
+    with pytest.raises(HistoryError, match="expected a path .* or a postgresql:// URL, got scheme 'mysql'"):
+        check_target("mysql://db/history")
+    assert redact("postgresql://u:pw@h:5/db") == "postgresql://u:***@h:5/db"
+    assert redact("postgresql://h/db") == "postgresql://h/db"
+
+
+def test_a_missing_driver_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg raises ImportError
+    with pytest.raises(history_store.MissingExtra, match=r"needs psycopg 3 \(pip install 'pytest-opperf\[history\]'\)"):
+        check_target("postgresql://h/db")
+
+
+def test_the_sqlite_store_needs_no_optional_library(tmp_path):
+    """With psycopg and plotly unimportable, a SQLite history still appends and is read."""
+    code = (
+        "import sys\n"
+        "sys.modules['psycopg'] = None; sys.modules['plotly'] = None\n"
+        "from pytest_opperf.cli import main\n"
+        "from pytest_opperf.results import write_results\n"
+        "from tests.history_helpers import session\n"
+        f"write_results({str(tmp_path / 'r.json')!r}, session())\n"
+        f"assert main(['history', 'import', {str(tmp_path / 'r.json')!r}, '--into', "
+        f"{str(tmp_path / 'h.sqlite')!r}]) == 0\n"
+        f"assert main(['history', {str(tmp_path / 'h.sqlite')!r}]) == 0\n"
+        f"assert main(['dashboard', {str(tmp_path / 'h.sqlite')!r}, '--out', {str(tmp_path / 'd')!r}]) == 4\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "error: the dashboard needs plotly (pip install 'pytest-opperf[history]')" in done.stderr
+
+
+def test_the_history_modules_do_not_import_pytest():
+    code = ("import sys\n"
+            "import pytest_opperf.history.store, pytest_opperf.history.changepoints, "
+            "pytest_opperf.history.trends, pytest_opperf.history.dashboard, pytest_opperf.history.commands\n"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('pytest', '_pytest', 'reference_framework'))\n"
+            "assert not bad, bad\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
