@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import pytest
 
-E2E = '''
+# The fake clock of an inner test module: ``nap(ms)``, and an autouse fixture
+# that patches the clock of the timers and the measured window (no braces: it
+# goes into templates that are formatted).
+FAKE_CLOCK = '''
 import pytest
 from pytest_opperf import measure as _measure, timers
-
-STEPS = {steps}
-RELU_MS = {relu_ms}
-RELU_CALLS = {relu_calls}
-PYTHON_MS = {python_ms}
 
 NOW_NS = [0]
 
@@ -35,6 +33,13 @@ def clock():  # a real clock always moves: 1 us per reading keeps regions ordere
 def _fake_clock(monkeypatch):
     monkeypatch.setattr(timers, "perf_counter_ns", clock)
     monkeypatch.setattr(_measure, "perf_counter_ns", clock)
+'''
+
+E2E = FAKE_CLOCK + '''
+STEPS = {steps}
+RELU_MS = {relu_ms}
+RELU_CALLS = {relu_calls}
+PYTHON_MS = {python_ms}
 
 def train_step():
     with timers.timer("ExecutorRunTimer"):

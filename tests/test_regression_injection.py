@@ -21,41 +21,26 @@ import json
 
 import pytest
 
-from tests.opperf_suites import inner_run_env  # noqa: F401
+from tests.opperf_suites import FAKE_CLOCK, inner_run_env  # noqa: F401
 
 pytest_plugins = ["pytester"]
 
-SUITE = '''
+SUITE = FAKE_CLOCK + '''
 import os
 
-import pytest
-
 import reference_framework as rf
-from pytest_opperf import measure as _measure, timers
 from reference_framework.benchmark import WORKLOADS, run_benchmark
 from reference_framework.registry import get_op_def
 
 INJECT = os.environ.get("OPPERF_INJECT", "")
-NOW_NS = [0]
-
-
-def nap(us):
-    NOW_NS[0] += round(us * 1e3)
-
-
-def clock():  # a real clock always moves: 1 us per reading keeps regions ordered and nested
-    NOW_NS[0] += 1000
-    return NOW_NS[0]
 
 
 @pytest.fixture(autouse=True)
-def _virtual_clock(monkeypatch):
-    monkeypatch.setattr(timers, "perf_counter_ns", clock)
-    monkeypatch.setattr(_measure, "perf_counter_ns", clock)
+def _costed_clone(monkeypatch):
     clone = rf.Program.clone
 
     def costed_clone(program, *args, **kwargs):
-        nap(2 * sum(len(block.ops) for block in program.blocks))
+        nap(0.002 * sum(len(block.ops) for block in program.blocks))
         return clone(program, *args, **kwargs)
 
     monkeypatch.setattr(rf.Program, "clone", costed_clone)
@@ -74,7 +59,7 @@ def test_train(opperf, monkeypatch):
     if INJECT == "slow-relu":
         relu = get_op_def("relu").kernel
         monkeypatch.setattr(get_op_def("relu"), "kernel",
-                            lambda ins, attrs, ctx: (nap(50), relu(ins, attrs, ctx))[1])
+                            lambda ins, attrs, ctx: (nap(0.05), relu(ins, attrs, ctx))[1])
     with opperf.measure(config=config.as_dict()) as run:
         run_benchmark(config, on_batch=lambda n: run.step(examples=n),
                       on_build=add_an_op_per_step if INJECT == "extra-op" else None)
