@@ -49,11 +49,12 @@ def small_cnn(extra_relu: bool = False) -> nn.Module:
                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 5))
 
 
-def train(model: nn.Module, run: measure.Run | None = None, steps: int = STEPS, by: str = "op") -> timers.Table:
+def train(model: nn.Module, run: measure.Run | None = None, steps: int = STEPS, by: str = "op",
+          mechanism: str = "auto") -> timers.Table:
     """``steps`` training steps (SGD with momentum) under profile(); the table."""
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x, y = torch.randn(2, 3, 8, 8), torch.tensor([1, 3])
-    with profile(by=by) as prof:
+    with profile(by=by, mechanism=mechanism) as prof:
         for _ in range(steps):
             opt.zero_grad(set_to_none=True)
             nn.functional.cross_entropy(model(x), y).backward()
@@ -63,11 +64,16 @@ def train(model: nn.Module, run: measure.Run | None = None, steps: int = STEPS, 
     return prof.table
 
 
-def measured(model: nn.Module, run_id: str = "suite::test_train", by: str = "op") -> RunResult:
+def measured(model: nn.Module, run_id: str = "suite::test_train", by: str = "op",
+             mechanism: str = "auto") -> RunResult:
     run = measure.Run(run_id, "e2e", None, CPU_HOST, "events", "ExecutorRunTimer")
     with measure.measure_window(run):
-        train(model, run, by=by)
+        train(model, run, by=by, mechanism=mechanism)
     return run.result
+
+
+# the two ways of recording on the CPU: torch's profiler (the default) and the dispatch mode
+MECHANISMS = pytest.mark.parametrize("mechanism", ["profiler", "dispatch"])
 
 
 # Per step of the small CNN: forward, backward and the optimizer's ops, as the
@@ -78,9 +84,10 @@ BACKWARD = {"aten::convolution_backward": 2, "aten::native_batch_norm_backward":
             "aten::max_pool2d_with_indices_backward": 1, "aten::mm": 2}
 
 
-def test_stat_table_of_a_small_cnn_names_every_op_forward_and_backward() -> None:
+@MECHANISMS
+def test_stat_table_of_a_small_cnn_names_every_op_forward_and_backward(mechanism: str) -> None:
     with timers.recording() as table:
-        train(small_cnn(), steps=1)
+        train(small_cnn(), steps=1, mechanism=mechanism)
     for name, count in {**FORWARD, **BACKWARD}.items():
         assert name in table, f"{name} missing from {sorted(table)}"
         assert table[name].count == count, name
@@ -91,17 +98,31 @@ def test_stat_table_of_a_small_cnn_names_every_op_forward_and_backward() -> None
     assert any(line.startswith("Stat=aten::convolution_backward ") for line in lines)
 
 
-def test_counts_are_per_step_and_every_step_agrees() -> None:
-    result = measured(small_cnn())
+@MECHANISMS
+def test_counts_are_per_step_and_every_step_agrees(mechanism: str) -> None:
+    result = measured(small_cnn(), mechanism=mechanism)
     assert result.batches == STEPS
     for name, count in {**FORWARD, **BACKWARD}.items():
         assert result.counts[name] == count, name
     stat = next(s for s in result.stats if s.name == "aten::convolution")
     assert stat.count == 2 * STEPS and len(stat.samples_ms) == STEPS
+    assert not result.notes or not any("varies" in n for n in result.notes)
 
 
-def test_executor_time_is_the_time_inside_top_level_ops() -> None:
-    result = measured(small_cnn())
+def test_both_mechanisms_list_the_same_ops_with_the_same_counts_per_step() -> None:
+    """The profiler's ops are the dispatch mode's, nothing else, each step alike."""
+    by_profiler = measured(small_cnn(), mechanism="profiler")
+    by_dispatch = measured(small_cnn(), mechanism="dispatch")
+    # the dispatch mode alone sees the detach autograd makes of a tensor it saves (a relu's result)
+    assert {**by_profiler.counts, "aten::detach": 0} == {**by_dispatch.counts, "aten::detach": 0}
+    assert by_profiler.counts.get("aten::detach", 0) < by_dispatch.counts["aten::detach"]
+    counts = {s.name: s.count for s in by_profiler.stats if s.name != "aten::detach"}
+    assert counts == {s.name: s.count for s in by_dispatch.stats if s.name != "aten::detach"}
+
+
+@MECHANISMS
+def test_executor_time_is_the_time_inside_top_level_ops(mechanism: str) -> None:
+    result = measured(small_cnn(), mechanism=mechanism)
     top = sum(s.total_ms for s in result.stats if s.kernel and s.parent is None)
     assert result.executor_stat is None
     assert result.executor_ms == pytest.approx(top) and result.kernel_ms == pytest.approx(top)
@@ -110,9 +131,10 @@ def test_executor_time_is_the_time_inside_top_level_ops() -> None:
     assert not any("sum of top-level stats" in n for n in result.notes)
 
 
-def test_ops_nest_under_open_regions_and_are_not_counted_twice() -> None:
+@MECHANISMS
+def test_ops_nest_under_open_regions_and_are_not_counted_twice(mechanism: str) -> None:
     x = torch.randn(4)
-    with timers.recording() as table, profile():
+    with timers.recording() as table, profile(mechanism=mechanism):
         with timers.timer("forward"):
             torch.relu(x)
         with timers.timer("block", kernel=True):
@@ -130,14 +152,17 @@ def test_ops_nest_under_open_regions_and_are_not_counted_twice() -> None:
 THRESHOLDS = parse_thresholds({"regression": {"max_slowdown": 0.5, "counts": "exact"}})
 
 
-def test_an_extra_relu_per_block_is_caught_by_the_exact_count_gate() -> None:
-    base = ResultSet(runs=[measured(small_cnn())])
-    same = evaluate(ResultSet(runs=[measured(small_cnn())]), THRESHOLDS, base)
+@pytest.mark.parametrize(("mechanism", "extra"), [
+    ("profiler", {"count:aten::relu", "count:aten::threshold_backward"}),
+    # the relu, its backward, and the detach the dispatch mode sees of the result autograd saves
+    ("dispatch", {"count:aten::relu", "count:aten::threshold_backward", "count:aten::detach"})])
+def test_an_extra_relu_per_block_is_caught_by_the_exact_count_gate(mechanism: str, extra: set) -> None:
+    base = ResultSet(runs=[measured(small_cnn(), mechanism=mechanism)])
+    same = evaluate(ResultSet(runs=[measured(small_cnn(), mechanism=mechanism)]), THRESHOLDS, base)
     assert not [v for v in same.violations if v.metric.startswith("count:")]
-    verdict = evaluate(ResultSet(runs=[measured(small_cnn(extra_relu=True))]), THRESHOLDS, base)
+    verdict = evaluate(ResultSet(runs=[measured(small_cnn(extra_relu=True), mechanism=mechanism)]), THRESHOLDS, base)
     counts = {v.metric: v for v in verdict.violations if v.metric.startswith("count:")}
-    # the relu, its backward, and the detach of the result it saves for backward
-    assert set(counts) == {"count:aten::relu", "count:aten::threshold_backward", "count:aten::detach"}
+    assert set(counts) == extra
     assert (counts["count:aten::relu"].value, counts["count:aten::relu"].baseline) == (4, 2)
     assert not verdict.passed
 
@@ -173,7 +198,7 @@ def _work_run(monkeypatch: pytest.MonkeyPatch, cost_ns: int) -> RunResult:
     COST_NS["value"] = cost_ns
     x = torch.ones(3)
     run = measure.Run("suite::test_work", "e2e", None, CPU_HOST, "events", "ExecutorRunTimer")
-    with measure.measure_window(run), profile():
+    with measure.measure_window(run), profile(mechanism="dispatch"):  # the op's time is the fake clock's
         for _ in range(10):
             torch.relu(work(x))
             run.step(examples=1)
@@ -221,10 +246,11 @@ class Reentrant(torch.autograd.Function):
         return torch.relu(grad) * 2, None
 
 
-def test_nothing_is_dropped_from_autograd_threads() -> None:
+@MECHANISMS
+def test_nothing_is_dropped_from_autograd_threads(mechanism: str) -> None:
     Reentrant.threads = set()
     x = torch.randn(4, requires_grad=True)
-    with timers.recording() as table, timers.timer("step"), profile():
+    with timers.recording() as table, timers.timer("step"), profile(mechanism=mechanism):
         Reentrant.apply(x, LEVELS).sum().backward()
     assert len(Reentrant.threads - {threading.get_ident()}) >= 1, "the engine used no other thread"
     # one relu per backward level, on whichever thread ran it
@@ -286,6 +312,7 @@ def test_profile_on_the_cpu_times_with_the_host_clock() -> None:
     with timers.recording() as table, profile() as prof:
         torch.relu(torch.ones(2))
     assert prof.timing == "host" and table["aten::relu"].clock == "host"
+    assert prof.mechanism == "profiler"  # the default on the host clock
 
 
 def test_profile_inside_profile_is_refused_rather_than_counting_twice() -> None:
@@ -375,14 +402,15 @@ def test_with_sync_timing_the_device_is_synchronised_around_every_op(monkeypatch
 
 # --- nested=True: the ops each op calls, under it -----------------------------------------
 
-def test_nested_lists_what_each_op_calls_under_it_and_counts_nothing_twice() -> None:
+@MECHANISMS
+def test_nested_lists_what_each_op_calls_under_it_and_counts_nothing_twice(mechanism: str) -> None:
     with timers.recording() as flat:
-        train(small_cnn(), steps=1)
+        train(small_cnn(), steps=1, mechanism=mechanism)
     with timers.recording() as table:
         opt_model = small_cnn()
         opt = torch.optim.SGD(opt_model.parameters(), lr=0.01, momentum=0.9)
         x, y = torch.randn(2, 3, 8, 8), torch.tensor([1, 3])
-        with profile(nested=True):
+        with profile(nested=True, mechanism=mechanism):
             nn.functional.cross_entropy(opt_model(x), y).backward()
             opt.step()
     # the top level is the flat profile's
@@ -398,9 +426,10 @@ def test_nested_lists_what_each_op_calls_under_it_and_counts_nothing_twice() -> 
     assert table.kernel_ms() == pytest.approx(sum(s.total_ms for s in table.values() if s.parent is None))
 
 
-def test_nested_files_the_calls_made_on_autograd_threads_too() -> None:
+@MECHANISMS
+def test_nested_files_the_calls_made_on_autograd_threads_too(mechanism: str) -> None:
     x = torch.randn(4, requires_grad=True)
-    with timers.recording() as table, profile(nested=True):
+    with timers.recording() as table, profile(nested=True, mechanism=mechanism):
         Reentrant.apply(x, LEVELS).sum().backward()
     assert table["aten::relu"].count == LEVELS + 1
     assert table["aten::relu/aten::clamp_min"].count == LEVELS + 1

@@ -1,0 +1,303 @@
+"""``profile()``'s default mechanism: torch's own profiler records, the stats are built afterwards.
+
+While the window runs, torch's profiler (kineto, CPU activity only, nothing
+but names and times) keeps an event for every operator that enters the
+dispatcher, on every thread its state reaches (the recording thread and the
+threads autograd runs backward on, its reentrant pool included): about 0.4 us
+per event, with no Python on the op's path. Reading the events costs far more
+(stopping the profiler about 2.6 us per event, reading them about 0.5 us, then
+this module's Python), so it is done when the measured window has closed, after
+its wall clock stopped (:meth:`pytest_opperf.measure.Run.defer`), or at the end
+of ``profile()`` where no window measures.
+
+Building the stats (:func:`op_samples`, :func:`file_samples`; pure, tested on
+synthetic events):
+
+* Ops: an event is an op when its name is a dispatcher operator. Ops whose every
+  overload is ``CompositeImplicitAutograd`` (``aten::conv2d``, ``aten::linear``,
+  ``aten::to``...) decompose into other ops before any kernel runs; they are
+  transparent, as the autograd nodes' and ``record_function`` ranges are, so the
+  ops listed are the ones a ``TorchDispatchMode`` sees: ``aten::convolution``,
+  ``aten::t`` and ``aten::addmm``. An op inside another op (same thread, its
+  interval inside the other's) is a call the op made: not listed, or with
+  ``nested=True`` listed under it (``aten::convolution/aten::_convolution``).
+* Steps: ``run.step()`` (the recording's flush) drops a marker event into the
+  profiler's stream; an op belongs to the step of the first marker after its
+  start. Ops that start after the last step are in the totals only, as live
+  timing would have them.
+* Regions: the recording thread's open region (``timers.timer``) is logged with
+  ``perf_counter_ns`` at every change; an op is filed inside the region open on
+  the recording thread when it started, on whatever thread it ran, as
+  :meth:`pytest_opperf.timers.Table.record` files it.
+* Clocks: the profiler stamps events on its own clock (Unix time, from the
+  TSC); each marker is made between two ``perf_counter_ns`` reads, which gives
+  the offset between the clocks at that marker (to well under a microsecond);
+  a time is converted with the offset of the last marker before it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from time import perf_counter_ns
+from typing import Any
+
+import torch
+from torch._C._profiler import ProfilerActivity, _ExperimentalConfig, _RecordFunctionFast
+from torch.autograd.profiler import ProfilerConfig, ProfilerState
+
+from pytest_opperf import measure, timers
+
+__all__ = ["Event", "Mark", "Recorder", "file_samples", "op_kind", "op_samples"]
+
+MARK = "opperf::mark"  # the name of the marker events (never a dispatcher op)
+WARM_UP = "opperf::warm_up"
+OP, TRANSPARENT, NOT_AN_OP = "op", "transparent", "none"
+SKIPPED_NAMESPACES = frozenset({"profiler"})  # record_function's own ops mark ranges, they do no work
+
+
+@dataclass(frozen=True)
+class Event:
+    """One profiler event: its name, start and end on the profiler's clock, its thread."""
+
+    name: str
+    start: int
+    end: int
+    thread: int
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A marker event made between ``before`` and ``after`` (``perf_counter_ns``); ``step``:
+    the step it ends (0-based), or ``None`` for the markers at the start and end of the window."""
+
+    before: int
+    after: int
+    step: int | None
+
+
+_KINDS: dict[str, str] = {}
+
+
+def op_kind(name: str) -> str:
+    """``op`` for a dispatcher operator that runs kernels, ``transparent`` for one that is
+    ``CompositeImplicitAutograd`` in every overload, ``none`` for anything else (ranges)."""
+    kind = _KINDS.get(name)
+    if kind is None:
+        kind = _KINDS[name] = _op_kind(name)
+    return kind
+
+
+def _op_kind(name: str) -> str:
+    if "::" not in name or " " in name or name.split("::", 1)[0] in SKIPPED_NAMESPACES:
+        return NOT_AN_OP
+    try:
+        found = torch._C._jit_get_operation(name)
+    except RuntimeError:
+        return NOT_AN_OP
+    if found is None or found[1] is None:
+        return NOT_AN_OP
+    implicit = []
+    for overload in found[1]:
+        if "out" in overload:
+            continue  # out= variants are never what a model calls, and are explicit
+        try:
+            implicit.append(torch._C._dispatch_has_kernel_for_dispatch_key(
+                f"{name}.{overload}" if overload else name, "CompositeImplicitAutograd"))
+        except RuntimeError:
+            continue  # TorchScript-only overloads (aten::to.prim_Device) are not dispatcher ops
+    return TRANSPARENT if implicit and all(implicit) else OP
+
+
+def op_samples(events: Iterable[Event], nested: bool, kind: Callable[[str], str] = op_kind
+               ) -> list[tuple[str, int, int, int]]:
+    """The ops of ``events`` as ``(path, start, ns, thread)``: top-level ops by their name;
+    with ``nested`` also the ops they call, ``parent/name``. Nesting is per thread, by
+    interval (an event inside another's start..end was called by it)."""
+    by_thread: dict[int, list[Event]] = {}
+    for event in events:
+        if event.name != MARK and kind(event.name) != NOT_AN_OP:
+            by_thread.setdefault(event.thread, []).append(event)
+    out = []
+    for thread, evs in by_thread.items():
+        evs.sort(key=lambda e: (e.start, -e.end))
+        stack: list[tuple[int, str | None]] = []  # (end, path of the innermost op open) per open event
+        for e in evs:
+            while stack and stack[-1][0] <= e.start:
+                stack.pop()
+            enclosing = stack[-1][1] if stack else None
+            path = enclosing
+            if kind(e.name) == OP:
+                if enclosing is None:
+                    path = e.name
+                    out.append((path, e.start, e.end - e.start, thread))
+                elif nested:
+                    path = f"{enclosing}/{e.name}"
+                    out.append((path, e.start, e.end - e.start, thread))
+                else:
+                    path = enclosing  # a call inside an op: inside its time, not listed
+            stack.append((e.end, path))
+    return out
+
+
+@dataclass
+class RegionLog:
+    """The recording thread's open region at every change: ``(perf_counter_ns, parent, qualifier)``,
+    the stat an op would be filed under and the kernel stat that qualifies its name, or ``None``."""
+
+    times: list[int] = field(default_factory=list)
+    states: list[tuple[str | None, str | None]] = field(default_factory=list)
+
+    def set(self, now: int, region: Any) -> None:
+        parent = region.stat.name if region is not None else None
+        enclosing = region
+        while enclosing is not None and not enclosing.kernel:
+            enclosing = enclosing.outer
+        self.times.append(now)
+        self.states.append((parent, enclosing.stat.name if enclosing is not None else None))
+
+    def at(self, t: int) -> tuple[str | None, str | None]:
+        i = bisect.bisect_right(self.times, t) - 1
+        return self.states[i] if i >= 0 else (None, None)
+
+
+def file_samples(table: timers.Table, samples: Sequence[tuple[str, int, int, int]], marks: Sequence[Mark],
+                 mark_starts: Sequence[int], regions: RegionLog, steps: int
+                 ) -> dict[str, tuple[list[int], list[int]]]:
+    """File ``samples`` (from :func:`op_samples`) into ``table``; return each stat's
+    per-step (counts, host ns) for the first ``steps`` steps.
+
+    ``marks`` and ``mark_starts`` (the marker events' starts on the profiler's clock)
+    are in order; the first and last open and close the window, ops outside it are
+    left out. A top-level op goes in the region open on the recording thread at its
+    start; a nested one under its op's stat.
+    """
+    if len(marks) != len(mark_starts) or len(marks) < 2:
+        raise ValueError(f"profile(): {len(mark_starts)} marker events read for {len(marks)} markers made "
+                         "(at least the window's start and end are needed)")
+    offsets = [start - (m.before + m.after) // 2 for m, start in zip(marks, mark_starts)]
+    step_at = [(start, m.step) for m, start in zip(marks, mark_starts) if m.step is not None]
+    step_starts = [t for t, _ in step_at]
+    first, last = mark_starts[0], mark_starts[-1]
+    per_step: dict[str, tuple[list[int], list[int]]] = {}
+    filed: dict[str, str] = {}  # path -> stat name, for the nested ops of a top-level op
+    for path, start, ns, _thread in sorted(samples, key=lambda s: s[1]):
+        if not first <= start <= last:
+            continue
+        head, sep, rest = path.partition("/")
+        if sep:  # a call inside an op: under the op's stat
+            parent_path = path.rsplit("/", 1)[0]
+            parent = filed.get(parent_path)
+            if parent is None:
+                continue  # its op started before the window
+            name = f"{parent}/{path.rsplit('/', 1)[1]}"
+        else:
+            i = bisect.bisect_right(mark_starts, start) - 1
+            parent, qualifier = regions.at(start - offsets[max(i, 0)])
+            name = f"{qualifier}/{path}" if qualifier is not None else path
+        filed[path] = name
+        table.add(name, ns, parent=parent, kernel=True)
+        j = bisect.bisect_left(step_starts, start)
+        if j < len(step_at) and step_at[j][1] is not None and step_at[j][1] < steps:
+            counts, totals = per_step.setdefault(name, ([0] * steps, [0] * steps))
+            counts[step_at[j][1]] += 1
+            totals[step_at[j][1]] += ns
+    return per_step
+
+
+class _WatchedTable(timers.Table):
+    """A table whose open region is logged at every change (for the ops read afterwards)."""
+
+    @property
+    def current(self) -> Any:
+        return self.__dict__["current"]
+
+    @current.setter
+    def current(self, region: Any) -> None:
+        self.__dict__["current"] = region
+        log = self.__dict__.get("_opperf_regions")
+        if log is not None:
+            log.set(perf_counter_ns(), region)
+
+
+class Recorder:
+    """torch's profiler over one ``profile()`` window of ``table``; :meth:`finish` files the ops."""
+
+    def __init__(self, table: timers.Table, nested: bool, run: measure.Run | None) -> None:
+        self.table, self.nested, self.run = table, nested, run
+        self.marks: list[Mark] = []
+        self.regions = RegionLog()
+        self.closed = False
+        self.finished = False
+        self._lock = threading.Lock()
+
+    def mark(self, step: int | None) -> None:
+        before = perf_counter_ns()
+        with _RecordFunctionFast(MARK):
+            pass
+        self.marks.append(Mark(before, perf_counter_ns(), step))
+
+    def start(self) -> None:
+        if torch.autograd._profiler_enabled():
+            raise RuntimeError("profile(): torch's profiler is already running on this thread; use "
+                               "profile(mechanism='dispatch') inside torch.profiler.profile()")
+        config = ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False, _ExperimentalConfig())
+        torch.autograd._prepare_profiler(config, {ProfilerActivity.CPU})
+        torch.autograd._enable_profiler(config, {ProfilerActivity.CPU})
+        table = self.table
+        table.__class__ = _WatchedTable
+        table.__dict__["_opperf_regions"] = self.regions
+        self.regions.set(perf_counter_ns(), table.current)
+        table.on_flush(self._on_flush)
+        for _ in range(2):  # the first ranges made cost tens of microseconds: not a marker's
+            with _RecordFunctionFast(WARM_UP):
+                pass
+        self.mark(None)
+
+    def _on_flush(self) -> None:
+        if not self.closed:  # a run.step(): the step being ended is the run's count of steps so far
+            self.mark(self.run.batches if self.run is not None else None)
+
+    def close(self) -> None:
+        """The end of ``profile()``: ops after this are not the window's (read in :meth:`finish`)."""
+        self.mark(None)
+        self.closed = True
+        table = self.table
+        table.__dict__.pop("_opperf_regions", None)
+        table.__class__ = timers.Table
+
+    def stop(self) -> Any:
+        with self._lock:
+            if self.finished:
+                return None
+            self.finished = True
+        if not self.closed:
+            self.close()
+        return torch.autograd._disable_profiler()
+
+    def finish(self, steps: int | None = None) -> None:
+        """Stop the profiler, read its events and file the window's ops (and per-step samples
+        into the run, for its first ``steps`` steps)."""
+        result = self.stop()
+        if result is None:
+            return
+        events, mark_starts = [], []
+        for e in result.events():
+            name = e.name()
+            if name == MARK:
+                mark_starts.append(e.start_ns())
+            elif op_kind(name) != NOT_AN_OP:
+                events.append(Event(name, e.start_ns(), e.end_ns(), e.start_thread_id()))
+        mark_starts.sort()
+        samples = op_samples(events, self.nested)
+        steps = steps if steps is not None else (self.run.batches if self.run is not None else 0)
+        per_step = file_samples(self.table, samples, self.marks, mark_starts, self.regions, steps)
+        if self.run is not None:
+            for name, (counts, totals) in per_step.items():
+                self.run.add_step_samples(name, counts, [ns / 1e6 for ns in totals])
+
+    def abandon(self) -> None:
+        """Stop the profiler and keep nothing (the window was left by an exception)."""
+        self.stop()
