@@ -439,3 +439,187 @@ def test_nested_needs_grouping_by_op() -> None:
     with pytest.raises(ValueError, match=r"nested=True .* needs by='op', got by='module'"), \
             profile(by="module", nested=True):
         pass
+
+
+# --- mechanism="profiler": building the stats from torch's profiler events -------------------
+
+from pytest_opperf.torch.recorded import MARK, Event, Mark, RegionLog, file_samples, op_samples  # noqa: E402
+
+KINDS = {"aten::conv2d": "transparent", "aten::convolution": "op", "aten::_convolution": "op",
+         "aten::empty": "op", "aten::relu": "op", "aten::add_": "op"}
+
+
+def _kind(name: str) -> str:
+    return KINDS.get(name, "none")  # ranges: autograd nodes, record_function, markers
+
+
+def test_op_samples_lists_top_level_ops_per_thread_through_composites_and_ranges() -> None:
+    events = [
+        Event("aten::conv2d", 10, 100, 1),  # composite: transparent
+        Event("aten::convolution", 12, 98, 1),
+        Event("aten::_convolution", 14, 90, 1),
+        Event("aten::empty", 20, 22, 1),
+        Event("autograd::engine::evaluate_function: ReluBackward0", 5, 60, 2),  # a range on another thread
+        Event("aten::relu", 10, 50, 2),  # the same time as the convolution: its own thread's top level
+        Event("Optimizer.step#SGD.step", 200, 300, 1),
+        Event("aten::add_", 210, 220, 1),
+        Event(MARK, 0, 1, 1),
+    ]
+    flat = sorted(op_samples(events, nested=False, kind=_kind))
+    assert flat == [("aten::add_", 210, 10, 1), ("aten::convolution", 12, 86, 1), ("aten::relu", 10, 40, 2)]
+    nested = sorted(op_samples(events, nested=True, kind=_kind))
+    assert nested == sorted(flat + [("aten::convolution/aten::_convolution", 14, 76, 1),
+                                    ("aten::convolution/aten::_convolution/aten::empty", 20, 2, 1)])
+
+
+def test_an_op_that_starts_where_another_ends_is_its_sibling() -> None:
+    events = [Event("aten::relu", 10, 20, 1), Event("aten::relu", 20, 30, 1)]
+    assert op_samples(events, nested=True, kind=_kind) == [("aten::relu", 10, 10, 1), ("aten::relu", 20, 10, 1)]
+
+
+OFFSET = 1_700_000_000_000_000_000  # the profiler's clock (Unix time) minus perf_counter_ns, here
+
+
+def _marks(*points: tuple[int, int | None]) -> tuple[list[Mark], list[int]]:
+    """Markers made at perf_counter_ns ``t`` (between t - 1 and t + 1) ending step ``step``."""
+    return [Mark(t - 1, t + 1, step) for t, step in points], [t + OFFSET for t, _ in points]
+
+
+def test_ops_are_assigned_to_steps_by_their_start_on_the_aligned_clock() -> None:
+    table = timers.Table()
+    # window opens at 1000; steps end at 2000, 3000 (step 0, 1); window closes at 4000
+    marks, starts = _marks((1000, None), (2000, 0), (3000, 1), (4000, None))
+    regions = RegionLog()
+    regions.times, regions.states = [0], [(None, None)]
+    at = [(500, 5), (1500, 10), (1990, 20), (2010, 30), (2500, 40), (2600, 50), (3500, 70), (4500, 80)]
+    samples = [("aten::relu", OFFSET + t, ns, 1) for t, ns in at]
+    per_step = file_samples(table, samples, marks, starts, regions, steps=2)
+    # before the window (500) and after it (4500): left out; after the last step (3500): totals only
+    assert table["aten::relu"].count == 6 and table["aten::relu"].total_ns == 10 + 20 + 30 + 40 + 50 + 70
+    assert per_step == {"aten::relu": ([2, 3], [30, 120])}
+
+
+def test_each_marker_aligns_the_clocks_for_the_ops_after_it() -> None:
+    """The offset between the clocks moves; each op is placed with the last marker before it."""
+    table = timers.Table()
+    marks = [Mark(999, 1001, None), Mark(1999, 2001, 0), Mark(2999, 3001, None)]
+    starts = [OFFSET + 1000, OFFSET + 2000 + 300, OFFSET + 3000 + 300]  # the profiler's clock gained 300 ns
+    regions = RegionLog()
+    # the recording thread: region "a" open over 2100..2200 (perf_counter_ns), "b" over 2300..2400
+    regions.times = [0, 2100, 2200, 2300, 2400]
+    regions.states = [(None, None), ("a", None), (None, None), ("b", "b"), (None, None)]
+    # an op at perf 2350 is stamped 2650 by the profiler: in "b" (placed with the first marker's offset it would be in no region)
+    per_step = file_samples(table, [("aten::relu", OFFSET + 2350 + 300, 7, 2)], marks, starts, regions, steps=1)
+    assert table["b/aten::relu"].parent == "b" and "aten::relu" not in table
+    assert per_step == {}  # after the only step
+
+
+def test_nested_ops_go_under_the_stat_their_op_was_filed_as() -> None:
+    table = timers.Table()
+    marks, starts = _marks((0, None), (1000, 0), (2000, None))
+    regions = RegionLog()
+    regions.times, regions.states = [0, 100], [(None, None), ("block", "block")]
+    samples = [("aten::convolution", OFFSET + 200, 50, 1), ("aten::convolution/aten::_convolution", OFFSET + 210, 40, 1)]
+    per_step = file_samples(table, samples, marks, starts, regions, steps=1)
+    assert table["block/aten::convolution"].parent == "block"
+    inner = table["block/aten::convolution/aten::_convolution"]
+    assert (inner.parent, inner.count, inner.total_ns) == ("block/aten::convolution", 1, 40)
+    assert per_step["block/aten::convolution/aten::_convolution"] == ([1], [40])
+
+
+def test_a_marker_missing_from_the_events_is_an_error_not_a_guess() -> None:
+    marks, starts = _marks((0, None), (1000, 0), (2000, None))
+    with pytest.raises(ValueError, match=r"2 marker events read for 3 markers made"):
+        file_samples(timers.Table(), [], marks, starts[:2], RegionLog(), steps=1)
+
+
+def test_the_profiler_files_only_the_ops_inside_profile_and_its_steps_exactly() -> None:
+    """profile() opened after a step and closed before the window: the ops between are not its."""
+    x = torch.ones(3)
+    run = measure.Run("suite::test_part", "e2e", None, CPU_HOST, "events", "ExecutorRunTimer")
+    with measure.measure_window(run):
+        torch.relu(x)
+        run.step(examples=1)  # step 0: before profile()
+        with profile() as prof:
+            for i in range(3):  # steps 1..3: i + 1 relus each
+                for _ in range(i + 1):
+                    torch.relu(x)
+                run.step(examples=1)
+            torch.relu(x)  # after the last step: in the totals only
+        torch.relu(x)  # after profile(): not recorded
+        assert "aten::relu" not in run._table  # nothing is read inside the window
+    assert prof.mechanism == "profiler"
+    relu = next(s for s in run.result.stats if s.name == "aten::relu")
+    assert relu.count == 1 + 2 + 3 + 1
+    assert run._step_counts["aten::relu"] == [0, 1, 2, 3]
+    assert len(relu.samples_ms) == 4 and relu.samples_ms[0] == 0.0 and all(t > 0 for t in relu.samples_ms[1:])
+
+
+def test_two_profiles_in_one_window_each_file_their_own_ops() -> None:
+    x = torch.ones(3)
+    run = measure.Run("suite::test_two", "e2e", None, CPU_HOST, "events", "ExecutorRunTimer")
+    with measure.measure_window(run):
+        with profile():
+            torch.relu(x)
+            run.step()
+        with profile():  # reads the first one's events before torch's profiler starts again
+            torch.relu(x)
+            torch.relu(x)
+            run.step()
+    assert run._step_counts["aten::relu"] == [1, 2]
+    assert next(s for s in run.result.stats if s.name == "aten::relu").count == 3
+
+
+def test_a_window_left_by_an_exception_stops_torchs_profiler() -> None:
+    run = measure.Run("suite::test_fail", "e2e", None, CPU_HOST, "events", "ExecutorRunTimer")
+    with pytest.raises(ZeroDivisionError), measure.measure_window(run):
+        with profile():
+            torch.relu(torch.ones(3))
+        1 / 0
+    assert not torch.autograd._profiler_enabled()
+    with pytest.raises(KeyError), timers.recording(), profile():
+        raise KeyError("inside")
+    assert not torch.autograd._profiler_enabled()
+
+
+def test_profile_inside_torchs_own_profiler_asks_for_the_dispatch_mode() -> None:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]), timers.recording() as table:
+        with pytest.raises(RuntimeError, match=r"torch's profiler is already running.*mechanism='dispatch'"), \
+                profile():
+            pass
+        with profile(mechanism="dispatch"):
+            torch.relu(torch.ones(2))
+    assert table["aten::relu"].count == 1
+
+
+def test_the_profiler_mechanism_refuses_what_only_the_dispatch_mode_does() -> None:
+    with pytest.raises(ValueError, match=r"mechanism='profiler' groups by op; by='module' needs mechanism='dispatch'"):
+        with profile(by="module", mechanism="profiler"):
+            pass
+    with pytest.raises(ValueError, match=r"mechanism must be one of auto\|profiler\|dispatch, got 'kineto'"):
+        with profile(mechanism="kineto"):
+            pass
+    from pytest_opperf.device import DeviceInfo
+
+    gpu = DeviceInfo(name="cuda:0", is_gpu=True, clock=NoDeviceClock())
+    with pytest.raises(ValueError, match=r"times on the host; a window timed with events on CUDA"):
+        run = measure.Run("suite::test_gpu", "e2e", None, gpu, "events", "ExecutorRunTimer")
+        import unittest.mock
+
+        with unittest.mock.patch.object(torch.cuda, "is_available", lambda: True), \
+                measure.measure_window(run), profile(mechanism="profiler"):
+            pass
+
+
+def test_by_module_and_cuda_take_the_dispatch_mode_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    with timers.recording(), profile(by="module") as prof:
+        pass
+    assert prof.mechanism == "dispatch"
+    from pytest_opperf.device import DeviceInfo
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    gpu = DeviceInfo(name="cuda:0", is_gpu=True, clock=NoDeviceClock())
+    run = measure.Run("suite::test_gpu", "e2e", None, gpu, "events", "ExecutorRunTimer")
+    with measure.measure_window(run), profile() as prof:
+        pass
+    assert (prof.timing, prof.mechanism) == ("events", "dispatch")
