@@ -189,11 +189,11 @@ class Run:
         assert table is not None
         table.flush()
         end = perf_counter_ns()
-        self._run_deferred(True)
         if self._trace and not self._trace_done and not self._step_ms:
             self._end_trace_step(end)  # no steps: the trace is the whole window
         elif self._trace and not self._trace_done:
             table.stop_trace()  # an unfinished step after the warm-up one: keep the warm-up step
+        self._run_deferred(True)
         self._table = None
         self.result = self._result(table, (end - self._start_ns) / 1e9)
         return self.result

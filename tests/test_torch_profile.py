@@ -490,7 +490,7 @@ def test_ops_are_assigned_to_steps_by_their_start_on_the_aligned_clock() -> None
     # window opens at 1000; steps end at 2000, 3000 (step 0, 1); window closes at 4000
     marks, starts = _marks((1000, None), (2000, 0), (3000, 1), (4000, None))
     regions = RegionLog()
-    regions.times, regions.states = [0], [(None, None)]
+    regions.times, regions.states = [0], [(None, None, 0)]
     at = [(500, 5), (1500, 10), (1990, 20), (2010, 30), (2500, 40), (2600, 50), (3500, 70), (4500, 80)]
     samples = [("aten::relu", OFFSET + t, ns, 1) for t, ns in at]
     per_step = file_samples(table, samples, marks, starts, regions, steps=2)
@@ -507,7 +507,7 @@ def test_each_marker_aligns_the_clocks_for_the_ops_after_it() -> None:
     regions = RegionLog()
     # the recording thread: region "a" open over 2100..2200 (perf_counter_ns), "b" over 2300..2400
     regions.times = [0, 2100, 2200, 2300, 2400]
-    regions.states = [(None, None), ("a", None), (None, None), ("b", "b"), (None, None)]
+    regions.states = [(None, None, 0), ("a", None, 1), (None, None, 0), ("b", "b", 1), (None, None, 0)]
     # an op at perf 2350 is stamped 2650 by the profiler: in "b" (placed with the first marker's offset it would be in no region)
     per_step = file_samples(table, [("aten::relu", OFFSET + 2350 + 300, 7, 2)], marks, starts, regions, steps=1)
     assert table["b/aten::relu"].parent == "b" and "aten::relu" not in table
@@ -518,13 +518,41 @@ def test_nested_ops_go_under_the_stat_their_op_was_filed_as() -> None:
     table = timers.Table()
     marks, starts = _marks((0, None), (1000, 0), (2000, None))
     regions = RegionLog()
-    regions.times, regions.states = [0, 100], [(None, None), ("block", "block")]
+    regions.times, regions.states = [0, 100], [(None, None, 0), ("block", "block", 1)]
     samples = [("aten::convolution", OFFSET + 200, 50, 1), ("aten::convolution/aten::_convolution", OFFSET + 210, 40, 1)]
     per_step = file_samples(table, samples, marks, starts, regions, steps=1)
     assert table["block/aten::convolution"].parent == "block"
     inner = table["block/aten::convolution/aten::_convolution"]
     assert (inner.parent, inner.count, inner.total_ns) == ("block/aten::convolution", 1, 40)
     assert per_step["block/aten::convolution/aten::_convolution"] == ([1], [40])
+
+
+def test_ops_of_the_traced_step_become_trace_events_nested_under_their_regions() -> None:
+    table = timers.Table()
+    marks, starts = _marks((0, None), (1000, 0), (2000, 1), (3000, None))
+    regions = RegionLog()
+    regions.times, regions.states = [0, 1100], [(None, None, 0), ("forward", None, 1)]
+    samples = [("aten::relu", OFFSET + 500, 10, 1), ("aten::addmm", OFFSET + 1200, 50, 1),
+               ("aten::addmm/aten::copy_", OFFSET + 1210, 5, 1), ("aten::relu", OFFSET + 1990, 20, 1)]
+    events: list = []
+    file_samples(table, samples, marks, starts, regions, steps=2, trace=(1000, 2000), trace_events=events)
+    # the traced step is 1000..2000: its ops, at their times from its start, one level below their region
+    assert events == [("aten::addmm", 200, 50, 1), ("aten::copy_", 210, 5, 2)]  # the relu at 1990 ends past it
+
+
+def test_a_run_traced_under_the_profiler_has_its_ops_in_the_trace() -> None:
+    run = measure.Run("suite::test_trace", "e2e", None, CPU_HOST, "events", "ExecutorRunTimer", trace=True)
+    x = torch.ones(3)
+    with measure.measure_window(run), profile():
+        for _ in range(3):
+            with timers.timer("forward"):
+                torch.relu(x)
+            run.step()
+    trace = run.result.trace
+    assert trace["step"] == 2
+    names = [(name, depth) for name, _start, _ns, depth in sorted(trace["events"], key=lambda e: e[1])]
+    assert names == [("forward", 0), ("aten::relu", 1)]
+    assert all(0 <= start and start + ns <= trace["dur_ns"] for _n, start, ns, _d in trace["events"])
 
 
 def test_a_marker_missing_from_the_events_is_an_error_not_a_guess() -> None:

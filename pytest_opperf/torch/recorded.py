@@ -144,27 +144,31 @@ def op_samples(events: Iterable[Event], nested: bool, kind: Callable[[str], str]
 
 @dataclass
 class RegionLog:
-    """The recording thread's open region at every change: ``(perf_counter_ns, parent, qualifier)``,
-    the stat an op would be filed under and the kernel stat that qualifies its name, or ``None``."""
+    """The recording thread's open region at every change: ``times`` (``perf_counter_ns``) and
+    ``states``, each ``(parent, qualifier, depth)``: the stat an op would be filed under, the
+    kernel stat that qualifies its name (or ``None``), and how many regions are open."""
 
     times: list[int] = field(default_factory=list)
-    states: list[tuple[str | None, str | None]] = field(default_factory=list)
+    states: list[tuple[str | None, str | None, int]] = field(default_factory=list)
 
     def set(self, now: int, region: Any) -> None:
         parent = region.stat.name if region is not None else None
-        enclosing = region
+        enclosing, depth, outer = region, 0, region
+        while outer is not None:
+            depth, outer = depth + 1, outer.outer
         while enclosing is not None and not enclosing.kernel:
             enclosing = enclosing.outer
         self.times.append(now)
-        self.states.append((parent, enclosing.stat.name if enclosing is not None else None))
+        self.states.append((parent, enclosing.stat.name if enclosing is not None else None, depth))
 
-    def at(self, t: int) -> tuple[str | None, str | None]:
+    def at(self, t: int) -> tuple[str | None, str | None, int]:
         i = bisect.bisect_right(self.times, t) - 1
-        return self.states[i] if i >= 0 else (None, None)
+        return self.states[i] if i >= 0 else (None, None, 0)
 
 
 def file_samples(table: timers.Table, samples: Sequence[tuple[str, int, int, int]], marks: Sequence[Mark],
-                 mark_starts: Sequence[int], regions: RegionLog, steps: int
+                 mark_starts: Sequence[int], regions: RegionLog, steps: int,
+                 trace: tuple[int, int] | None = None, trace_events: list | None = None
                  ) -> dict[str, tuple[list[int], list[int]]]:
     """File ``samples`` (from :func:`op_samples`) into ``table``; return each stat's
     per-step (counts, host ns) for the first ``steps`` steps.
@@ -172,7 +176,9 @@ def file_samples(table: timers.Table, samples: Sequence[tuple[str, int, int, int
     ``marks`` and ``mark_starts`` (the marker events' starts on the profiler's clock)
     are in order; the first and last open and close the window, ops outside it are
     left out. A top-level op goes in the region open on the recording thread at its
-    start; a nested one under its op's stat.
+    start; a nested one under its op's stat. ``trace`` (start, end in ``perf_counter_ns``):
+    the ops that ran inside it are appended to ``trace_events`` as the table's trace keeps
+    regions, ``(name, start_ns, ns, depth)``.
     """
     if len(marks) != len(mark_starts) or len(marks) < 2:
         raise ValueError(f"profile(): {len(mark_starts)} marker events read for {len(marks)} markers made "
@@ -182,23 +188,25 @@ def file_samples(table: timers.Table, samples: Sequence[tuple[str, int, int, int
     step_starts = [t for t, _ in step_at]
     first, last = mark_starts[0], mark_starts[-1]
     per_step: dict[str, tuple[list[int], list[int]]] = {}
-    filed: dict[str, str] = {}  # path -> stat name, for the nested ops of a top-level op
+    filed: dict[str, tuple[str, int]] = {}  # path -> stat name and depth, for the ops a top-level op calls
     for path, start, ns, _thread in sorted(samples, key=lambda s: s[1]):
         if not first <= start <= last:
             continue
-        head, sep, rest = path.partition("/")
-        if sep:  # a call inside an op: under the op's stat
-            parent_path = path.rsplit("/", 1)[0]
-            parent = filed.get(parent_path)
-            if parent is None:
+        if "/" in path:  # a call inside an op: under the op's stat
+            parent_path, short = path.rsplit("/", 1)
+            if parent_path not in filed:
                 continue  # its op started before the window
-            name = f"{parent}/{path.rsplit('/', 1)[1]}"
+            parent, depth = filed[parent_path]
+            name, depth = f"{parent}/{short}", depth + 1
         else:
-            i = bisect.bisect_right(mark_starts, start) - 1
-            parent, qualifier = regions.at(start - offsets[max(i, 0)])
-            name = f"{qualifier}/{path}" if qualifier is not None else path
-        filed[path] = name
+            parent, qualifier, depth = regions.at(start - offsets[bisect.bisect_right(mark_starts, start) - 1])
+            name, short = (f"{qualifier}/{path}" if qualifier is not None else path), path
+        filed[path] = (name, depth)
         table.add(name, ns, parent=parent, kernel=True)
+        if trace is not None and trace_events is not None:
+            at = start - offsets[bisect.bisect_right(mark_starts, start) - 1]
+            if trace[0] <= at and at + ns <= trace[1]:
+                trace_events.append((short, at - trace[0], ns, depth))
         j = bisect.bisect_left(step_starts, start)
         if j < len(step_at) and step_at[j][1] is not None and step_at[j][1] < steps:
             counts, totals = per_step.setdefault(name, ([0] * steps, [0] * steps))
@@ -293,7 +301,11 @@ class Recorder:
         mark_starts.sort()
         samples = op_samples(events, self.nested)
         steps = steps if steps is not None else (self.run.batches if self.run is not None else 0)
-        per_step = file_samples(self.table, samples, self.marks, mark_starts, self.regions, steps)
+        run = self.run
+        traced = run._trace_events if run is not None else None  # the step --opperf-trace keeps
+        trace = (run._trace_start_ns, run._trace_start_ns + traced["dur_ns"]) if traced else None
+        per_step = file_samples(self.table, samples, self.marks, mark_starts, self.regions, steps, trace,
+                                traced["events"] if traced else None)
         if self.run is not None:
             for name, (counts, totals) in per_step.items():
                 self.run.add_step_samples(name, counts, [ns / 1e6 for ns in totals])
