@@ -1,6 +1,16 @@
 """``profile()``: every aten operator that runs in a measured window becomes a kernel stat.
 
-Mechanism: a ``TorchDispatchMode``. Torch calls it for every operator that
+Two mechanisms (``profile(mechanism=...)``). ``"profiler"``, the default for
+``by="op"`` on the host clock: torch's own profiler records the window and its
+events become the stats after the window has closed
+(:mod:`pytest_opperf.torch.recorded`): about 0.3 us per op inside the
+window on the 2-core CPU machine (0.6 us per op of a small CNN), where the
+dispatch mode costs 3.5-8 us; the same ops, counts, nesting, threads and
+per-step samples (``benchmarks/torch_profile_overhead.py``). ``"dispatch"``,
+the default for ``by="module"`` and on CUDA (the only one that groups by module
+and reads CUDA events), is described below.
+
+The dispatch mechanism: a ``TorchDispatchMode``. Torch calls it for every operator that
 reaches the dispatcher's Python key, i.e. below autograd and after
 ``CompositeImplicitAutograd`` decomposition: the ops that do the work
 (``aten::convolution``, ``aten::convolution_backward``, ``aten::addmm`` for a
