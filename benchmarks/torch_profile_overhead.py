@@ -171,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
                      m["profiler in window"], m["profiler with results"], m["profiler nested with results"],
                      m["torch.profiler in window"], m["torch.profiler with results"]])
         for name, (dispatch, profiler) in sorted(m["differ"].items()):
-            notes.append(f"{label}: {name} x{dispatch} per repeat under the dispatch mode, x{profiler} under the profiler")
+            notes.append(f"{label}: {name} x{dispatch} per repeat under the dispatch mode, "
+                         f"x{profiler} under the profiler")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; medians of {args.repeats} interleaved "
           "repeats; overhead in us per aten op")
     print(tabulate(rows, headers=["workload", "ops/repeat", "plain us/op", "empty dispatch mode",

@@ -508,7 +508,8 @@ def test_each_marker_aligns_the_clocks_for_the_ops_after_it() -> None:
     # the recording thread: region "a" open over 2100..2200 (perf_counter_ns), "b" over 2300..2400
     regions.times = [0, 2100, 2200, 2300, 2400]
     regions.states = [(None, None, 0), ("a", None, 1), (None, None, 0), ("b", "b", 1), (None, None, 0)]
-    # an op at perf 2350 is stamped 2650 by the profiler: in "b" (placed with the first marker's offset it would be in no region)
+    # an op at perf 2350 is stamped 2650 by the profiler: in "b" (placed with the first
+    # marker's offset it would be in no region)
     per_step = file_samples(table, [("aten::relu", OFFSET + 2350 + 300, 7, 2)], marks, starts, regions, steps=1)
     assert table["b/aten::relu"].parent == "b" and "aten::relu" not in table
     assert per_step == {}  # after the only step
@@ -519,7 +520,8 @@ def test_nested_ops_go_under_the_stat_their_op_was_filed_as() -> None:
     marks, starts = _marks((0, None), (1000, 0), (2000, None))
     regions = RegionLog()
     regions.times, regions.states = [0, 100], [(None, None, 0), ("block", "block", 1)]
-    samples = [("aten::convolution", OFFSET + 200, 50, 1), ("aten::convolution/aten::_convolution", OFFSET + 210, 40, 1)]
+    samples = [("aten::convolution", OFFSET + 200, 50, 1),
+               ("aten::convolution/aten::_convolution", OFFSET + 210, 40, 1)]
     per_step = file_samples(table, samples, marks, starts, regions, steps=1)
     assert table["block/aten::convolution"].parent == "block"
     inner = table["block/aten::convolution/aten::_convolution"]
