@@ -278,8 +278,9 @@ def test_a_timer_on_an_autograd_thread_alone_would_be_dropped() -> None:
 
 # --- grouping by module ---------------------------------------------------------------------
 
-def test_by_module_groups_op_time_by_module_class_nested_as_modules_nest() -> None:
-    result = measured(small_cnn(), by="module")
+@MECHANISMS
+def test_by_module_groups_op_time_by_module_class_nested_as_modules_nest(mechanism: str) -> None:
+    result = measured(small_cnn(), by="module", mechanism=mechanism)
     names = {s.name: s for s in result.stats}
     assert names["Sequential"].parent is None
     assert names["Sequential/Block"].parent == "Sequential"
@@ -293,6 +294,17 @@ def test_by_module_groups_op_time_by_module_class_nested_as_modules_nest() -> No
     block = names["Sequential/Block"]
     inner = sum(s.total_ms for s in result.stats if s.parent == "Sequential/Block")
     assert block.total_ms >= inner  # a module's time holds its submodules'
+
+
+def test_by_module_both_mechanisms_give_the_same_calls_and_counts() -> None:
+    by_profiler = measured(small_cnn(), by="module", mechanism="profiler")
+    by_dispatch = measured(small_cnn(), by="module", mechanism="dispatch")
+    assert {s.name: s.parent for s in by_profiler.stats} == {s.name: s.parent for s in by_dispatch.stats}
+    # the dispatch mode alone sees the detach of a saved relu result, in forward and in ReluBackward
+    seen_by_dispatch_alone = {"aten::detach": 2, "Block.backward": 2}
+    assert {n: c + seen_by_dispatch_alone.get(n, 0) for n, c in by_profiler.counts.items()} == by_dispatch.counts
+    blocks = [s for s in by_profiler.stats if s.name == "Sequential/Block"]
+    assert blocks[0].count == 2 * STEPS and len(blocks[0].samples_ms) == STEPS
 
 
 # --- edges ----------------------------------------------------------------------------------
@@ -623,9 +635,6 @@ def test_profile_inside_torchs_own_profiler_asks_for_the_dispatch_mode() -> None
 
 
 def test_the_profiler_mechanism_refuses_what_only_the_dispatch_mode_does() -> None:
-    with pytest.raises(ValueError, match=r"mechanism='profiler' groups by op; by='module' needs mechanism='dispatch'"):
-        with profile(by="module", mechanism="profiler"):
-            pass
     with pytest.raises(ValueError, match=r"mechanism must be one of auto\|profiler\|dispatch, got 'kineto'"):
         with profile(mechanism="kineto"):
             pass
@@ -641,10 +650,10 @@ def test_the_profiler_mechanism_refuses_what_only_the_dispatch_mode_does() -> No
             pass
 
 
-def test_by_module_and_cuda_take_the_dispatch_mode_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_only_cuda_takes_the_dispatch_mode_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     with timers.recording(), profile(by="module") as prof:
         pass
-    assert prof.mechanism == "dispatch"
+    assert prof.mechanism == "profiler"
     from pytest_opperf.device import DeviceInfo
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -653,3 +662,39 @@ def test_by_module_and_cuda_take_the_dispatch_mode_by_default(monkeypatch: pytes
     with measure.measure_window(run), profile() as prof:
         pass
     assert (prof.timing, prof.mechanism) == ("events", "dispatch")
+
+
+def test_module_samples_give_backward_ops_to_the_module_whose_forward_made_their_node() -> None:
+    from pytest_opperf.torch.recorded import BACKWARD_RANGE, ModuleCall, file_module_samples
+
+    main, pool = 1, 2
+    events = [
+        Event("aten::convolution", OFFSET + 110, OFFSET + 150, main, seq=7),  # in Conv2d, inside Block
+        Event("aten::relu", OFFSET + 160, OFFSET + 170, main, seq=8),  # in Block itself
+        Event("aten::add_", OFFSET + 400, OFFSET + 405, main),  # outside every module
+        Event(BACKWARD_RANGE + "ConvolutionBackward0", OFFSET + 500, OFFSET + 600, pool, seq=7, fwd_thread=main),
+        Event("aten::convolution_backward", OFFSET + 510, OFFSET + 590, pool),
+        Event(BACKWARD_RANGE + "ReluBackward0", OFFSET + 610, OFFSET + 630, main, seq=8, fwd_thread=main),
+        Event("aten::threshold_backward", OFFSET + 615, OFFSET + 625, main),
+        Event(BACKWARD_RANGE + "ReluBackward0", OFFSET + 640, OFFSET + 660, pool, seq=8, fwd_thread=pool),
+        Event("aten::threshold_backward", OFFSET + 645, OFFSET + 655, pool),  # another thread's node 8
+    ]
+    kinds = {**KINDS, "aten::convolution_backward": "op", "aten::threshold_backward": "op"}
+    nodes: list = []
+    samples = op_samples(events, False, kind=lambda n: kinds.get(n, "none"), nodes=nodes)
+    calls = [ModuleCall("Block/Conv2d", "Conv2d", 1, 100, 155), ModuleCall("Block", "Block", None, 90, 180)]
+    marks, starts = _marks((0, None), (1000, 0), (2000, None))
+    regions = RegionLog()
+    regions.times, regions.states = [0], [(None, None, 0)]
+    table = timers.Table()
+    per_step = file_module_samples(table, samples, nodes, calls, marks, starts, regions, 1, main)
+    totals = {n: (s.parent, s.count, s.total_ns) for n, s in table.items()}
+    assert totals == {
+        "Block": (None, 1, 40 + 10),  # its own relu and its Conv2d's convolution
+        "Block/Conv2d": ("Block", 1, 40),
+        "aten::add_": (None, 1, 5),
+        "Conv2d.backward": (None, 1, 80),
+        "Block.backward": (None, 1, 10),
+        "aten::threshold_backward": (None, 1, 10),  # node 8 of the pool thread: made by no module
+    }
+    assert per_step["Block"] == ([1], [50])

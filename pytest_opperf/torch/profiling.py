@@ -442,8 +442,6 @@ def profile(by: str = "op", nested: bool = False, mechanism: str = "auto") -> It
         raise ValueError(f"profile: mechanism must be one of {'|'.join(MECHANISMS)}, got {mechanism!r}")
     if nested and by != "op":
         raise ValueError(f"profile: nested=True lists ops inside ops; it needs by='op', got by={by!r}")
-    if mechanism == "profiler" and by != "op":
-        raise ValueError(f"profile: mechanism='profiler' groups by op; by={by!r} needs mechanism='dispatch'")
     table = timers.current()
     if table is None:  # as timers.timer(): nothing records (opperf.measure() without --opperf)
         yield Profile(None, by, "off")
@@ -484,12 +482,12 @@ def _profiling(table: timers.Table, by: str, nested: bool, mechanism: str) -> It
     sync = cuda and table.sync
     timing = "sync" if sync else "events" if cuda else "host"
     if mechanism == "auto":
-        mechanism = "profiler" if by == "op" and timing == "host" else "dispatch"
+        mechanism = "profiler" if timing == "host" else "dispatch"
     elif mechanism == "profiler" and timing != "host":
         raise ValueError(f"profile: mechanism='profiler' times on the host; a window timed with {timing} "
                          "on CUDA needs mechanism='dispatch'")
     if mechanism == "profiler":
-        with _recorded(table, nested, run):
+        with _recorded(table, nested, run, by):
             yield Profile(table, by, timing, mechanism)
         return
     mode = (_ModuleMode if by == "module" else _NestedOpMode if nested else _OpMode)(table, None, sync)
@@ -509,12 +507,12 @@ def _profiling(table: timers.Table, by: str, nested: bool, mechanism: str) -> It
 
 
 @contextmanager
-def _recorded(table: timers.Table, nested: bool, run: measure.Run | None) -> Iterator[None]:
+def _recorded(table: timers.Table, nested: bool, run: measure.Run | None, by: str) -> Iterator[None]:
     """torch's profiler over the block; its ops filed when the run's window closes
     (after its wall clock stopped), or at the end of the block without a run."""
     from .recorded import Recorder
 
-    recorder = Recorder(table, nested, run)
+    recorder = Recorder(table, nested, run, by)
     recorder.start()
     try:
         yield

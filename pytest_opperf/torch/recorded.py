@@ -54,18 +54,23 @@ __all__ = ["Event", "Mark", "Recorder", "file_samples", "op_kind", "op_samples"]
 
 MARK = "opperf::mark"  # the name of the marker events (never a dispatcher op)
 WARM_UP = "opperf::warm_up"
+BACKWARD_RANGE = "autograd::engine::evaluate_function: "  # the range autograd's engine opens per node
 OP, TRANSPARENT, NOT_AN_OP = "op", "transparent", "none"
 SKIPPED_NAMESPACES = frozenset({"profiler"})  # record_function's own ops mark ranges, they do no work
 
 
 @dataclass(frozen=True)
 class Event:
-    """One profiler event: its name, start and end on the profiler's clock, its thread."""
+    """One profiler event: its name, start and end on the profiler's clock, its thread; for
+    ``by="module"`` its sequence number (the autograd node an op made, or the node a backward
+    range runs; -1 for none) and, for a backward range, the thread that ran the node's forward."""
 
     name: str
     start: int
     end: int
     thread: int
+    seq: int = -1
+    fwd_thread: int = 0
 
 
 @dataclass(frozen=True)
@@ -111,34 +116,38 @@ def _op_kind(name: str) -> str:
     return TRANSPARENT if implicit and all(implicit) else OP
 
 
-def op_samples(events: Iterable[Event], nested: bool, kind: Callable[[str], str] = op_kind
-               ) -> list[tuple[str, int, int, int]]:
+def op_samples(events: Iterable[Event], nested: bool, kind: Callable[[str], str] = op_kind,
+               nodes: list | None = None) -> list[tuple[str, int, int, int]]:
     """The ops of ``events`` as ``(path, start, ns, thread)``: top-level ops by their name;
     with ``nested`` also the ops they call, ``parent/name``. Nesting is per thread, by
-    interval (an event inside another's start..end was called by it)."""
+    interval (an event inside another's start..end was called by it). ``nodes``, when
+    given, gets for each op ``((thread, seq) of the node it made or None, (fwd_thread, seq)
+    of the backward range it runs in or None)``."""
     by_thread: dict[int, list[Event]] = {}
     for event in events:
-        if event.name != MARK and kind(event.name) != NOT_AN_OP:
+        if event.name != MARK and (kind(event.name) != NOT_AN_OP or event.name.startswith(BACKWARD_RANGE)):
             by_thread.setdefault(event.thread, []).append(event)
     out = []
     for thread, evs in by_thread.items():
         evs.sort(key=lambda e: (e.start, -e.end))
-        stack: list[tuple[int, str | None]] = []  # (end, path of the innermost op open) per open event
+        # per open event: (end, path of the innermost op open, the backward node being run)
+        stack: list[tuple[int, str | None, tuple[int, int] | None]] = []
         for e in evs:
             while stack and stack[-1][0] <= e.start:
                 stack.pop()
-            enclosing = stack[-1][1] if stack else None
+            enclosing, node = (stack[-1][1], stack[-1][2]) if stack else (None, None)
             path = enclosing
-            if kind(e.name) == OP:
-                if enclosing is None:
-                    path = e.name
+            if e.name.startswith(BACKWARD_RANGE):
+                node = (e.fwd_thread, e.seq) if e.seq >= 0 else None
+            elif kind(e.name) == OP:
+                if enclosing is None or nested:
+                    path = e.name if enclosing is None else f"{enclosing}/{e.name}"
                     out.append((path, e.start, e.end - e.start, thread))
-                elif nested:
-                    path = f"{enclosing}/{e.name}"
-                    out.append((path, e.start, e.end - e.start, thread))
+                    if nodes is not None:
+                        nodes.append(((thread, e.seq) if e.seq >= 0 else None, node))
                 else:
                     path = enclosing  # a call inside an op: inside its time, not listed
-            stack.append((e.end, path))
+            stack.append((e.end, path, node))
     return out
 
 
@@ -215,6 +224,134 @@ def file_samples(table: timers.Table, samples: Sequence[tuple[str, int, int, int
     return per_step
 
 
+@dataclass(frozen=True)
+class ModuleCall:
+    """One ``nn.Module`` call on the recording thread: its stat name (``Sequential/Block``), its
+    class, the index of the call it ran in (or ``None``), its start and end (``perf_counter_ns``)."""
+
+    key: str
+    cls: str
+    outer: int | None
+    start: int
+    end: int
+
+
+def file_module_samples(table: timers.Table, samples: Sequence[tuple[str, int, int, int]], nodes: Sequence,
+                        calls: Sequence[ModuleCall], marks: Sequence[Mark], mark_starts: Sequence[int],
+                        regions: RegionLog, steps: int, main_thread: int
+                        ) -> dict[str, tuple[list[int], list[int]]]:
+    """``by="module"``: file ``samples`` (top-level ops, with their ``nodes`` from
+    :func:`op_samples`) as module calls into ``table``; return per-step (counts, ns).
+
+    ``calls`` are in the order they ended (inner calls first). An op on the recording
+    thread inside a call adds its time to the innermost call (and so to the calls around
+    it), and the autograd node it made belongs to that call's class; an op run by such a
+    node in backward is a sample of ``<Class>.backward``; other ops keep their names. Each
+    call is one sample, in the step its start falls in.
+    """
+    if len(marks) != len(mark_starts) or len(marks) < 2:
+        raise ValueError(f"profile(): {len(mark_starts)} marker events read for {len(marks)} markers made "
+                         "(at least the window's start and end are needed)")
+    offsets = [start - (m.before + m.after) // 2 for m, start in zip(marks, mark_starts)]
+    step_at = [(start, m.step) for m, start in zip(marks, mark_starts) if m.step is not None]
+    step_starts = [t for t, _ in step_at]
+    first, last = mark_starts[0], mark_starts[-1]
+    by_start = sorted(range(len(calls)), key=lambda i: calls[i].start)
+    starts = [calls[i].start for i in by_start]
+
+    def innermost(at: int) -> int | None:
+        k = bisect.bisect_right(starts, at) - 1
+        c = by_start[k] if k >= 0 else None
+        while c is not None and calls[c].end < at:
+            c = calls[c].outer
+        return c
+
+    per_step: dict[str, tuple[list[int], list[int]]] = {}
+
+    def add(name: str, ns: int, parent: str | None, stamp: int) -> None:  # stamp: the profiler's clock
+        table.add(name, ns, parent=parent, kernel=True)
+        j = bisect.bisect_left(step_starts, stamp)
+        if j < len(step_at) and step_at[j][1] < steps:
+            counts, totals = per_step.setdefault(name, ([0] * steps, [0] * steps))
+            counts[step_at[j][1]] += 1
+            totals[step_at[j][1]] += ns
+
+    mark_mids = [(m.before + m.after) // 2 for m in marks]
+    call_ns = [0] * len(calls)
+    node_cls: dict[tuple[int, int], str] = {}
+    outside = []
+    for (path, start, ns, thread), (made, runs) in zip(samples, nodes):
+        if not first <= start <= last:
+            continue
+        offset = offsets[bisect.bisect_right(mark_starts, start) - 1]
+        c = innermost(start - offset) if thread == main_thread else None
+        if c is None:
+            outside.append((path, start, ns, offset, runs))
+            continue
+        call_ns[c] += ns
+        if made is not None:
+            node_cls[made] = calls[c].cls
+    for i, call in enumerate(calls):  # inner calls first: each call's time holds its inner calls'
+        if call.outer is not None:
+            call_ns[call.outer] += call_ns[i]
+    events = [(call.start, 0, i) for i, call in enumerate(calls)] + \
+        [(start - offset, 1, k) for k, (_p, start, _ns, offset, _r) in enumerate(outside)]
+    for at, what, i in sorted(events):  # filed in the order they began
+        if what == 0:
+            call = calls[i]
+            parent = calls[call.outer].key if call.outer is not None else regions.at(at)[0]
+            offset = offsets[max(bisect.bisect_right(mark_mids, at) - 1, 0)]
+            add(call.key, call_ns[i], parent, at + offset)
+        else:
+            path, start, ns, _offset, runs = outside[i]
+            cls = node_cls.get(runs) if runs is not None else None
+            name = f"{cls}.backward" if cls is not None else path
+            parent, qualifier, _depth = regions.at(at)
+            add(f"{qualifier}/{name}" if qualifier is not None else name, ns, parent, start)
+    return per_step
+
+
+class ModuleLog:
+    """Forward hooks on every module: the calls made on the recording thread."""
+
+    def __init__(self) -> None:
+        self.thread = threading.get_ident()
+        self.calls: list[ModuleCall] = []
+        self.frames: list[tuple[str, str, int, list[int]]] = []  # (key, class, start, inner calls) of open calls
+        self.handles: list[Any] = []
+
+    def install(self) -> None:
+        from torch.nn.modules import module
+
+        self.handles = [module.register_module_forward_pre_hook(self._pre),
+                        module.register_module_forward_hook(self._post)]
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+
+    def _pre(self, mod: Any, args: Any) -> None:
+        if threading.get_ident() != self.thread:
+            return
+        cls = type(mod).__name__
+        key = f"{self.frames[-1][0]}/{cls}" if self.frames else cls
+        self.frames.append((key, cls, perf_counter_ns(), []))
+
+    def _post(self, mod: Any, args: Any, output: Any) -> None:
+        end = perf_counter_ns()
+        if threading.get_ident() != self.thread or not self.frames:
+            return
+        key, cls, start, inner = self.frames.pop()
+        index = len(self.calls)
+        self.calls.append(ModuleCall(key, cls, None, start, end))
+        for i in inner:
+            c = self.calls[i]
+            self.calls[i] = ModuleCall(c.key, c.cls, index, c.start, c.end)
+        if self.frames:
+            self.frames[-1][3].append(index)
+
+
 class _WatchedTable(timers.Table):
     """A table whose open region is logged at every change (for the ops read afterwards)."""
 
@@ -233,8 +370,9 @@ class _WatchedTable(timers.Table):
 class Recorder:
     """torch's profiler over one ``profile()`` window of ``table``; :meth:`finish` files the ops."""
 
-    def __init__(self, table: timers.Table, nested: bool, run: measure.Run | None) -> None:
+    def __init__(self, table: timers.Table, nested: bool, run: measure.Run | None, by: str = "op") -> None:
         self.table, self.nested, self.run = table, nested, run
+        self.modules = ModuleLog() if by == "module" else None
         self.marks: list[Mark] = []
         self.regions = RegionLog()
         self.closed = False
@@ -263,6 +401,8 @@ class Recorder:
             with _RecordFunctionFast(WARM_UP):
                 pass
         self.mark(None)
+        if self.modules is not None:
+            self.modules.install()
 
     def _on_flush(self) -> None:
         if not self.closed:  # a run.step(): the step being ended is the run's count of steps so far
@@ -270,6 +410,8 @@ class Recorder:
 
     def close(self) -> None:
         """The end of ``profile()``: ops after this are not the window's (read in :meth:`finish`)."""
+        if self.modules is not None:
+            self.modules.remove()
         self.mark(None)
         self.closed = True
         table = self.table
@@ -291,21 +433,36 @@ class Recorder:
         result = self.stop()
         if result is None:
             return
-        events, mark_starts = [], []
+        events, mark_starts, main_thread = [], [], 0
+        modules = self.modules
         for e in result.events():
             name = e.name()
             if name == MARK:
                 mark_starts.append(e.start_ns())
+                main_thread = e.start_thread_id()
+            elif modules is not None and (name.startswith(BACKWARD_RANGE) or op_kind(name) != NOT_AN_OP):
+                events.append(Event(name, e.start_ns(), e.end_ns(), e.start_thread_id(), e.sequence_nr(),
+                                    e.fwd_thread_id()))
             elif op_kind(name) != NOT_AN_OP:
                 events.append(Event(name, e.start_ns(), e.end_ns(), e.start_thread_id()))
         mark_starts.sort()
-        samples = op_samples(events, self.nested)
         steps = steps if steps is not None else (self.run.batches if self.run is not None else 0)
+        if modules is not None:
+            nodes: list = []
+            samples = op_samples(events, False, nodes=nodes)
+            per_step = file_module_samples(self.table, samples, nodes, modules.calls, self.marks, mark_starts,
+                                           self.regions, steps, main_thread)
+            self._hand_over(per_step)
+            return
+        samples = op_samples(events, self.nested)
         run = self.run
         traced = run._trace_events if run is not None else None  # the step --opperf-trace keeps
         trace = (run._trace_start_ns, run._trace_start_ns + traced["dur_ns"]) if traced else None
         per_step = file_samples(self.table, samples, self.marks, mark_starts, self.regions, steps, trace,
                                 traced["events"] if traced else None)
+        self._hand_over(per_step)
+
+    def _hand_over(self, per_step: dict[str, tuple[list[int], list[int]]]) -> None:
         if self.run is not None:
             for name, (counts, totals) in per_step.items():
                 self.run.add_step_samples(name, counts, [ns / 1e6 for ns in totals])
