@@ -18,7 +18,8 @@ taken from ``profile()``'s own table (its top-level ops, also for
 profiler and builds its stats when it ends (in a measured window: when the
 window has closed): two figures, as for ``torch.profiler``, "in window" and
 "with results" (its end included). ``profile(mechanism="dispatch")`` times each
-op as it runs: its cost is all in the window. An empty ``TorchDispatchMode`` (its
+op as it runs: its cost is all in the window. ``by="module"`` is timed in the
+window under both mechanisms. An empty ``TorchDispatchMode`` (its
 handler only calls the op, and torch's wrapping of it in
 ``torch._disable_dynamo`` switched off as ``profile()`` does) is timed too:
 the floor of any instrumentation through torch's Python dispatch. For ``torch.profiler`` two figures: the
@@ -103,7 +104,8 @@ def measure(torch, run: Callable[[], None], repeats: int) -> dict[str, float]:
     empty = _empty_mode(torch)
     times: dict[str, list[float]] = {"plain": [], "empty dispatch mode": [], "dispatch": [], "dispatch nested": [],
                                      "profiler in window": [], "profiler with results": [],
-                                     "profiler nested with results": [], "torch.profiler in window": [],
+                                     "profiler nested with results": [], "dispatch by module": [],
+                                     "profiler by module in window": [], "torch.profiler in window": [],
                                      "torch.profiler with results": []}
     for _ in range(repeats):
         start = time.perf_counter()
@@ -137,6 +139,16 @@ def measure(torch, run: Callable[[], None], repeats: int) -> dict[str, float]:
             run()
         times["profiler nested with results"].append(time.perf_counter() - outer)
 
+        with timers.recording(), profile(by="module", mechanism="dispatch"):
+            start = time.perf_counter()
+            run()
+            times["dispatch by module"].append(time.perf_counter() - start)
+
+        with timers.recording(), profile(by="module", mechanism="profiler"):
+            start = time.perf_counter()
+            run()
+            times["profiler by module in window"].append(time.perf_counter() - start)
+
         outer = time.perf_counter()
         with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
             start = time.perf_counter()
@@ -169,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         m = measure(torch, run, args.repeats)
         rows.append([label, m["ops"], m["plain_us"], m["empty dispatch mode"], m["dispatch"], m["dispatch nested"],
                      m["profiler in window"], m["profiler with results"], m["profiler nested with results"],
+                     m["dispatch by module"], m["profiler by module in window"],
                      m["torch.profiler in window"], m["torch.profiler with results"]])
         for name, (dispatch, profiler) in sorted(m["differ"].items()):
             notes.append(f"{label}: {name} x{dispatch} per repeat under the dispatch mode, "
@@ -177,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
           "repeats; overhead in us per aten op")
     print(tabulate(rows, headers=["workload", "ops/repeat", "plain us/op", "empty dispatch mode",
                                   "dispatch", "dispatch nested", "profile() in window", "profile() with results",
-                                  "profile(nested) with results", "torch.profiler in window",
+                                  "profile(nested) with results", "by=module dispatch", "by=module in window",
+                                  "torch.profiler in window",
                                   "torch.profiler with results"],
                    floatfmt=".2f"))
     for note in notes:

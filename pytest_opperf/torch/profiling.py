@@ -1,14 +1,13 @@
 """``profile()``: every aten operator that runs in a measured window becomes a kernel stat.
 
-Two mechanisms (``profile(mechanism=...)``). ``"profiler"``, the default for
-``by="op"`` on the host clock: torch's own profiler records the window and its
-events become the stats after the window has closed
-(:mod:`pytest_opperf.torch.recorded`): about 0.3 us per op inside the
-window on the 2-core CPU machine (0.6 us per op of a small CNN), where the
-dispatch mode costs 3.5-8 us; the same ops, counts, nesting, threads and
-per-step samples (``benchmarks/torch_profile_overhead.py``). ``"dispatch"``,
-the default for ``by="module"`` and on CUDA (the only one that groups by module
-and reads CUDA events), is described below.
+Two mechanisms (``profile(mechanism=...)``). ``"profiler"``, the default on
+the host clock: torch's own profiler records the window and its events become
+the stats after the window has closed (:mod:`pytest_opperf.torch.recorded`):
+about 0.3 us per op inside the window on the 2-core CPU machine (0.6-1.9 us per
+op of a small CNN, as ``torch.profiler`` itself), where the dispatch mode costs
+3.5-9 us; the same ops, counts, nesting, threads, module grouping and per-step
+samples (``benchmarks/torch_profile_overhead.py``). ``"dispatch"``, the default
+on CUDA (the only one that reads CUDA events), is described below.
 
 The dispatch mechanism: a ``TorchDispatchMode``. Torch calls it for every operator that
 reaches the dispatcher's Python key, i.e. below autograd and after
@@ -431,10 +430,10 @@ def profile(by: str = "op", nested: bool = False, mechanism: str = "auto") -> It
 
     ``mechanism``: ``"profiler"`` records with torch's own profiler and builds
     the stats after the window (:mod:`pytest_opperf.torch.recorded`; about
-    0.4 us per op); ``"dispatch"`` times each op live in a ``TorchDispatchMode``
+    0.3 us per op); ``"dispatch"`` times each op live in a ``TorchDispatchMode``
     (about 4 us per op; ``nested=True`` about 2.5 times that), the only one that
-    groups by module and reads CUDA events. ``"auto"`` (the default) takes the
-    profiler for ``by="op"`` on the host clock, the dispatch mode otherwise.
+    reads CUDA events. ``"auto"`` (the default) takes the profiler on the host
+    clock, the dispatch mode in a window timed on CUDA.
     """
     if by not in GROUPINGS:
         raise ValueError(f"profile: by must be one of {'|'.join(GROUPINGS)}, got {by!r}")

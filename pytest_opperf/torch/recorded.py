@@ -29,6 +29,13 @@ synthetic events):
   ``perf_counter_ns`` at every change; an op is filed inside the region open on
   the recording thread when it started, on whatever thread it ran, as
   :meth:`pytest_opperf.timers.Table.record` files it.
+* Modules (``by="module"``, :func:`file_module_samples`): global forward hooks
+  log each module call on the recording thread (``perf_counter_ns``); an op's
+  time goes to the innermost call open when it started, and the autograd node
+  it made (the profiler's sequence number on its thread) to that call's class;
+  an op inside the engine's range for that node (``autograd::engine::
+  evaluate_function: ...``, with the same sequence number and forward thread)
+  is a sample of ``<Class>.backward``.
 * Clocks: the profiler stamps events on its own clock (Unix time, from the
   TSC); each marker is made between two ``perf_counter_ns`` reads, which gives
   the offset between the clocks at that marker (to well under a microsecond);
@@ -50,7 +57,8 @@ from torch.autograd.profiler import ProfilerConfig, ProfilerState
 
 from pytest_opperf import measure, timers
 
-__all__ = ["Event", "Mark", "Recorder", "file_samples", "op_kind", "op_samples"]
+__all__ = ["Event", "Mark", "ModuleCall", "ModuleLog", "Recorder", "RegionLog", "file_module_samples",
+           "file_samples", "op_kind", "op_samples"]
 
 MARK = "opperf::mark"  # the name of the marker events (never a dispatcher op)
 WARM_UP = "opperf::warm_up"
