@@ -49,7 +49,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter_ns
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch._C._profiler import ProfilerActivity, _ExperimentalConfig, _RecordFunctionFast
@@ -67,8 +67,7 @@ OP, TRANSPARENT, NOT_AN_OP = "op", "transparent", "none"
 SKIPPED_NAMESPACES = frozenset({"profiler"})  # record_function's own ops mark ranges, they do no work
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(NamedTuple):  # a tuple: one is made per event read, and a dataclass costs twice as much
     """One profiler event: its name, start and end on the profiler's clock, its thread; for
     ``by="module"`` its sequence number (the autograd node an op made, or the node a backward
     range runs; -1 for none) and, for a backward range, the thread that ran the node's forward."""
@@ -443,15 +442,17 @@ class Recorder:
             return
         events, mark_starts, main_thread = [], [], 0
         modules = self.modules
+        kinds = _KINDS
         for e in result.events():
             name = e.name()
+            kind = kinds.get(name) or op_kind(name)
             if name == MARK:
                 mark_starts.append(e.start_ns())
                 main_thread = e.start_thread_id()
-            elif modules is not None and (name.startswith(BACKWARD_RANGE) or op_kind(name) != NOT_AN_OP):
+            elif modules is not None and (kind != NOT_AN_OP or name.startswith(BACKWARD_RANGE)):
                 events.append(Event(name, e.start_ns(), e.end_ns(), e.start_thread_id(), e.sequence_nr(),
                                     e.fwd_thread_id()))
-            elif op_kind(name) != NOT_AN_OP:
+            elif kind != NOT_AN_OP:
                 events.append(Event(name, e.start_ns(), e.end_ns(), e.start_thread_id()))
         mark_starts.sort()
         steps = steps if steps is not None else (self.run.batches if self.run is not None else 0)
