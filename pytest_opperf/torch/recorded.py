@@ -26,7 +26,8 @@ synthetic events):
   start. Ops that start after the last step are in the totals only, as live
   timing would have them.
 * Regions: the recording thread's open region (``timers.timer``) is logged with
-  ``perf_counter_ns`` at every change; an op is filed inside the region open on
+  ``perf_counter_ns`` at every change (for the window the table's class is a
+  subclass whose ``current`` is a property that logs what it is set to); an op is filed inside the region open on
   the recording thread when it started, on whatever thread it ran, as
   :meth:`pytest_opperf.timers.Table.record` files it.
 * Modules (``by="module"``, :func:`file_module_samples`): global forward hooks
@@ -399,17 +400,22 @@ class Recorder:
         config = ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False, _ExperimentalConfig())
         torch.autograd._prepare_profiler(config, {ProfilerActivity.CPU})
         torch.autograd._enable_profiler(config, {ProfilerActivity.CPU})
-        table = self.table
-        table.__class__ = _WatchedTable
-        table.__dict__["_opperf_regions"] = self.regions
-        self.regions.set(perf_counter_ns(), table.current)
-        table.on_flush(self._on_flush)
-        for _ in range(2):  # the first ranges made cost tens of microseconds: not a marker's
-            with _RecordFunctionFast(WARM_UP):
-                pass
-        self.mark(None)
-        if self.modules is not None:
-            self.modules.install()
+        try:
+            table = self.table
+            # for the window the table is its subclass that logs each change of its open region
+            table.__class__ = _WatchedTable
+            table.__dict__["_opperf_regions"] = self.regions
+            self.regions.set(perf_counter_ns(), table.current)
+            table.on_flush(self._on_flush)
+            for _ in range(2):  # the first ranges made cost tens of microseconds: not a marker's
+                with _RecordFunctionFast(WARM_UP):
+                    pass
+            self.mark(None)
+            if self.modules is not None:
+                self.modules.install()
+        except BaseException:
+            self.abandon()
+            raise
 
     def _on_flush(self) -> None:
         if not self.closed:  # a run.step(): the step being ended is the run's count of steps so far
