@@ -3,8 +3,8 @@
 Two mechanisms (``profile(mechanism=...)``). ``"profiler"``, the default on
 the host clock: torch's own profiler records the window and its events become
 the stats after the window has closed (:mod:`pytest_opperf.torch.recorded`):
-about 0.3 us per op inside the window on the 2-core CPU machine (0.6-1.9 us per
-op of a small CNN, as ``torch.profiler`` itself), where the dispatch mode costs
+about 0.3 us per op inside the window on the 2-core CPU machine (at most 1.9 us
+per op of a small CNN, as ``torch.profiler`` itself), where the dispatch mode costs
 3.5-9 us; the same ops, counts, nesting, threads, module grouping and per-step
 samples (``benchmarks/torch_profile_overhead.py``). ``"dispatch"``, the default
 on CUDA (the only one that reads CUDA events), is described below.
