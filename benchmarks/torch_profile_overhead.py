@@ -2,9 +2,9 @@
 
     python benchmarks/torch_profile_overhead.py [--ops 20000] [--repeats 7] [--steps 5] [--threads 1]
 
-Two workloads, each timed plain, under an empty dispatch mode, under
-``profile()`` and ``profile(nested=True)`` (in a ``timers.recording()``), and under
-``torch.profiler.profile`` (CPU activity):
+Two workloads, each timed plain, under an empty dispatch mode, under both
+mechanisms of ``profile()``, flat and ``nested=True`` (in a ``timers.recording()``),
+and under ``torch.profiler.profile`` (CPU activity):
 
 * ``tiny op``: a loop of ``torch.add`` on two 4-element tensors, where an op
   costs about a microsecond and the instrumentation is most of what changes;
@@ -13,7 +13,13 @@ Two workloads, each timed plain, under an empty dispatch mode, under
 
 Overhead per op = (instrumented time - plain time) / aten ops, the op count
 taken from ``profile()``'s own table (its top-level ops, also for
-``profile(nested=True)``, which times the ops each op calls as well). An empty ``TorchDispatchMode`` (its
+``nested=True``, which times the ops each op calls as well). ``profile()``
+(``mechanism="profiler"``, the default on the CPU) records with torch's
+profiler and builds its stats when it ends (in a measured window: when the
+window has closed): two figures, as for ``torch.profiler``, "in window" and
+"with results" (its end included). ``profile(mechanism="dispatch")`` times each
+op as it runs: its cost is all in the window. ``by="module"`` is timed in the
+window under both mechanisms. An empty ``TorchDispatchMode`` (its
 handler only calls the op, and torch's wrapping of it in
 ``torch._disable_dynamo`` switched off as ``profile()`` does) is timed too:
 the floor of any instrumentation through torch's Python dispatch. For ``torch.profiler`` two figures: the
@@ -87,12 +93,19 @@ def measure(torch, run: Callable[[], None], repeats: int) -> dict[str, float]:
     from pytest_opperf.torch import profile
 
     run()  # warm-up: allocator, oneDNN primitives
-    with timers.recording() as table, profile():
+    with timers.recording() as table, profile(mechanism="dispatch"):
         run()
     ops = sum(s.count for s in table.values())
+    with timers.recording() as check, profile():
+        run()
+    counted = {n: s.count for n, s in table.items()}
+    differ = {n: (counted.get(n, 0), check[n].count if n in check else 0) for n in {*counted, *check}
+              if counted.get(n, 0) != (check[n].count if n in check else 0)}
     empty = _empty_mode(torch)
-    times: dict[str, list[float]] = {"plain": [], "empty dispatch mode": [], "profile()": [],
-                                     "profile(nested=True)": [], "torch.profiler in window": [],
+    times: dict[str, list[float]] = {"plain": [], "empty dispatch mode": [], "dispatch": [], "dispatch nested": [],
+                                     "profiler in window": [], "profiler with results": [],
+                                     "profiler nested with results": [], "dispatch by module": [],
+                                     "profiler by module in window": [], "torch.profiler in window": [],
                                      "torch.profiler with results": []}
     for _ in range(repeats):
         start = time.perf_counter()
@@ -104,15 +117,37 @@ def measure(torch, run: Callable[[], None], repeats: int) -> dict[str, float]:
             run()
             times["empty dispatch mode"].append(time.perf_counter() - start)
 
-        with timers.recording(), profile():
+        with timers.recording(), profile(mechanism="dispatch"):
             start = time.perf_counter()
             run()
-            times["profile()"].append(time.perf_counter() - start)
+            times["dispatch"].append(time.perf_counter() - start)
 
-        with timers.recording(), profile(nested=True):
+        with timers.recording(), profile(nested=True, mechanism="dispatch"):
             start = time.perf_counter()
             run()
-            times["profile(nested=True)"].append(time.perf_counter() - start)
+            times["dispatch nested"].append(time.perf_counter() - start)
+
+        outer = time.perf_counter()
+        with timers.recording(), profile(mechanism="profiler"):
+            start = time.perf_counter()
+            run()
+            times["profiler in window"].append(time.perf_counter() - start)
+        times["profiler with results"].append(time.perf_counter() - outer)
+
+        outer = time.perf_counter()
+        with timers.recording(), profile(nested=True, mechanism="profiler"):
+            run()
+        times["profiler nested with results"].append(time.perf_counter() - outer)
+
+        with timers.recording(), profile(by="module", mechanism="dispatch"):
+            start = time.perf_counter()
+            run()
+            times["dispatch by module"].append(time.perf_counter() - start)
+
+        with timers.recording(), profile(by="module", mechanism="profiler"):
+            start = time.perf_counter()
+            run()
+            times["profiler by module in window"].append(time.perf_counter() - start)
 
         outer = time.perf_counter()
         with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -123,7 +158,7 @@ def measure(torch, run: Callable[[], None], repeats: int) -> dict[str, float]:
         times["torch.profiler with results"].append(time.perf_counter() - outer)
     medians = {name: statistics.median(t) for name, t in times.items()}
     plain = medians["plain"]
-    return {"ops": ops, "plain_us": plain / ops * 1e6,
+    return {"ops": ops, "plain_us": plain / ops * 1e6, "differ": differ,
             **{name: (t - plain) / ops * 1e6 for name, t in medians.items() if name != "plain"}}
 
 
@@ -140,17 +175,27 @@ def main(argv: list[str] | None = None) -> int:
         print("torch_profile_overhead: torch is not installed; pip install torch==2.13.0", file=sys.stderr)
         return 1
     torch.set_num_threads(args.threads)
-    rows = []
+    rows, notes = [], []
     for label, run in (("tiny op (torch.add, 4 elements)", _tiny(torch, args.ops)),
                        ("CNN step (batch 8, 3x32x32)", _cnn(torch, args.steps))):
         m = measure(torch, run, args.repeats)
-        rows.append([label, m["ops"], m["plain_us"], m["empty dispatch mode"], m["profile()"],
-                     m["profile(nested=True)"], m["torch.profiler in window"], m["torch.profiler with results"]])
+        rows.append([label, m["ops"], m["plain_us"], m["empty dispatch mode"], m["dispatch"], m["dispatch nested"],
+                     m["profiler in window"], m["profiler with results"], m["profiler nested with results"],
+                     m["dispatch by module"], m["profiler by module in window"],
+                     m["torch.profiler in window"], m["torch.profiler with results"]])
+        for name, (dispatch, profiler) in sorted(m["differ"].items()):
+            notes.append(f"{label}: {name} x{dispatch} per repeat under the dispatch mode, "
+                         f"x{profiler} under the profiler")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; medians of {args.repeats} interleaved "
           "repeats; overhead in us per aten op")
-    print(tabulate(rows, headers=["workload", "ops/repeat", "plain us/op", "empty dispatch mode", "profile()",
-                                  "nested=True", "torch.profiler in window", "torch.profiler with results"],
+    print(tabulate(rows, headers=["workload", "ops/repeat", "plain us/op", "empty dispatch mode",
+                                  "dispatch", "dispatch nested", "profile() in window", "profile() with results",
+                                  "profile(nested) with results", "by=module dispatch", "by=module in window",
+                                  "torch.profiler in window",
+                                  "torch.profiler with results"],
                    floatfmt=".2f"))
+    for note in notes:
+        print(f"note: {note}")
     return 0
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from time import perf_counter_ns
 from typing import Any
@@ -77,6 +77,7 @@ class Run:
         self.count_warnings: list[str] = []  # per-step counts that vary: the plugin warns
         self.annotate = annotate  # profiler ranges (NVTX) around regions and steps, or None
         self._kernels_note: str | None = None  # set by kernels_are_executor()
+        self._deferred: list[Callable[[bool], None]] = []  # set by defer()
 
     # --- used by suites --------------------------------------------------------
 
@@ -127,6 +128,34 @@ class Run:
         in the report. An executor stat, when the run has one, still takes precedence."""
         self._kernels_note = note
 
+    def defer(self, callback: Callable[[bool], None]) -> None:
+        """Call ``callback(True)`` when the window closes, after its wall clock stopped and
+        before its result is built: a recorder read after the window (torch's profiler)
+        files its stats then, and their per-step samples with :meth:`add_step_samples`.
+        A window left by an exception calls ``callback(False)`` (stop, keep nothing)."""
+        self._deferred.append(callback)
+
+    def add_step_samples(self, name: str, counts: list[int], totals_ms: list[float]) -> None:
+        """Add per-step counts and totals of stat ``name``, one per step taken so far, as
+        :meth:`step` would have taken them (for stats filed after the steps, see :meth:`defer`)."""
+        steps = len(self._step_ms)
+        if len(counts) != steps or len(totals_ms) != steps:
+            raise ValueError(f"run {self.id!r}: add_step_samples({name!r}) expects {steps} per-step values, "
+                             f"given {len(counts)} counts and {len(totals_ms)} totals")
+        have_counts = self._step_counts.setdefault(name, [0] * steps)
+        have_totals = self._step_totals.setdefault(name, [0.0] * steps)
+        for i in range(steps):
+            have_counts[i] += counts[i]
+            have_totals[i] += totals_ms[i]
+        stat = self._table.get(name) if self._table is not None else None
+        if stat is not None:  # a later step() takes only what is added after this
+            self._last[name] = (stat.count, stat.total_ms)
+
+    def _run_deferred(self, closed: bool) -> None:
+        deferred, self._deferred = self._deferred, []
+        for callback in deferred:
+            callback(closed)
+
     # --- window ----------------------------------------------------------------
 
     def _open(self, table: timers.Table) -> None:
@@ -164,6 +193,7 @@ class Run:
             self._end_trace_step(end)  # no steps: the trace is the whole window
         elif self._trace and not self._trace_done:
             table.stop_trace()  # an unfinished step after the warm-up one: keep the warm-up step
+        self._run_deferred(True)
         self._table = None
         self.result = self._result(table, (end - self._start_ns) / 1e9)
         return self.result
@@ -271,6 +301,7 @@ def measure_window(run: Run) -> Iterator[Run]:
         try:
             yield run
         except BaseException:
+            run._run_deferred(False)
             run._table = None
             if run._trace and not run._trace_done:
                 table.stop_trace()

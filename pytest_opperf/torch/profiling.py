@@ -1,6 +1,15 @@
 """``profile()``: every aten operator that runs in a measured window becomes a kernel stat.
 
-Mechanism: a ``TorchDispatchMode``. Torch calls it for every operator that
+Two mechanisms (``profile(mechanism=...)``). ``"profiler"``, the default on
+the host clock: torch's own profiler records the window and its events become
+the stats after the window has closed (:mod:`pytest_opperf.torch.recorded`):
+about 0.3 us per op inside the window on the 2-core CPU machine (at most 1.9 us
+per op of a small CNN, as ``torch.profiler`` itself), where the dispatch mode costs
+3.5-9 us; the same ops, counts, nesting, threads, module grouping and per-step
+samples (``benchmarks/torch_profile_overhead.py``). ``"dispatch"``, the default
+on CUDA (the only one that reads CUDA events), is described below.
+
+The dispatch mechanism: a ``TorchDispatchMode``. Torch calls it for every operator that
 reaches the dispatcher's Python key, i.e. below autograd and after
 ``CompositeImplicitAutograd`` decomposition: the ops that do the work
 (``aten::convolution``, ``aten::convolution_backward``, ``aten::addmm`` for a
@@ -52,11 +61,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from pytest_opperf import measure, timers
 
-__all__ = ["ACCOUNTING_NOTE", "GROUPINGS", "Profile", "profile"]
+__all__ = ["ACCOUNTING_NOTE", "GROUPINGS", "MECHANISMS", "Profile", "profile"]
 
 ACCOUNTING_NOTE = ("torch: executor time is the time inside top-level aten operators; Python is what "
                    "runs around them (nn.Module calls, hooks, optimizer loops, data handling)")
 GROUPINGS = ("op", "module")
+MECHANISMS = ("auto", "profiler", "dispatch")
 # record_function markers (optimizer.step opens one) reach the dispatcher as ops of
 # this namespace; they mark ranges, they do no work.
 SKIPPED_NAMESPACES = frozenset({"profiler"})
@@ -70,6 +80,7 @@ class Profile:
     table: timers.Table | None  # None when nothing records
     by: str  # op | module
     timing: str  # host | events | sync, or off when nothing records
+    mechanism: str = "off"  # profiler | dispatch, or off when nothing records
 
 
 def _op_name(func: Any) -> str:
@@ -403,7 +414,7 @@ class _ModuleMode(_OpMode):
 
 
 @contextmanager
-def profile(by: str = "op", nested: bool = False) -> Iterator[Profile]:
+def profile(by: str = "op", nested: bool = False, mechanism: str = "auto") -> Iterator[Profile]:
     """Time every aten op run inside as a kernel stat of the open recording.
 
     Use it inside ``opperf.measure()`` (``with opperf.measure() as run,
@@ -414,11 +425,20 @@ def profile(by: str = "op", nested: bool = False) -> Iterator[Profile]:
     ``--opperf``), it does nothing, as ``timers.timer`` does, and yields a
     :class:`Profile` with ``table=None`` and ``timing="off"``. ``nested=True``
     also lists what each op calls through the dispatcher, under it
-    (``aten::convolution/aten::_convolution/aten::mkldnn_convolution``), at
-    a higher cost per op; the top-level ops and their times stay the same.
+    (``aten::convolution/aten::_convolution/aten::mkldnn_convolution``); the
+    top-level ops and their times stay the same.
+
+    ``mechanism``: ``"profiler"`` records with torch's own profiler and builds
+    the stats after the window (:mod:`pytest_opperf.torch.recorded`; about
+    0.3 us per op); ``"dispatch"`` times each op live in a ``TorchDispatchMode``
+    (about 4 us per op; ``nested=True`` about 2.5 times that), the only one that
+    reads CUDA events. ``"auto"`` (the default) takes the profiler on the host
+    clock, the dispatch mode in a window timed on CUDA.
     """
     if by not in GROUPINGS:
         raise ValueError(f"profile: by must be one of {'|'.join(GROUPINGS)}, got {by!r}")
+    if mechanism not in MECHANISMS:
+        raise ValueError(f"profile: mechanism must be one of {'|'.join(MECHANISMS)}, got {mechanism!r}")
     if nested and by != "op":
         raise ValueError(f"profile: nested=True lists ops inside ops; it needs by='op', got by={by!r}")
     table = timers.current()
@@ -431,7 +451,7 @@ def profile(by: str = "op", nested: bool = False) -> Iterator[Profile]:
             raise RuntimeError("profile(): this recording is already being profiled (profile() inside profile())")
         _profiled.add(id(table))
     try:
-        with _profiling(table, by, nested) as prof:
+        with _profiling(table, by, nested, mechanism) as prof:
             yield prof
     finally:
         with _profiled_lock:
@@ -440,11 +460,18 @@ def profile(by: str = "op", nested: bool = False) -> Iterator[Profile]:
 
 _profiled: set[int] = set()  # the tables a profile() is open on
 _profiled_lock = threading.Lock()
+# profiler recordings whose profile() has ended, read when their window closes; by table
+_unread: dict[int, Any] = {}
 
 
 @contextmanager
-def _profiling(table: timers.Table, by: str, nested: bool) -> Iterator[Profile]:
+def _profiling(table: timers.Table, by: str, nested: bool, mechanism: str) -> Iterator[Profile]:
     run = measure.active_run()
+    if run is not None and run._table is not table:
+        run = None  # an inner timers.recording(): not the run's window
+    unread = _unread.pop(id(table), None)
+    if unread is not None:  # an earlier profile() of this window: read it now, before torch's profiler restarts
+        unread.finish()
     if run is not None:
         run.kernels_are_executor(ACCOUNTING_NOTE)
     # Device time where the window measures on a GPU (its recording has a device
@@ -453,6 +480,15 @@ def _profiling(table: timers.Table, by: str, nested: bool) -> Iterator[Profile]:
     cuda = table.device_clock is not None and torch.cuda.is_available()
     sync = cuda and table.sync
     timing = "sync" if sync else "events" if cuda else "host"
+    if mechanism == "auto":
+        mechanism = "profiler" if timing == "host" else "dispatch"
+    elif mechanism == "profiler" and timing != "host":
+        raise ValueError(f"profile: mechanism='profiler' times on the host; a window timed with {timing} "
+                         "on CUDA needs mechanism='dispatch'")
+    if mechanism == "profiler":
+        with _recorded(table, nested, run, by):
+            yield Profile(table, by, timing, mechanism)
+        return
     mode = (_ModuleMode if by == "module" else _NestedOpMode if nested else _OpMode)(table, None, sync)
     if timing == "events":
         mode.events = _Events(mode.lock)
@@ -461,9 +497,39 @@ def _profiling(table: timers.Table, by: str, nested: bool) -> Iterator[Profile]:
         mode.install()
     try:
         with mode:
-            yield Profile(table, by, timing)
+            yield Profile(table, by, timing, mechanism)
     finally:
         if isinstance(mode, _ModuleMode):
             mode.remove()
         if mode.events is not None:
             mode.events.resolve()
+
+
+@contextmanager
+def _recorded(table: timers.Table, nested: bool, run: measure.Run | None, by: str) -> Iterator[None]:
+    """torch's profiler over the block; its ops filed when the run's window closes
+    (after its wall clock stopped), or at the end of the block without a run."""
+    from .recorded import Recorder
+
+    recorder = Recorder(table, nested, run, by)
+    recorder.start()
+    try:
+        yield
+    except BaseException:
+        recorder.abandon()
+        raise
+    if run is None:
+        recorder.finish()
+        return
+    recorder.close()
+    _unread[id(table)] = recorder
+
+    def read(closed: bool) -> None:
+        if _unread.get(id(table)) is recorder:
+            del _unread[id(table)]
+        if closed:
+            recorder.finish()
+        else:
+            recorder.abandon()
+
+    run.defer(read)

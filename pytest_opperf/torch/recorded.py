@@ -1,0 +1,487 @@
+"""``profile()``'s default mechanism: torch's own profiler records, the stats are built afterwards.
+
+While the window runs, torch's profiler (kineto, CPU activity only, nothing
+but names and times) keeps an event for every operator that enters the
+dispatcher, on every thread its state reaches (the recording thread and the
+threads autograd runs backward on, its reentrant pool included): about 0.4 us
+per event, with no Python on the op's path. Reading the events costs far more
+(stopping the profiler about 2.6 us per event, reading them about 0.5 us, then
+this module's Python), so it is done when the measured window has closed, after
+its wall clock stopped (:meth:`pytest_opperf.measure.Run.defer`), or at the end
+of ``profile()`` where no window measures.
+
+Building the stats (:func:`op_samples`, :func:`file_samples`; pure, tested on
+synthetic events):
+
+* Ops: an event is an op when its name is a dispatcher operator. Ops whose every
+  overload is ``CompositeImplicitAutograd`` (``aten::conv2d``, ``aten::linear``,
+  ``aten::to``...) decompose into other ops before any kernel runs; they are
+  transparent, as the autograd nodes' and ``record_function`` ranges are, so the
+  ops listed are the ones a ``TorchDispatchMode`` sees: ``aten::convolution``,
+  ``aten::t`` and ``aten::addmm``. An op inside another op (same thread, its
+  interval inside the other's) is a call the op made: not listed, or with
+  ``nested=True`` listed under it (``aten::convolution/aten::_convolution``).
+* Steps: ``run.step()`` (the recording's flush) drops a marker event into the
+  profiler's stream; an op belongs to the step of the first marker after its
+  start. Ops that start after the last step are in the totals only, as live
+  timing would have them.
+* Regions: the recording thread's open region (``timers.timer``) is logged with
+  ``perf_counter_ns`` at every change (for the window the table's class is a
+  subclass whose ``current`` is a property that logs what it is set to); an op is filed inside the region open on
+  the recording thread when it started, on whatever thread it ran, as
+  :meth:`pytest_opperf.timers.Table.record` files it.
+* Modules (``by="module"``, :func:`file_module_samples`): global forward hooks
+  log each module call on the recording thread (``perf_counter_ns``); an op's
+  time goes to the innermost call open when it started, and the autograd node
+  it made (the profiler's sequence number on its thread) to that call's class;
+  an op inside the engine's range for that node (``autograd::engine::
+  evaluate_function: ...``, with the same sequence number and forward thread)
+  is a sample of ``<Class>.backward``.
+* Clocks: the profiler stamps events on its own clock (Unix time, from the
+  TSC); each marker is made between two ``perf_counter_ns`` reads, which gives
+  the offset between the clocks at that marker (to well under a microsecond);
+  a time is converted with the offset of the last marker before it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from time import perf_counter_ns
+from typing import Any, NamedTuple
+
+import torch
+from torch._C._profiler import ProfilerActivity, _ExperimentalConfig, _RecordFunctionFast
+from torch.autograd.profiler import ProfilerConfig, ProfilerState
+
+from pytest_opperf import measure, timers
+
+__all__ = ["Event", "Mark", "ModuleCall", "ModuleLog", "Recorder", "RegionLog", "file_module_samples",
+           "file_samples", "op_kind", "op_samples"]
+
+MARK = "opperf::mark"  # the name of the marker events (never a dispatcher op)
+WARM_UP = "opperf::warm_up"
+BACKWARD_RANGE = "autograd::engine::evaluate_function: "  # the range autograd's engine opens per node
+OP, TRANSPARENT, NOT_AN_OP = "op", "transparent", "none"
+SKIPPED_NAMESPACES = frozenset({"profiler"})  # record_function's own ops mark ranges, they do no work
+
+
+class Event(NamedTuple):  # a tuple: one is made per event read, and a dataclass costs twice as much
+    """One profiler event: its name, start and end on the profiler's clock, its thread; for
+    ``by="module"`` its sequence number (the autograd node an op made, or the node a backward
+    range runs; -1 for none) and, for a backward range, the thread that ran the node's forward."""
+
+    name: str
+    start: int
+    end: int
+    thread: int
+    seq: int = -1
+    fwd_thread: int = 0
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A marker event made between ``before`` and ``after`` (``perf_counter_ns``); ``step``:
+    the step it ends (0-based), or ``None`` for the markers at the start and end of the window."""
+
+    before: int
+    after: int
+    step: int | None
+
+
+_KINDS: dict[str, str] = {}
+
+
+def op_kind(name: str) -> str:
+    """``op`` for a dispatcher operator that runs kernels, ``transparent`` for one that is
+    ``CompositeImplicitAutograd`` in every overload, ``none`` for anything else (ranges)."""
+    kind = _KINDS.get(name)
+    if kind is None:
+        kind = _KINDS[name] = _op_kind(name)
+    return kind
+
+
+def _op_kind(name: str) -> str:
+    if "::" not in name or " " in name or name.split("::", 1)[0] in SKIPPED_NAMESPACES:
+        return NOT_AN_OP
+    try:
+        found = torch._C._jit_get_operation(name)
+    except RuntimeError:
+        return NOT_AN_OP
+    if found is None or found[1] is None:
+        return NOT_AN_OP
+    implicit = []
+    for overload in found[1]:
+        if "out" in overload:
+            continue  # out= variants are never what a model calls, and are explicit
+        try:
+            implicit.append(torch._C._dispatch_has_kernel_for_dispatch_key(
+                f"{name}.{overload}" if overload else name, "CompositeImplicitAutograd"))
+        except RuntimeError:
+            continue  # TorchScript-only overloads (aten::to.prim_Device) are not dispatcher ops
+    return TRANSPARENT if implicit and all(implicit) else OP
+
+
+def op_samples(events: Iterable[Event], nested: bool, kind: Callable[[str], str] = op_kind,
+               nodes: list | None = None) -> list[tuple[str, int, int, int]]:
+    """The ops of ``events`` as ``(path, start, ns, thread)``: top-level ops by their name;
+    with ``nested`` also the ops they call, ``parent/name``. Nesting is per thread, by
+    interval (an event inside another's start..end was called by it). ``nodes``, when
+    given, gets for each op ``((thread, seq) of the node it made or None, (fwd_thread, seq)
+    of the backward range it runs in or None)``."""
+    by_thread: dict[int, list[Event]] = {}
+    for event in events:
+        if event.name != MARK and (kind(event.name) != NOT_AN_OP or event.name.startswith(BACKWARD_RANGE)):
+            by_thread.setdefault(event.thread, []).append(event)
+    out = []
+    for thread, evs in by_thread.items():
+        evs.sort(key=lambda e: (e.start, -e.end))
+        # per open event: (end, path of the innermost op open, the backward node being run)
+        stack: list[tuple[int, str | None, tuple[int, int] | None]] = []
+        for e in evs:
+            while stack and stack[-1][0] <= e.start:
+                stack.pop()
+            enclosing, node = (stack[-1][1], stack[-1][2]) if stack else (None, None)
+            path = enclosing
+            if e.name.startswith(BACKWARD_RANGE):
+                node = (e.fwd_thread, e.seq) if e.seq >= 0 else None
+            elif kind(e.name) == OP:
+                if enclosing is None or nested:
+                    path = e.name if enclosing is None else f"{enclosing}/{e.name}"
+                    out.append((path, e.start, e.end - e.start, thread))
+                    if nodes is not None:
+                        nodes.append(((thread, e.seq) if e.seq >= 0 else None, node))
+                else:
+                    path = enclosing  # a call inside an op: inside its time, not listed
+            stack.append((e.end, path, node))
+    return out
+
+
+@dataclass
+class RegionLog:
+    """The recording thread's open region at every change: ``times`` (``perf_counter_ns``) and
+    ``states``, each ``(parent, qualifier, depth)``: the stat an op would be filed under, the
+    kernel stat that qualifies its name (or ``None``), and how many regions are open."""
+
+    times: list[int] = field(default_factory=list)
+    states: list[tuple[str | None, str | None, int]] = field(default_factory=list)
+
+    def set(self, now: int, region: Any) -> None:
+        parent = region.stat.name if region is not None else None
+        enclosing, depth, outer = region, 0, region
+        while outer is not None:
+            depth, outer = depth + 1, outer.outer
+        while enclosing is not None and not enclosing.kernel:
+            enclosing = enclosing.outer
+        self.times.append(now)
+        self.states.append((parent, enclosing.stat.name if enclosing is not None else None, depth))
+
+    def at(self, t: int) -> tuple[str | None, str | None, int]:
+        i = bisect.bisect_right(self.times, t) - 1
+        return self.states[i] if i >= 0 else (None, None, 0)
+
+
+def file_samples(table: timers.Table, samples: Sequence[tuple[str, int, int, int]], marks: Sequence[Mark],
+                 mark_starts: Sequence[int], regions: RegionLog, steps: int,
+                 trace: tuple[int, int] | None = None, trace_events: list | None = None
+                 ) -> dict[str, tuple[list[int], list[int]]]:
+    """File ``samples`` (from :func:`op_samples`) into ``table``; return each stat's
+    per-step (counts, host ns) for the first ``steps`` steps.
+
+    ``marks`` and ``mark_starts`` (the marker events' starts on the profiler's clock)
+    are in order; the first and last open and close the window, ops outside it are
+    left out. A top-level op goes in the region open on the recording thread at its
+    start; a nested one under its op's stat. ``trace`` (start, end in ``perf_counter_ns``):
+    the ops that ran inside it are appended to ``trace_events`` as the table's trace keeps
+    regions, ``(name, start_ns, ns, depth)``.
+    """
+    if len(marks) != len(mark_starts) or len(marks) < 2:
+        raise ValueError(f"profile(): {len(mark_starts)} marker events read for {len(marks)} markers made "
+                         "(at least the window's start and end are needed)")
+    offsets = [start - (m.before + m.after) // 2 for m, start in zip(marks, mark_starts)]
+    step_at = [(start, m.step) for m, start in zip(marks, mark_starts) if m.step is not None]
+    step_starts = [t for t, _ in step_at]
+    first, last = mark_starts[0], mark_starts[-1]
+    per_step: dict[str, tuple[list[int], list[int]]] = {}
+    filed: dict[str, tuple[str, int]] = {}  # path -> stat name and depth, for the ops a top-level op calls
+    for path, start, ns, _thread in sorted(samples, key=lambda s: s[1]):
+        if not first <= start <= last:
+            continue
+        if "/" in path:  # a call inside an op: under the op's stat
+            parent_path, short = path.rsplit("/", 1)
+            if parent_path not in filed:
+                continue  # its op started before the window
+            parent, depth = filed[parent_path]
+            name, depth = f"{parent}/{short}", depth + 1
+        else:
+            parent, qualifier, depth = regions.at(start - offsets[bisect.bisect_right(mark_starts, start) - 1])
+            name, short = (f"{qualifier}/{path}" if qualifier is not None else path), path
+        filed[path] = (name, depth)
+        table.add(name, ns, parent=parent, kernel=True)
+        if trace is not None and trace_events is not None:
+            at = start - offsets[bisect.bisect_right(mark_starts, start) - 1]
+            if trace[0] <= at and at + ns <= trace[1]:
+                trace_events.append((short, at - trace[0], ns, depth))
+        j = bisect.bisect_left(step_starts, start)
+        if j < len(step_at) and step_at[j][1] is not None and step_at[j][1] < steps:
+            counts, totals = per_step.setdefault(name, ([0] * steps, [0] * steps))
+            counts[step_at[j][1]] += 1
+            totals[step_at[j][1]] += ns
+    return per_step
+
+
+@dataclass(frozen=True)
+class ModuleCall:
+    """One ``nn.Module`` call on the recording thread: its stat name (``Sequential/Block``), its
+    class, the index of the call it ran in (or ``None``), its start and end (``perf_counter_ns``)."""
+
+    key: str
+    cls: str
+    outer: int | None
+    start: int
+    end: int
+
+
+def file_module_samples(table: timers.Table, samples: Sequence[tuple[str, int, int, int]], nodes: Sequence,
+                        calls: Sequence[ModuleCall], marks: Sequence[Mark], mark_starts: Sequence[int],
+                        regions: RegionLog, steps: int, main_thread: int
+                        ) -> dict[str, tuple[list[int], list[int]]]:
+    """``by="module"``: file ``samples`` (top-level ops, with their ``nodes`` from
+    :func:`op_samples`) as module calls into ``table``; return per-step (counts, ns).
+
+    ``calls`` are in the order they ended (inner calls first). An op on the recording
+    thread inside a call adds its time to the innermost call (and so to the calls around
+    it), and the autograd node it made belongs to that call's class; an op run by such a
+    node in backward is a sample of ``<Class>.backward``; other ops keep their names. Each
+    call is one sample, in the step its start falls in.
+    """
+    if len(marks) != len(mark_starts) or len(marks) < 2:
+        raise ValueError(f"profile(): {len(mark_starts)} marker events read for {len(marks)} markers made "
+                         "(at least the window's start and end are needed)")
+    offsets = [start - (m.before + m.after) // 2 for m, start in zip(marks, mark_starts)]
+    step_at = [(start, m.step) for m, start in zip(marks, mark_starts) if m.step is not None]
+    step_starts = [t for t, _ in step_at]
+    first, last = mark_starts[0], mark_starts[-1]
+    by_start = sorted(range(len(calls)), key=lambda i: calls[i].start)
+    starts = [calls[i].start for i in by_start]
+
+    def innermost(at: int) -> int | None:
+        k = bisect.bisect_right(starts, at) - 1
+        c = by_start[k] if k >= 0 else None
+        while c is not None and calls[c].end < at:
+            c = calls[c].outer
+        return c
+
+    per_step: dict[str, tuple[list[int], list[int]]] = {}
+
+    def add(name: str, ns: int, parent: str | None, stamp: int) -> None:  # stamp: the profiler's clock
+        table.add(name, ns, parent=parent, kernel=True)
+        j = bisect.bisect_left(step_starts, stamp)
+        if j < len(step_at) and step_at[j][1] < steps:
+            counts, totals = per_step.setdefault(name, ([0] * steps, [0] * steps))
+            counts[step_at[j][1]] += 1
+            totals[step_at[j][1]] += ns
+
+    mark_mids = [(m.before + m.after) // 2 for m in marks]
+    call_ns = [0] * len(calls)
+    node_cls: dict[tuple[int, int], str] = {}
+    outside = []
+    for (path, start, ns, thread), (made, runs) in zip(samples, nodes):
+        if not first <= start <= last:
+            continue
+        offset = offsets[bisect.bisect_right(mark_starts, start) - 1]
+        c = innermost(start - offset) if thread == main_thread else None
+        if c is None:
+            outside.append((path, start, ns, offset, runs))
+            continue
+        call_ns[c] += ns
+        if made is not None:
+            node_cls[made] = calls[c].cls
+    for i, call in enumerate(calls):  # inner calls first: each call's time holds its inner calls'
+        if call.outer is not None:
+            call_ns[call.outer] += call_ns[i]
+    events = [(call.start, 0, i) for i, call in enumerate(calls)] + \
+        [(start - offset, 1, k) for k, (_p, start, _ns, offset, _r) in enumerate(outside)]
+    for at, what, i in sorted(events):  # filed in the order they began
+        if what == 0:
+            call = calls[i]
+            parent = calls[call.outer].key if call.outer is not None else regions.at(at)[0]
+            offset = offsets[max(bisect.bisect_right(mark_mids, at) - 1, 0)]
+            add(call.key, call_ns[i], parent, at + offset)
+        else:
+            path, start, ns, _offset, runs = outside[i]
+            cls = node_cls.get(runs) if runs is not None else None
+            name = f"{cls}.backward" if cls is not None else path
+            parent, qualifier, _depth = regions.at(at)
+            add(f"{qualifier}/{name}" if qualifier is not None else name, ns, parent, start)
+    return per_step
+
+
+class ModuleLog:
+    """Forward hooks on every module: the calls made on the recording thread."""
+
+    def __init__(self) -> None:
+        self.thread = threading.get_ident()
+        self.calls: list[ModuleCall] = []
+        self.frames: list[tuple[str, str, int, list[int]]] = []  # (key, class, start, inner calls) of open calls
+        self.handles: list[Any] = []
+
+    def install(self) -> None:
+        from torch.nn.modules import module
+
+        self.handles = [module.register_module_forward_pre_hook(self._pre),
+                        module.register_module_forward_hook(self._post)]
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+
+    def _pre(self, mod: Any, args: Any) -> None:
+        if threading.get_ident() != self.thread:
+            return
+        cls = type(mod).__name__
+        key = f"{self.frames[-1][0]}/{cls}" if self.frames else cls
+        self.frames.append((key, cls, perf_counter_ns(), []))
+
+    def _post(self, mod: Any, args: Any, output: Any) -> None:
+        end = perf_counter_ns()
+        if threading.get_ident() != self.thread or not self.frames:
+            return
+        key, cls, start, inner = self.frames.pop()
+        index = len(self.calls)
+        self.calls.append(ModuleCall(key, cls, None, start, end))
+        for i in inner:
+            c = self.calls[i]
+            self.calls[i] = ModuleCall(c.key, c.cls, index, c.start, c.end)
+        if self.frames:
+            self.frames[-1][3].append(index)
+
+
+class _WatchedTable(timers.Table):
+    """A table whose open region is logged at every change (for the ops read afterwards)."""
+
+    @property
+    def current(self) -> Any:
+        return self.__dict__["current"]
+
+    @current.setter
+    def current(self, region: Any) -> None:
+        self.__dict__["current"] = region
+        log = self.__dict__.get("_opperf_regions")
+        if log is not None:
+            log.set(perf_counter_ns(), region)
+
+
+class Recorder:
+    """torch's profiler over one ``profile()`` window of ``table``; :meth:`finish` files the ops."""
+
+    def __init__(self, table: timers.Table, nested: bool, run: measure.Run | None, by: str = "op") -> None:
+        self.table, self.nested, self.run = table, nested, run
+        self.modules = ModuleLog() if by == "module" else None
+        self.marks: list[Mark] = []
+        self.regions = RegionLog()
+        self.closed = False
+        self.finished = False
+        self._lock = threading.Lock()
+
+    def mark(self, step: int | None) -> None:
+        before = perf_counter_ns()
+        with _RecordFunctionFast(MARK):
+            pass
+        self.marks.append(Mark(before, perf_counter_ns(), step))
+
+    def start(self) -> None:
+        if torch.autograd._profiler_enabled():
+            raise RuntimeError("profile(): torch's profiler is already running on this thread; use "
+                               "profile(mechanism='dispatch') inside torch.profiler.profile()")
+        config = ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False, _ExperimentalConfig())
+        torch.autograd._prepare_profiler(config, {ProfilerActivity.CPU})
+        torch.autograd._enable_profiler(config, {ProfilerActivity.CPU})
+        try:
+            table = self.table
+            # for the window the table is its subclass that logs each change of its open region
+            table.__class__ = _WatchedTable
+            table.__dict__["_opperf_regions"] = self.regions
+            self.regions.set(perf_counter_ns(), table.current)
+            table.on_flush(self._on_flush)
+            for _ in range(2):  # the first ranges made cost tens of microseconds: not a marker's
+                with _RecordFunctionFast(WARM_UP):
+                    pass
+            self.mark(None)
+            if self.modules is not None:
+                self.modules.install()
+        except BaseException:
+            self.abandon()
+            raise
+
+    def _on_flush(self) -> None:
+        if not self.closed:  # a run.step(): the step being ended is the run's count of steps so far
+            self.mark(self.run.batches if self.run is not None else None)
+
+    def close(self) -> None:
+        """The end of ``profile()``: ops after this are not the window's (read in :meth:`finish`)."""
+        if self.modules is not None:
+            self.modules.remove()
+        self.mark(None)
+        self.closed = True
+        table = self.table
+        table.__dict__.pop("_opperf_regions", None)
+        table.__class__ = timers.Table
+
+    def stop(self) -> Any:
+        with self._lock:
+            if self.finished:
+                return None
+            self.finished = True
+        if not self.closed:
+            self.close()
+        return torch.autograd._disable_profiler()
+
+    def finish(self, steps: int | None = None) -> None:
+        """Stop the profiler, read its events and file the window's ops (and per-step samples
+        into the run, for its first ``steps`` steps)."""
+        result = self.stop()
+        if result is None:
+            return
+        events, mark_starts, main_thread = [], [], 0
+        modules = self.modules
+        kinds = _KINDS
+        for e in result.events():
+            name = e.name()
+            kind = kinds.get(name) or op_kind(name)
+            if name == MARK:
+                mark_starts.append(e.start_ns())
+                main_thread = e.start_thread_id()
+            elif modules is not None and (kind != NOT_AN_OP or name.startswith(BACKWARD_RANGE)):
+                events.append(Event(name, e.start_ns(), e.end_ns(), e.start_thread_id(), e.sequence_nr(),
+                                    e.fwd_thread_id()))
+            elif kind != NOT_AN_OP:
+                events.append(Event(name, e.start_ns(), e.end_ns(), e.start_thread_id()))
+        mark_starts.sort()
+        steps = steps if steps is not None else (self.run.batches if self.run is not None else 0)
+        if modules is not None:
+            nodes: list = []
+            samples = op_samples(events, False, nodes=nodes)
+            per_step = file_module_samples(self.table, samples, nodes, modules.calls, self.marks, mark_starts,
+                                           self.regions, steps, main_thread)
+            self._hand_over(per_step)
+            return
+        samples = op_samples(events, self.nested)
+        run = self.run
+        traced = run._trace_events if run is not None else None  # the step --opperf-trace keeps
+        trace = (run._trace_start_ns, run._trace_start_ns + traced["dur_ns"]) if traced else None
+        per_step = file_samples(self.table, samples, self.marks, mark_starts, self.regions, steps, trace,
+                                traced["events"] if traced else None)
+        self._hand_over(per_step)
+
+    def _hand_over(self, per_step: dict[str, tuple[list[int], list[int]]]) -> None:
+        if self.run is not None:
+            for name, (counts, totals) in per_step.items():
+                self.run.add_step_samples(name, counts, [ns / 1e6 for ns in totals])
+
+    def abandon(self) -> None:
+        """Stop the profiler and keep nothing (the window was left by an exception)."""
+        self.stop()
