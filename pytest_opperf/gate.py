@@ -1,7 +1,8 @@
 """The gate: thresholds file, absolute limits and baseline regressions, to a verdict.
 
 Thresholds (TOML, ARCHITECTURE section 7) hold ``[regression]`` tolerances
-and ``[[limit]]`` tables matched to runs and stats by glob. Unknown keys and
+and ``[[limit]]`` tables matched to runs and stats by glob, and the A/B
+``[compare]`` table (parsed and applied in :mod:`pytest_opperf.ab.paired`). Unknown keys and
 wrong types are errors naming the key and the file, so a typo cannot
 silently switch a check off.
 
@@ -49,6 +50,7 @@ from dataclasses import asdict, dataclass, field, fields
 from fnmatch import fnmatchcase
 from typing import Any
 
+from .ab.paired import CompareSettings, parse_compare
 from .results import ResultSet, RunResult, read_text, same_hardware
 from .stats import Samples, mann_whitney_u
 
@@ -108,6 +110,7 @@ class Thresholds:
     regression: Regression = Regression()
     limits: tuple[Limit, ...] = ()
     source: str | None = None
+    compare: CompareSettings = CompareSettings()  # [compare]: the A/B decision (pytest_opperf.ab.paired)
 
 
 _STAT_LIMITS = ("max_avg_ms", "max_total_ms")
@@ -183,12 +186,14 @@ def _parse_limit(table: Any, index: int, source: str) -> Limit:
 
 def parse_thresholds(data: Mapping[str, Any], source: str = "<thresholds>") -> Thresholds:
     """Thresholds from a parsed TOML document (raises :class:`ThresholdsError`)."""
-    _unknown(data, ["regression", "limit"], "the top level", source)
+    _unknown(data, ["regression", "limit", "compare"], "the top level", source)
     regression = _parse_regression(data["regression"], source) if "regression" in data else Regression()
     limits = data.get("limit", [])
     if not isinstance(limits, list):
         raise ThresholdsError(f"{source}: limit must be an array of tables ([[limit]]), got {_type_name(limits)}")
-    return Thresholds(regression, tuple(_parse_limit(t, i + 1, source) for i, t in enumerate(limits)), source)
+    compare = parse_compare(data["compare"], source) if "compare" in data else CompareSettings()
+    return Thresholds(regression, tuple(_parse_limit(t, i + 1, source) for i, t in enumerate(limits)), source,
+                      compare)
 
 
 def load_thresholds(path: str | os.PathLike[str]) -> Thresholds:
