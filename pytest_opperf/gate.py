@@ -241,6 +241,7 @@ class Verdict:
     checks: int = 0
     baseline: str | None = None
     thresholds: str | None = None
+    undecided: int = 0  # A/B metrics that neither passed nor failed (shown in the verdict line)
 
     @property
     def passed(self) -> bool:
@@ -249,7 +250,7 @@ class Verdict:
     def to_dict(self) -> dict[str, Any]:
         return {"passed": self.passed, "violations": [v.to_dict() for v in self.violations],
                 "warnings": list(self.warnings), "notes": list(self.notes), "checks": self.checks,
-                "baseline": self.baseline, "thresholds": self.thresholds}
+                "baseline": self.baseline, "thresholds": self.thresholds, "undecided": self.undecided}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
@@ -263,7 +264,8 @@ class Verdict:
                     statistic=str(v.get("statistic", ""))))
         return cls(violations=violations, warnings=list(data.get("warnings", [])),
                    notes=list(data.get("notes", [])), checks=int(data.get("checks", 0)),
-                   baseline=data.get("baseline"), thresholds=data.get("thresholds"))
+                   baseline=data.get("baseline"), thresholds=data.get("thresholds"),
+                   undecided=int(data.get("undecided", 0)))
 
 
 @dataclass(frozen=True)

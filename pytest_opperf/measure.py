@@ -12,7 +12,7 @@ startup); the gate treats it as warm-up when there are at least two steps.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from time import perf_counter_ns
 from typing import Any
@@ -49,7 +49,8 @@ class Run:
     """The handle of one measured window; the suite calls :meth:`step` per batch."""
 
     def __init__(self, run_id: str, kind: str, config: Mapping[str, Any] | None, device: DeviceInfo,
-                 timing: str, executor_stat: str, trace: bool = False) -> None:
+                 timing: str, executor_stat: str, trace: bool = False,
+                 handover: Callable[[Run], None] | None = None) -> None:
         self.id = run_id
         self.kind = kind
         self.config = dict(config or {})
@@ -73,6 +74,9 @@ class Run:
         self._step_examples: list[int] = []
         self._work: dict[str, list[float]] = {}
         self.count_warnings: list[str] = []  # per-step counts that vary: the plugin warns
+        # A/B: called after each step (the device synchronised); the time it takes is not the window's
+        self._handover = handover
+        self._paused_ns = 0
 
     # --- used by suites --------------------------------------------------------
 
@@ -100,6 +104,11 @@ class Run:
         self.examples += examples
         self.batches += 1
         self._last_ns = now
+        if self._handover is not None:
+            self._handover(self)
+            resumed = perf_counter_ns()
+            self._paused_ns += resumed - now
+            self._last_ns = resumed
         self._begin_trace_step()
 
     def add_work(self, stat: str, flops: float = 0.0, bytes: float = 0.0) -> None:
@@ -143,7 +152,7 @@ class Run:
         elif self._trace and not self._trace_done:
             table.stop_trace()  # an unfinished step after the warm-up one: keep the warm-up step
         self._table = None
-        self.result = self._result(table, (end - self._start_ns) / 1e9)
+        self.result = self._result(table, (end - self._start_ns - self._paused_ns) / 1e9)
         return self.result
 
     def _counts(self, notes: list[str]) -> dict[str, int]:

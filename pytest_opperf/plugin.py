@@ -48,6 +48,18 @@ def _choice(option: str, choices: tuple[str, ...]) -> Callable[[str], str]:
     return parse
 
 
+def _seconds(value: str) -> str:
+    try:
+        ok = float(value) > 0
+    except ValueError:
+        ok = False
+    if not ok:
+        import argparse
+
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {value!r}")
+    return value
+
+
 def _path(value: str) -> str:
     if not value.strip():
         import argparse
@@ -74,6 +86,15 @@ _OPTIONS: tuple[tuple[str, str, Callable[[str], str] | None, str | None, str], .
     ("markdown", "PATH", _path, None, "write the markdown report (also appended to $GITHUB_STEP_SUMMARY when set)"),
     ("trace", "PATH", _path, None, "write a Chrome trace (chrome://tracing, Perfetto) of one step per run"),
     ("sort", "COLUMN", _choice("sort", SORTS), "total", "stat table order: total|avg|max|min|count|name"),
+    # A/B in one job (pytest_opperf/ab): ini keys with underscores, opperf_compare_python...
+    ("compare", "REV|DIR", _path, None,
+     "A/B: run the base side too (a git revision of the rootdir's repository, or a checkout) and "
+     "compare head against base, interleaved"),
+    ("compare-python", "PATH", _path, None,
+     "A/B: the base side's interpreter (an environment with the base build installed; default: this one)"),
+    ("compare-timeout", "SECONDS", _seconds, "600", "A/B: the longest a side may take to answer (a hang ends both)"),
+    ("compare-undecided", "MODE", _choice("compare-undecided", ("warn", "fail")), "warn",
+     "A/B: undecided metrics warn (shown in the gate line) or fail the gate: warn|fail"),
 )
 
 
@@ -84,9 +105,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("opperf_enabled", "turn pytest-opperf on, as --opperf does", type="bool", default=False)
     for name, metavar, parse, default, text in _OPTIONS:
         shown = f"default: {default}" if default else "default: none"
-        group.addoption(f"--opperf-{name}", metavar=metavar, type=parse, default=None, dest=f"opperf_{name}",
-                        help=f"{text} ({shown}; ini opperf_{name})")
-        parser.addini(f"opperf_{name}", f"default for --opperf-{name}", default=default or "")
+        key = name.replace("-", "_")
+        group.addoption(f"--opperf-{name}", metavar=metavar, type=parse, default=None, dest=f"opperf_{key}",
+                        help=f"{text} ({shown}; ini opperf_{key})")
+        parser.addini(f"opperf_{key}", f"default for --opperf-{name}", default=default or "")
     parser.addini("opperf_executor_stat", "stat whose total is executor time (default: ExecutorRunTimer)",
                   default="ExecutorRunTimer")
 
@@ -109,9 +131,17 @@ class Settings:
     executor_stat: str = "ExecutorRunTimer"
     paths: dict[str, Path] = field(default_factory=dict)  # thresholds, baseline, save, json, markdown, trace
     labels: dict[str, str] = field(default_factory=dict)  # how each was given, for messages
+    compare: str | None = None  # A/B: REV|DIR as given
+    compare_python: str | None = None  # A/B: the base interpreter, resolved
+    compare_timeout: float = 600.0
+    compare_undecided: str = "warn"
+    origins: dict[str, Path] = field(default_factory=dict)  # the directory relative values are taken from
 
     def label(self, name: str) -> str:
-        return self.labels.get(name, f"--opperf-{name}")
+        return self.labels.get(name, f"--opperf-{name.replace('_', '-')}")
+
+    def origin(self, name: str, default: Path) -> Path:
+        return self.origins.get(name, default)
 
 
 def _settings(config: pytest.Config) -> Settings:
@@ -120,13 +150,15 @@ def _settings(config: pytest.Config) -> Settings:
     paths: dict[str, Path] = {}
     labels: dict[str, str] = {}
     ini_dir = config.inipath.parent if config.inipath else config.rootpath
+    origins: dict[str, Path] = {}
     for name, _, parse, default, _ in _OPTIONS:
-        given = config.getoption(f"opperf_{name}")
+        key = name.replace("-", "_")
+        given = config.getoption(f"opperf_{key}")
         base = config.invocation_params.dir
         label = f"--opperf-{name}"
         if given is None:
-            given = config.getini(f"opperf_{name}") or None
-            base, label = ini_dir, f"ini opperf_{name}"
+            given = config.getini(f"opperf_{key}") or None
+            base, label = ini_dir, f"ini opperf_{key}"
             if given is not None and parse is not None:
                 try:
                     given = parse(given)
@@ -136,13 +168,33 @@ def _settings(config: pytest.Config) -> Settings:
             if given:
                 paths[name] = Path(base, given)
                 labels[name] = f"{label} {given}"
+        elif name.startswith("compare"):
+            values[key] = _compare_value(key, given or default, base)
+            origins[key] = base
+            if given:
+                labels[key] = f"{label}={given}" if label.startswith("--") else f"{label} = {given}"
         else:
             values[name] = given or default
     enabled = config.getoption("opperf")
     if enabled is None:
         enabled = bool(config.getini("opperf_enabled"))
     executor_stat = config.getini("opperf_executor_stat") or "ExecutorRunTimer"
-    return Settings(enabled=enabled, executor_stat=executor_stat, paths=paths, labels=labels, **values)
+    if values.get("compare") and not enabled and config.getoption("opperf_compare"):
+        raise pytest.UsageError("opperf: --opperf-compare needs --opperf (or ini opperf_enabled)")
+    return Settings(enabled=enabled, executor_stat=executor_stat, paths=paths, labels=labels, origins=origins,
+                    **values)
+
+
+def _compare_value(key: str, value: Any, base: Path) -> Any:
+    """The A/B options: the timeout as a float, the base interpreter found (a name on PATH, or a path)."""
+    if key == "compare_timeout":
+        return float(value)
+    if key == "compare_python" and value:
+        import shutil
+
+        found = shutil.which(value) if os.sep not in value else str(Path(base, value))
+        return found or value  # a python that does not run is a usage error at session start
+    return value
 
 
 _SETTINGS = pytest.StashKey[Settings]()
@@ -258,7 +310,7 @@ class OpPerf:
         elif self._windows > 1:
             run_id = f"{run_id}#{self._windows}"
         run = measure.Run(run_id, kind, config, self.device, self.timing, self._settings.executor_stat,
-                          trace="trace" in self._settings.paths)
+                          trace="trace" in self._settings.paths, handover=self._session.step_handover)
         with measure.measure_window(run):
             yield run
         for note in run.count_warnings:
@@ -323,6 +375,9 @@ class OpBenchmark:
     def __call__(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if not self._opperf.enabled:
             return function(*args, **kwargs)
+        ab = self._opperf._session.ab_benchmark if self._opperf._session is not None else None
+        if ab is not None:  # an A/B side: the controller asks for the rounds
+            return ab(self, function, args, kwargs)
         return self._benchmark()(function, *args, **kwargs)
 
     def pedantic(self, target: Callable[..., Any], args: tuple = (), kwargs: dict[str, Any] | None = None,
@@ -338,6 +393,9 @@ class OpBenchmark:
             if teardown is not None:
                 teardown(*args, **kwargs)
             return result
+        ab = self._opperf._session.ab_benchmark if self._opperf._session is not None else None
+        if ab is not None:  # an A/B side: the controller asks for the rounds
+            return ab(self, target, args, kwargs or {}, setup=setup, teardown=teardown)
         return self._benchmark().pedantic(target, args=args, kwargs=kwargs, setup=setup, teardown=teardown,
                                           rounds=rounds, warmup_rounds=warmup_rounds, iterations=iterations)
 
@@ -384,7 +442,8 @@ class OpPerfSession:
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
         self.settings = settings
-        self.is_worker = hasattr(config, "workerinput")
+        # an xdist worker, or an A/B side: only collects runs and hands them over
+        self.is_worker = hasattr(config, "workerinput") or config.pluginmanager.has_plugin("opperf-ab-side")
         self.runs: list[RunResult] = []
         self.untimed_benchmarks = 0
         self.device: DeviceInfo = CPU_HOST
@@ -405,6 +464,11 @@ class OpPerfSession:
         self.sections: list[tuple[str, list[str]]] = []  # from pytest_opperf_report_sections
         self._timer: Any = None
         self._timer_made = False
+        # A/B (pytest_opperf/ab): the controller in the main process; hand-over points on a side
+        self.ab: Any = None  # ab.session.ABSession
+        self.compare: Any = None  # ab.paired.CompareResult
+        self.step_handover: Callable[[Any], None] | None = None  # set on a side: after each run.step()
+        self.ab_benchmark: Callable[..., Any] | None = None  # set on a side: runs per-op benchmarks
 
     def add_run(self, run: RunResult) -> None:
         self.runs.append(run)
@@ -432,6 +496,10 @@ class OpPerfSession:
         self._check_outputs()
         self._load_thresholds()
         self._load_baseline()
+        if self.settings.compare:
+            from pytest_opperf.ab.session import ABSession
+
+            self.ab = ABSession.start(self)
         from pytest_opperf.results import commit_info, machine_info, same_hardware
 
         self.machine = machine_info(self.device)
@@ -525,6 +593,8 @@ class OpPerfSession:
         yield
         if self.is_worker:
             return
+        if self.ab is not None and self.ab.aborted:
+            return  # no comparison: no gate to pass; the session fails with the reason
         try:
             self._gate(session)
         except Exception as exc:  # the gate could not decide: never pass silently
@@ -549,6 +619,8 @@ class OpPerfSession:
         if self.untimed_benchmarks:
             verdict.notes.append(f"{self.untimed_benchmarks} per-op benchmark(s) ran untimed "
                                  "(pytest-benchmark disabled: --benchmark-disable, or xdist)")
+        if self.ab is not None:
+            self._gate_compare(session, results, verdict)
         results.gate = verdict.to_dict()
         if not verdict.passed:
             session.testsfailed += 1  # exit status 1, as a failed test gives
@@ -556,6 +628,23 @@ class OpPerfSession:
                          for answer in self.config.hook.pytest_opperf_report_sections(config=self.config,
                                                                                       results=results)
                          for title, lines in answer]
+
+    def _gate_compare(self, session: pytest.Session, results: ResultSet, verdict: Verdict) -> None:
+        """A/B: regressed metrics are violations; undecided ones warn (or fail); failed base tests fail."""
+        compare = self.compare
+        if compare is not None:
+            results.compare = compare.to_dict()
+            verdict.violations += compare.violations()
+            verdict.checks += len(compare.decisions)
+            undecided = [d for d in compare.decisions if d.verdict == "undecided"]
+            verdict.undecided = len(undecided)
+            if undecided and self.settings.compare_undecided == "fail":
+                from pytest_opperf.ab.session import undecided_violations
+
+                verdict.violations += undecided_violations(undecided)
+        if self.ab.problems:
+            verdict.notes += self.ab.problems
+            session.testsfailed += 1
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -574,6 +663,8 @@ class OpPerfSession:
     def _hand_over(self) -> None:
         from pytest_opperf.results import ResultSet
 
+        if not hasattr(self.config, "workerinput"):
+            return  # an A/B side: its runs went to the controller test by test
         payload = {"results": ResultSet(runs=self.runs).to_dict(with_trace=True),
                    "untimed": self.untimed_benchmarks}
         self.config.workeroutput["opperf"] = json.dumps(payload)  # type: ignore[attr-defined]
@@ -606,6 +697,10 @@ class OpPerfSession:
                 self._write("save", lambda p: write_results(p, results), target)
         if "markdown" in self.settings.paths or os.environ.get("GITHUB_STEP_SUMMARY"):
             text = report.markdown(results, self.verdict, self.settings.sort, self.sections)
+            if self.compare is not None:
+                from pytest_opperf.ab import render
+
+                text += "\n" + render.markdown(self.compare)
             self._write("markdown", lambda p: write_text_atomic(p, text))
             summary = os.environ.get("GITHUB_STEP_SUMMARY")
             if summary:
@@ -635,13 +730,20 @@ class OpPerfSession:
         if self.results is None:
             tr.write_line("opperf: no results (the session stopped before running tests)")
         else:
+            sections = list(self.sections)
+            if self.compare is not None:
+                from pytest_opperf.ab import render
+
+                sections.insert(0, ("A/B: head against base", render.terminal_lines(self.compare)))
             for line in report.terminal_lines(self.results, self.verdict, self.settings.sort, self.notes,
-                                              self.sections):
+                                              sections):
                 tr.write_line(line)
         for line in self.written:
             tr.write_line(f"wrote {line}")
         for line in self.errors:
             tr.write_line(f"error: {line}", red=True)
+        for line in self.ab.lines if self.ab is not None else ():
+            tr.write_line(f"opperf: {line}" if line.startswith("A/B") else line, red=True)
         if self.verdict is not None and not self.verdict.passed:
             tr.write_sep("=", "opperf gate", red=True)
             for line in report.gate_lines(self.verdict):

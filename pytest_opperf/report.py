@@ -162,7 +162,8 @@ def _verdict_detail(verdict: Verdict) -> str:
         where.append(f"thresholds {verdict.thresholds}")
     checks = f"{verdict.checks} checks" if verdict.passed else (
         f"{len(verdict.violations)} violation(s) in {verdict.checks} checks")
-    return f"{checks}; {', '.join(where) if where else 'no baseline, no thresholds'}"
+    undecided = f"; A/B: {verdict.undecided} undecided" if verdict.undecided else ""
+    return f"{checks}; {', '.join(where) if where else 'no baseline, no thresholds'}{undecided}"
 
 
 def verdict_line(verdict: Verdict | None) -> str:
