@@ -642,9 +642,7 @@ class OpPerfSession:
                 from pytest_opperf.ab.session import undecided_violations
 
                 verdict.violations += undecided_violations(undecided)
-        if self.ab.problems:
-            verdict.notes += self.ab.problems
-            session.testsfailed += 1
+        verdict.violations += self.ab.problem_violations()
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:

@@ -298,11 +298,11 @@ class Controller:
     def _test_of(run_id: str) -> str:
         return run_id.split("#", 1)[0]  # extra windows of a test: <node id>#<name>
 
-    def close(self) -> None:
-        """End both processes (idempotent, never raises)."""
+    def close(self, grace_s: float = 10.0) -> None:
+        """End both processes (idempotent, never raises); ``grace_s`` for each to end by itself."""
         for side in self.sides.values():
             try:
-                side.stop()
+                side.stop(grace_s)
             except Exception:  # noqa: BLE001 - closing must go on to the other side
                 side.kill()
         self.sides.clear()

@@ -93,7 +93,7 @@ class ABSession:
         self.with_plugin = with_plugin  # the base interpreter lacks pytest-opperf's entry point: -p it
         self.controller: Controller | None = None
         self.aborted: str | None = None
-        self.problems: list[str] = []  # base tests that failed: the session fails
+        self.problems: list[tuple[str, str, str]] = []  # (test, metric, why): not compared, the gate fails
         self.lines: list[str] = []  # shown in red after the report
         self._old_sigterm: Any = None
 
@@ -182,6 +182,7 @@ class ABSession:
             base_spec, head_spec, thresholds.compare, self.base.label, f"working tree {self.config.rootpath}",
             timeout_s=self.opperf.settings.compare_timeout, on_outcome=self._outcome,
             should_stop=lambda: bool(session.shouldfail or session.shouldstop))
+        finished = False
         try:
             try:
                 plan, errors = controller.start()
@@ -190,10 +191,12 @@ class ABSession:
                 return True
             if errors["base"]:
                 first = self._report(errors["base"][0])
+                self.aborted = "the base cannot collect the tests"
                 raise pytest.UsageError(
                     f"opperf: {self.opperf.settings.label('compare')}: the base {self.base.label} cannot "
                     f"collect the tests: {first.nodeid or '<rootdir>'}: {_last_line(first)}")
             if errors["head"]:
+                self.aborted = "the head cannot collect the tests"
                 for data in errors["head"]:
                     self.config.hook.pytest_collectreport(report=self._report(data))
                 raise session.Interrupted(f"{len(errors['head'])} error(s) during collection")
@@ -204,10 +207,11 @@ class ABSession:
                               f"{len(plan.removed)} on the base only")
             try:
                 self.opperf.compare = controller.run()
+                finished = True
             except SideFailure as exc:
                 self._abort(session, exc)
         finally:
-            controller.close()
+            controller.close(grace_s=10.0 if finished else 1.0)  # a broken or interrupted session ends now
         return True
 
     def _abort(self, session: pytest.Session, exc: SideFailure) -> None:
@@ -226,11 +230,13 @@ class ABSession:
             if outcome.failed and outcome.visit == 0:
                 reports = [self._report(d) for d in outcome.reports]
                 why = next((_last_line(r) for r in reports if r.failed), "failed")
-                self.problems.append(f"the base side's {outcome.nodeid} failed ({why}): not compared")
+                self.problems.append((outcome.nodeid, "ab:base", f"the base side's {outcome.nodeid} failed ({why}): "
+                                                      "not compared"))
             return
         if outcome.visit > 0:
             if outcome.failed:
-                self.problems.append(f"{outcome.nodeid} failed when run again for more pairs")
+                self.problems.append((outcome.nodeid, "ab:rerun", f"the head side's {outcome.nodeid} failed when run again "
+                                                      "for more pairs"))
             return
         reports = [self._report(d) for d in outcome.reports]
         if reports:
@@ -242,10 +248,20 @@ class ABSession:
         self.opperf.runs.extend(outcome.runs)
 
 
+    def problem_violations(self) -> list[Any]:
+        """Tests that could not be compared (a base test that failed): each fails the gate."""
+        from pytest_opperf.gate import Violation
+
+        return [Violation(run=test, metric=metric, value=0.0, limit=0.0, baseline=None, message=why,
+                          statistic="A/B: a test must pass on both sides to be compared")
+                for test, metric, why in self.problems]
+
+
 def _last_line(report: Any) -> str:
     text = str(getattr(report, "longreprtext", "") or "").strip()
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else report.outcome
+    last = lines[-1] if lines else report.outcome
+    return last[1:].strip() if last.startswith("E ") else last
 
 
 
