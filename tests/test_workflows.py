@@ -60,3 +60,13 @@ def test_the_gpu_gate_runs_the_full_workload_on_the_gpu_runner():
         assert option in text
     # Code from forks needs a maintainer's approval (an environment with reviewers).
     assert "github.event.pull_request.head.repo.fork && 'gpu-fork'" in text
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_pull_requests_run_ab_against_their_base_commit(path):
+    text = path.read_text()
+    assert "fetch-depth: 0" in text  # the base commit must be in the clone for its worktree
+    assert "BASE_SHA: ${{ github.event.pull_request.base.sha }}" in text  # through env:, not in the script
+    assert '--opperf-compare="$BASE_SHA"' in text
+    assert text.count("if: github.event_name == 'pull_request'") == 1
+    assert text.count("if: github.event_name != 'pull_request'") == 1  # pushes: the single-side run, saved

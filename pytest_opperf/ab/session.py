@@ -161,6 +161,8 @@ class ABSession:
         args, _ = side_args(self.config)
         fixed = [f"--opperf-workload={settings.workload}", f"--opperf-device={settings.device}",
                  f"--opperf-timing={settings.timing}"]
+        if "trace" in settings.paths:  # both sides record the trace events (the same cost); the head's are kept
+            fixed.append(f"--opperf-trace={self.workspace.path / 'trace-unused.json'}")
         specs = []
         for name, python, root, plugin in (("base", self.python, self.base_root, self.with_plugin),
                                            ("head", sys.executable, self.config.rootpath, False)):
