@@ -63,6 +63,10 @@ def test_rev_mode_catches_a_3x_slower_head_and_imports_each_sides_own_code(pytes
     assert e2e["batches"] == 4 and len(e2e["step_ms"]) == 4
     verdicts = {(d["run"], d["metric"]): d["verdict"] for d in data["compare"]["decisions"]}
     assert verdicts[("test_s.py::test_e2e", "count:relu")] == "unchanged"
+    # 3 pairs per run of the e2e test (4 steps, the first is warm-up): it ran again on both sides
+    # until it had min_pairs (10), so 4 times; the session's result is the first run's
+    pairs = {(d["run"], d["metric"]): d["pairs"] for d in data["compare"]["decisions"]}
+    assert pairs[("test_s.py::test_e2e", "step_ms:relu")] == 12
     # the base side imported the base's framework from its worktree, both sides the head's plugin
     base_rf, base_plugin = (traces["where"] / "base").read_text().split()
     head_rf, head_plugin = (traces["where"] / "head").read_text().split()
