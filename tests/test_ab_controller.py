@@ -135,10 +135,11 @@ def controller(tmp_path: Path, ms: dict[str, float], ids: dict[str, list[str]], 
     env = {**__import__("os").environ, "FAKE": json.dumps(conf)}
     specs = [SideSpec(name, [sys.executable, str(script)], tmp_path, env, tmp_path / f"{name}.log")
              for name in ("base", "head")]
-    return Controller(specs[0], specs[1], paired.CompareSettings(), "REV x", "head", timeout_s=30, seed=1)
+    return Controller(specs[0], specs[1], paired.CompareSettings(), "REV x", "head", timeout_s=30, seed=1,
+                      warmup_s=0.0)  # one warm-up pair
 
 
-def test_the_controller_pairs_blocks_in_random_order_and_stops_once_decided(tmp_path):
+def test_the_controller_pairs_blocks_in_random_order_stops_once_decided_and_confirms(tmp_path):
     ids = {"base": ["t::a", "t::gone"], "head": ["t::a", "t::new"]}
     c = controller(tmp_path, {"base": 1.0, "head": 2.0}, ids)
     try:
@@ -152,14 +153,16 @@ def test_the_controller_pairs_blocks_in_random_order_and_stops_once_decided(tmp_
     assert list(decisions) == [("t::a", "call_ms:op")]  # the added test runs on the head alone, unpaired
     d = decisions["t::a", "call_ms:op"]
     assert d.verdict == "regressed" and d.estimate == pytest.approx(2.0, rel=0.02)
-    assert d.pairs == MIN_PAIRS  # decided at the first look: no more pairs than needed
+    # decided at the first look of each run of the test; a regression is confirmed by a second run
+    assert d.pairs == 2 * MIN_PAIRS
     lines = (tmp_path / "blocks.log").read_text().split("\n")[:-1]
+    assert len(lines) == 2 * (2 + 2 * MIN_PAIRS) + 1 + MIN_PAIRS  # + the added test, alone
     # 4 iterations of a 1 ms round: 2 rounds make the 8 ms block; the same block on both sides
     assert {line.split(" ", 1)[1] for line in lines} == {"2 4"}
-    paired_lines = [line.split()[0] for line in lines[2:2 + 2 * MIN_PAIRS]]  # after one warm-up block each
+    paired_lines = [line.split()[0] for line in lines[2:2 + 2 * MIN_PAIRS]]  # after one warm-up pair
     orders = [tuple(paired_lines[i:i + 2]) for i in range(0, len(paired_lines), 2)]
     assert set(orders) == {("base", "head"), ("head", "base")}  # randomised per pair, both orders seen
-    assert result.added == ["t::new"] and result.removed == ["t::gone"] and result.pairs == MIN_PAIRS
+    assert result.added == ["t::new"] and result.removed == ["t::gone"] and result.pairs == 2 * MIN_PAIRS
 
 
 def test_a_side_that_dies_is_named_with_its_status(tmp_path):

@@ -18,7 +18,10 @@ then on the head, each running up to its first hand-over point, and then:
 * otherwise (one side ahead, or the test on one side only) the side alone.
 
 After the first pass every metric is decided together; tests with undecided
-metrics are run again on both sides (more pairs) while the budget lasts.
+metrics are run again on both sides (more pairs) while the budget lasts, and
+so are tests with a metric regressed or improved after one run only: a
+change must show again in a second run of the test, whose set-up transients
+are its own.
 The head's results of each test's first visit are the session's results.
 No pytest import: the glue (``session.py``) passes callbacks.
 """
@@ -51,6 +54,10 @@ MIN_ROUND_S = 0.0005  # timer resolution is far finer; rounds this long keep cal
 BLOCK_S = 0.008  # timed work per block: short, so base and head blocks lie close in time
 MAX_ROUNDS = 50
 MIN_VISIT_S = 0.5  # a benchmark's share of the budget is never below this
+# Warm-up pairs, discarded, for at least this long per visit: the set-up of a test leaves
+# transients (BLAS threads that busy-wait ~0.1 s after a call, caches) that favour the side
+# that ran last; measured A/A here, pairs taken straight after set-up were off by up to 10x.
+WARMUP_S = 0.3
 MAX_RERUNS = 8  # visits per test after the first, at most
 LOG_TAIL_LINES = 15
 
@@ -207,6 +214,7 @@ class Controller:
     head_label: str
     timeout_s: float = 600.0
     seed: int | None = None
+    warmup_s: float = WARMUP_S
     clock: Callable[[], float] = time.monotonic
     on_outcome: Callable[[TestOutcome], None] = lambda outcome: None
     should_stop: Callable[[], bool] = lambda: False
@@ -289,8 +297,12 @@ class Controller:
         return schedule[index + 1] if index + 1 < len(schedule) else None
 
     def _undecided_runs(self, common: set[str]) -> list[str]:
+        """The tests to run again: undecided metrics, and regressed or improved ones seen in one
+        run of their test only (a change must show again in a second run, with its own set-up)."""
         decisions = paired.decide(list(self.samples.values()), self.settings)
-        runs = {d.key.run for d in decisions if d.verdict == "undecided"}
+        runs = {d.key.run for d in decisions if d.verdict == "undecided" or (
+            d.verdict in ("regressed", "improved") and d.kind != "count"
+            and self._visits.get(self._test_of(d.key.run), 0) < 2)}
         tests = {self._test_of(run) for run in runs}
         return [t for t in self._plan.order if t in tests and t in common] if self._plan else []
 
@@ -408,9 +420,13 @@ class Controller:
         target = self.samples.setdefault(key, paired.Paired(key, "time"))
         deadline = self._visit_deadline()
         iterations, rounds = self._calibrate(sides, doing)
-        for side in sides:  # warm-up block on both
-            self._block(side, rounds, iterations, doing)
         by_name = {s.name: s for s in sides}
+        warm_until = self.clock() + self.warmup_s
+        while True:  # warm-up pairs, in the order of real ones, thrown away
+            for name in self.rng.sample(["base", "head"], 2):
+                self._block(by_name[name], rounds, iterations, doing)
+            if self.clock() >= warm_until:
+                break
         start = len(target.base)
         while True:
             order = self.rng.sample(["base", "head"], 2)
