@@ -420,3 +420,20 @@ def test_violations_one_per_regressed_metric():
     assert v[1].message.startswith("Python share of the steps") and "points [" in v[1].message
     assert v[2].message == "conv2d runs 54 times per step, base 53 (A/B, exact)"
     assert v[2].limit == 53.0
+
+
+def test_the_docs_list_every_compare_key_with_its_default_and_range():
+    from pathlib import Path
+
+    docs = (Path(__file__).parent.parent / "docs" / "contract-additions.md").read_text()
+    for key, spec in compare_keys().items():
+        row = f"| `{key}` | {spec['default']} | {paired._interval_text(*spec['range'])} | {spec['doc']}"
+        assert row.replace("(call_ms)", "(`call_ms`)").replace("(step_ms)", "(`step_ms`)") in docs, key
+
+
+def test_ci_thresholds_compare_table():
+    from pathlib import Path
+
+    s = load_thresholds(Path(__file__).parent.parent / "ci" / "thresholds.toml").compare
+    assert (s.min_slowdown, s.max_python_share_increase, s.alpha) == (0.05, 0.01, 0.05)
+    assert (s.min_call_ms, s.min_step_ms, s.min_pairs, s.budget_s) == (0.002, 0.1, 10, 240.0)

@@ -232,9 +232,9 @@ class CompareSettings:
     budget_s: float = _key(600.0, 0.0, math.inf, "wall-time budget of the whole A/B session (s); what is "
                            "undecided when it is spent is reported undecided", lo_open=True, hi_open=True)
     min_call_ms: float = _key(0.001, 0.0, math.inf, "floor of per-op metrics (call_ms): a call must grow "
-                              "by more than this many ms to count", hi_open=True)
+                              "by at least this many ms to count", hi_open=True)
     min_step_ms: float = _key(0.05, 0.0, math.inf, "floor of e2e stats (step_ms): a stat's per-step total "
-                              "must grow by more than this many ms to count", hi_open=True)
+                              "must grow by at least this many ms to count", hi_open=True)
     min_pairs: int = _key(10, 2, 1_000_000, "below this many pairs a metric is undecided")
     overrides: tuple[Override, ...] = ()
 
