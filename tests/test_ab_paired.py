@@ -437,3 +437,41 @@ def test_ci_thresholds_compare_table():
     s = load_thresholds(Path(__file__).parent.parent / "ci" / "thresholds.toml").compare
     assert (s.min_slowdown, s.max_python_share_increase, s.alpha) == (0.05, 0.01, 0.05)
     assert (s.min_call_ms, s.min_step_ms, s.min_pairs, s.budget_s) == (0.002, 0.1, 10, 240.0)
+
+
+def sequential_sessions(ratio, count, metrics=150, noise=0.02, start=10, block=5, most=100):
+    """The controller's loop in miniature: every metric starts with ``start`` pairs; after
+    each look the undecided ones get ``block`` more, up to ``most``. Metric 0 has the true
+    ratio ``ratio``, the others are A/A. Returns metric 0's verdicts and how many sessions
+    had a false alarm among the others."""
+    verdicts, false_alarms = [], 0
+    for seed in range(count):
+        rng = np.random.default_rng(seed)
+        base = rng.lognormal(0.0, noise, (metrics, most))
+        head = rng.lognormal(0.0, noise, (metrics, most))
+        head[0] *= ratio
+        n = [start] * metrics
+        while True:
+            samples = [Paired(MetricKey(f"run{m}", f"call_ms:op{m}"), "time", base[m, :n[m]].tolist(),
+                              head[m, :n[m]].tolist()) for m in range(metrics)]
+            ds = decide(samples, CompareSettings())
+            grow = [m for m, d in enumerate(ds) if d.verdict == "undecided" and n[m] < most]
+            if not grow:
+                break
+            for m in grow:
+                n[m] += block
+        verdicts.append(ds[0].verdict)
+        false_alarms += any(d.verdict == "regressed" for d in ds[1:])
+    return verdicts, false_alarms
+
+
+def test_the_sequential_loop_decides_and_keeps_its_error_rates():
+    # 2 % noise per side; "lo > 0" would call the 3 % slowdown regressed in most sessions
+    aa, alarms = sequential_sessions(1.0, 40)
+    assert aa.count("unchanged") == 40 and alarms == 0
+    three, alarms = sequential_sessions(1.03, 40)
+    assert three.count("regressed") <= 6 and three.count("unchanged") >= 34 and alarms == 0
+    five, _ = sequential_sessions(1.05, 40)
+    assert five.count("regressed") >= 38
+    ten, _ = sequential_sessions(1.10, 20)
+    assert ten.count("regressed") == 20

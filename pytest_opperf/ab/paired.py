@@ -307,7 +307,7 @@ def parse_compare(table: Mapping[str, Any], source: str = "<thresholds>") -> Com
 # --- the signed-rank interval ------------------------------------------------------
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=4)  # up to 45k values each; _trim keeps what decisions need
 def signed_rank_cdf(n: int) -> tuple[float, ...]:
     """``P(T+ <= k)`` for k = 0 .. n(n+1)/2 under the null, n >= 1.
 
