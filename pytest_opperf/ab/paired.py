@@ -77,7 +77,7 @@ slowdown below ``min_slowdown/2`` is flagged only when its interval misses the
 truth (probability below alpha/(2K) per metric and look), a slowdown between
 ``min_slowdown/2`` and ``min_slowdown`` only when its estimate strays upward by
 about two standard errors, and once the interval's half-width is below the
-distance to 1 + ``min_slowdown`` it is unchanged for good. The price is paid at
+distance to 1 + ``min_slowdown`` it is unchanged. The price is paid at
 the threshold: a slowdown of exactly ``min_slowdown`` needs an interval
 half-width below c/2 (2.4 %) instead of a significant one, a few more pairs.
 For A/A the margin also absorbs the repeated looks of the sequential loop: a
@@ -86,8 +86,17 @@ false alarm needs an interval entirely above 1 + c/2.
 The default floors: ``min_call_ms = 0.001`` (1 us per call: a 2 us call must
 grow by 50 % to count, a 20 us call by 5 %) and ``min_step_ms = 0.05`` (a
 stat's per-step total must grow by 50 us, 0.01 % of the small workload's 440
-ms step; a 0.04 ms softmax must more than double). Smaller absolute changes are
-below what a timer resolves across processes and below anything a step feels.
+ms step; a 0.04 ms softmax must more than double). Smaller absolute changes
+cost a step nothing it could feel, while their ratios are the noisiest of all
+(a microsecond call moves by tens of % when a cache line or a page fault
+lands on one side).
+
+**Sequential use.** The controller calls :func:`decide` after each block and
+gives the undecided metrics more pairs; the intervals are not widened for the
+repeated looks. The ``c/2`` margin is what keeps the error rates there:
+``tests/test_ab_paired.py`` runs that loop (150 metrics, 10 to 100 pairs) and
+finds no A/A false alarm, a 3 % slowdown regressed in 3 of 40 sessions, 5 %
+and 10 % in all.
 """
 
 from __future__ import annotations
