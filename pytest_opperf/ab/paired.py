@@ -105,7 +105,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from fnmatch import fnmatchcase
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from statistics import NormalDist
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -249,11 +249,18 @@ class CompareSettings:
 
     def for_metric(self, key: MetricKey) -> MetricSettings:
         """The table's values, each replaced by the last matching override that sets it."""
+        if not self.overrides:
+            return self._plain
         values = {name: getattr(self, name) for name in PER_METRIC}
         for override in self.overrides:
             if override.matches(key):
                 values.update({n: getattr(override, n) for n in PER_METRIC if getattr(override, n) is not None})
         return MetricSettings(**values)
+
+
+    @cached_property
+    def _plain(self) -> MetricSettings:
+        return MetricSettings(**{name: getattr(self, name) for name in PER_METRIC})
 
 
 def compare_keys() -> dict[str, dict[str, Any]]:
@@ -365,7 +372,9 @@ def _walsh_intervals(rows: Any, a: float) -> list[tuple[float, float, float]]:
     step = max(1, _CHUNK // total)
     for start in range(0, len(values), step):
         block = values[start:start + step]
-        walsh = np.partition((block[:, first] + block[:, second]) * 0.5, kth, axis=1)
+        walsh = (block[:, first] + block[:, second]) * 0.5
+        # a full sort is faster than a multi-kth partition on short rows
+        walsh = np.sort(walsh, axis=1) if total <= 5000 else np.partition(walsh, kth, axis=1)
         centre = (walsh[:, (total - 1) // 2] + walsh[:, total // 2]) * 0.5
         if d >= 0:
             out.extend(zip(centre.tolist(), walsh[:, d].tolist(), walsh[:, total - 1 - d].tolist(), strict=True))
