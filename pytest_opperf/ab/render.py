@@ -110,7 +110,7 @@ def _title(result: CompareResult, width: int) -> list[str]:
 
 
 def terminal_lines(result: CompareResult, width: int = 100) -> list[str]:
-    """The A/B section for the terminal; no line is longer than ``width``.
+    """The A/B section for the terminal; no line is longer than ``width`` (at least 40).
 
     A metric whose name does not fit its column gets a line of its own, its
     values on the next; long run ids lose their common prefix (named once), then
