@@ -101,6 +101,7 @@ and 10 % in all.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -125,9 +126,12 @@ __all__ = [
     "Override",
     "Paired",
     "Verdict",
+    "compare_keys",
     "decide",
     "parse_compare",
+    "rule",
     "signed_rank_cdf",
+    "violation_message",
     "walsh_interval",
 ]
 
@@ -349,8 +353,6 @@ def _trim(n: int, a: float) -> int:
     """The largest d with P(T+ <= d) <= a/2, or -1 when there is none (too few pairs)."""
     half = a / 2 * (1 + 1e-9)  # a level meant to be hit exactly must not miss by rounding
     if n <= EXACT_MAX_PAIRS:
-        import bisect
-
         return bisect.bisect_right(signed_rank_cdf(n), half) - 1
     mean = n * (n + 1) / 4
     sd = math.sqrt(n * (n + 1) * (2 * n + 1) / 24)
