@@ -1,10 +1,10 @@
 """The gate: thresholds file, absolute limits and baseline regressions, to a verdict.
 
 Thresholds (TOML, ARCHITECTURE section 7) hold ``[regression]`` tolerances
-and ``[[limit]]`` tables matched to runs and stats by glob, and the A/B
-``[compare]`` table (parsed and applied in :mod:`pytest_opperf.ab.paired`). Unknown keys and
+and ``[[limit]]`` tables matched to runs and stats by glob. Unknown keys and
 wrong types are errors naming the key and the file, so a typo cannot
-silently switch a check off.
+silently switch a check off. The A/B ``[compare]`` table is parsed (and
+applied) by :mod:`pytest_opperf.ab.paired`.
 
 Regression rule (defaults in :class:`Regression`). A stat is slower than its
 baseline only when all of these hold:

@@ -102,26 +102,38 @@ def _header(result: CompareResult) -> str:
     return f"{result.pairs} pairs in {result.elapsed_s:.1f} s{spent}"
 
 
+def _title(result: CompareResult, width: int) -> list[str]:
+    one = f"A/B: base {result.base}; head {result.head}"
+    if len(one) <= width:
+        return [one]
+    return [_middle(f"A/B base: {result.base}", width), _middle(f"A/B head: {result.head}", width)]
+
+
 def terminal_lines(result: CompareResult, width: int = 100) -> list[str]:
-    """The A/B section for the terminal; no line is longer than ``width``."""
+    """The A/B section for the terminal; no line is longer than ``width`` (at least 40).
+
+    A metric whose name does not fit its column gets a line of its own, its
+    values on the next; long run ids lose their common prefix (named once), then
+    their middle."""
     width = max(width, 40)
     runs = [d.key.run for d in result.decisions] + list(result.added) + list(result.removed)
     prefix = common_prefix(runs)
-    lines = [f"A/B: base {result.base}; head {result.head}", result.summary(), _header(result)]
+    summary = result.summary()
+    lines = _title(result, width)
+    lines += [summary] if len(summary) <= width else [part.strip() for part in summary.split(";")]
+    lines.append(_header(result))
     if prefix:
-        lines.append(f"runs below are under {prefix}")
-    rows = [(d, d.key.metric, _value(d, d.base), _value(d, d.head), change(d), interval(d), f"{d.pairs}")
-            for d in result.decisions]
+        lines.append(_middle(f"runs below are under {prefix}", width))
     cells = [(2, "metric"), (0, "base"), (0, "head"), (0, "head/base"), (1, "interval"), (0, "pairs")]
-    sizes = [max([len(title)] + [len(r[i + 1]) for r in rows]) for i, (_, title) in enumerate(cells)]
+    rows = {id(d): [d.key.metric, _value(d, d.base), _value(d, d.head), change(d), interval(d), f"{d.pairs}"]
+            for d in result.decisions}
+    sizes = [max([len(title)] + [len(r[i]) for r in rows.values()]) for i, (_, title) in enumerate(cells)]
     fixed = 4 + sum(sizes[1:]) + 2 * (len(sizes) - 1)
-    sizes[0] = max(12, min(sizes[0], width - fixed))
+    sizes[0] = max(len("metric"), min(sizes[0], width - fixed))
 
     def row(values: Sequence[str]) -> str:
-        parts = []
-        for (align, _), size, value in zip(cells, sizes, values, strict=True):
-            value = _middle(value, size)
-            parts.append(value.rjust(size) if align == 0 else value.ljust(size))
+        parts = [value.rjust(size) if align == 0 else value.ljust(size)
+                 for (align, _), size, value in zip(cells, sizes, values, strict=True)]
         return ("    " + "  ".join(parts)).rstrip()
 
     if rows:
@@ -131,8 +143,11 @@ def terminal_lines(result: CompareResult, width: int = 100) -> list[str]:
         for run, decisions in groups:
             lines.append("  " + _middle(run[len(prefix):], width - 2))
             for d in decisions:
-                lines.append(row([d.key.metric, _value(d, d.base), _value(d, d.head), change(d), interval(d),
-                                  f"{d.pairs}"]))
+                values = rows[id(d)]
+                if len(values[0]) > sizes[0]:
+                    lines.append("    " + _middle(values[0], width - 4))
+                    values = [""] + values[1:]
+                lines.append(row(values))
     for title, ids in (("added on the head side (not compared)", result.added),
                        ("removed on the head side (not compared)", result.removed)):
         if ids:
