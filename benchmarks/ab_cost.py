@@ -32,12 +32,13 @@ def main() -> None:
     parser.add_argument("--compare", default="HEAD")
     parser.add_argument("--workload", default="small")
     parser.add_argument("--thresholds", default="ci/thresholds.toml")
+    parser.add_argument("--json", help="keep the A/B session's results JSON here")
     opts = parser.parse_args()
     common = ["suites/", "--opperf", "--opperf-device=cpu", f"--opperf-workload={opts.workload}",
               f"--opperf-thresholds={opts.thresholds}", "-q", "--benchmark-quiet", "-p", "no:cacheprovider"]
     with tempfile.TemporaryDirectory() as tmp:
         single, ret1, _ = timed(common)
-        out = Path(tmp, "ab.json")
+        out = Path(opts.json).resolve() if opts.json else Path(tmp, "ab.json")
         ab, ret2, text = timed([*common, f"--opperf-compare={opts.compare}", f"--opperf-json={out}"])
         compare = json.loads(out.read_text())["compare"] if out.exists() else None
     print(f"single-side main job: {single:.0f} s (exit {ret1})")

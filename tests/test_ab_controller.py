@@ -128,15 +128,16 @@ while True:
 '''
 
 
-def controller(tmp_path: Path, ms: dict[str, float], ids: dict[str, list[str]], **extra) -> Controller:
+def controller(tmp_path: Path, ms: dict[str, float], ids: dict[str, list[str]], budget_s: float = 600.0,
+               **extra) -> Controller:
     script = tmp_path / "fake_side.py"
     script.write_text(FAKE_SIDE)
     conf = {"ms": ms, "ids": ids, "log": str(tmp_path / "blocks.log"), **extra}
     env = {**__import__("os").environ, "FAKE": json.dumps(conf)}
     specs = [SideSpec(name, [sys.executable, str(script)], tmp_path, env, tmp_path / f"{name}.log")
              for name in ("base", "head")]
-    return Controller(specs[0], specs[1], paired.CompareSettings(), "REV x", "head", timeout_s=30, seed=1,
-                      warmup_s=0.0)  # one warm-up pair
+    return Controller(specs[0], specs[1], paired.CompareSettings(budget_s=budget_s), "REV x", "head",
+                      timeout_s=30, seed=1, warmup_s=0.0)  # one warm-up pair
 
 
 def test_the_controller_pairs_blocks_in_random_order_stops_once_decided_and_confirms(tmp_path):
@@ -175,3 +176,15 @@ def test_a_side_that_dies_is_named_with_its_status(tmp_path):
     finally:
         c.close(grace_s=1)
     assert len(processes) == 2 and all(p.poll() is not None for p in processes)
+
+
+def test_a_change_not_confirmed_by_a_second_run_is_undecided(tmp_path):
+    c = controller(tmp_path, {"base": 1.0, "head": 2.0}, {"base": ["t::a"], "head": ["t::a"]}, budget_s=1e-6)
+    try:
+        c.start()
+        result = c.run()
+    finally:
+        c.close()
+    (d,) = result.decisions
+    assert d.verdict == "undecided" and d.pairs == MIN_PAIRS and result.budget_exhausted
+    assert d.statistic.endswith("; regressed in one run of the test, not confirmed by a second (budget spent)")

@@ -28,6 +28,7 @@ No pytest import: the glue (``session.py``) passes callbacks.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import random
@@ -283,7 +284,7 @@ class Controller:
                     break
                 self._remaining = len(undecided) - index
                 self._visit(nodeid, self._next_of(undecided, index), True)
-        decisions = paired.decide(list(self.samples.values()), self.settings)
+        decisions = [self._confirmed(d) for d in paired.decide(list(self.samples.values()), self.settings)]
         if any(d.verdict == "undecided" for d in decisions) and self.clock() >= budget_end:
             budget_exhausted = True
         self.notes.append(f"order seed {self.seed}")
@@ -296,15 +297,27 @@ class Controller:
     def _next_of(schedule: list[str], index: int) -> str | None:
         return schedule[index + 1] if index + 1 < len(schedule) else None
 
+    def _unconfirmed(self, d: paired.Decision) -> bool:
+        return (d.verdict in ("regressed", "improved") and d.kind != "count"
+                and self._visits.get(self._test_of(d.key.run), 0) < 2)
+
+    def _confirmed(self, d: paired.Decision) -> paired.Decision:
+        """A change seen in one run of its test only (the budget ran out first) is undecided."""
+        if not self._unconfirmed(d):
+            return d
+        return dataclasses.replace(d, verdict="undecided", statistic=f"{d.statistic}; {d.verdict} in one run "
+                                   "of the test, not confirmed by a second (budget spent)")
+
     def _undecided_runs(self, common: set[str]) -> list[str]:
-        """The tests to run again: undecided metrics, and regressed or improved ones seen in one
-        run of their test only (a change must show again in a second run, with its own set-up)."""
+        """The tests to run again: first those with a metric regressed or improved in one run of
+        the test only (a change must show again in a second run, with its own set-up), then those
+        with undecided metrics."""
         decisions = paired.decide(list(self.samples.values()), self.settings)
-        runs = {d.key.run for d in decisions if d.verdict == "undecided" or (
-            d.verdict in ("regressed", "improved") and d.kind != "count"
-            and self._visits.get(self._test_of(d.key.run), 0) < 2)}
-        tests = {self._test_of(run) for run in runs}
-        return [t for t in self._plan.order if t in tests and t in common] if self._plan else []
+        unconfirmed = {self._test_of(d.key.run) for d in decisions if self._unconfirmed(d)}
+        undecided = {self._test_of(d.key.run) for d in decisions if d.verdict == "undecided"}
+        order = self._plan.order if self._plan else []
+        return ([t for t in order if t in unconfirmed and t in common]
+                + [t for t in order if t in undecided - unconfirmed and t in common])
 
     @staticmethod
     def _test_of(run_id: str) -> str:
