@@ -232,13 +232,13 @@ class ABSession:
             if outcome.failed and outcome.visit == 0:
                 reports = [self._report(d) for d in outcome.reports]
                 why = next((_last_line(r) for r in reports if r.failed), "failed")
-                self.problems.append((outcome.nodeid, "ab:base", f"the base side's {outcome.nodeid} failed ({why}): "
-                                                      "not compared"))
+                self.problems.append((outcome.nodeid, "ab:base",
+                                      f"the base side's {outcome.nodeid} failed ({why}): not compared"))
             return
         if outcome.visit > 0:
             if outcome.failed:
-                self.problems.append((outcome.nodeid, "ab:rerun", f"the head side's {outcome.nodeid} failed when run again "
-                                                      "for more pairs"))
+                self.problems.append((outcome.nodeid, "ab:rerun",
+                                      f"the head side's {outcome.nodeid} failed when run again for more pairs"))
             return
         reports = [self._report(d) for d in outcome.reports]
         if reports:
