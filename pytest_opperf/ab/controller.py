@@ -60,6 +60,7 @@ MIN_VISIT_S = 0.5  # a benchmark's share of the budget is never below this
 # that ran last; measured A/A here, pairs taken straight after set-up were off by up to 10x.
 WARMUP_S = 0.3
 MAX_RERUNS = 8  # visits per test after the first, at most
+RERUN_RESERVE = 0.5  # the share of the budget left a first visit of a benchmark may take
 LOG_TAIL_LINES = 15
 
 
@@ -314,10 +315,16 @@ class Controller:
         with undecided metrics."""
         decisions = paired.decide(list(self.samples.values()), self.settings)
         unconfirmed = {self._test_of(d.key.run) for d in decisions if self._unconfirmed(d)}
-        undecided = {self._test_of(d.key.run) for d in decisions if d.verdict == "undecided"}
+        undecided: dict[str, int] = {}
+        for d in decisions:
+            if d.verdict == "undecided":
+                test = self._test_of(d.key.run)
+                undecided[test] = undecided.get(test, 0) + 1
         order = self._plan.order if self._plan else []
-        return ([t for t in order if t in unconfirmed and t in common]
-                + [t for t in order if t in undecided - unconfirmed and t in common])
+        # most undecided metrics first: an e2e test's run gives a pair to each of its dozens of metrics
+        rest = sorted((t for t in order if t in undecided and t not in unconfirmed and t in common),
+                      key=lambda t: -undecided[t])
+        return [t for t in order if t in unconfirmed and t in common] + rest
 
     @staticmethod
     def _test_of(run_id: str) -> str:
@@ -419,8 +426,10 @@ class Controller:
         return statistics.median(float(v) for v in values) * 1e3
 
     def _visit_deadline(self) -> float:
+        """A benchmark's share of the budget: half of what is left over the tests left (the other
+        half stays for the runs again of tests still undecided)."""
         now = self.clock()
-        share = (self._budget_end - now) / max(1, getattr(self, "_remaining", 1))
+        share = RERUN_RESERVE * (self._budget_end - now) / max(1, getattr(self, "_remaining", 1))
         return now + max(MIN_VISIT_S, share)
 
     def _family_size(self) -> int:
