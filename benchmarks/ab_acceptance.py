@@ -186,6 +186,9 @@ def main() -> None:
     parser.add_argument("--cases", default=",".join(DEFAULT), help=f"comma-separated, of {', '.join(CASES)}")
     parser.add_argument("--sessions", type=int, default=10, help="sessions per case (default 10)")
     parser.add_argument("--workload", default="small")
+    parser.add_argument("--thresholds", default="ci/thresholds.toml",
+                        help="thresholds file of the sessions, relative to the copy (its [compare] table: "
+                             "budget, min_slowdown)")
     parser.add_argument("pytest_args", nargs="*", default=["suites/"],
                         help="what the sessions run (default suites/: the main job)")
     opts = parser.parse_args()
@@ -196,7 +199,8 @@ def main() -> None:
     env_note = f"OPPERF_NUM_THREADS={os.environ.get('OPPERF_NUM_THREADS', '(default)')}"
     print(f"A/B acceptance: {opts.sessions} session(s) per case, workload {opts.workload}, {env_note}, "
           f"{os.cpu_count()} CPUs, tests {' '.join(opts.pytest_args)}")
-    args = [f"--opperf-workload={opts.workload}", "--opperf-device=cpu", *opts.pytest_args]
+    args = [f"--opperf-workload={opts.workload}", "--opperf-device=cpu", f"--opperf-thresholds={opts.thresholds}",
+            *opts.pytest_args]
     summary = []
     with tempfile.TemporaryDirectory(prefix="ab-acceptance-") as tmp:
         where = Path(tmp)
