@@ -17,6 +17,8 @@
 #   BENCH_MAX_TIME  pytest-benchmark's --benchmark-max-time per per-op case (default 0.2)
 #   PYTHON          the interpreter for the environment (default python3)
 #   VENV            the environment's directory (default .gpu-check-venv; reused when it works)
+#   COMPARE         a git revision (or a checkout's directory): the suites run A/B against it,
+#                   base and head interleaved (--opperf-compare), with a longer timeout
 #   GPU_CHECK_DRY=1 the same steps on the CPU with the current python, tiny workload, no
 #                   install: a check of the script itself on a machine without a GPU
 set -u -o pipefail
@@ -27,6 +29,13 @@ BENCH_MAX_TIME=${BENCH_MAX_TIME:-0.2}
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-$PWD/.gpu-check-venv}
 DRY=${GPU_CHECK_DRY:-0}
+COMPARE=${COMPARE:-}
+COMPARE_ARGS=()
+SUITES_TIMEOUT=300
+if [[ -n "$COMPARE" ]]; then
+  COMPARE_ARGS=("--opperf-compare=$COMPARE")
+  SUITES_TIMEOUT=750  # A/B takes at most 2.5 times the single-side run
+fi
 START=$(date +%s)
 FAILED_GATING=0
 
@@ -128,10 +137,10 @@ step gpu-tests yes 150 "$PY" -m pytest tests/ -m gpu -q -rs -p no:cacheprovider 
   --junitxml="$OUT/gpu-tests.xml"
 
 # --- 5. the suites with the CI gate, as the GPU workflow gates ---------------------------
-step suites yes 300 "$PY" -m pytest suites/ -q -p no:cacheprovider --opperf "--opperf-device=$DEVICE" \
+step suites yes "$SUITES_TIMEOUT" "$PY" -m pytest suites/ -q -p no:cacheprovider --opperf "--opperf-device=$DEVICE" \
   "--opperf-workload=$WORKLOAD" --opperf-thresholds=ci/thresholds.toml --opperf-baseline=ci/baselines \
   "--opperf-json=$OUT/results.json" "--opperf-markdown=$OUT/report.md" "--opperf-trace=$OUT/trace.json" \
-  "${BENCH_ARGS[@]}" --junitxml="$OUT/suites.xml"
+  "${BENCH_ARGS[@]}" "${COMPARE_ARGS[@]}" --junitxml="$OUT/suites.xml"
 
 # --- 6. per-op device times: events (the suites' run) against sync ------------------------
 # (its markdown stays out of the job summary, which is the gate's report)

@@ -3,7 +3,8 @@
 Thresholds (TOML, ARCHITECTURE section 7) hold ``[regression]`` tolerances
 and ``[[limit]]`` tables matched to runs and stats by glob. Unknown keys and
 wrong types are errors naming the key and the file, so a typo cannot
-silently switch a check off.
+silently switch a check off. The A/B ``[compare]`` table is parsed (and
+applied) by :mod:`pytest_opperf.ab.paired`.
 
 Regression rule (defaults in :class:`Regression`). A stat is slower than its
 baseline only when all of these hold:
@@ -58,6 +59,7 @@ from typing import Any
 
 from .gpu_report import steady_examples_per_sec
 from .identity import mismatch
+from .ab.paired import CompareSettings, parse_compare
 from .results import ResultSet, RunResult, read_text, same_hardware
 from .stats import Samples, mann_whitney_u
 
@@ -120,6 +122,7 @@ class Thresholds:
     regression: Regression = Regression()
     limits: tuple[Limit, ...] = ()
     source: str | None = None
+    compare: CompareSettings = CompareSettings()  # [compare]: the A/B decision (pytest_opperf.ab.paired)
 
 
 _STAT_LIMITS = ("max_avg_ms", "max_total_ms")
@@ -198,12 +201,14 @@ def _parse_limit(table: Any, index: int, source: str) -> Limit:
 
 def parse_thresholds(data: Mapping[str, Any], source: str = "<thresholds>") -> Thresholds:
     """Thresholds from a parsed TOML document (raises :class:`ThresholdsError`)."""
-    _unknown(data, ["regression", "limit"], "the top level", source)
+    _unknown(data, ["regression", "limit", "compare"], "the top level", source)
     regression = _parse_regression(data["regression"], source) if "regression" in data else Regression()
     limits = data.get("limit", [])
     if not isinstance(limits, list):
         raise ThresholdsError(f"{source}: limit must be an array of tables ([[limit]]), got {_type_name(limits)}")
-    return Thresholds(regression, tuple(_parse_limit(t, i + 1, source) for i, t in enumerate(limits)), source)
+    compare = parse_compare(data["compare"], source) if "compare" in data else CompareSettings()
+    return Thresholds(regression, tuple(_parse_limit(t, i + 1, source) for i, t in enumerate(limits)), source,
+                      compare)
 
 
 def load_thresholds(path: str | os.PathLike[str]) -> Thresholds:
@@ -255,6 +260,7 @@ class Verdict:
     thresholds: str | None = None
     # why the session did not run to its end (interrupted, -x): such a verdict never passes
     incomplete: str | None = None
+    undecided: int = 0  # A/B metrics that neither passed nor failed (shown in the verdict line)
 
     @property
     def passed(self) -> bool:
@@ -263,7 +269,7 @@ class Verdict:
     def to_dict(self) -> dict[str, Any]:
         d = {"passed": self.passed, "violations": [v.to_dict() for v in self.violations],
              "warnings": list(self.warnings), "notes": list(self.notes), "checks": self.checks,
-             "baseline": self.baseline, "thresholds": self.thresholds}
+             "baseline": self.baseline, "thresholds": self.thresholds, "undecided": self.undecided}
         if self.incomplete is not None:
             d["incomplete"] = self.incomplete
         return d
@@ -284,7 +290,8 @@ class Verdict:
         return cls(violations=violations, warnings=list(data.get("warnings", [])),
                    notes=list(data.get("notes", [])), checks=int(data.get("checks", 0)),
                    baseline=data.get("baseline"), thresholds=data.get("thresholds"),
-                   incomplete=str(incomplete) if incomplete is not None else None)
+                   incomplete=str(incomplete) if incomplete is not None else None,
+                   undecided=int(data.get("undecided", 0)))
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,8 @@ class Run:
     """The handle of one measured window; the suite calls :meth:`step` per batch."""
 
     def __init__(self, run_id: str, kind: str, config: Mapping[str, Any] | None, device: DeviceInfo,
-                 timing: str, executor_stat: str, trace: bool = False, annotate: Any = None) -> None:
+                 timing: str, executor_stat: str, trace: bool = False, annotate: Any = None,
+                 handover: Callable[[Run], None] | None = None) -> None:
         self.id = run_id
         self.kind = kind
         self.config = dict(config or {})
@@ -78,6 +79,9 @@ class Run:
         self.annotate = annotate  # profiler ranges (NVTX) around regions and steps, or None
         self._kernels_note: str | None = None  # set by kernels_are_executor()
         self._deferred: list[Callable[[bool], None]] = []  # set by defer()
+        # A/B: called after each step (the device synchronised); the time it takes is not the window's
+        self._handover = handover
+        self._paused_ns = 0
 
     # --- used by suites --------------------------------------------------------
 
@@ -107,6 +111,11 @@ class Run:
         self.examples += examples
         self.batches += 1
         self._last_ns = now
+        if self._handover is not None:
+            self._handover(self)
+            resumed = perf_counter_ns()
+            self._paused_ns += resumed - now
+            self._last_ns = resumed
         self._begin_trace_step()
         if self.annotate is not None:
             self.annotate.start_step(self.batches + 1)
@@ -195,7 +204,7 @@ class Run:
             table.stop_trace()  # an unfinished step after the warm-up one: keep the warm-up step
         self._run_deferred(True)
         self._table = None
-        self.result = self._result(table, (end - self._start_ns) / 1e9)
+        self.result = self._result(table, (end - self._start_ns - self._paused_ns) / 1e9)
         return self.result
 
     def _unrecorded_notes(self, table: timers.Table) -> list[str]:

@@ -48,6 +48,18 @@ def _choice(option: str, choices: tuple[str, ...]) -> Callable[[str], str]:
     return parse
 
 
+def _seconds(value: str) -> str:
+    try:
+        ok = float(value) > 0
+    except ValueError:
+        ok = False
+    if not ok:
+        import argparse
+
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {value!r}")
+    return value
+
+
 def _path(value: str) -> str:
     if not value.strip():
         import argparse
@@ -76,6 +88,15 @@ _OPTIONS: tuple[tuple[str, str, Callable[[str], str] | None, str | None, str], .
     ("sort", "COLUMN", _choice("sort", SORTS), "total", "stat table order: total|avg|max|min|count|name"),
     ("history", "PATH|URL", _path, None,
      "append this session to a history: a SQLite file (created on first use) or a postgresql:// URL"),
+    # A/B in one job (pytest_opperf/ab): ini keys with underscores, opperf_compare_python...
+    ("compare", "REV|DIR", _path, None,
+     "A/B: run the base side too (a git revision of the rootdir's repository, or a checkout) and "
+     "compare head against base, interleaved"),
+    ("compare-python", "PATH", _path, None,
+     "A/B: the base side's interpreter (an environment with the base build installed; default: this one)"),
+    ("compare-timeout", "SECONDS", _seconds, "600", "A/B: the longest a side may take to answer (a hang ends both)"),
+    ("compare-undecided", "MODE", _choice("compare-undecided", ("warn", "fail")), "warn",
+     "A/B: undecided metrics warn (shown in the gate line) or fail the gate: warn|fail"),
 )
 
 
@@ -86,9 +107,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("opperf_enabled", "turn pytest-opperf on, as --opperf does", type="bool", default=False)
     for name, metavar, parse, default, text in _OPTIONS:
         shown = f"default: {default}" if default else "default: none"
-        group.addoption(f"--opperf-{name}", metavar=metavar, type=parse, default=None, dest=f"opperf_{name}",
-                        help=f"{text} ({shown}; ini opperf_{name})")
-        parser.addini(f"opperf_{name}", f"default for --opperf-{name}", default=default or "")
+        key = name.replace("-", "_")
+        group.addoption(f"--opperf-{name}", metavar=metavar, type=parse, default=None, dest=f"opperf_{key}",
+                        help=f"{text} ({shown}; ini opperf_{key})")
+        parser.addini(f"opperf_{key}", f"default for --opperf-{name}", default=default or "")
     parser.addini("opperf_executor_stat", "stat whose total is executor time (default: ExecutorRunTimer)",
                   default="ExecutorRunTimer")
     group.addoption("--opperf-record-benchmarks", action="store_true", default=None, dest="opperf_record_benchmarks",
@@ -140,9 +162,17 @@ class Settings:
     nvtx: bool = False
     l2_flush: bool = False
     gpu_workers: bool = False
+    compare: str | None = None  # A/B: REV|DIR as given
+    compare_python: str | None = None  # A/B: the base interpreter, resolved
+    compare_timeout: float = 600.0
+    compare_undecided: str = "warn"
+    origins: dict[str, Path] = field(default_factory=dict)  # the directory relative values are taken from
 
     def label(self, name: str) -> str:
-        return self.labels.get(name, f"--opperf-{name}")
+        return self.labels.get(name, f"--opperf-{name.replace('_', '-')}")
+
+    def origin(self, name: str, default: Path) -> Path:
+        return self.origins.get(name, default)
 
 
 def _settings(config: pytest.Config) -> Settings:
@@ -151,13 +181,15 @@ def _settings(config: pytest.Config) -> Settings:
     paths: dict[str, Path] = {}
     labels: dict[str, str] = {}
     ini_dir = config.inipath.parent if config.inipath else config.rootpath
+    origins: dict[str, Path] = {}
     for name, _, parse, default, _ in _OPTIONS:
-        given = config.getoption(f"opperf_{name}")
+        key = name.replace("-", "_")
+        given = config.getoption(f"opperf_{key}")
         base = config.invocation_params.dir
         label = f"--opperf-{name}"
         if given is None:
-            given = config.getini(f"opperf_{name}") or None
-            base, label = ini_dir, f"ini opperf_{name}"
+            given = config.getini(f"opperf_{key}") or None
+            base, label = ini_dir, f"ini opperf_{key}"
             if given is not None and parse is not None:
                 try:
                     given = parse(given)
@@ -173,6 +205,11 @@ def _settings(config: pytest.Config) -> Settings:
             if given:
                 paths[name] = Path(base, given)
                 labels[name] = f"{label} {given}"
+        elif name.startswith("compare"):
+            values[key] = _compare_value(key, given or default, base)
+            origins[key] = base
+            if given:
+                labels[key] = f"{label}={given}" if label.startswith("--") else f"{label} = {given}"
         else:
             values[name] = given or default
     enabled = config.getoption("opperf")
@@ -184,8 +221,23 @@ def _settings(config: pytest.Config) -> Settings:
     record = config.getoption("opperf_record_benchmarks")
     if record is None:
         record = bool(config.getini("opperf_record_benchmarks"))
-    return Settings(enabled=enabled, executor_stat=executor_stat, paths=paths, labels=labels, save_dir=save_dir,
-                    record_benchmarks=record, **{name: _flag(config, name) for name, _ in _GPU_FLAGS}, **values)
+    if values.get("compare") and not enabled and config.getoption("opperf_compare"):
+        raise pytest.UsageError("opperf: --opperf-compare needs --opperf (or ini opperf_enabled)")
+    return Settings(enabled=enabled, executor_stat=executor_stat, paths=paths, labels=labels, origins=origins,
+                    save_dir=save_dir, record_benchmarks=record,
+                    **{name: _flag(config, name) for name, _ in _GPU_FLAGS}, **values)
+
+
+def _compare_value(key: str, value: Any, base: Path) -> Any:
+    """The A/B options: the timeout as a float, the base interpreter found (a name on PATH, or a path)."""
+    if key == "compare_timeout":
+        return float(value)
+    if key == "compare_python" and value:
+        import shutil
+
+        found = shutil.which(value) if os.sep not in value else str(Path(base, value))
+        return found or value  # a python that does not run is a usage error at session start
+    return value
 
 
 _SETTINGS = pytest.StashKey[Settings]()
@@ -383,7 +435,8 @@ class OpPerf:
             yield measure.CountingRun()
             return
         run = measure.Run(run_id, kind, config, self.device, self.timing, self._settings.executor_stat,
-                          trace="trace" in self._settings.paths, annotate=self._session.nvtx)
+                          trace="trace" in self._settings.paths, annotate=self._session.nvtx,
+                          handover=self._session.step_handover)
         self._open = run_id
         try:
             with measure.measure_window(run):
@@ -453,6 +506,9 @@ class OpBenchmark:
     def __call__(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if not self._opperf.enabled:
             return function(*args, **kwargs)
+        ab = self._opperf._session.ab_benchmark if self._opperf._session is not None else None
+        if ab is not None:  # an A/B side: the controller asks for the rounds
+            return ab(self, function, args, kwargs)
         if self._opperf._session.own_loop:
             return self._own_loop(lambda: function(*args, **kwargs))
         return self._benchmark()(self._annotated(function), *args, **kwargs)
@@ -532,6 +588,9 @@ class OpBenchmark:
             if teardown is not None:
                 teardown(*args, **kwargs)
             return result
+        ab = self._opperf._session.ab_benchmark if self._opperf._session is not None else None
+        if ab is not None:  # an A/B side: the controller asks for the rounds
+            return ab(self, target, args, kwargs or {}, setup=setup, teardown=teardown)
         if self._opperf._session.own_loop:
             return self._own_pedantic(target, args, kwargs, setup, teardown, rounds, warmup_rounds, iterations)
         return self._benchmark().pedantic(self._annotated(target), args=args, kwargs=kwargs, setup=setup,
@@ -604,7 +663,8 @@ class OpPerfSession:
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
         self.settings = settings
-        self.is_worker = hasattr(config, "workerinput")
+        # an xdist worker, or an A/B side: only collects runs and hands them over
+        self.is_worker = hasattr(config, "workerinput") or config.pluginmanager.has_plugin("opperf-ab-side")
         self.runs: list[RunResult] = []
         self.untimed_benchmarks = 0
         self.device: DeviceInfo = CPU_HOST
@@ -645,6 +705,11 @@ class OpPerfSession:
                 self.nvtx = load()
             except NvtxUnavailable as exc:
                 raise pytest.UsageError(f"opperf: --opperf-nvtx: {exc}") from None
+        # A/B (pytest_opperf/ab): the controller in the main process; hand-over points on a side
+        self.ab: Any = None  # ab.session.ABSession
+        self.compare: Any = None  # ab.paired.CompareResult
+        self.step_handover: Callable[[Any], None] | None = None  # set on a side: after each run.step()
+        self.ab_benchmark: Callable[..., Any] | None = None  # set on a side: runs per-op benchmarks
 
     def add_run(self, run: RunResult) -> None:
         if any(r.id == run.id for r in self.runs):
@@ -746,6 +811,10 @@ class OpPerfSession:
         self._check_history()
         self._load_thresholds()
         self._load_baseline()
+        if self.settings.compare:
+            from pytest_opperf.ab.session import ABSession
+
+            self.ab = ABSession.start(self)
         from pytest_opperf.results import commit_info, machine_info, same_hardware
 
         self.machine = machine_info(self.device)
@@ -907,6 +976,8 @@ class OpPerfSession:
             self.interrupted = str(exc) or type(exc).__name__
         elif session.shouldstop or session.shouldfail:
             self.interrupted = str(session.shouldstop or session.shouldfail)
+        if self.ab is not None and self.ab.aborted:
+            return  # no comparison: no gate to pass; the session fails with the reason
         try:
             self._gate(session)
         except Exception as exc:  # the gate could not decide: never pass silently
@@ -940,6 +1011,8 @@ class OpPerfSession:
             verdict.notes.append(f"{self.plain_benchmarks} test(s) use pytest-benchmark's plain `benchmark` "
                                  "fixture and are not in the opperf results (use opperf_benchmark, or "
                                  "--opperf-record-benchmarks to record them as per-op runs)")
+        if self.ab is not None:
+            self._gate_compare(session, results, verdict)
         results.gate = verdict.to_dict()
         if not verdict.passed:
             session.testsfailed += 1  # exit status 1, as a failed test gives
@@ -947,6 +1020,21 @@ class OpPerfSession:
                          for answer in self.config.hook.pytest_opperf_report_sections(config=self.config,
                                                                                       results=results)
                          for title, lines in answer]
+
+    def _gate_compare(self, session: pytest.Session, results: ResultSet, verdict: Verdict) -> None:
+        """A/B: regressed metrics are violations; undecided ones warn (or fail); failed base tests fail."""
+        compare = self.compare
+        if compare is not None:
+            results.compare = compare.to_dict()
+            verdict.violations += compare.violations()
+            verdict.checks += len(compare.decisions)
+            undecided = [d for d in compare.decisions if d.verdict == "undecided"]
+            verdict.undecided = len(undecided)
+            if undecided and self.settings.compare_undecided == "fail":
+                from pytest_opperf.ab.session import undecided_violations
+
+                verdict.violations += undecided_violations(undecided)
+        verdict.violations += self.ab.problem_violations()
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -984,6 +1072,8 @@ class OpPerfSession:
     def _hand_over(self) -> None:
         from pytest_opperf.results import ResultSet
 
+        if not hasattr(self.config, "workerinput"):
+            return  # an A/B side: its runs went to the controller test by test
         payload = {"results": ResultSet(runs=self.runs).to_dict(with_trace=True),
                    "untimed": self.untimed_benchmarks, "deselected": self.deselected,
                    "plain": self.plain_benchmarks}
@@ -1026,6 +1116,10 @@ class OpPerfSession:
                 self._save(save)
         if "markdown" in self.settings.paths or os.environ.get("GITHUB_STEP_SUMMARY"):
             text = report.markdown(results, self.verdict, self.settings.sort, self.sections)
+            if self.compare is not None:
+                from pytest_opperf.ab import render
+
+                text += "\n" + render.markdown(self.compare)
             self._write("markdown", lambda p: write_text_atomic(p, text))
             summary = os.environ.get("GITHUB_STEP_SUMMARY")
             if summary:
@@ -1093,8 +1187,13 @@ class OpPerfSession:
         if self.results is None:
             tr.write_line("opperf: no results (the session stopped before running tests)")
         else:
+            sections = list(self.sections)
+            if self.compare is not None:
+                from pytest_opperf.ab import render
+
+                sections.insert(0, ("A/B: head against base", render.terminal_lines(self.compare)))
             for line in report.terminal_lines(self.results, self.verdict, self.settings.sort, self.notes,
-                                              self.sections):
+                                              sections):
                 tr.write_line(line)
         for line in self.written:
             tr.write_line(f"wrote {line}")
@@ -1102,6 +1201,8 @@ class OpPerfSession:
             tr.write_line(f"note: {line}")
         for line in self.errors:
             tr.write_line(f"error: {line}", red=True)
+        for line in self.ab.lines if self.ab is not None else ():
+            tr.write_line(f"opperf: {line}" if line.startswith("A/B") else line, red=True)
         if self.verdict is not None and not self.verdict.passed:
             tr.write_sep("=", "opperf gate", red=True)
             for line in report.gate_lines(self.verdict):

@@ -176,7 +176,8 @@ def _verdict_detail(verdict: Verdict) -> str:
         where.append(f"thresholds {verdict.thresholds}")
     checks = f"{verdict.checks} checks" if not verdict.violations else (
         f"{len(verdict.violations)} violation(s) in {verdict.checks} checks")
-    detail = f"{checks}; {', '.join(where) if where else 'no baseline, no thresholds'}"
+    undecided = f"; A/B: {verdict.undecided} undecided" if verdict.undecided else ""
+    detail = f"{checks}; {', '.join(where) if where else 'no baseline, no thresholds'}{undecided}"
     return f"{verdict.incomplete}; {detail}" if verdict.incomplete is not None else detail
 
 

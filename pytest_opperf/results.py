@@ -140,6 +140,7 @@ class ResultSet:
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat())
     session: dict[str, Any] = field(default_factory=dict)
     gate: dict[str, Any] | None = None
+    compare: dict[str, Any] | None = None  # A/B: the CompareResult (pytest_opperf.ab.paired)
 
     def run(self, run_id: str) -> RunResult | None:
         for r in self.runs:
@@ -158,6 +159,8 @@ class ResultSet:
         }
         if self.gate is not None:
             d["gate"] = self.gate
+        if self.compare is not None:
+            d["compare"] = self.compare
         return d
 
     @classmethod
@@ -354,8 +357,10 @@ def _load(data: Any, source: str) -> ResultSet:
         _check_gate(gate, source)
     session = data.get("session") or {}
     _need(isinstance(session, dict), source, "session is not an object")
+    compare = data.get("compare")
+    _need(compare is None or isinstance(compare, dict), source, "compare is not an object")
     return ResultSet(runs=runs, machine=machine, commit=commit, created=str(data.get("created", "")),
-                     session=session, gate=gate)
+                     session=session, gate=gate, compare=compare)
 
 
 def read_text(path: str | os.PathLike[str], error: type[Exception], expected: str) -> str:

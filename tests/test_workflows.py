@@ -63,3 +63,18 @@ def test_the_gpu_gate_runs_the_full_workload_on_the_gpu_runner():
         assert option in script
     # Code from forks needs a maintainer's approval (an environment with reviewers).
     assert "github.event.pull_request.head.repo.fork && 'gpu-fork'" in text
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_pull_requests_run_ab_against_their_base_commit(path):
+    text = path.read_text()
+    assert "fetch-depth: 0" in text  # the base commit must be in the clone for its worktree
+    if path.name == "opperf-gpu.yml":  # through ci/gpu-check.sh, which adds --opperf-compare when COMPARE is set
+        assert "COMPARE: ${{ github.event.pull_request.base.sha }}" in text  # through env:, not in the script
+        script = (path.parents[2] / "ci" / "gpu-check.sh").read_text()
+        assert 'COMPARE_ARGS=("--opperf-compare=$COMPARE")' in script and '"${COMPARE_ARGS[@]}"' in script
+        return
+    assert "BASE_SHA: ${{ github.event.pull_request.base.sha }}" in text  # through env:, not in the script
+    assert '--opperf-compare="$BASE_SHA"' in text
+    assert text.count("if: github.event_name == 'pull_request'") == 1
+    assert text.count("if: github.event_name != 'pull_request'") == 1  # pushes: the single-side run, saved

@@ -1,0 +1,248 @@
+"""Acceptance of A/B mode: injected regressions caught, A/A false alarms, interval widths.
+
+Each case makes two temporary copies of this repository at HEAD (``git worktree
+add``): the base, unmodified, and the head, with one regression patched into
+its ``reference_framework/__init__.py`` (never by hooks in product code). It
+then runs ``pytest suites/ --opperf --opperf-compare=<base copy>`` in the head
+copy N times and counts the sessions whose A/B section has the expected
+metric regressed. Cases:
+
+* ``conv2d-10`` (and ``conv2d-3``, ``conv2d-5``): the conv2d forward kernel
+  made 10 % (3 %, 5 %) slower by spinning for that share of its own time;
+* ``relu-20``: relu forward 20 % slower;
+* ``share-2``: the Python share of a training step up by about 2 points (busy
+  work in the benchmark loop, outside the executor, 2.5 % of the step's
+  executor time);
+* ``throughput-5``: examples/sec 5 % lower (busy work of 5.3 % of each step);
+* ``extra-op``: one more op per training step (a ``fill_zeros_like``);
+* ``aa``: no change, ``--opperf-compare=HEAD`` in the copy: every regressed
+  metric is a false alarm; prints the median interval width (high/low - 1)
+  of the per-op and e2e metrics.
+
+    python benchmarks/ab_acceptance.py --sessions 10                 # every case, 10 sessions each
+    python benchmarks/ab_acceptance.py --cases aa --sessions 20
+    python benchmarks/ab_acceptance.py --cases conv2d-3,conv2d-5,conv2d-10 --sessions 10
+
+It prints one line per session and a summary per case; it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SPIN = '''
+
+# --- injected by benchmarks/ab_acceptance.py -----------------------------------------
+import time as _time
+
+
+def _spin(seconds):
+    end = _time.perf_counter() + seconds
+    while _time.perf_counter() < end:
+        pass
+'''
+
+SLOW_KERNEL = SPIN + '''
+from reference_framework.registry import get_op_def as _get_op_def
+
+
+def _slowed(kernel, share):
+    def slow(*args, **kwargs):
+        start = _time.perf_counter()
+        out = kernel(*args, **kwargs)
+        _spin((_time.perf_counter() - start) * share)
+        return out
+    return slow
+
+
+_get_op_def("{op}").kernel = _slowed(_get_op_def("{op}").kernel, {share})
+'''
+
+# Busy work per step, outside the executor: run_benchmark's on_batch is wrapped before the
+# suites import it (they import the name from reference_framework.benchmark).
+STEP_WORK = SPIN + '''
+from pytest_opperf import timers as _timers
+from reference_framework import benchmark as _benchmark
+
+_run_benchmark = _benchmark.run_benchmark
+
+
+def _with_work(config, on_batch=None, on_build=None, **kwargs):
+    last = {{"executor": 0.0, "t": _time.perf_counter()}}
+
+    def batch(examples):
+        table = _timers.current()
+        stat = table.get("ExecutorRunTimer") if table is not None else None
+        executor_ms = stat.total_ms if stat is not None else 0.0
+        now = _time.perf_counter()
+        {work}
+        last["executor"], last["t"] = executor_ms, _time.perf_counter()
+        if on_batch is not None:
+            on_batch(examples)
+
+    return _run_benchmark(config, on_batch=batch, on_build=on_build, **kwargs)
+
+
+_benchmark.run_benchmark = _with_work
+'''
+
+EXTRA_OP = '''
+
+# --- injected by benchmarks/ab_acceptance.py: one more op per training step -------------
+from reference_framework import benchmark as _benchmark
+
+_run_benchmark = _benchmark.run_benchmark
+
+
+def _add_an_op(main):
+    block = main.global_block()
+    block.create_var(name="injected_extra", dtype="float32")
+    block.append_op(type="fill_zeros_like", inputs={"X": [block.ops[-1].output_arg_names[0]]},
+                    outputs={"Out": ["injected_extra"]})
+
+
+def _with_op(config, on_batch=None, on_build=None, **kwargs):
+    def build(main):
+        _add_an_op(main)
+        if on_build is not None:
+            on_build(main)
+    return _run_benchmark(config, on_batch=on_batch, on_build=build, **kwargs)
+
+
+_benchmark.run_benchmark = _with_op
+'''
+
+CASES: dict[str, tuple[str, tuple[str, ...]]] = {
+    # name: (patch, metrics that must be regressed: suffix matches)
+    "conv2d-3": (SLOW_KERNEL.format(op="conv2d", share=0.03), (":conv2d",)),
+    "conv2d-5": (SLOW_KERNEL.format(op="conv2d", share=0.05), (":conv2d",)),
+    "conv2d-10": (SLOW_KERNEL.format(op="conv2d", share=0.10), (":conv2d",)),
+    "relu-20": (SLOW_KERNEL.format(op="relu", share=0.20), (":relu",)),
+    # +2 points of a ~10 % share: b = 0.02 E / ((1 - s)(1 - s - 0.02)) per step with s ~ 0.1
+    "share-2": (STEP_WORK.format(work='_spin((executor_ms - last["executor"]) / 1e3 * 0.0253)'),
+                ("python_share",)),
+    # 5 % fewer examples/sec: 1/0.95 - 1 = 5.26 % more time per step
+    "throughput-5": (STEP_WORK.format(work='_spin((now - last["t"]) * 0.0526)'), ("examples_per_sec",)),
+    "extra-op": (EXTRA_OP, ("count:fill_zeros_like",)),
+    "aa": ("", ()),
+}
+DEFAULT = ("conv2d-10", "relu-20", "share-2", "throughput-5", "extra-op", "aa")
+
+
+def git(*args: str, cwd: Path = ROOT) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def copy(where: Path, name: str, patch: str) -> Path:
+    target = where / name
+    git("worktree", "add", "--detach", "--quiet", str(target), "HEAD")
+    if patch:
+        with open(target / "reference_framework" / "__init__.py", "a", encoding="utf-8") as f:
+            f.write(patch)
+    return target
+
+
+def session(head: Path, base: str, args: list[str], out: Path) -> tuple[int, dict, float]:
+    command = [sys.executable, "-m", "pytest", "--opperf", f"--opperf-compare={base}", f"--opperf-json={out}",
+               "-q", "--benchmark-quiet", "-p", "no:cacheprovider", *args]
+    start = time.monotonic()
+    done = subprocess.run(command, cwd=head, capture_output=True, text=True)
+    elapsed = time.monotonic() - start
+    if not out.exists():
+        tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
+        raise SystemExit(f"session failed without results (exit status {done.returncode}):\n{tail}")
+    return done.returncode, json.loads(out.read_text()), elapsed
+
+
+def caught(compare: dict, expected: tuple[str, ...]) -> tuple[bool, list[str]]:
+    regressed = [f"{d['run']} {d['metric']}" for d in compare["decisions"] if d["verdict"] == "regressed"]
+    hit = any(r.endswith(e) for r in regressed for e in expected) if expected else not regressed
+    return hit, regressed
+
+
+def widths(compare: dict) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {"per-op": [], "e2e": []}
+    for d in compare["decisions"]:
+        low, high = d.get("low"), d.get("high")
+        if d["metric"].startswith("count:") or not low or not high or d["metric"] == "python_share":
+            continue
+        out["per-op" if d["metric"].startswith("call_ms:") else "e2e"].append(high / low - 1)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default=",".join(DEFAULT), help=f"comma-separated, of {', '.join(CASES)}")
+    parser.add_argument("--sessions", type=int, default=10, help="sessions per case (default 10)")
+    parser.add_argument("--workload", default="small")
+    parser.add_argument("--thresholds", default="ci/thresholds.toml",
+                        help="thresholds file of the sessions, relative to the copy (its [compare] table: "
+                             "budget, min_slowdown)")
+    parser.add_argument("pytest_args", nargs="*", default=["suites/"],
+                        help="what the sessions run (default suites/: the main job)")
+    opts = parser.parse_args()
+    cases = [c for c in opts.cases.split(",") if c]
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        parser.error(f"unknown case(s) {', '.join(unknown)}; expected some of {', '.join(CASES)}")
+    env_note = f"OPPERF_NUM_THREADS={os.environ.get('OPPERF_NUM_THREADS', '(default)')}"
+    print(f"A/B acceptance: {opts.sessions} session(s) per case, workload {opts.workload}, {env_note}, "
+          f"{os.cpu_count()} CPUs, tests {' '.join(opts.pytest_args)}")
+    args = [f"--opperf-workload={opts.workload}", "--opperf-device=cpu", f"--opperf-thresholds={opts.thresholds}",
+            *opts.pytest_args]
+    summary = []
+    with tempfile.TemporaryDirectory(prefix="ab-acceptance-") as tmp:
+        where = Path(tmp)
+        try:
+            base = copy(where, "base", "")
+            for case in cases:
+                patch, expected = CASES[case]
+                head = copy(where, f"head-{case}", patch) if patch else base
+                hits, alarms, times, all_widths = 0, 0, [], {"per-op": [], "e2e": []}
+                for i in range(opts.sessions):
+                    out = where / f"{case}-{i}.json"
+                    ret, data, elapsed = session(head, "HEAD" if case == "aa" else str(base), args, out)
+                    compare = data["compare"]
+                    hit, regressed = caught(compare, expected)
+                    hits += hit
+                    alarms += bool(regressed) if case == "aa" else 0
+                    times.append(elapsed)
+                    for k, v in widths(compare).items():
+                        all_widths[k] += v
+                    undecided = sum(d["verdict"] == "undecided" for d in compare["decisions"])
+                    print(f"{case} #{i + 1}: exit {ret}, {'caught' if hit else 'MISSED'}; {len(regressed)} regressed "
+                          f"({', '.join(regressed[:4])}{'...' if len(regressed) > 4 else ''}), {undecided} undecided, "
+                          f"{compare['pairs']} pairs, {elapsed:.0f} s", flush=True)
+                line = (f"{case}: {'no false alarm in' if case == 'aa' else 'caught in'} "
+                        f"{opts.sessions - alarms if case == 'aa' else hits}/{opts.sessions} sessions, "
+                        f"median session {statistics.median(times):.0f} s")
+                if case == "aa":
+                    for k, v in all_widths.items():
+                        if v:
+                            line += f"; median interval width {k} {100 * statistics.median(v):.1f} %"
+                summary.append(line)
+                if patch:
+                    git("worktree", "remove", "--force", str(head))
+        finally:
+            for path in where.iterdir():
+                if path.is_dir():
+                    subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=ROOT,
+                                   capture_output=True)
+            git("worktree", "prune")
+            shutil.rmtree(where, ignore_errors=True)
+    print("\n".join(["", *summary]))
+
+
+if __name__ == "__main__":
+    main()

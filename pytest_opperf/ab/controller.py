@@ -1,0 +1,475 @@
+"""The A/B controller: two long-lived side processes driven in lockstep, paired samples, the decision.
+
+One process per side (``<python> -m pytest <args> -p pytest_opperf.ab.side``,
+cwd the side's root) collects the tests and then waits for orders on its
+socket (:mod:`.protocol`). The controller holds the baton: only one side
+runs at a time. For each test of the plan it starts the test on the base,
+then on the head, each running up to its first hand-over point, and then:
+
+* both at a per-op benchmark: each side calibrates (the iterations per
+  round, also the warm-up) and runs one warm-up block; then pairs of short
+  blocks, the order of the two blocks drawn at random for each pair. Pair i
+  is the median per-call time of each side's i-th block. After
+  ``MIN_PAIRS`` the metric is decided (at the corrected level for the whole
+  session's metrics) every ``CHECK_EVERY`` pairs; it stops when decided, at
+  ``MAX_VISIT_PAIRS`` or at its share of the time budget;
+* both at an e2e step (``run.step()``): each side does its next step in
+  turn, the order drawn per step; pair i is step i (from the RunResults);
+* otherwise (one side ahead, or the test on one side only) the side alone.
+
+After the first pass every metric is decided together; tests with undecided
+metrics are run again on both sides (more pairs) while the budget lasts, and
+so are tests with a metric regressed or improved after one run only: a
+change must show again in a second run of the test, whose set-up transients
+are its own.
+The head's results of each test's first visit are the session's results.
+No pytest import: the glue (``session.py``) passes callbacks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import random
+import signal
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..results import ResultsError, ResultSet, RunResult
+from . import paired
+from .pairs import e2e_samples
+from .protocol import Channel, ProtocolError, SideGone, SideTimeout, pair
+
+__all__ = ["Controller", "Plan", "SideFailure", "SideSpec", "TestOutcome"]
+
+MIN_PAIRS = 12  # a first look; decide's own minimum applies on top
+CHECK_EVERY = 4
+MAX_VISIT_PAIRS = 80
+MIN_ROUND_S = 0.0005  # timer resolution is far finer; rounds this long keep call overhead small
+BLOCK_S = 0.008  # timed work per block: short, so base and head blocks lie close in time
+MAX_ROUNDS = 50
+MIN_VISIT_S = 0.5  # a benchmark's share of the budget is never below this
+# Warm-up pairs, discarded, for at least this long per visit: the set-up of a test leaves
+# transients (BLAS threads that busy-wait ~0.1 s after a call, caches) that favour the side
+# that ran last; measured A/A here, pairs taken straight after set-up were off by up to 10x.
+WARMUP_S = 0.3
+MAX_RERUNS = 8  # visits per test after the first, at most
+RERUN_RESERVE = 0.5  # the share of the budget left a first visit of a benchmark may take
+LOG_TAIL_LINES = 15
+
+
+class SideFailure(Exception):
+    """A side crashed, hung or broke the protocol; ``tail`` holds the last lines of its log."""
+
+    def __init__(self, message: str, tail: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.tail = list(tail)
+
+
+@dataclass(frozen=True)
+class SideSpec:
+    name: str  # "base" | "head"
+    command: list[str]
+    cwd: Path
+    env: dict[str, str]
+    log: Path
+
+
+class Side:
+    """One running side process and its channel."""
+
+    def __init__(self, spec: SideSpec) -> None:
+        self.spec = spec
+        self.name = spec.name
+        channel, theirs = pair()
+        self.channel = channel
+        env = dict(spec.env, OPPERF_AB_FD=str(theirs.fileno()), OPPERF_AB_SIDE=spec.name)
+        self._log = open(spec.log, "wb")  # noqa: SIM115 - open for the process's lifetime
+        try:
+            self.process = subprocess.Popen(spec.command, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL,
+                                            stdout=self._log, stderr=subprocess.STDOUT,
+                                            pass_fds=(theirs.fileno(),), start_new_session=True)
+        except OSError as exc:
+            self._log.close()
+            channel.close()
+            raise SideFailure(f"the {spec.name} side cannot start ({spec.command[0]}): {exc}") from None
+        finally:
+            theirs.close()
+        self.last: dict[str, Any] = {}
+
+    def tail(self, lines: int = LOG_TAIL_LINES) -> list[str]:
+        try:
+            text = self.spec.log.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return []
+        return text.rstrip().splitlines()[-lines:]
+
+    def send(self, message: dict[str, Any], doing: str) -> None:
+        try:
+            self.channel.send(message)
+        except SideGone:
+            raise self._gone(doing) from None
+
+    def receive(self, timeout: float, doing: str) -> dict[str, Any]:
+        try:
+            message = self.channel.receive(timeout)
+        except SideTimeout:
+            raise SideFailure(f"the {self.name} side hangs: no answer in {timeout:g} s while {doing} "
+                              "(--opperf-compare-timeout)", self.tail()) from None
+        except SideGone:
+            raise self._gone(doing) from None
+        except ProtocolError as exc:
+            raise SideFailure(f"the {self.name} side broke the protocol while {doing}: {exc}", self.tail()) from None
+        if message.get("ev") == "error":
+            raise SideFailure(f"the {self.name} side failed while {doing}: {message.get('message')}", self.tail())
+        self.last = message
+        return message
+
+    def _gone(self, doing: str) -> SideFailure:
+        try:
+            code = self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        how = "closed its connection" if code is None else (
+            f"died (signal {-code})" if code < 0 else f"exited with status {code}")
+        return SideFailure(f"the {self.name} side {how} while {doing}", self.tail())
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """End the process: ``finish``, then SIGTERM, then SIGKILL (its whole process group)."""
+        if self.process.poll() is None:
+            try:
+                self.channel.send({"cmd": "finish"})
+            except ProtocolError:
+                pass
+            try:
+                self.process.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                self._signal(signal.SIGTERM)
+                try:
+                    self.process.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    self._signal(signal.SIGKILL)
+                    self.process.wait()
+        self.channel.close()
+        self._log.close()
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self._signal(signal.SIGKILL)
+            self.process.wait()
+        self.channel.close()
+        self._log.close()
+
+    def _signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.process.pid, sig)  # the side and anything it started
+        except (ProcessLookupError, PermissionError):
+            try:
+                self.process.send_signal(sig)
+            except ProcessLookupError:
+                pass
+
+
+@dataclass
+class Plan:
+    """What both sides collected: the tests run on both, and those on one side only."""
+
+    common: list[str]
+    added: list[str]  # on the head only: run there alone
+    removed: list[str]  # on the base only: not run
+    order: list[str]  # the head's order: common and added
+
+
+@dataclass
+class TestOutcome:
+    """One side's answer at the end of a test: serialised reports, runs, whether it failed."""
+
+    side: str
+    nodeid: str
+    visit: int
+    reports: list[dict[str, Any]]
+    runs: list[RunResult]
+    failed: bool
+
+
+@dataclass
+class _Bench:
+    paired: paired.Paired
+    iterations: int = 0
+    rounds: int = 1
+
+
+@dataclass
+class Controller:
+    """Drives the two sides; :meth:`start` then :meth:`run`, and always :meth:`close`."""
+
+    base_spec: SideSpec
+    head_spec: SideSpec
+    settings: paired.CompareSettings
+    base_label: str
+    head_label: str
+    timeout_s: float = 600.0
+    seed: int | None = None
+    warmup_s: float = WARMUP_S
+    clock: Callable[[], float] = time.monotonic
+    on_outcome: Callable[[TestOutcome], None] = lambda outcome: None
+    should_stop: Callable[[], bool] = lambda: False
+    sides: dict[str, Side] = field(default_factory=dict)
+    samples: dict[paired.MetricKey, paired.Paired] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    pairs: int = 0
+
+    def __post_init__(self) -> None:
+        if self.seed is None:
+            self.seed = int.from_bytes(os.urandom(4), "little")
+        self.rng = random.Random(self.seed)
+        self._started = 0.0
+        self._visits: dict[str, int] = {}
+        self._order: list[str] = []
+        self._plan: Plan | None = None
+
+    # --- start ----------------------------------------------------------------------------
+
+    def start(self) -> tuple[Plan, dict[str, list[dict[str, Any]]]]:
+        """Spawn both sides and wait for their collection. Returns the plan and each side's
+        collection errors (serialised reports); the glue decides what they mean."""
+        self._started = self.clock()
+        for spec in (self.base_spec, self.head_spec):  # both collect at once; nothing is measured yet
+            self.sides[spec.name] = Side(spec)
+        collected = {name: side.receive(self.timeout_s, "collecting the tests") for name, side in self.sides.items()}
+        for name, message in collected.items():
+            if message.get("ev") != "collected":
+                raise SideFailure(f"the {name} side sent {message.get('ev')!r}, expected 'collected'",
+                                  self.sides[name].tail())
+        base_ids = list(collected["base"].get("ids", []))
+        head_ids = list(collected["head"].get("ids", []))
+        base_set, head_set = set(base_ids), set(head_ids)
+        plan = Plan(common=[i for i in head_ids if i in base_set], added=[i for i in head_ids if i not in base_set],
+                    removed=[i for i in base_ids if i not in head_set], order=head_ids)
+        self._plan = plan
+        errors = {name: list(message.get("errors", [])) for name, message in collected.items()}
+        return plan, errors
+
+    # --- the session ------------------------------------------------------------------------
+
+    def run(self) -> paired.CompareResult:
+        plan = self._plan
+        assert plan is not None, "start() first"
+        budget_end = self._started + self.settings.budget_s
+        self._budget_end = budget_end
+        schedule = list(plan.order)
+        for index, nodeid in enumerate(schedule):
+            if self.should_stop():
+                self.notes.append("the session stopped early (-x/--maxfail): later tests were not compared")
+                break
+            self._remaining = len(schedule) - index
+            self._visit(nodeid, self._next_of(schedule, index), nodeid in set(plan.common))
+        budget_exhausted = False
+        common = set(plan.common)
+        for _ in range(MAX_RERUNS):
+            undecided = self._undecided_runs(common)
+            if not undecided or self.should_stop():
+                break
+            if self.clock() >= budget_end:
+                budget_exhausted = True
+                break
+            for index, nodeid in enumerate(undecided):
+                if self.clock() >= budget_end:
+                    budget_exhausted = True
+                    break
+                self._remaining = len(undecided) - index
+                self._visit(nodeid, self._next_of(undecided, index), True)
+        decisions = [self._confirmed(d) for d in paired.decide(list(self.samples.values()), self.settings)]
+        if any(d.verdict == "undecided" for d in decisions) and self.clock() >= budget_end:
+            budget_exhausted = True
+        self.notes.append(f"order seed {self.seed}")
+        return paired.CompareResult(
+            base=self.base_label, head=self.head_label, decisions=decisions, added=list(plan.added),
+            removed=list(plan.removed), pairs=self.pairs, elapsed_s=self.clock() - self._started,
+            budget_exhausted=budget_exhausted, notes=list(self.notes))
+
+    @staticmethod
+    def _next_of(schedule: list[str], index: int) -> str | None:
+        return schedule[index + 1] if index + 1 < len(schedule) else None
+
+    def _unconfirmed(self, d: paired.Decision) -> bool:
+        return (d.verdict in ("regressed", "improved") and d.kind != "count"
+                and self._visits.get(self._test_of(d.key.run), 0) < 2)
+
+    def _confirmed(self, d: paired.Decision) -> paired.Decision:
+        """A change seen in one run of its test only (the budget ran out first) is undecided."""
+        if not self._unconfirmed(d):
+            return d
+        return dataclasses.replace(d, verdict="undecided", statistic=f"{d.statistic}; {d.verdict} in one run "
+                                   "of the test, not confirmed by a second (budget spent)")
+
+    def _undecided_runs(self, common: set[str]) -> list[str]:
+        """The tests to run again: first those with a metric regressed or improved in one run of
+        the test only (a change must show again in a second run, with its own set-up), then those
+        with undecided metrics."""
+        decisions = paired.decide(list(self.samples.values()), self.settings)
+        unconfirmed = {self._test_of(d.key.run) for d in decisions if self._unconfirmed(d)}
+        undecided: dict[str, int] = {}
+        for d in decisions:
+            if d.verdict == "undecided":
+                test = self._test_of(d.key.run)
+                undecided[test] = undecided.get(test, 0) + 1
+        order = self._plan.order if self._plan else []
+        # most undecided metrics first: an e2e test's run gives a pair to each of its dozens of metrics
+        rest = sorted((t for t in order if t in undecided and t not in unconfirmed and t in common),
+                      key=lambda t: -undecided[t])
+        return [t for t in order if t in unconfirmed and t in common] + rest
+
+    @staticmethod
+    def _test_of(run_id: str) -> str:
+        return run_id.split("#", 1)[0]  # extra windows of a test: <node id>#<name>
+
+    def close(self, grace_s: float = 10.0) -> None:
+        """End both processes (idempotent, never raises); ``grace_s`` for each to end by itself."""
+        for side in self.sides.values():
+            try:
+                side.stop(grace_s)
+            except Exception:  # noqa: BLE001 - closing must go on to the other side
+                side.kill()
+        self.sides.clear()
+
+    def kill(self) -> None:
+        for side in self.sides.values():
+            side.kill()
+        self.sides.clear()
+
+    # --- one test on both sides --------------------------------------------------------------
+
+    def _visit(self, nodeid: str, next_id: str | None, both: bool) -> None:
+        visit = self._visits.get(nodeid, 0)
+        self._visits[nodeid] = visit + 1
+        names = ["base", "head"] if both else ["head"]
+        doing = f"running {nodeid}"
+        state: dict[str, dict[str, Any]] = {}
+        for name in names:
+            side = self.sides[name]
+            side.send({"cmd": "run", "nodeid": nodeid, "next": next_id, "first": visit == 0}, doing)
+            state[name] = side.receive(self.timeout_s, doing)
+        while True:
+            active = [n for n in names if state[n].get("ev") != "done"]
+            if not active:
+                break
+            kinds = {state[n].get("ev") for n in active}
+            if len(active) == 2 and kinds == {"bench"}:
+                self._bench_pairs(nodeid, state["base"], [self.sides[n] for n in active])
+                order = active
+            elif len(active) == 2 and kinds == {"step"}:
+                order = self.rng.sample(active, 2)
+            else:
+                lone = next((n for n in active if state[n].get("ev") == "step"), active[0])
+                if state[lone].get("ev") == "bench":
+                    self._bench_alone(nodeid, self.sides[lone])
+                order = [lone]
+            for name in order:
+                side = self.sides[name]
+                side.send({"cmd": "go"}, doing)
+                state[name] = side.receive(self.timeout_s, doing)
+        outcomes = {}
+        for name in names:
+            message = state[name]
+            try:
+                runs = ResultSet.from_dict(message.get("results") or {"schema": "opperf/1", "runs": []},
+                                           source=f"the {name} side").runs
+            except ResultsError as exc:
+                raise SideFailure(f"results of the {name} side unreadable: {exc}", self.sides[name].tail()) from None
+            outcome = TestOutcome(name, nodeid, visit, list(message.get("reports", [])), runs,
+                                  bool(message.get("failed")))
+            outcomes[name] = outcome
+            self.on_outcome(outcome)
+        if both and not outcomes["base"].failed and not outcomes["head"].failed:
+            self._e2e_pairs(outcomes["base"].runs, outcomes["head"].runs)
+
+    def _e2e_pairs(self, base_runs: list[RunResult], head_runs: list[RunResult]) -> None:
+        base = {r.id: r for r in base_runs if r.kind == "e2e"}
+        for head in head_runs:
+            if head.kind != "e2e" or head.id not in base:
+                continue
+            for s in e2e_samples(base[head.id], head):
+                key = paired.MetricKey(s.run, s.metric)
+                target = self.samples.setdefault(key, paired.Paired(key, s.kind))  # type: ignore[arg-type]
+                for x, y in zip(s.base, s.head, strict=True):
+                    target.add(x, y)
+                self.pairs += len(s.base)
+
+    # --- per-op benchmarks --------------------------------------------------------------------
+
+    def _calibrate(self, sides: list[Side], doing: str) -> tuple[int, int]:
+        """The iterations per round and rounds per block, the same on both sides (also the warm-up)."""
+        answers = []
+        for side in sides:
+            side.send({"cmd": "calibrate", "min_round_s": MIN_ROUND_S}, doing)
+            answers.append(side.receive(self.timeout_s, doing))
+        iterations = max(int(a.get("iterations", 1)) for a in answers)
+        per_call = max(float(a.get("round_s", 0.0)) / max(1, int(a.get("iterations", 1))) for a in answers)
+        round_s = per_call * iterations
+        rounds = max(1, min(MAX_ROUNDS, math.ceil(BLOCK_S / round_s))) if round_s > 0 else MAX_ROUNDS
+        return iterations, rounds
+
+    def _block(self, side: Side, rounds: int, iterations: int, doing: str) -> float:
+        side.send({"cmd": "block", "rounds": rounds, "iterations": iterations}, doing)
+        answer = side.receive(self.timeout_s, doing)
+        values = answer.get("per_call_s")
+        if answer.get("ev") != "block" or not isinstance(values, list) or not values:
+            raise SideFailure(f"the {side.name} side answered {answer.get('ev')!r} to a block while {doing}",
+                              side.tail())
+        return statistics.median(float(v) for v in values) * 1e3
+
+    def _visit_deadline(self) -> float:
+        """A benchmark's share of the budget: half of what is left over the tests left (the other
+        half stays for the runs again of tests still undecided)."""
+        now = self.clock()
+        share = RERUN_RESERVE * (self._budget_end - now) / max(1, getattr(self, "_remaining", 1))
+        return now + max(MIN_VISIT_S, share)
+
+    def _family_size(self) -> int:
+        """The number of metrics the decision is corrected for, as far as known now."""
+        return max(len(self.samples), 1) + max(0, getattr(self, "_remaining", 1) - 1)
+
+    def _bench_pairs(self, nodeid: str, message: dict[str, Any], sides: list[Side]) -> None:
+        doing = f"benchmarking {nodeid}"
+        key = paired.MetricKey(str(message.get("run", nodeid)), f"call_ms:{message.get('stat', nodeid)}")
+        target = self.samples.setdefault(key, paired.Paired(key, "time"))
+        deadline = self._visit_deadline()
+        iterations, rounds = self._calibrate(sides, doing)
+        by_name = {s.name: s for s in sides}
+        warm_until = self.clock() + self.warmup_s
+        while True:  # warm-up pairs, in the order of real ones, thrown away
+            for name in self.rng.sample(["base", "head"], 2):
+                self._block(by_name[name], rounds, iterations, doing)
+            if self.clock() >= warm_until:
+                break
+        start = len(target.base)
+        while True:
+            order = self.rng.sample(["base", "head"], 2)
+            got = {name: self._block(by_name[name], rounds, iterations, doing) for name in order}
+            target.add(got["base"], got["head"])
+            self.pairs += 1
+            done = len(target.base) - start
+            if done >= MAX_VISIT_PAIRS or (done >= MIN_PAIRS and self.clock() >= deadline):
+                break
+            if done >= MIN_PAIRS and (done - MIN_PAIRS) % CHECK_EVERY == 0 and self._decided(target):
+                break
+
+    def _decided(self, target: paired.Paired) -> bool:
+        # decide() corrects for the number of Paired it is given: the others, empty, stand
+        # for the rest of the session's metrics, so this look uses the session's level.
+        family = [target] + [paired.Paired(paired.MetricKey("", f"#{i}"), "time")
+                             for i in range(self._family_size() - 1)]
+        return paired.decide(family, self.settings)[0].verdict != "undecided"
+
+    def _bench_alone(self, nodeid: str, side: Side) -> None:
+        doing = f"benchmarking {nodeid} (on the {side.name} side only)"
+        iterations, rounds = self._calibrate([side], doing)
+        for _ in range(1 + MIN_PAIRS):
+            self._block(side, rounds, iterations, doing)

@@ -1,0 +1,691 @@
+"""Paired A/B statistics: one decision per metric from interleaved base/head samples.
+
+Sample i of the base and sample i of the head form pair i: they were measured
+back to back on the same machine, so a drift of the machine's speed moves both
+and cancels in the pair. Each pair gives one number ``x``, signed so that a
+positive ``x`` is worse for the head:
+
+* ``time`` (per-op ms per call, an e2e stat's per-step ms): ``x = log(head/base)``;
+* ``rate`` (examples/sec): ``x = log(base/head)``;
+* ``share`` (the steady-state Python share of a step): ``x = head - base`` (absolute);
+* ``count`` (per-step op counts): no statistics, the most common per-step value of
+  each side is compared exactly; any difference is a regression.
+
+Working on log ratios makes the interval of a ratio symmetric in the log (a
+halving and a doubling are equally far from 1) and independent of the metric's
+scale.
+
+**Interval.** The Hodges-Lehmann estimate (the median of the n(n+1)/2 Walsh
+averages ``(x_i + x_j)/2``, i <= j) with the Wilcoxon signed-rank confidence
+interval: with ``T+`` the signed-rank statistic of n pairs and ``d`` the largest
+value with ``P(T+ <= d) <= a/2``, the interval runs from the (d+1)-th smallest
+Walsh average to the (d+1)-th largest, and covers the true centre with
+probability at least ``1 - a``. ``P(T+ <= d)`` is exact (the signed-rank
+distribution counted by a subset-sum recursion) up to 300 pairs and the normal
+approximation with a continuity correction beyond. The test assumes the
+distribution of ``x`` symmetric about its centre, which paired samples of
+independent noise satisfy (the difference of two equally distributed noises is
+symmetric). It needs no distribution shape beyond that and is robust to a few
+wild pairs (a scheduler hiccup on one side), unlike a t interval. With fewer
+than 1 + log2(1/a) pairs no interval exists at level ``1 - a`` (the smallest
+p-value of n pairs is 2^(1-n)): the interval is unbounded and the metric
+undecided, as it is below ``min_pairs``.
+
+**Correction.** Bonferroni: each of the K metrics tested in one call of
+:func:`decide` (counts are exact and not counted) gets the level
+``1 - alpha/K``, so that all K intervals hold together with probability at
+least ``1 - alpha``. (Holm adjusts p-values of point hypotheses, not
+intervals; the intervals are what the report shows.)
+
+**Decision rule.** ``c`` is the smallest change that counts, in ``x`` units:
+``log(1 + min_slowdown)`` for times, raised to ``log(1 + floor/base median)``
+by the absolute floor (``min_call_ms`` for ``call_ms:`` metrics, ``min_step_ms``
+for ``step_ms:`` metrics), ``-log(1 - min_slowdown)`` for rates (a 5 % drop of
+examples/sec counts, as in the gate), ``max_python_share_increase`` for the
+share. With the corrected interval ``[lo, hi]`` of ``x``:
+
+* **regressed** when ``lo > c/2`` and ``hi >= c``: the head is shown to be worse
+  by more than half of what counts, and the change may be one that counts;
+* **improved**, the mirror: ``hi < -c/2`` and ``lo <= -c``;
+* **unchanged** when ``hi < c``: any slowdown is shown to be smaller than what
+  counts (an improvement that is not shown may hide behind it);
+* **undecided** otherwise (``lo <= c/2`` and ``hi >= c``): the interval is too
+  wide; the controller gives the metric more pairs.
+
+Why ``c/2`` and not ``0`` as the significance bound of "regressed". The rule
+first considered, "regressed when ``lo > 0`` and ``hi >= c``", flags a small
+real slowdown as soon as it is significant while the interval is still wide,
+and the sequential controller keeps the first decision. Simulated sequential
+sessions (K = 150 metrics, alpha 0.05, so 99.97 % intervals of half-width
+about 3.7 sigma/sqrt(n) for a noise sigma per pair; a decision after 10, 15,
+20, ... pairs, the first verdict kept; 400 seeds;
+``python benchmarks/ab_rule_simulation.py`` prints this table):
+
+=====================  ===================  ===================
+true change, noise     "lo > 0"             "lo > c/2" (this)
+=====================  ===================  ===================
+A/A, 2 % and 5 %       0 regressed          0 regressed
++3 %, 2 % per pair     73 % regressed       1.8 % regressed
++3 %, 5 % per pair     79 % regressed       4.5 % regressed
++5 %, 2 % per pair     99.75 %, 15 pairs    99.75 %, 20 pairs
++5 %, 5 % per pair     99.75 %, 20 pairs    99.75 %, 60 pairs
++10 %, 2 % and 5 %     100 %, 15 pairs      100 %, 15 pairs
+=====================  ===================  ===================
+
+(pairs: the median number of pairs to the decision.) With ``lo > c/2`` a
+slowdown below ``min_slowdown/2`` is flagged only when its interval misses the
+truth (probability below alpha/(2K) per metric and look), a slowdown between
+``min_slowdown/2`` and ``min_slowdown`` only when its estimate strays upward by
+about two standard errors, and once the interval's half-width is below the
+distance to 1 + ``min_slowdown`` it is unchanged. The price is paid at
+the threshold: a slowdown of exactly ``min_slowdown`` needs an interval
+half-width below c/2 (2.4 %) instead of a significant one, a few more pairs.
+For A/A the margin also absorbs the repeated looks of the sequential loop: a
+false alarm needs an interval entirely above 1 + c/2.
+
+The default floors: ``min_call_ms = 0.001`` (1 us per call: a 2 us call must
+grow by 50 % to count, a 20 us call by 5 %) and ``min_step_ms = 0.05`` (a
+stat's per-step total must grow by 50 us, 0.01 % of the small workload's 440
+ms step; a 0.04 ms softmax must more than double). Smaller absolute changes
+cost a step nothing it could feel, while their ratios are the noisiest of all
+(a microsecond call moves by tens of % when a cache line or a page fault
+lands on one side).
+
+**Sequential use.** The controller calls :func:`decide` after each block and
+gives the undecided metrics more pairs; the intervals are not widened for the
+repeated looks. The ``c/2`` margin is what keeps the error rates there:
+``tests/test_ab_paired.py`` runs that loop (150 metrics, 10 to 100 pairs) and
+finds no A/A false alarm, a 3 % slowdown regressed in 3 of 40 sessions, 5 %
+and 10 % in all.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from fnmatch import fnmatchcase
+from functools import cached_property, lru_cache
+from statistics import NormalDist
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..results import ResultsError
+from ..stats import median, most_common
+
+if TYPE_CHECKING:
+    from ..gate import Violation
+
+__all__ = [
+    "CompareResult",
+    "CompareSettings",
+    "Decision",
+    "Kind",
+    "MetricKey",
+    "MetricSettings",
+    "Override",
+    "Paired",
+    "Verdict",
+    "compare_keys",
+    "decide",
+    "parse_compare",
+    "rule",
+    "signed_rank_cdf",
+    "violation_message",
+    "walsh_interval",
+]
+
+Kind = Literal["time", "rate", "share", "count"]
+Verdict = Literal["regressed", "improved", "unchanged", "undecided"]
+KINDS: tuple[str, ...] = ("time", "rate", "share", "count")
+VERDICTS: tuple[str, ...] = ("regressed", "undecided", "improved", "unchanged")  # the report's order
+
+EXACT_MAX_PAIRS = 300  # the signed-rank distribution is counted exactly up to this many pairs
+_CHUNK = 2_000_000  # Walsh averages held at once (16 MB)
+
+
+# --- samples -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MetricKey:
+    """One metric of one run: ``run`` is the run id (the same on both sides), ``metric`` the
+    gate's metric name (``call_ms:<stat>``, ``step_ms:<stat>``, ``examples_per_sec``,
+    ``python_share``, ``count:<stat>``)."""
+
+    run: str
+    metric: str
+
+    @property
+    def stat(self) -> str | None:
+        """The stat of ``call_ms:conv2d`` (``conv2d``); None for run-level metrics."""
+        _, sep, stat = self.metric.partition(":")
+        return stat if sep else None
+
+
+@dataclass
+class Paired:
+    """The paired samples of one metric: sample i of ``base`` and of ``head`` form pair i."""
+
+    key: MetricKey
+    kind: Kind
+    base: list[float] = field(default_factory=list)
+    head: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"{self.key.run} {self.key.metric}: kind must be one of {', '.join(KINDS)}, "
+                             f"got {self.kind!r}")
+        if len(self.base) != len(self.head):
+            raise ValueError(f"{self.key.run} {self.key.metric}: base and head must pair up, got "
+                             f"{len(self.base)} base and {len(self.head)} head samples")
+
+    def add(self, base: float, head: float) -> None:
+        self.base.append(float(base))
+        self.head.append(float(head))
+
+    @property
+    def pairs(self) -> int:
+        return len(self.base)
+
+
+# --- settings: the [compare] table ---------------------------------------------------
+
+
+def _key(default: float | int, lo: float, hi: float, doc: str, lo_open: bool = False,
+         hi_open: bool = False) -> Any:
+    """A ``[compare]`` key: its default, its range and its meaning, in one place."""
+    return field(default=default, metadata={"range": (lo, hi, lo_open, hi_open), "doc": doc})
+
+
+@dataclass(frozen=True)
+class MetricSettings:
+    """The values that apply to one metric (the table's, then matching overrides')."""
+
+    min_slowdown: float
+    max_python_share_increase: float
+    min_call_ms: float
+    min_step_ms: float
+    min_pairs: int
+
+
+PER_METRIC: tuple[str, ...] = tuple(f.name for f in fields(MetricSettings))
+
+
+@dataclass(frozen=True)
+class Override:
+    """One ``[[compare.override]]``: values for the runs (and stats) its globs match; None = not set."""
+
+    run: str = "*"
+    stat: str | None = None
+    min_slowdown: float | None = None
+    max_python_share_increase: float | None = None
+    min_call_ms: float | None = None
+    min_step_ms: float | None = None
+    min_pairs: int | None = None
+
+    def matches(self, key: MetricKey) -> bool:
+        if not fnmatchcase(key.run, self.run):
+            return False
+        if self.stat is None:
+            return True
+        return key.stat is not None and fnmatchcase(key.stat, self.stat)
+
+
+@dataclass(frozen=True)
+class CompareSettings:
+    """The ``[compare]`` table of the thresholds file; the defaults when it is absent."""
+
+    min_slowdown: float = _key(0.05, 0.0, 1.0, "the smallest relative slowdown that counts (times up, "
+                               "examples/sec down)", hi_open=True)
+    max_python_share_increase: float = _key(0.01, 0.0, 1.0, "the smallest increase of the steady-state "
+                                            "Python share that counts (absolute)")
+    alpha: float = _key(0.05, 0.0, 1.0, "family-wise error rate, Bonferroni-corrected for the number of "
+                        "metrics tested", lo_open=True, hi_open=True)
+    budget_s: float = _key(600.0, 0.0, math.inf, "wall-time budget of the whole A/B session (s); what is "
+                           "undecided when it is spent is reported undecided", lo_open=True, hi_open=True)
+    min_call_ms: float = _key(0.001, 0.0, math.inf, "floor of per-op metrics (call_ms): a call must grow "
+                              "by at least this many ms to count", hi_open=True)
+    min_step_ms: float = _key(0.05, 0.0, math.inf, "floor of e2e stats (step_ms): a stat's per-step total "
+                              "must grow by at least this many ms to count", hi_open=True)
+    min_pairs: int = _key(10, 2, 1_000_000, "below this many pairs a metric is undecided")
+    overrides: tuple[Override, ...] = ()
+
+    def for_metric(self, key: MetricKey) -> MetricSettings:
+        """The table's values, each replaced by the last matching override that sets it."""
+        if not self.overrides:
+            return self._plain
+        values = {name: getattr(self, name) for name in PER_METRIC}
+        for override in self.overrides:
+            if override.matches(key):
+                values.update({n: getattr(override, n) for n in PER_METRIC if getattr(override, n) is not None})
+        return MetricSettings(**values)
+
+
+    @cached_property
+    def _plain(self) -> MetricSettings:
+        return MetricSettings(**{name: getattr(self, name) for name in PER_METRIC})
+
+
+def compare_keys() -> dict[str, dict[str, Any]]:
+    """Every ``[compare]`` key with its type, default, range and meaning (the one source of truth)."""
+    return {f.name: {"type": {"float": float, "int": int}[f.type], "default": f.default,
+                     "range": f.metadata["range"], "doc": f.metadata["doc"]}
+            for f in fields(CompareSettings) if f.metadata}
+
+
+def _interval_text(lo: float, hi: float, lo_open: bool, hi_open: bool) -> str:
+    def num(v: float) -> str:
+        return "inf" if math.isinf(v) else f"{v:g}"
+    return f"{'(' if lo_open else '['}{num(lo)}, {num(hi)}{')' if hi_open else ']'}"
+
+
+def _value(key: str, value: Any, where: str, source: str) -> Any:
+    from ..gate import ThresholdsError, _check
+
+    spec = compare_keys()[key]
+    value = _check(value, spec["type"], key, where, source)
+    lo, hi, lo_open, hi_open = spec["range"]
+    below = value <= lo if lo_open else value < lo
+    above = value >= hi if hi_open else value > hi
+    if below or above:
+        raise ThresholdsError(f"{source}: {where} {key} must be in {_interval_text(lo, hi, lo_open, hi_open)}, "
+                              f"got {value!r}")
+    return value
+
+
+def _parse_override(table: Any, index: int, source: str) -> Override:
+    from ..gate import ThresholdsError, _check, _type_name, _unknown
+
+    where = f"[[compare.override]] #{index}"
+    if not isinstance(table, dict):
+        raise ThresholdsError(f"{source}: {where} must be a table, got {_type_name(table)}")
+    _unknown(table, ["run", "stat", *PER_METRIC], where, source)
+    values = {k: _check(v, str, k, where, source) if k in ("run", "stat") else _value(k, v, where, source)
+              for k, v in table.items()}
+    if not any(k in values for k in PER_METRIC):
+        raise ThresholdsError(f"{source}: {where} sets nothing (give one of {', '.join(PER_METRIC)})")
+    return Override(**values)
+
+
+def parse_compare(table: Mapping[str, Any], source: str = "<thresholds>") -> CompareSettings:
+    """``[compare]`` from a parsed TOML table (raises :class:`pytest_opperf.gate.ThresholdsError`)."""
+    from ..gate import ThresholdsError, _type_name, _unknown
+
+    if not isinstance(table, dict):
+        raise ThresholdsError(f"{source}: [compare] must be a table, got {_type_name(table)}")
+    _unknown(table, [*compare_keys(), "override"], "[compare]", source)
+    values: dict[str, Any] = {k: _value(k, v, "[compare]", source) for k, v in table.items() if k != "override"}
+    overrides = table.get("override", [])
+    if not isinstance(overrides, list):
+        raise ThresholdsError(f"{source}: compare.override must be an array of tables ([[compare.override]]), "
+                              f"got {_type_name(overrides)}")
+    values["overrides"] = tuple(_parse_override(t, i + 1, source) for i, t in enumerate(overrides))
+    return CompareSettings(**values)
+
+
+# --- the signed-rank interval ------------------------------------------------------
+
+
+@lru_cache(maxsize=4)  # up to 45k values each; _trim keeps what decisions need
+def signed_rank_cdf(n: int) -> tuple[float, ...]:
+    """``P(T+ <= k)`` for k = 0 .. n(n+1)/2 under the null, n >= 1.
+
+    Each rank r is in the positive set with probability 1/2, so the
+    distribution of ``T+`` over ranks 1..r is the average of that over ranks
+    1..r-1 and the same shifted by r: a subset-sum count, halved at each step
+    (exact for the dyadic values of small n, to rounding otherwise)."""
+    import numpy as np
+
+    if n < 1:
+        raise ValueError(f"the signed-rank distribution needs at least 1 pair, got {n}")
+    p = np.zeros(n * (n + 1) // 2 + 1)
+    p[0] = 1.0
+    for rank in range(1, n + 1):
+        top = rank * (rank + 1) // 2
+        p[rank:top + 1] += p[:top + 1 - rank]  # numpy buffers the overlapping source
+        p[:top + 1] *= 0.5
+    return tuple(np.minimum(np.cumsum(p), 1.0).tolist())
+
+
+@lru_cache(maxsize=None)
+def _trim(n: int, a: float) -> int:
+    """The largest d with P(T+ <= d) <= a/2, or -1 when there is none (too few pairs)."""
+    half = a / 2 * (1 + 1e-9)  # a level meant to be hit exactly must not miss by rounding
+    if n <= EXACT_MAX_PAIRS:
+        return bisect.bisect_right(signed_rank_cdf(n), half) - 1
+    mean = n * (n + 1) / 4
+    sd = math.sqrt(n * (n + 1) * (2 * n + 1) / 24)
+    # P(T+ <= d) ~ Phi((d + 0.5 - mean) / sd)
+    return max(-1, math.floor(mean - 0.5 + sd * NormalDist().inv_cdf(a / 2)))
+
+
+def _walsh_intervals(rows: Any, a: float) -> list[tuple[float, float, float]]:
+    """(Hodges-Lehmann estimate, low, high) at level 1 - a for each row of a 2-d array."""
+    import numpy as np  # here, not at import: the plugin loads this module without numpy
+
+    n = rows.shape[1]
+    total = n * (n + 1) // 2
+    d = _trim(n, a)
+    first, second = np.triu_indices(n)
+    kth = sorted({(total - 1) // 2, total // 2} | ({d, total - 1 - d} if d >= 0 else set()))
+    values = np.asarray(rows, dtype=np.float64)
+    out: list[tuple[float, float, float]] = []
+    step = max(1, _CHUNK // total)
+    for start in range(0, len(values), step):
+        block = values[start:start + step]
+        walsh = (block[:, first] + block[:, second]) * 0.5
+        # a full sort is faster than a multi-kth partition on short rows
+        walsh = np.sort(walsh, axis=1) if total <= 5000 else np.partition(walsh, kth, axis=1)
+        centre = (walsh[:, (total - 1) // 2] + walsh[:, total // 2]) * 0.5
+        if d >= 0:
+            out.extend(zip(centre.tolist(), walsh[:, d].tolist(), walsh[:, total - 1 - d].tolist(), strict=True))
+        else:
+            out.extend((v, -math.inf, math.inf) for v in centre.tolist())
+    return out
+
+
+def walsh_interval(x: Sequence[float], a: float) -> tuple[float, float, float]:
+    """The Hodges-Lehmann estimate of the centre of ``x`` and its Wilcoxon signed-rank
+    interval at level ``1 - a``: ``(estimate, low, high)``, unbounded when ``x`` is too short."""
+    if not x:
+        raise ValueError("the signed-rank interval needs at least one value")
+    if not 0 < a < 1:
+        raise ValueError(f"the error rate must be in (0, 1), got {a!r}")
+    import numpy as np
+
+    return _walsh_intervals(np.asarray([x], dtype=np.float64), a)[0]
+
+
+# --- decisions -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The verdict on one metric. ``base``/``head`` are the medians of the samples (for counts
+    the most common per-step value); ``estimate`` is the ratio head/base (time, rate) or the
+    difference head - base (share, count) and ``low``/``high`` its corrected interval
+    (unbounded: 0/inf for ratios, -inf/inf for differences). ``limit`` is the estimate at
+    which a change counts (1.05: a 5 % slowdown; 0.95 for a rate; +0.01 for the share;
+    0 for counts), nan when not known."""
+
+    key: MetricKey
+    kind: Kind
+    verdict: Verdict
+    base: float
+    head: float
+    estimate: float
+    low: float
+    high: float
+    pairs: int
+    statistic: str
+    limit: float = math.nan
+
+    @property
+    def ratio(self) -> bool:
+        """Whether ``estimate`` is a ratio (time, rate) rather than a difference."""
+        return self.kind in ("time", "rate")
+
+    @property
+    def half_width(self) -> float:
+        """Half the interval's width: in log units as a relative change (0.012 = +-1.2 %) for
+        ratios, absolute for differences; inf when unbounded."""
+        if not (math.isfinite(self.low) and math.isfinite(self.high)) or (self.ratio and self.low <= 0):
+            return math.inf
+        if self.ratio:
+            return math.expm1((math.log(self.high) - math.log(self.low)) / 2)
+        return (self.high - self.low) / 2
+
+    def to_dict(self) -> dict[str, Any]:
+        def num(v: float) -> float | None:
+            return v if math.isfinite(v) else None
+        return {"run": self.key.run, "metric": self.key.metric, "kind": self.kind, "verdict": self.verdict,
+                "base": num(self.base), "head": num(self.head), "estimate": num(self.estimate),
+                "low": num(self.low), "high": num(self.high), "limit": num(self.limit), "pairs": self.pairs,
+                "statistic": self.statistic}
+
+
+def _threshold(p: Paired, ms: MetricSettings, base: float) -> float:
+    """``c``: the smallest change that counts, in ``x`` units (the module docstring)."""
+    if p.kind == "time":
+        prefix = p.key.metric.partition(":")[0]
+        floor = {"call_ms": ms.min_call_ms, "step_ms": ms.min_step_ms}.get(prefix, 0.0)
+        return max(math.log1p(ms.min_slowdown), math.log1p(floor / base))
+    if p.kind == "rate":
+        return -math.log1p(-ms.min_slowdown)
+    return ms.max_python_share_increase
+
+
+def rule(low: float, high: float, c: float) -> Verdict:
+    """The decision rule on the interval ``[low, high]`` of ``x`` with the threshold ``c``."""
+    if low > c / 2 and high >= c:
+        return "regressed"
+    if high < -c / 2 and low <= -c:
+        return "improved"
+    if high < c:
+        return "unchanged"
+    return "undecided"
+
+
+def _level(a: float) -> str:
+    pct = 100 * (1 - a)
+    digits = max(2, 1 - math.floor(math.log10(100 * a))) if a > 0 else 2
+    return f"{pct:.{digits}f}".rstrip("0").rstrip(".") + "%"
+
+
+def _count_decision(p: Paired) -> Decision:
+    if not p.pairs:
+        return Decision(p.key, p.kind, "undecided", math.nan, math.nan, math.nan, -math.inf, math.inf, 0,
+                        "per-step count (exact): no pairs", 0.0)
+    (base, base_same), (head, head_same) = (most_common([round(v) for v in side]) for side in (p.base, p.head))
+    diff = float(head - base)
+    statistic = "per-step count (exact)" + ("" if base_same and head_same else ", most common per-step value")
+    return Decision(p.key, p.kind, "regressed" if diff else "unchanged", float(base), float(head), diff, diff,
+                    diff, p.pairs, statistic, 0.0)
+
+
+def _worse(kinds: Sequence[str], base: Any, head: Any) -> Any:
+    """Each pair as ``x`` (rows of metrics, columns of pairs), positive when the head is worse."""
+    import numpy as np
+
+    with np.errstate(all="ignore"):  # unusable rows are set aside by the caller
+        logs = np.log(head) - np.log(base)
+        diff = head - base
+    sign = np.array([[-1.0] if k == "rate" else [1.0] for k in kinds])
+    ratio = np.array([[k in ("time", "rate")] for k in kinds])
+    return np.where(ratio, logs * sign, diff)
+
+
+def _unusable(kinds: Sequence[str], base: Any, head: Any) -> list[str | None]:
+    """Per row, why it gives no interval (None: it does)."""
+    import numpy as np
+
+    finite = (np.isfinite(base).all(axis=1) & np.isfinite(head).all(axis=1)).tolist()
+    positive = ((base > 0).all(axis=1) & (head > 0).all(axis=1)).tolist()
+    return [None if ok and (pos or k == "share") else
+            "non-finite samples" if not ok else "samples at or below 0: no ratio"
+            for k, ok, pos in zip(kinds, finite, positive, strict=True)]
+
+
+def decide(samples: Sequence[Paired], settings: CompareSettings) -> list[Decision]:
+    """One :class:`Decision` per :class:`Paired`, in order; Bonferroni-corrected for the
+    metrics with statistics (all but counts). Pure and deterministic."""
+    import numpy as np
+
+    tested = sum(1 for p in samples if p.kind != "count")
+    a = settings.alpha / max(1, tested)
+    correction = f"Bonferroni, {tested} metric{'s' if tested != 1 else ''}"
+    decisions: list[Decision | None] = [None] * len(samples)
+    groups: dict[int, list[int]] = {}
+    for i, p in enumerate(samples):
+        if p.kind == "count":
+            decisions[i] = _count_decision(p)
+        elif not p.pairs:
+            lo = 0.0 if p.kind in ("time", "rate") else -math.inf
+            decisions[i] = Decision(p.key, p.kind, "undecided", math.nan, math.nan, math.nan, lo, math.inf, 0,
+                                    "no interval: no pairs")
+        else:
+            groups.setdefault(p.pairs, []).append(i)
+    for n, members in groups.items():
+        base = np.array([samples[i].base for i in members], dtype=np.float64)
+        head = np.array([samples[i].head for i in members], dtype=np.float64)
+        base_median, head_median = np.median(base, axis=1).tolist(), np.median(head, axis=1).tolist()
+        usable = []
+        problems = _unusable([samples[i].kind for i in members], base, head)
+        for row, (i, problem) in enumerate(zip(members, problems, strict=True)):
+            p = samples[i]
+            if problem is None:
+                usable.append(row)
+                continue
+            lo = 0.0 if p.kind in ("time", "rate") else -math.inf
+            decisions[i] = Decision(p.key, p.kind, "undecided", base_median[row], head_median[row], math.nan, lo,
+                                    math.inf, n, f"no interval: {problem}")
+        if not usable:
+            continue
+        x = _worse([samples[members[r]].kind for r in usable], base[usable], head[usable])
+        method = "exact" if n <= EXACT_MAX_PAIRS else "normal approximation"
+        test = f"Wilcoxon signed-rank {_level(a)} CI ({correction}; {method})"
+        for row, (centre, lo, hi) in zip(usable, _walsh_intervals(x, a), strict=True):
+            p = samples[members[row]]
+            ms = settings.for_metric(p.key)
+            b, h = base_median[row], head_median[row]
+            c = _threshold(p, ms, b)
+            verdict = rule(lo, hi, c)
+            statistic = f"Hodges-Lehmann {'ratio' if p.kind in ('time', 'rate') else 'difference'}, {test}"
+            if n < ms.min_pairs:
+                verdict = "undecided"
+                statistic += f"; too few pairs ({n} < min_pairs {ms.min_pairs})"
+            elif math.isinf(hi) or math.isinf(lo):
+                statistic += f"; too few pairs for a {_level(a)} interval"
+            if p.kind == "time":
+                estimate, low, high, limit = math.exp(centre), math.exp(lo), math.exp(hi), math.exp(c)
+            elif p.kind == "rate":
+                estimate, low, high, limit = math.exp(-centre), math.exp(-hi), math.exp(-lo), math.exp(-c)
+            else:
+                estimate, low, high, limit = centre, lo, hi, c
+            decisions[members[row]] = Decision(p.key, p.kind, verdict, b, h, estimate, low, high, n, statistic,
+                                               limit)
+    return [d for d in decisions if d is not None]
+
+
+# --- the session's result ------------------------------------------------------------------
+
+
+def _need(cond: bool, source: str, what: str) -> None:
+    if not cond:
+        raise ResultsError(f"{source}: malformed compare object: {what}")
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _decision_from_dict(d: Any, where: str, source: str) -> Decision:
+    _need(isinstance(d, dict), source, f"{where} is not an object")
+    for key in ("run", "metric", "statistic"):
+        _need(isinstance(d.get(key), str), source, f"{where}.{key} is missing or not a string")
+    _need(d.get("kind") in KINDS, source, f"{where}.kind must be one of {', '.join(KINDS)}, got {d.get('kind')!r}")
+    _need(d.get("verdict") in VERDICTS, source,
+          f"{where}.verdict must be one of {', '.join(VERDICTS)}, got {d.get('verdict')!r}")
+    _need(isinstance(d.get("pairs"), int) and not isinstance(d["pairs"], bool) and d["pairs"] >= 0, source,
+          f"{where}.pairs is missing or not a non-negative integer")
+    unbounded = {"low": -math.inf, "high": math.inf}
+    values = {}
+    for key in ("base", "head", "estimate", "low", "high", "limit"):
+        v = d.get(key)
+        _need(v is None or _is_num(v), source, f"{where}.{key} is not a number or null")
+        values[key] = float(v) if v is not None else unbounded.get(key, math.nan)
+    return Decision(MetricKey(d["run"], d["metric"]), d["kind"], d["verdict"], values["base"], values["head"],
+                    values["estimate"], values["low"], values["high"], d["pairs"], d["statistic"], values["limit"])
+
+
+@dataclass
+class CompareResult:
+    """An A/B session's outcome, for the report, the results JSON and the gate."""
+
+    base: str  # how the base was given ("REV abc1234 (origin/main)", "DIR /path")
+    head: str
+    decisions: list[Decision]
+    added: list[str] = field(default_factory=list)  # run ids on the head side only
+    removed: list[str] = field(default_factory=list)  # run ids on the base side only
+    pairs: int = 0  # pairs measured in all
+    elapsed_s: float = 0.0
+    budget_exhausted: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        """How many metrics got each verdict, in the report's order."""
+        return {v: sum(1 for d in self.decisions if d.verdict == v) for v in VERDICTS}
+
+    def geometric_mean(self) -> float | None:
+        """The geometric mean of head/base over the time metrics (per-op calls, e2e stats)."""
+        logs = [math.log(d.estimate) for d in self.decisions
+                if d.kind == "time" and math.isfinite(d.estimate) and d.estimate > 0]
+        return math.exp(math.fsum(logs) / len(logs)) if logs else None
+
+    def summary(self) -> str:
+        """``2 regressed, 150 unchanged, 3 undecided, 1 improved; geometric mean head/base 1.004``."""
+        c = self.counts()
+        text = f"{c['regressed']} regressed, {c['unchanged']} unchanged, {c['undecided']} undecided, " \
+               f"{c['improved']} improved"
+        mean = self.geometric_mean()
+        return text + (f"; geometric mean head/base {mean:.3f}" if mean is not None else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The results JSON's ``compare`` object (fields in docs/contract-additions.md)."""
+        return {"base": self.base, "head": self.head, "summary": self.summary(), "verdicts": self.counts(),
+                "geometric_mean": self.geometric_mean(), "pairs": self.pairs, "elapsed_s": self.elapsed_s,
+                "budget_exhausted": self.budget_exhausted, "added": list(self.added),
+                "removed": list(self.removed), "notes": list(self.notes),
+                "decisions": [d.to_dict() for d in self.decisions]}
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "<data>") -> CompareResult:
+        """A ``compare`` object read back (raises :class:`pytest_opperf.results.ResultsError`)."""
+        _need(isinstance(data, dict), source, "compare is not an object")
+        for key in ("base", "head"):
+            _need(isinstance(data.get(key), str), source, f"compare.{key} is missing or not a string")
+        for key in ("added", "removed", "notes"):
+            _need(isinstance(data.get(key), list) and all(isinstance(x, str) for x in data[key]), source,
+                  f"compare.{key} is missing or not a list of strings")
+        _need(isinstance(data.get("pairs"), int) and not isinstance(data["pairs"], bool), source,
+              "compare.pairs is missing or not an integer")
+        _need(_is_num(data.get("elapsed_s")), source, "compare.elapsed_s is missing or not a number")
+        _need(isinstance(data.get("budget_exhausted"), bool), source,
+              "compare.budget_exhausted is missing or not a boolean")
+        _need(isinstance(data.get("decisions"), list), source, "compare.decisions is missing or not a list")
+        decisions = [_decision_from_dict(d, f"compare.decisions[{i}]", source) for i, d in enumerate(data["decisions"])]
+        return cls(data["base"], data["head"], decisions, list(data["added"]), list(data["removed"]),
+                   data["pairs"], float(data["elapsed_s"]), data["budget_exhausted"], list(data["notes"]))
+
+    def violations(self) -> list[Violation]:
+        """One gate violation per regressed metric."""
+        from ..gate import Violation
+
+        return [Violation(d.key.run, d.key.metric, d.head, _limit_value(d), d.base, violation_message(d),
+                          d.statistic) for d in self.decisions if d.verdict == "regressed"]
+
+
+def _limit_value(d: Decision) -> float:
+    """The head value from which the change counts, in the metric's own unit."""
+    if d.kind in ("time", "rate"):
+        return d.base * d.limit
+    if d.kind == "share":
+        return d.base + d.limit
+    return d.base
+
+
+def violation_message(d: Decision) -> str:
+    """The gate's message for a regressed metric: base, head, ratio (or difference), interval."""
+    stat = d.key.stat or d.key.metric
+    if d.kind == "count":
+        return f"{stat} runs {d.head:g} times per step, base {d.base:g} (A/B, exact)"
+    if d.kind == "share":
+        return (f"Python share of the steps {d.head:.2%} vs base {d.base:.2%}: {d.estimate * 100:+.2f} points "
+                f"[{d.low * 100:+.2f}, {d.high * 100:+.2f}] (counts from +{d.limit * 100:.2f} points)")
+    interval = f"head/base {d.estimate:.3f} [{d.low:.3f}, {d.high:.3f}]"
+    if d.kind == "rate":
+        return (f"{d.head:.5g} examples/sec vs base {d.base:.5g}: {interval} "
+                f"(a drop counts from {d.limit:.3f})")
+    unit = "time per call" if d.key.metric.startswith("call_ms:") else "per-step time"
+    return f"{stat} median {unit} {d.head:.4g} ms vs base {d.base:.4g} ms: {interval} (counts from {d.limit:.3f})"

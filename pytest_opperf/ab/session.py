@@ -1,0 +1,277 @@
+"""pytest glue of A/B mode in the main process: the base, the two sides, the controller.
+
+With ``--opperf --opperf-compare=REV|DIR`` the main pytest process runs no
+test itself (as pytest-xdist's controller): at session start it resolves the
+base (a revision becomes a temporary worktree, removed again however the
+session ends) and checks the base interpreter; it then skips collection, and
+its test loop is the :class:`~.controller.Controller`: both sides collect,
+the tests of both run in lockstep, the head's reports are shown as the
+session's own and its runs become the session's results, and the
+CompareResult goes to the report, the JSON and the gate.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from .checkout import Base, CompareError, Workspace, check_python, resolve_base, side_environment
+from .controller import Controller, SideFailure, SideSpec, TestOutcome
+
+if TYPE_CHECKING:
+    from pytest_opperf.plugin import OpPerfSession
+
+PLUGIN_NAME = "opperf-ab"
+
+# Options the controller keeps to itself: the sides measure and answer, nothing more.
+_CONTROLLER_OPTIONS = ("compare", "compare-python", "compare-timeout", "compare-undecided", "json", "markdown",
+                       "save", "trace", "baseline", "thresholds", "workload", "device", "timing", "sort")
+
+
+def _strip_options(args: list[str]) -> list[str]:
+    """``args`` without ``--opperf`` and the controller's ``--opperf-*`` options (and their values)."""
+    out: list[str] = []
+    skip = False
+    names = {f"--opperf-{name}" for name in _CONTROLLER_OPTIONS}
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        if arg == "--opperf":
+            continue
+        head, eq, _ = arg.partition("=")
+        if head in names:
+            skip = not eq
+            continue
+        out.append(arg)
+    return out
+
+
+def _relative(arg: str, invocation: Path, rootdir: Path) -> str:
+    path, sep, rest = arg.partition("::")
+    absolute = Path(invocation, path).resolve()
+    try:
+        rel = absolute.relative_to(rootdir.resolve()).as_posix()
+    except ValueError:
+        raise CompareError(f"test path {arg!r} is outside the rootdir {rootdir}: both sides run the tests "
+                           "by their path in the rootdir") from None
+    return rel + sep + rest
+
+
+def side_args(config: pytest.Config) -> tuple[list[str], list[str]]:
+    """The arguments both sides get (test paths relative to the side's root), and those paths."""
+    invocation = config.invocation_params.dir
+    raw = list(config.invocation_params.args)
+    source = getattr(config, "args_source", None)
+    positional: list[str] = []
+    if source == pytest.Config.ArgsSource.ARGS:
+        given = set(config.args)
+        raw = [a for a in raw if a not in given]
+        positional = [_relative(a, invocation, config.rootpath) for a in config.args]
+    elif source == pytest.Config.ArgsSource.TESTPATHS:
+        positional = [_relative(a, invocation, config.rootpath) for a in config.args]
+    else:
+        positional = [_relative(".", invocation, config.rootpath)]
+    return _strip_options(raw) + positional, [p.partition("::")[0] for p in positional]
+
+
+class ABSession:
+    """Registered as ``opperf-ab`` in the main process while an A/B session runs."""
+
+    def __init__(self, opperf: OpPerfSession, base: Base, workspace: Workspace, base_root: Path,
+                 python: str, with_plugin: bool) -> None:
+        self.opperf = opperf
+        self.config = opperf.config
+        self.base = base
+        self.workspace = workspace
+        self.base_root = base_root
+        self.python = python
+        self.with_plugin = with_plugin  # the base interpreter lacks pytest-opperf's entry point: -p it
+        self.controller: Controller | None = None
+        self.aborted: str | None = None
+        self.problems: list[tuple[str, str, str]] = []  # (test, metric, why): not compared, the gate fails
+        self.lines: list[str] = []  # shown in red after the report
+        self._old_sigterm: Any = None
+
+    # --- start: before any test runs, every bad input is a usage error ---------------------------
+
+    @classmethod
+    def start(cls, opperf: OpPerfSession) -> ABSession:
+        config, settings = opperf.config, opperf.settings
+        label = settings.label("compare")
+        if config.getoption("numprocesses", None):
+            raise pytest.UsageError(f"opperf: {label}: does not combine with pytest-xdist (-n): "
+                                    "A/B runs one process per side")
+        try:
+            _, required = side_args(config)
+        except CompareError as exc:
+            raise pytest.UsageError(f"opperf: {label}: {exc}") from None
+        if config.inipath is not None:
+            try:
+                required.append(config.inipath.relative_to(config.rootpath).as_posix())
+            except ValueError:
+                pass
+        try:
+            base = resolve_base(settings.compare or "", config.rootpath,
+                                settings.origin("compare", config.invocation_params.dir), required)
+        except CompareError as exc:
+            raise pytest.UsageError(f"opperf: {label}: {exc}") from None
+        python = settings.compare_python or sys.executable
+        try:
+            info = check_python(python, config.rootpath)
+        except CompareError as exc:
+            raise pytest.UsageError(f"opperf: {settings.label('compare_python')}: {exc}") from None
+        workspace = Workspace(base)
+        config.add_cleanup(workspace.close)
+        try:
+            base_root = workspace.prepare(Path(__file__).resolve().parent.parent)
+        except CompareError as exc:
+            raise pytest.UsageError(f"opperf: {label}: {exc}") from None
+        missing = [p for p in required if not (base_root / p).exists()]
+        if missing:
+            raise pytest.UsageError(f"opperf: {label}: the base {base.label} has no {', '.join(missing)}")
+        session = cls(opperf, base, workspace, base_root, python, not info.has_plugin_entry_point)
+        config.pluginmanager.register(session, PLUGIN_NAME)
+        session._trap_sigterm()
+        return session
+
+    def _trap_sigterm(self) -> None:
+        """SIGTERM ends the session as Ctrl-C does, so the sides end and the worktree goes."""
+        def interrupt(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt(f"signal {signum}")
+
+        try:
+            self._old_sigterm = signal.signal(signal.SIGTERM, interrupt)
+        except ValueError:  # not the main thread
+            return
+        self.config.add_cleanup(lambda: signal.signal(signal.SIGTERM, self._old_sigterm or signal.SIG_DFL))
+
+    # --- the session -------------------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection(self, session: pytest.Session) -> bool:
+        return True  # the sides collect
+
+    def _specs(self) -> tuple[SideSpec, SideSpec]:
+        settings = self.opperf.settings
+        args, _ = side_args(self.config)
+        fixed = [f"--opperf-workload={settings.workload}", f"--opperf-device={settings.device}",
+                 f"--opperf-timing={settings.timing}"]
+        if "trace" in settings.paths:  # both sides record the trace events (the same cost); the head's are kept
+            fixed.append(f"--opperf-trace={self.workspace.path / 'trace-unused.json'}")
+        specs = []
+        for name, python, root, plugin in (("base", self.python, self.base_root, self.with_plugin),
+                                           ("head", sys.executable, self.config.rootpath, False)):
+            command = [python, "-m", "pytest", "-p", "pytest_opperf.ab.side"]
+            command += ["-p", "pytest_opperf.plugin"] if plugin else []
+            command += ["--opperf", *fixed, *args]
+            env = side_environment(self.workspace.shim, root)
+            specs.append(SideSpec(name, command, Path(root), env, self.workspace.log(name)))
+        return specs[0], specs[1]
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> bool:
+        from pytest_opperf.gate import Thresholds
+
+        thresholds = self.opperf.thresholds or Thresholds()
+        base_spec, head_spec = self._specs()
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        controller = self.controller = Controller(
+            base_spec, head_spec, thresholds.compare, self.base.label, f"working tree {self.config.rootpath}",
+            timeout_s=self.opperf.settings.compare_timeout, on_outcome=self._outcome,
+            should_stop=lambda: bool(session.shouldfail or session.shouldstop))
+        finished = False
+        try:
+            try:
+                plan, errors = controller.start()
+            except SideFailure as exc:
+                self._abort(session, exc)
+                return True
+            if errors["base"]:
+                first = self._report(errors["base"][0])
+                self.aborted = "the base cannot collect the tests"
+                raise pytest.UsageError(
+                    f"opperf: {self.opperf.settings.label('compare')}: the base {self.base.label} cannot "
+                    f"collect the tests: {first.nodeid or '<rootdir>'}: {_last_line(first)}")
+            if errors["head"]:
+                self.aborted = "the head cannot collect the tests"
+                for data in errors["head"]:
+                    self.config.hook.pytest_collectreport(report=self._report(data))
+                raise session.Interrupted(f"{len(errors['head'])} error(s) during collection")
+            session.testscollected = len(plan.order)
+            if tr is not None:
+                tr.write_line(f"opperf A/B: base {self.base.label}, head {self.config.rootpath}: "
+                              f"{len(plan.common)} test(s) on both sides, {len(plan.added)} on the head only, "
+                              f"{len(plan.removed)} on the base only")
+            try:
+                self.opperf.compare = controller.run()
+                finished = True
+            except SideFailure as exc:
+                self._abort(session, exc)
+        finally:
+            controller.close(grace_s=10.0 if finished else 1.0)  # a broken or interrupted session ends now
+        return True
+
+    def _abort(self, session: pytest.Session, exc: SideFailure) -> None:
+        self.aborted = f"A/B aborted: {exc}"
+        self.lines.append(self.aborted)
+        if exc.tail:
+            self.lines.append(f"last lines of the side's log ({len(exc.tail)}):")
+            self.lines += [f"  {line}" for line in exc.tail]
+        session.testsfailed += 1
+
+    def _report(self, data: dict[str, Any]) -> Any:
+        return self.config.hook.pytest_report_from_serializable(config=self.config, data=data)
+
+    def _outcome(self, outcome: TestOutcome) -> None:
+        if outcome.side == "base":
+            if outcome.failed and outcome.visit == 0:
+                reports = [self._report(d) for d in outcome.reports]
+                why = next((_last_line(r) for r in reports if r.failed), "failed")
+                self.problems.append((outcome.nodeid, "ab:base",
+                                      f"the base side's {outcome.nodeid} failed ({why}): not compared"))
+            return
+        if outcome.visit > 0:
+            if outcome.failed:
+                self.problems.append((outcome.nodeid, "ab:rerun",
+                                      f"the head side's {outcome.nodeid} failed when run again for more pairs"))
+            return
+        reports = [self._report(d) for d in outcome.reports]
+        if reports:
+            hook = self.config.hook
+            hook.pytest_runtest_logstart(nodeid=outcome.nodeid, location=reports[0].location)
+            for report in reports:
+                hook.pytest_runtest_logreport(report=report)
+            hook.pytest_runtest_logfinish(nodeid=outcome.nodeid, location=reports[0].location)
+        self.opperf.runs.extend(outcome.runs)
+
+
+    def problem_violations(self) -> list[Any]:
+        """Tests that could not be compared (a base test that failed): each fails the gate."""
+        from pytest_opperf.gate import Violation
+
+        return [Violation(run=test, metric=metric, value=0.0, limit=0.0, baseline=None, message=why,
+                          statistic="A/B: a test must pass on both sides to be compared")
+                for test, metric, why in self.problems]
+
+
+def _last_line(report: Any) -> str:
+    text = str(getattr(report, "longreprtext", "") or "").strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    last = lines[-1] if lines else report.outcome
+    return last[1:].strip() if last.startswith("E ") else last
+
+
+
+def undecided_violations(decisions: list[Any]) -> list[Any]:
+    """``--opperf-compare-undecided=fail``: one violation per undecided metric."""
+    from pytest_opperf.gate import Violation
+
+    return [Violation(run=d.key.run, metric=d.key.metric, value=d.estimate, limit=d.high, baseline=d.base,
+                      message=f"A/B undecided after {d.pairs} pair(s): interval [{d.low:.4g}, {d.high:.4g}] "
+                              "(--opperf-compare-undecided=fail)", statistic=d.statistic)
+            for d in decisions]

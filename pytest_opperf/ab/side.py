@@ -1,0 +1,190 @@
+"""The plugin of an A/B side process (``-p pytest_opperf.ab.side``): the controller's orders, run in pytest.
+
+The controller starts ``<python> -m pytest <args> -p pytest_opperf.ab.side
+--opperf ...`` once per side with ``OPPERF_AB_FD`` naming its end of a
+socket (:mod:`.protocol`). After collection the side sends the test ids, then
+runs the tests it is told to, one at a time, and answers at each hand-over
+point: after every ``run.step()`` of a measured window (the time spent
+waiting is not the window's: ``measure.Run`` leaves it out), and at every
+per-op benchmark, whose rounds the controller asks for in blocks instead of
+pytest-benchmark calibrating them. At the end of a test it sends the test's
+reports and the runs it measured. The side never gates, reports or writes
+files: the controller's process does.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from .protocol import Channel, ProtocolError, child_fd
+
+PLUGIN_NAME = "opperf-ab-side"
+MAX_CALIBRATE_ITERATIONS = 1 << 20
+
+
+def is_side(config: pytest.Config) -> bool:
+    return config.pluginmanager.has_plugin(PLUGIN_NAME)
+
+
+class SidePlugin:
+    def __init__(self, config: pytest.Config, channel: Channel) -> None:
+        self.config = config
+        self.channel = channel
+        self.name = os.environ.get("OPPERF_AB_SIDE", "side")
+        self.errors: list[dict[str, Any]] = []
+        self.reports: list[Any] = []
+        self.opperf: Any = None
+
+    # --- the orders -----------------------------------------------------------------------
+
+    def receive(self) -> dict[str, Any]:
+        try:
+            message = self.channel.receive()
+        except ProtocolError:
+            os._exit(70)  # the controller is gone: nothing left to do or to report to
+        if message.get("cmd") == "finish":
+            os._exit(0)  # ordered to end, mid-test (the controller is closing down)
+        return message
+
+    def send(self, message: dict[str, Any]) -> None:
+        try:
+            self.channel.send(message)
+        except ProtocolError:
+            os._exit(70)
+
+    def fail(self, text: str) -> None:
+        self.send({"ev": "error", "message": text})
+        os._exit(3)
+
+    # --- pytest hooks -----------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        from pytest_opperf.plugin import SESSION_PLUGIN
+
+        self.opperf = session.config.pluginmanager.get_plugin(SESSION_PLUGIN)
+        if self.opperf is None:
+            self.fail("--opperf is off on the side")
+        self.opperf.step_handover = self.step_handover
+        self.opperf.ab_benchmark = self.benchmark
+
+    def pytest_collectreport(self, report: Any) -> None:
+        if report.failed:
+            self.errors.append(self._serial(report))
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        self.reports.append(report)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.send({"ev": "collected", "ids": [item.nodeid for item in session.items], "errors": self.errors})
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> bool:
+        items = {item.nodeid: item for item in session.items}
+        ran: set[str] = set()
+        while True:
+            message = self.receive()
+            if message.get("cmd") != "run":
+                self.fail(f"expected a 'run' order, got {message!r}")
+            nodeid = message.get("nodeid")
+            item = items.get(nodeid)
+            if item is None:
+                self.fail(f"no collected test {nodeid!r}")
+            nextitem = items.get(message.get("next"))
+            if nodeid in ran:
+                item._initrequest()  # a second visit: fresh fixture values, as pytest-rerunfailures does
+            ran.add(nodeid)
+            self.reports = []
+            before = len(self.opperf.runs)
+            item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
+            runs = self.opperf.runs[before:]
+            del self.opperf.runs[before:]  # the controller keeps the runs, not the side
+            from pytest_opperf.results import ResultSet
+
+            self.send({"ev": "done", "nodeid": nodeid, "failed": any(r.failed for r in self.reports),
+                       "reports": [self._serial(r) for r in self.reports],
+                       "results": ResultSet(runs=runs).to_dict(with_trace=True)})
+
+    def _serial(self, report: Any) -> dict[str, Any]:
+        return self.config.hook.pytest_report_to_serializable(config=self.config, report=report)
+
+    # --- hand-over points ----------------------------------------------------------------------
+
+    def step_handover(self, run: Any) -> None:
+        """After each ``run.step()``: hand the baton over, wait for it back."""
+        self.send({"ev": "step", "run": run.id, "step": run.batches})
+        message = self.receive()
+        if message.get("cmd") != "go":
+            self.fail(f"expected 'go' after a step of {run.id}, got {message!r}")
+
+    def benchmark(self, bench: Any, target: Callable[..., Any], args: tuple, kwargs: dict[str, Any],
+                  setup: Callable[[], Any] | None = None, teardown: Callable[..., Any] | None = None) -> Any:
+        """A per-op benchmark whose rounds the controller asks for (no pytest-benchmark calibration)."""
+        from pytest_opperf.measure import op_run
+
+        timer = self.opperf.benchmark_timer() or time.perf_counter
+        result: list[Any] = [None]
+
+        def one_round(iterations: int) -> float:
+            a, k = args, kwargs
+            if setup is not None:
+                made = setup()
+                if made:
+                    a, k = made
+            start = timer()
+            for _ in range(iterations):
+                result[0] = target(*a, **k)
+            elapsed = timer() - start
+            if teardown is not None:
+                teardown(*a, **k)
+            return elapsed
+
+        node = bench._request.node
+        self.send({"ev": "bench", "run": node.nodeid, "stat": bench.stat})
+        per_call: list[float] = []
+        iterations = 1
+        while True:
+            message = self.receive()
+            cmd = message.get("cmd")
+            if cmd == "calibrate":
+                iterations = 1
+                elapsed = one_round(1)  # also the first warm-up call
+                floor = float(message.get("min_round_s", 0.0))
+                while setup is None and elapsed < floor and iterations < MAX_CALIBRATE_ITERATIONS:
+                    iterations *= 2
+                    elapsed = one_round(iterations)
+                self.send({"ev": "calibrated", "iterations": iterations, "round_s": elapsed})
+            elif cmd == "block":
+                iterations = 1 if setup is not None else int(message["iterations"])
+                one_round(1)  # a pause lets thread pools fall asleep: wake them untimed
+                times = [one_round(iterations) / iterations for _ in range(int(message["rounds"]))]
+                per_call.extend(times)
+                self.send({"ev": "block", "per_call_s": times})
+            elif cmd == "go":
+                break
+            else:
+                self.fail(f"expected calibrate|block|go at benchmark {node.nodeid}, got {message!r}")
+        if per_call:
+            config = dict(bench.config)
+            config["benchmark"] = {"rounds": len(per_call), "iterations": iterations, "ab": True,
+                                   "median_s": statistics.median(per_call)}
+            timing = getattr(self.opperf.benchmark_timer(), "timing", "host")
+            self.opperf.add_run(op_run(node.nodeid, bench.stat, per_call, iterations, bench._opperf.device, timing,
+                                       kind=bench.kind, config=config, flops=bench.flops, bytes=bench.bytes))
+        return result[0]
+
+
+@pytest.hookimpl(tryfirst=True)  # before the opperf session is made: it must know it is a side
+def pytest_configure(config: pytest.Config) -> None:
+    fd = child_fd()
+    if fd is None:
+        raise pytest.UsageError("opperf: pytest_opperf.ab.side is the plugin of an A/B side process; "
+                                "it is loaded by --opperf-compare, not by hand")
+    config.pluginmanager.register(SidePlugin(config, Channel.from_fd(fd)), PLUGIN_NAME)
