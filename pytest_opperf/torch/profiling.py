@@ -61,6 +61,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from pytest_opperf import measure, timers
 
+from .recorded import ForwardHooks
+
 __all__ = ["ACCOUNTING_NOTE", "GROUPINGS", "MECHANISMS", "Profile", "profile"]
 
 ACCOUNTING_NOTE = ("torch: executor time is the time inside top-level aten operators; Python is what "
@@ -325,7 +327,7 @@ class _Frame:
         self.key, self.cls, self.ns, self.begin, self.inputs = key, cls, 0, begin, inputs
 
 
-class _ModuleMode(_OpMode):
+class _ModuleMode(_OpMode, ForwardHooks):
     """Groups op time by the ``nn.Module`` class whose call ran it."""
 
     def __init__(self, table: timers.Table, events: _Events | None, sync: bool) -> None:
@@ -336,17 +338,6 @@ class _ModuleMode(_OpMode):
         self.handles: list[Any] = []
 
     # --- hooks on every module's forward (the recording thread only) ----------------
-
-    def install(self) -> None:
-        from torch.nn.modules import module
-
-        self.handles = [module.register_module_forward_pre_hook(self._pre),
-                        module.register_module_forward_hook(self._post)]
-
-    def remove(self) -> None:
-        for handle in self.handles:
-            handle.remove()
-        self.handles = []
 
     def _pre(self, mod: Any, args: Any) -> None:
         if threading.get_ident() != self.thread:

@@ -183,6 +183,19 @@ class RegionLog:
         return self.states[i] if i >= 0 else (None, None, 0)
 
 
+def _alignment(marks: Sequence[Mark], mark_starts: Sequence[int]
+               ) -> tuple[list[int], list[tuple[int, int]], list[int]]:
+    """From the markers made and their events read: each marker's clock offset (profiler
+    time minus ``perf_counter_ns``), the (profiler time, step) of the step markers, and
+    those times alone."""
+    if len(marks) != len(mark_starts) or len(marks) < 2:
+        raise ValueError(f"profile(): {len(mark_starts)} marker events read for {len(marks)} markers made "
+                         "(at least the window's start and end are needed)")
+    offsets = [start - (m.before + m.after) // 2 for m, start in zip(marks, mark_starts)]
+    step_at = [(start, m.step) for m, start in zip(marks, mark_starts) if m.step is not None]
+    return offsets, step_at, [t for t, _ in step_at]
+
+
 def file_samples(table: timers.Table, samples: Sequence[tuple[str, int, int, int]], marks: Sequence[Mark],
                  mark_starts: Sequence[int], regions: RegionLog, steps: int,
                  trace: tuple[int, int] | None = None, trace_events: list | None = None
@@ -197,12 +210,7 @@ def file_samples(table: timers.Table, samples: Sequence[tuple[str, int, int, int
     the ops that ran inside it are appended to ``trace_events`` as the table's trace keeps
     regions, ``(name, start_ns, ns, depth)``.
     """
-    if len(marks) != len(mark_starts) or len(marks) < 2:
-        raise ValueError(f"profile(): {len(mark_starts)} marker events read for {len(marks)} markers made "
-                         "(at least the window's start and end are needed)")
-    offsets = [start - (m.before + m.after) // 2 for m, start in zip(marks, mark_starts)]
-    step_at = [(start, m.step) for m, start in zip(marks, mark_starts) if m.step is not None]
-    step_starts = [t for t, _ in step_at]
+    offsets, step_at, step_starts = _alignment(marks, mark_starts)
     first, last = mark_starts[0], mark_starts[-1]
     per_step: dict[str, tuple[list[int], list[int]]] = {}
     filed: dict[str, tuple[str, int]] = {}  # path -> stat name and depth, for the ops a top-level op calls
@@ -257,12 +265,7 @@ def file_module_samples(table: timers.Table, samples: Sequence[tuple[str, int, i
     node in backward is a sample of ``<Class>.backward``; other ops keep their names. Each
     call is one sample, in the step its start falls in.
     """
-    if len(marks) != len(mark_starts) or len(marks) < 2:
-        raise ValueError(f"profile(): {len(mark_starts)} marker events read for {len(marks)} markers made "
-                         "(at least the window's start and end are needed)")
-    offsets = [start - (m.before + m.after) // 2 for m, start in zip(marks, mark_starts)]
-    step_at = [(start, m.step) for m, start in zip(marks, mark_starts) if m.step is not None]
-    step_starts = [t for t, _ in step_at]
+    offsets, step_at, step_starts = _alignment(marks, mark_starts)
     first, last = mark_starts[0], mark_starts[-1]
     by_start = sorted(range(len(calls)), key=lambda i: calls[i].start)
     starts = [calls[i].start for i in by_start]
@@ -319,14 +322,17 @@ def file_module_samples(table: timers.Table, samples: Sequence[tuple[str, int, i
     return per_step
 
 
-class ModuleLog:
-    """Forward hooks on every module: the calls made on the recording thread."""
+class ForwardHooks:
+    """Global forward pre- and post-hooks on every ``nn.Module`` while installed;
+    subclasses define ``_pre(mod, args)`` and ``_post(mod, args, output)``."""
 
-    def __init__(self) -> None:
-        self.thread = threading.get_ident()
-        self.calls: list[ModuleCall] = []
-        self.frames: list[tuple[str, str, int, list[int]]] = []  # (key, class, start, inner calls) of open calls
-        self.handles: list[Any] = []
+    handles: list[Any]
+
+    def _pre(self, mod: Any, args: Any) -> None:
+        raise NotImplementedError
+
+    def _post(self, mod: Any, args: Any, output: Any) -> None:
+        raise NotImplementedError
 
     def install(self) -> None:
         from torch.nn.modules import module
@@ -335,9 +341,19 @@ class ModuleLog:
                         module.register_module_forward_hook(self._post)]
 
     def remove(self) -> None:
-        for handle in self.handles:
+        for handle in getattr(self, "handles", ()):
             handle.remove()
         self.handles = []
+
+
+class ModuleLog(ForwardHooks):
+    """Forward hooks on every module: the calls made on the recording thread."""
+
+    def __init__(self) -> None:
+        self.thread = threading.get_ident()
+        self.calls: list[ModuleCall] = []
+        self.frames: list[tuple[str, str, int, list[int]]] = []  # (key, class, start, inner calls) of open calls
+        self.handles: list[Any] = []
 
     def _pre(self, mod: Any, args: Any) -> None:
         if threading.get_ident() != self.thread:
