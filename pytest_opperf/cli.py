@@ -1,4 +1,4 @@
-"""``python -m pytest_opperf``: compare two results files, or show one, outside pytest.
+"""``python -m pytest_opperf``: compare two results files, show one, or read a history, outside pytest.
 
 ``compare BASE.json NEW.json [--thresholds T]`` gives the plugin's verdicts
 and exit codes (0 pass, 1 gate violations, 4 usage error or unreadable file)
