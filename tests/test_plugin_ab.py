@@ -76,8 +76,10 @@ def test_rev_mode_catches_a_3x_slower_head_and_imports_each_sides_own_code(pytes
     # nothing left: the worktree, its directory, the side processes
     assert len(worktrees(pytester.path)) == 1
     assert not Path(base_rf).exists()
+    # each run after the first was in two fresh side processes, started in the other order
+    assert data["compare"]["notes"][-1].endswith("; 4 generation(s) of side processes")
     pids = [int(p.name) for p in traces["pids"].iterdir()]
-    assert len(pids) == 2 and not any(alive(pid) for pid in pids)
+    assert len(pids) == 2 * 4 and not any(alive(pid) for pid in pids)
 
 
 def test_dir_mode_uses_the_checkout_as_it_is(pytester, traces, tmp_path_factory):
