@@ -21,7 +21,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Base", "CompareError", "PythonInfo", "Workspace", "check_python", "git_toplevel", "resolve_base"]
+__all__ = ["Base", "CompareError", "PythonInfo", "Workspace", "check_python", "git_toplevel",
+           "resolve_base"]
 
 GIT_TIMEOUT_S = 120
 
@@ -44,8 +45,8 @@ class Base:
 
 
 def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=GIT_TIMEOUT_S,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=GIT_TIMEOUT_S, stdin=subprocess.DEVNULL)
 
 
 def git_toplevel(path: Path) -> Path | None:
@@ -53,7 +54,8 @@ def git_toplevel(path: Path) -> Path | None:
         done = _git(["rev-parse", "--show-toplevel"], path)
     except (OSError, subprocess.SubprocessError):
         return None
-    return Path(done.stdout.strip()).resolve() if done.returncode == 0 and done.stdout.strip() else None
+    out = done.stdout.strip()
+    return Path(out).resolve() if done.returncode == 0 and out else None
 
 
 def resolve_base(given: str, rootdir: Path, invocation_dir: Path, required: list[str]) -> Base:
@@ -66,7 +68,8 @@ def resolve_base(given: str, rootdir: Path, invocation_dir: Path, required: list
     if candidate.is_dir():
         directory = candidate.resolve()
         if directory == rootdir.resolve():
-            raise CompareError(f"{given!r} is the head's own rootdir {rootdir}, expected another checkout")
+            raise CompareError(f"{given!r} is the head's own rootdir {rootdir}, "
+                               "expected another checkout")
         missing = [p for p in required if not (directory / p).exists()]
         if missing:
             raise CompareError(f"directory {directory} is no checkout of this project: it has no "
@@ -74,7 +77,8 @@ def resolve_base(given: str, rootdir: Path, invocation_dir: Path, required: list
         return Base("dir", given, f"DIR {directory}", directory=directory)
     toplevel = git_toplevel(rootdir)
     if toplevel is None:
-        raise CompareError(f"{given!r} is no directory, and the rootdir {rootdir} is in no git repository "
+        raise CompareError(f"{given!r} is no directory, and the rootdir {rootdir} is in no "
+                           "git repository "
                            "to take a revision from")
     try:
         done = _git(["rev-parse", "--verify", "--quiet", f"{given}^{{commit}}"], toplevel)
@@ -82,10 +86,12 @@ def resolve_base(given: str, rootdir: Path, invocation_dir: Path, required: list
         raise CompareError(f"cannot run git in {toplevel}: {exc}") from None
     sha = done.stdout.strip()
     if done.returncode != 0 or not sha:
-        raise CompareError(f"{given!r} is neither a directory nor a revision of the repository {toplevel}")
+        raise CompareError(f"{given!r} is neither a directory nor a revision of the repository "
+                           f"{toplevel}")
     subdir = rootdir.resolve().relative_to(toplevel).as_posix()
     label = f"REV {sha[:10]}" + (f" ({given})" if not sha.startswith(given) else "")
-    return Base("rev", given, label, commit=sha, toplevel=toplevel, subdir="" if subdir == "." else subdir)
+    return Base("rev", given, label, commit=sha, toplevel=toplevel,
+                subdir="" if subdir == "." else subdir)
 
 
 @dataclass(frozen=True)
@@ -109,17 +115,18 @@ _PROBE = (
 def check_python(python: str, cwd: Path) -> PythonInfo:
     """Run ``python`` once: it must start, and import pytest."""
     try:
-        done = subprocess.run([python, "-c", _PROBE], cwd=cwd, capture_output=True, text=True, timeout=120,
-                              stdin=subprocess.DEVNULL)
+        done = subprocess.run([python, "-c", _PROBE], cwd=cwd, capture_output=True, text=True,
+                              timeout=120, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError) as exc:
         raise CompareError(f"interpreter {python} does not run: {exc}") from None
     if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["exit status %d" % done.returncode])[-1]
+        last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
         raise CompareError(f"interpreter {python} cannot import pytest: {last}")
     try:
         info = json.loads(done.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        raise CompareError(f"interpreter {python} printed {done.stdout[:80]!r}, expected its version") from None
+        raise CompareError(f"interpreter {python} printed {done.stdout[:80]!r}, "
+                           "expected its version") from None
     return PythonInfo(python, str(info["version"]), bool(info["opperf"]))
 
 
@@ -150,7 +157,8 @@ class Workspace:
             return self.base.directory
         assert self.base.toplevel is not None and self.base.commit is not None
         target = self.path / "base"
-        done = _git(["worktree", "add", "--detach", str(target), self.base.commit], self.base.toplevel)
+        done = _git(["worktree", "add", "--detach", str(target), self.base.commit],
+                    self.base.toplevel)
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["?"])[-1]
             raise CompareError(f"git worktree add of {self.base.given!r} failed: {last}")
@@ -165,7 +173,8 @@ class Workspace:
         problems = []
         if self.worktree is not None and self.base.toplevel is not None:
             try:
-                done = _git(["worktree", "remove", "--force", str(self.worktree)], self.base.toplevel)
+                done = _git(["worktree", "remove", "--force", str(self.worktree)],
+                            self.base.toplevel)
                 if done.returncode != 0 and self.worktree.exists():
                     problems.append(f"git worktree remove {self.worktree}: {done.stderr.strip()}")
                 _git(["worktree", "prune"], self.base.toplevel)
@@ -177,7 +186,8 @@ class Workspace:
         return problems
 
 
-def side_environment(shim: Path, root: Path, environ: dict[str, str] | None = None) -> dict[str, str]:
+def side_environment(shim: Path, root: Path, environ: dict[str, str] | None = None) -> dict[str,
+                                                                                            str]:
     """The environment of a side: the shim, then the side's root, first on ``PYTHONPATH``."""
     env = dict(os.environ if environ is None else environ)
     parts = [str(shim), str(root)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]

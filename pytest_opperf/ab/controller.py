@@ -1,4 +1,4 @@
-"""The A/B controller: two long-lived side processes driven in lockstep, paired samples, the decision.
+"""The A/B controller: two side processes driven in lockstep, paired samples, the decision.
 
 One process per side (``<python> -m pytest <args> -p pytest_opperf.ab.side``,
 cwd the side's root) collects the tests and then waits for orders on its
@@ -51,7 +51,7 @@ from typing import Any
 from ..results import ResultsError, ResultSet, RunResult
 from . import paired
 from .pairs import e2e_samples
-from .protocol import Channel, ProtocolError, SideGone, SideTimeout, pair
+from .protocol import ProtocolError, SideGone, SideTimeout, pair
 
 __all__ = ["Controller", "Plan", "SideFailure", "SideSpec", "TestOutcome"]
 
@@ -100,13 +100,15 @@ class Side:
         env = dict(spec.env, OPPERF_AB_FD=str(theirs.fileno()), OPPERF_AB_SIDE=spec.name)
         self._log = open(spec.log, "wb")  # noqa: SIM115 - open for the process's lifetime
         try:
-            self.process = subprocess.Popen(spec.command, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL,
+            self.process = subprocess.Popen(spec.command, cwd=spec.cwd, env=env,
+                                            stdin=subprocess.DEVNULL,
                                             stdout=self._log, stderr=subprocess.STDOUT,
                                             pass_fds=(theirs.fileno(),), start_new_session=True)
         except OSError as exc:
             self._log.close()
             channel.close()
-            raise SideFailure(f"the {spec.name} side cannot start ({spec.command[0]}): {exc}") from None
+            raise SideFailure(f"the {spec.name} side cannot start ({spec.command[0]}): "
+                              f"{exc}") from None
         finally:
             theirs.close()
         self.last: dict[str, Any] = {}
@@ -128,14 +130,17 @@ class Side:
         try:
             message = self.channel.receive(timeout)
         except SideTimeout:
-            raise SideFailure(f"the {self.name} side hangs: no answer in {timeout:g} s while {doing} "
+            raise SideFailure(f"the {self.name} side hangs: no answer in {timeout:g} s "
+                              f"while {doing} "
                               "(--opperf-compare-timeout)", self.tail()) from None
         except SideGone:
             raise self._gone(doing) from None
         except ProtocolError as exc:
-            raise SideFailure(f"the {self.name} side broke the protocol while {doing}: {exc}", self.tail()) from None
+            raise SideFailure(f"the {self.name} side broke the protocol while {doing}: {exc}",
+                              self.tail()) from None
         if message.get("ev") == "error":
-            raise SideFailure(f"the {self.name} side failed while {doing}: {message.get('message')}", self.tail())
+            raise SideFailure(f"the {self.name} side failed while {doing}: "
+                              f"{message.get('message')}", self.tail())
         self.last = message
         return message
 
@@ -255,7 +260,8 @@ class Controller:
         collected = self._spawn()
         base_ids, head_ids = self._ids["base"], self._ids["head"]
         base_set, head_set = set(base_ids), set(head_ids)
-        plan = Plan(common=[i for i in head_ids if i in base_set], added=[i for i in head_ids if i not in base_set],
+        plan = Plan(common=[i for i in head_ids if i in base_set],
+                    added=[i for i in head_ids if i not in base_set],
                     removed=[i for i in base_ids if i not in head_set], order=head_ids)
         self._plan = plan
         errors = {name: list(message.get("errors", [])) for name, message in collected.items()}
@@ -266,19 +272,23 @@ class Controller:
         return [self._first, "head" if self._first == "base" else "base"]
 
     def _spawn(self) -> dict[str, dict[str, Any]]:
-        """Start both sides in this generation's order; both collect at once (nothing is measured yet)."""
+        """Start both sides in this generation's order; both collect at once (nothing is measured
+        yet)."""
         specs = {"base": self.base_spec, "head": self.head_spec}
         for name in self._start_order():
             self.sides[name] = Side(specs[name])
-        collected = {name: side.receive(self.timeout_s, "collecting the tests") for name, side in self.sides.items()}
+        collected = {name: side.receive(self.timeout_s, "collecting the tests")
+                     for name, side in self.sides.items()}
         for name, message in collected.items():
             if message.get("ev") != "collected":
-                raise SideFailure(f"the {name} side sent {message.get('ev')!r}, expected 'collected'",
+                raise SideFailure(f"the {name} side sent {message.get('ev')!r}, "
+                                  "expected 'collected'",
                                   self.sides[name].tail())
             ids = list(message.get("ids", []))
             if name in self._ids and ids != self._ids[name]:
                 raise SideFailure(f"the {name} side collected other tests when started again "
-                                  f"({len(ids)}, before {len(self._ids[name])}): its collection is not deterministic",
+                                  f"({len(ids)}, before {len(self._ids[name])}): its collection "
+                                  "is not deterministic",
                                   self.sides[name].tail())
             self._ids[name] = ids
         return collected
@@ -304,7 +314,8 @@ class Controller:
         schedule = list(plan.order)
         for index, nodeid in enumerate(schedule):
             if self.should_stop():
-                self.notes.append("the session stopped early (-x/--maxfail): later tests were not compared")
+                self.notes.append("the session stopped early (-x/--maxfail): later tests were "
+                                  "not compared")
                 break
             self._remaining = len(schedule) - index
             self._visit(nodeid, self._next_of(schedule, index), nodeid in set(plan.common))
@@ -324,10 +335,12 @@ class Controller:
                     break
                 self._remaining = len(undecided) - index
                 self._visit(nodeid, self._next_of(undecided, index), True)
-        decisions = [self._confirmed(d) for d in paired.decide(list(self.samples.values()), self.settings)]
+        decisions = [self._confirmed(d) for d in paired.decide(list(self.samples.values()),
+                                                               self.settings)]
         if any(d.verdict == "undecided" for d in decisions) and self.clock() >= budget_end:
             budget_exhausted = True
-        self.notes.append(f"order seed {self.seed}; {self.generation + 1} generation(s) of side processes")
+        self.notes.append(f"order seed {self.seed}; {self.generation + 1} generation(s) of side "
+                          "processes")
         return paired.CompareResult(
             base=self.base_label, head=self.head_label, decisions=decisions, added=list(plan.added),
             removed=list(plan.removed), pairs=self.pairs, elapsed_s=self.clock() - self._started,
@@ -338,7 +351,8 @@ class Controller:
         return schedule[index + 1] if index + 1 < len(schedule) else None
 
     def _unconfirmed(self, d: paired.Decision) -> bool:
-        return d.verdict in ("regressed", "improved") and d.kind != "count" and not self._both_orders(d)
+        changed = d.verdict in ("regressed", "improved") and d.kind != "count"
+        return changed and not self._both_orders(d)
 
     def _both_orders(self, d: paired.Decision) -> bool:
         """Whether the pairs of each start order, on their own, put the estimate beyond half the
@@ -350,7 +364,8 @@ class Controller:
             rows = [i for i, o in enumerate(orders) if o == first]
             if len(rows) < MIN_ORDER_PAIRS:
                 return False
-            part = paired.Paired(d.key, d.kind, [samples.base[i] for i in rows], [samples.head[i] for i in rows])
+            part = paired.Paired(d.key, d.kind, [samples.base[i] for i in rows],
+                                 [samples.head[i] for i in rows])
             estimate = paired.decide([part], self.settings)[0].estimate
             if not _beyond_half(d, estimate):
                 return False
@@ -360,7 +375,8 @@ class Controller:
         """A change seen in one start order only (the budget ran out first) is undecided."""
         if not self._unconfirmed(d):
             return d
-        return dataclasses.replace(d, verdict="undecided", statistic=f"{d.statistic}; {d.verdict}, but not in "
+        return dataclasses.replace(d, verdict="undecided",
+                                   statistic=f"{d.statistic}; {d.verdict}, but not in "
                                    "the pairs of each start order of the sides on their own")
 
     def _undecided_runs(self, common: set[str]) -> list[str]:
@@ -375,7 +391,7 @@ class Controller:
                 test = self._test_of(d.key.run)
                 undecided[test] = undecided.get(test, 0) + 1
         order = self._plan.order if self._plan else []
-        # most undecided metrics first: an e2e test's run gives a pair to each of its dozens of metrics
+        # most undecided metrics first: an e2e test's run gives a pair to each of its metrics
         rest = sorted((t for t in order if t in undecided and t not in unconfirmed and t in common),
                       key=lambda t: -undecided[t])
         return [t for t in order if t in unconfirmed and t in common] + rest
@@ -433,10 +449,11 @@ class Controller:
         for name in names:
             message = state[name]
             try:
-                runs = ResultSet.from_dict(message.get("results") or {"schema": "opperf/1", "runs": []},
-                                           source=f"the {name} side").runs
+                data = message.get("results") or {"schema": "opperf/1", "runs": []}
+                runs = ResultSet.from_dict(data, source=f"the {name} side").runs
             except ResultsError as exc:
-                raise SideFailure(f"results of the {name} side unreadable: {exc}", self.sides[name].tail()) from None
+                raise SideFailure(f"results of the {name} side unreadable: {exc}",
+                                  self.sides[name].tail()) from None
             outcome = TestOutcome(name, nodeid, visit, list(message.get("reports", [])), runs,
                                   bool(message.get("failed")))
             outcomes[name] = outcome
@@ -451,7 +468,8 @@ class Controller:
                 continue
             for s in e2e_samples(base[head.id], head):
                 key = paired.MetricKey(s.run, s.metric)
-                target = self.samples.setdefault(key, paired.Paired(key, s.kind))  # type: ignore[arg-type]
+                new = paired.Paired(key, s.kind)  # type: ignore[arg-type]
+                target = self.samples.setdefault(key, new)
                 for x, y in zip(s.base, s.head, strict=True):
                     target.add(x, y)
                 self._orders.setdefault(key, []).extend([self._first] * len(s.base))
@@ -460,23 +478,27 @@ class Controller:
     # --- per-op benchmarks --------------------------------------------------------------------
 
     def _calibrate(self, sides: list[Side], doing: str) -> tuple[int, int]:
-        """The iterations per round and rounds per block, the same on both sides (also the warm-up)."""
+        """The iterations per round and rounds per block, the same on both sides (also the
+        warm-up)."""
         answers = []
         for side in sides:
             side.send({"cmd": "calibrate", "min_round_s": MIN_ROUND_S}, doing)
             answers.append(side.receive(self.timeout_s, doing))
         iterations = max(int(a.get("iterations", 1)) for a in answers)
-        per_call = max(float(a.get("round_s", 0.0)) / max(1, int(a.get("iterations", 1))) for a in answers)
+        per_call = max(float(a.get("round_s", 0.0)) / max(1, int(a.get("iterations", 1)))
+                       for a in answers)
         round_s = per_call * iterations
-        rounds = max(1, min(MAX_ROUNDS, math.ceil(BLOCK_S / round_s))) if round_s > 0 else MAX_ROUNDS
-        return iterations, rounds
+        if round_s <= 0:
+            return iterations, MAX_ROUNDS
+        return iterations, max(1, min(MAX_ROUNDS, math.ceil(BLOCK_S / round_s)))
 
     def _block(self, side: Side, rounds: int, iterations: int, doing: str) -> float:
         side.send({"cmd": "block", "rounds": rounds, "iterations": iterations}, doing)
         answer = side.receive(self.timeout_s, doing)
         values = answer.get("per_call_s")
         if answer.get("ev") != "block" or not isinstance(values, list) or not values:
-            raise SideFailure(f"the {side.name} side answered {answer.get('ev')!r} to a block while {doing}",
+            raise SideFailure(f"the {side.name} side answered {answer.get('ev')!r} to a block "
+                              f"while {doing}",
                               side.tail())
         return statistics.median(float(v) for v in values) * 1e3
 
@@ -493,7 +515,8 @@ class Controller:
 
     def _bench_pairs(self, nodeid: str, message: dict[str, Any], sides: list[Side]) -> None:
         doing = f"benchmarking {nodeid}"
-        key = paired.MetricKey(str(message.get("run", nodeid)), f"call_ms:{message.get('stat', nodeid)}")
+        key = paired.MetricKey(str(message.get("run", nodeid)),
+                               f"call_ms:{message.get('stat', nodeid)}")
         target = self.samples.setdefault(key, paired.Paired(key, "time"))
         deadline = self._visit_deadline()
         iterations, rounds = self._calibrate(sides, doing)
@@ -514,7 +537,8 @@ class Controller:
             done = len(target.base) - start
             if done >= MAX_VISIT_PAIRS or (done >= MIN_PAIRS and self.clock() >= deadline):
                 break
-            if done >= MIN_PAIRS and (done - MIN_PAIRS) % CHECK_EVERY == 0 and self._decided(target):
+            look = done >= MIN_PAIRS and (done - MIN_PAIRS) % CHECK_EVERY == 0
+            if look and self._decided(target):
                 break
 
     def _decided(self, target: paired.Paired) -> bool:

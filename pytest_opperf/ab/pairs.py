@@ -61,7 +61,8 @@ def e2e_samples(base: RunResult, head: RunResult) -> Iterator[MetricSamples]:
         xs, ys = _aligned(list(b.samples_ms), list(h.samples_ms))
         if xs:
             yield MetricSamples(run, f"step_ms:{name}", "time", xs, ys)
-    rates = [[e / ms * 1e3 if ms > 0 else 0.0 for e, ms in zip(r.step_examples, r.step_ms, strict=False)]
+    rates = [[e / ms * 1e3 if ms > 0 else 0.0
+              for e, ms in zip(r.step_examples, r.step_ms, strict=False)]
              for r in (base, head)]
     if all(rates) and any(base.step_examples):
         xs, ys = _aligned(*rates)

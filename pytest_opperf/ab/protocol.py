@@ -71,7 +71,8 @@ class Channel:
             raise SideGone(f"connection closed ({exc})") from None
 
     def receive(self, timeout: float | None = None) -> dict[str, Any]:
-        """The next message; :class:`SideTimeout` after ``timeout`` seconds, :class:`SideGone` on EOF."""
+        """The next message; :class:`SideTimeout` after ``timeout`` seconds, :class:`SideGone`
+        on EOF."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while b"\n" not in self._buffer:
             if deadline is not None:

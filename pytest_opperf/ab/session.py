@@ -28,12 +28,14 @@ if TYPE_CHECKING:
 PLUGIN_NAME = "opperf-ab"
 
 # Options the controller keeps to itself: the sides measure and answer, nothing more.
-_CONTROLLER_OPTIONS = ("compare", "compare-python", "compare-timeout", "compare-undecided", "json", "markdown",
-                       "save", "trace", "baseline", "thresholds", "workload", "device", "timing", "sort")
+_CONTROLLER_OPTIONS = ("compare", "compare-python", "compare-timeout", "compare-undecided",
+                       "json", "markdown", "save", "trace", "baseline", "thresholds", "workload",
+                       "device", "timing", "sort")
 
 
 def _strip_options(args: list[str]) -> list[str]:
-    """``args`` without ``--opperf`` and the controller's ``--opperf-*`` options (and their values)."""
+    """``args`` without ``--opperf`` and the controller's ``--opperf-*`` options (and their
+    values)."""
     out: list[str] = []
     skip = False
     names = {f"--opperf-{name}" for name in _CONTROLLER_OPTIONS}
@@ -57,7 +59,8 @@ def _relative(arg: str, invocation: Path, rootdir: Path) -> str:
     try:
         rel = absolute.relative_to(rootdir.resolve()).as_posix()
     except ValueError:
-        raise CompareError(f"test path {arg!r} is outside the rootdir {rootdir}: both sides run the tests "
+        raise CompareError(f"test path {arg!r} is outside the rootdir {rootdir}: "
+                           "both sides run the tests "
                            "by their path in the rootdir") from None
     return rel + sep + rest
 
@@ -90,10 +93,11 @@ class ABSession:
         self.workspace = workspace
         self.base_root = base_root
         self.python = python
-        self.with_plugin = with_plugin  # the base interpreter lacks pytest-opperf's entry point: -p it
+        self.with_plugin = with_plugin  # the base interpreter lacks the entry point: -p it
         self.controller: Controller | None = None
         self.aborted: str | None = None
-        self.problems: list[tuple[str, str, str]] = []  # (test, metric, why): not compared, the gate fails
+        # (test, metric, why): not compared, the gate fails
+        self.problems: list[tuple[str, str, str]] = []
         self.lines: list[str] = []  # shown in red after the report
         self._old_sigterm: Any = None
 
@@ -126,14 +130,19 @@ class ABSession:
         except CompareError as exc:
             raise pytest.UsageError(f"opperf: {settings.label('compare_python')}: {exc}") from None
         workspace = Workspace(base)
-        config.add_cleanup(workspace.close)
+        def close_workspace() -> None:  # at the very end: the terminal report is written by then
+            for problem in workspace.close():
+                sys.stderr.write(f"opperf: A/B: {problem}\n")
+
+        config.add_cleanup(close_workspace)
         try:
             base_root = workspace.prepare(Path(__file__).resolve().parent.parent)
         except CompareError as exc:
             raise pytest.UsageError(f"opperf: {label}: {exc}") from None
         missing = [p for p in required if not (base_root / p).exists()]
         if missing:
-            raise pytest.UsageError(f"opperf: {label}: the base {base.label} has no {', '.join(missing)}")
+            raise pytest.UsageError(f"opperf: {label}: the base {base.label} has no "
+                                    f"{', '.join(missing)}")
         session = cls(opperf, base, workspace, base_root, python, not info.has_plugin_entry_point)
         config.pluginmanager.register(session, PLUGIN_NAME)
         session._trap_sigterm()
@@ -148,9 +157,12 @@ class ABSession:
             self._old_sigterm = signal.signal(signal.SIGTERM, interrupt)
         except ValueError:  # not the main thread
             return
-        self.config.add_cleanup(lambda: signal.signal(signal.SIGTERM, self._old_sigterm or signal.SIG_DFL))
+        def restore() -> None:
+            signal.signal(signal.SIGTERM, self._old_sigterm or signal.SIG_DFL)
 
-    # --- the session -------------------------------------------------------------------------------
+        self.config.add_cleanup(restore)
+
+    # --- the session ------------------------------------------------------------------------
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection(self, session: pytest.Session) -> bool:
@@ -161,7 +173,8 @@ class ABSession:
         args, _ = side_args(self.config)
         fixed = [f"--opperf-workload={settings.workload}", f"--opperf-device={settings.device}",
                  f"--opperf-timing={settings.timing}"]
-        if "trace" in settings.paths:  # both sides record the trace events (the same cost); the head's are kept
+        # both sides record the trace events (the same cost); the head's are kept
+        if "trace" in settings.paths:
             fixed.append(f"--opperf-trace={self.workspace.path / 'trace-unused.json'}")
         specs = []
         for name, python, root, plugin in (("base", self.python, self.base_root, self.with_plugin),
@@ -181,7 +194,8 @@ class ABSession:
         base_spec, head_spec = self._specs()
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
         controller = self.controller = Controller(
-            base_spec, head_spec, thresholds.compare, self.base.label, f"working tree {self.config.rootpath}",
+            base_spec, head_spec, thresholds.compare, self.base.label,
+            f"working tree {self.config.rootpath}",
             timeout_s=self.opperf.settings.compare_timeout, on_outcome=self._outcome,
             should_stop=lambda: bool(session.shouldfail or session.shouldstop))
         finished = False
@@ -195,7 +209,8 @@ class ABSession:
                 first = self._report(errors["base"][0])
                 self.aborted = "the base cannot collect the tests"
                 raise pytest.UsageError(
-                    f"opperf: {self.opperf.settings.label('compare')}: the base {self.base.label} cannot "
+                    f"opperf: {self.opperf.settings.label('compare')}: the base {self.base.label} "
+                    "cannot "
                     f"collect the tests: {first.nodeid or '<rootdir>'}: {_last_line(first)}")
             if errors["head"]:
                 self.aborted = "the head cannot collect the tests"
@@ -205,7 +220,8 @@ class ABSession:
             session.testscollected = len(plan.order)
             if tr is not None:
                 tr.write_line(f"opperf A/B: base {self.base.label}, head {self.config.rootpath}: "
-                              f"{len(plan.common)} test(s) on both sides, {len(plan.added)} on the head only, "
+                              f"{len(plan.common)} test(s) on both sides, "
+                              f"{len(plan.added)} on the head only, "
                               f"{len(plan.removed)} on the base only")
             try:
                 self.opperf.compare = controller.run()
@@ -213,7 +229,8 @@ class ABSession:
             except SideFailure as exc:
                 self._abort(session, exc)
         finally:
-            controller.close(grace_s=10.0 if finished else 1.0)  # a broken or interrupted session ends now
+            # a broken or interrupted session ends now
+            controller.close(grace_s=10.0 if finished else 1.0)
         return True
 
     def _abort(self, session: pytest.Session, exc: SideFailure) -> None:
@@ -233,12 +250,14 @@ class ABSession:
                 reports = [self._report(d) for d in outcome.reports]
                 why = next((_last_line(r) for r in reports if r.failed), "failed")
                 self.problems.append((outcome.nodeid, "ab:base",
-                                      f"the base side's {outcome.nodeid} failed ({why}): not compared"))
+                                      f"the base side's {outcome.nodeid} failed ({why}): "
+                                      "not compared"))
             return
         if outcome.visit > 0:
             if outcome.failed:
                 self.problems.append((outcome.nodeid, "ab:rerun",
-                                      f"the head side's {outcome.nodeid} failed when run again for more pairs"))
+                                      f"the head side's {outcome.nodeid} failed when run "
+                                      "again for more pairs"))
             return
         reports = [self._report(d) for d in outcome.reports]
         if reports:
@@ -271,7 +290,9 @@ def undecided_violations(decisions: list[Any]) -> list[Any]:
     """``--opperf-compare-undecided=fail``: one violation per undecided metric."""
     from pytest_opperf.gate import Violation
 
-    return [Violation(run=d.key.run, metric=d.key.metric, value=d.estimate, limit=d.high, baseline=d.base,
-                      message=f"A/B undecided after {d.pairs} pair(s): interval [{d.low:.4g}, {d.high:.4g}] "
-                              "(--opperf-compare-undecided=fail)", statistic=d.statistic)
+    return [Violation(run=d.key.run, metric=d.key.metric, value=d.estimate, limit=d.high,
+                      baseline=d.base, statistic=d.statistic,
+                      message=f"A/B undecided after {d.pairs} pair(s): "
+                              f"interval [{d.low:.4g}, {d.high:.4g}] "
+                              "(--opperf-compare-undecided=fail)")
             for d in decisions]

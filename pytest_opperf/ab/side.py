@@ -1,4 +1,4 @@
-"""The plugin of an A/B side process (``-p pytest_opperf.ab.side``): the controller's orders, run in pytest.
+"""The plugin of an A/B side process (``-p pytest_opperf.ab.side``): the controller's orders.
 
 The controller starts ``<python> -m pytest <args> -p pytest_opperf.ab.side
 --opperf ...`` once per side with ``OPPERF_AB_FD`` naming its end of a
@@ -18,7 +18,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -58,7 +58,7 @@ class SidePlugin:
         except ProtocolError:
             os._exit(70)
 
-    def fail(self, text: str) -> None:
+    def fail(self, text: str) -> NoReturn:
         self.send({"ev": "error", "message": text})
         os._exit(3)
 
@@ -83,7 +83,8 @@ class SidePlugin:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        self.send({"ev": "collected", "ids": [item.nodeid for item in session.items], "errors": self.errors})
+        self.send({"ev": "collected", "ids": [item.nodeid for item in session.items],
+                   "errors": self.errors})
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool:
@@ -93,13 +94,13 @@ class SidePlugin:
             message = self.receive()
             if message.get("cmd") != "run":
                 self.fail(f"expected a 'run' order, got {message!r}")
-            nodeid = message.get("nodeid")
+            nodeid = str(message.get("nodeid"))
             item = items.get(nodeid)
             if item is None:
                 self.fail(f"no collected test {nodeid!r}")
-            nextitem = items.get(message.get("next"))
-            if nodeid in ran:
-                item._initrequest()  # a second visit: fresh fixture values, as pytest-rerunfailures does
+            nextitem = items.get(str(message.get("next")))
+            if nodeid in ran and isinstance(item, pytest.Function):
+                item._initrequest()  # a second visit: fresh fixture values, as in rerunfailures
             ran.add(nodeid)
             self.reports = []
             before = len(self.opperf.runs)
@@ -108,7 +109,8 @@ class SidePlugin:
             del self.opperf.runs[before:]  # the controller keeps the runs, not the side
             from pytest_opperf.results import ResultSet
 
-            self.send({"ev": "done", "nodeid": nodeid, "failed": any(r.failed for r in self.reports),
+            self.send({"ev": "done", "nodeid": nodeid,
+                       "failed": any(r.failed for r in self.reports),
                        "reports": [self._serial(r) for r in self.reports],
                        "results": ResultSet(runs=runs).to_dict(with_trace=True)})
 
@@ -125,8 +127,10 @@ class SidePlugin:
             self.fail(f"expected 'go' after a step of {run.id}, got {message!r}")
 
     def benchmark(self, bench: Any, target: Callable[..., Any], args: tuple, kwargs: dict[str, Any],
-                  setup: Callable[[], Any] | None = None, teardown: Callable[..., Any] | None = None) -> Any:
-        """A per-op benchmark whose rounds the controller asks for (no pytest-benchmark calibration)."""
+                  setup: Callable[[], Any] | None = None,
+                  teardown: Callable[..., Any] | None = None) -> Any:
+        """A per-op benchmark whose rounds the controller asks for (no calibration by
+        pytest-benchmark)."""
         from pytest_opperf.measure import op_run
 
         timer = self.opperf.benchmark_timer() or time.perf_counter
@@ -170,14 +174,17 @@ class SidePlugin:
             elif cmd == "go":
                 break
             else:
-                self.fail(f"expected calibrate|block|go at benchmark {node.nodeid}, got {message!r}")
+                self.fail(f"expected calibrate|block|go at benchmark {node.nodeid}, "
+                          f"got {message!r}")
         if per_call:
             config = dict(bench.config)
             config["benchmark"] = {"rounds": len(per_call), "iterations": iterations, "ab": True,
                                    "median_s": statistics.median(per_call)}
             timing = getattr(self.opperf.benchmark_timer(), "timing", "host")
-            self.opperf.add_run(op_run(node.nodeid, bench.stat, per_call, iterations, bench._opperf.device, timing,
-                                       kind=bench.kind, config=config, flops=bench.flops, bytes=bench.bytes))
+            self.opperf.add_run(op_run(node.nodeid, bench.stat, per_call, iterations,
+                                       bench._opperf.device, timing,
+                                       kind=bench.kind, config=config, flops=bench.flops,
+                                       bytes=bench.bytes))
         return result[0]
 
 
@@ -185,6 +192,7 @@ class SidePlugin:
 def pytest_configure(config: pytest.Config) -> None:
     fd = child_fd()
     if fd is None:
-        raise pytest.UsageError("opperf: pytest_opperf.ab.side is the plugin of an A/B side process; "
+        raise pytest.UsageError("opperf: pytest_opperf.ab.side is the plugin of an A/B side "
+                                "process; "
                                 "it is loaded by --opperf-compare, not by hand")
     config.pluginmanager.register(SidePlugin(config, Channel.from_fd(fd)), PLUGIN_NAME)
