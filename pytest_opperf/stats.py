@@ -26,14 +26,6 @@ def median(values: Sequence[float]) -> float:
     return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
 
 
-def _quantile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default method)."""
-    pos = (len(sorted_values) - 1) * q
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
 class Samples:
     """Summary statistics of one series of samples (e.g. per-step ms): what the gate reads."""
 
@@ -46,7 +38,7 @@ class Samples:
 
     @cached_property
     def median(self) -> float:
-        return _quantile(self.sorted, 0.5)
+        return median(self.sorted)
 
 
 def most_common(values: Sequence[int]) -> tuple[int, bool]:

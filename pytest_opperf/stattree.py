@@ -25,11 +25,8 @@ class StatTreeError(ValueError):
 
 @dataclass(frozen=True)
 class StatResult:
-    """One stat of a run: the section-6 fields plus optional additions.
-
-    ``samples_ms`` are per-step totals (e2e runs) or per-call times of each
-    benchmark round (op runs); ``flops``/``bytes`` are work done over the run.
-    """
+    """One stat of a run (section 6 plus additions): ``samples_ms`` are per-step totals (e2e)
+    or per-call times of each round (op runs); ``flops``/``bytes`` are work over the run."""
 
     name: str
     parent: str | None
@@ -49,8 +46,7 @@ class StatResult:
         optional = ("samples_ms", "flops", "bytes", "host_ms")
         d = {k: v for k, v in asdict(self).items() if v is not None or k not in optional}
         if d.get("samples_ms"):
-            # 5 significant digits: beyond the timers' resolution, and a third
-            # of the size of a float's repr in files that are committed.
+            # 5 significant digits: beyond the timers' resolution, a third of a float's repr
             d["samples_ms"] = [float(f"{x:.5g}") for x in d["samples_ms"]]
         return d
 
@@ -66,12 +62,7 @@ def short_name(name: str) -> str:
 
 
 class StatTree(tuple[StatResult, ...]):
-    """A run's stats in recording order (an immutable tuple), validated when built.
-
-    A stat is displayed under its nearest kernel ancestor (``Im2ColTimer`` under
-    ``conv2d``); framework timers do not indent what they contain, so ops stay
-    level with ``ExecutorRunTimer`` as in the reference report.
-    """
+    """A run's stats in recording order (an immutable tuple), validated when built."""
 
     _by_name: dict[str, StatResult]
     _kernel_parent: dict[str, StatResult | None]
@@ -165,8 +156,9 @@ class StatTree(tuple[StatResult, ...]):
         return [sum(x) for x in zip(*tops, strict=False)]
 
     def ordered(self, sort: str = "total") -> list[tuple[int, StatResult]]:
-        """Stats in display order with their depth: siblings sorted by ``SORT_KEYS[sort]``
-        (the sort is stable), each stat followed by the stats displayed under it."""
+        """Stats in display order with their depth: each under its nearest kernel ancestor
+        (``Im2ColTimer`` under ``conv2d``; framework timers do not indent, so ops stay level
+        with ``ExecutorRunTimer``), siblings sorted (stably) by ``SORT_KEYS[sort]``."""
         children: dict[str | None, list[StatResult]] = {}
         for s in self:
             kernel = self._kernel_parent[s.name]

@@ -9,12 +9,10 @@ when it was first seen (the reference report's indented ``Im2ColTimer`` under
 elsewhere; parents and children are kept apart, never summed into each other,
 so nothing is counted twice.
 
-What is not recorded is counted, so that a report can say so: regions timed
-on a thread without a recording while some other thread records
-(:func:`other_thread_regions`; autograd's backward threads, data-loader
-threads), and region exits out of order (``Table.misnested``: a region closed
-while one opened inside it was still open; the stats opened after that may
-have the wrong parent).
+What is not recorded is counted, so that a report can say so: regions timed on
+a thread without a recording while another thread records (:func:`other_thread_regions`;
+autograd's backward threads, data-loader threads), and region exits out of order
+(``Table.misnested``; the stats opened after one may have the wrong parent).
 
 Kernel regions: a region opened with ``kernel=True`` is operator work (an op's
 kernels, or a part of them such as ``Im2ColTimer``); the others are framework
@@ -84,12 +82,9 @@ _NO_MIN = 1 << 62
 
 
 class Stat:
-    """Aggregated timings of one region name (the reference report's ``Stat=`` row).
-
-    ``count``/``total_ms``/``avg_ms``/``min_ms``/``max_ms`` read the device clock
-    when this region has device samples, otherwise the host clock; ``clock``
-    says which. Host figures are always available as ``host_*``.
-    """
+    """Aggregated timings of one region name (the reference report's ``Stat=`` row): the
+    ``*_ms`` figures read the device clock when the region has device samples, else the host
+    clock (``clock`` says which); ``host_total_ms`` is always the host's."""
 
     __slots__ = (
         "name",
@@ -362,8 +357,7 @@ class Table(Mapping[str, Stat]):
         return stat
 
     def kernel_ms(self) -> float:
-        """Kernel time: the total of the kernel stats without a kernel ancestor
-        (device time where the recording had a device clock)."""
+        """Kernel time (:attr:`StatTree.kernel_ms`; device time on a device clock)."""
         return StatTree.from_table(self).kernel_ms
 
     def _event(self, region: _Region, start: int, ns: int) -> None:

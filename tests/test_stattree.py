@@ -48,7 +48,8 @@ def test_a_duplicate_name_is_refused_naming_it():
 
 
 def test_a_missing_parent_is_refused_naming_the_stat_and_the_parent():
-    with pytest.raises(StatTreeError, match="^stat 'b' has the parent 'gone', which is not a stat of the run$"):
+    missing = "^stat 'b' has the parent 'gone', which is not a stat of the run$"
+    with pytest.raises(StatTreeError, match=missing):
         StatTree([s("a", 1.0), s("b", 1.0, "gone")])
     # deep in a chain, the stat whose parent is missing is named, not the one the walk began at
     with pytest.raises(StatTreeError, match="^stat 'b' has the parent 'gone'"):
@@ -56,7 +57,7 @@ def test_a_missing_parent_is_refused_naming_the_stat_and_the_parent():
 
 
 def test_cycles_are_refused_with_the_whole_loop():
-    with pytest.raises(StatTreeError, match="^stat parents form a cycle: 'x' -> 'z' -> 'y' -> 'x'$"):
+    with pytest.raises(StatTreeError, match="^stat parents form a cycle: 'x' -> 'z' -> 'y' -> 'x'"):
         StatTree([s("x", 1.0, "z"), s("y", 1.0, "x"), s("z", 1.0, "y")])
     with pytest.raises(StatTreeError, match="^stat parents form a cycle: 'a' -> 'a'$"):
         StatTree([s("a", 1.0, "a")])
@@ -72,9 +73,9 @@ def test_a_run_validates_its_stats_when_given_or_assigned():
         run.stats = [s("a", 1.0), s("b", 1.0, "z")]
     assert [x.name for x in run.stats] == ["a", "b"]  # the refused stats were not kept
     with pytest.raises(StatTreeError, match="appears twice"):
-        RunResult(id="r", kind="e2e", config={}, device="cpu", timing="host", wall_s=1.0, examples=0,
-                  batches=0, examples_per_sec=0.0, sec_per_batch=0.0, python_share=0.0,
-                  stats=[s("a", 1.0), s("a", 1.0)], counts={})
+        RunResult(id="r", kind="e2e", config={}, device="cpu", timing="host", wall_s=1.0,
+                  examples=0, batches=0, examples_per_sec=0.0, sec_per_batch=0.0,
+                  python_share=0.0, stats=[s("a", 1.0), s("a", 1.0)], counts={})
 
 
 def test_the_reader_refuses_a_missing_parent_in_one_line(tmp_path):
@@ -93,20 +94,23 @@ def test_the_reader_refuses_a_missing_parent_in_one_line(tmp_path):
 
 def test_kernel_ancestors_skip_framework_timers():
     tree = reference_tree()
-    assert tree.kernel_ancestor("conv2d/GemmTimer") is tree.get("conv2d")  # through the framework Block
+    # through the framework timer Block
+    assert tree.kernel_ancestor("conv2d/GemmTimer") is tree.get("conv2d")
     assert tree.kernel_ancestor("conv2d/Block") is tree.get("conv2d")
     assert tree.kernel_ancestor("conv2d") is None  # ExecutorRunTimer is no kernel
     assert tree.kernel_ancestor("ExecutorRunTimer") is None
 
 
 def test_kernel_time_counts_only_the_outermost_kernels():
-    assert reference_tree().kernel_ms == 60.0 + 20.0  # conv2d and relu; Im2Col and Gemm are inside conv2d
+    # conv2d and relu; Im2Col and Gemm are inside conv2d
+    assert reference_tree().kernel_ms == 60.0 + 20.0
 
 
 def test_display_order_indents_only_under_kernels_and_sorts_siblings():
     order = [(depth, x.name) for depth, x in reference_tree().ordered()]
-    assert order == [(0, "ExecutorRunTimer"), (0, "conv2d"), (1, "conv2d/Block"), (1, "conv2d/GemmTimer"),
-                     (1, "conv2d/Im2ColTimer"), (0, "relu"), (0, "ProgramCloneTimer"), (0, "CreateOpTimer")]
+    assert order == [(0, "ExecutorRunTimer"), (0, "conv2d"), (1, "conv2d/Block"),
+                     (1, "conv2d/GemmTimer"), (1, "conv2d/Im2ColTimer"), (0, "relu"),
+                     (0, "ProgramCloneTimer"), (0, "CreateOpTimer")]
     by_count = [(depth, x.name) for depth, x in reference_tree().ordered("count")]
     assert by_count == [(0, "CreateOpTimer"), (0, "relu"), (0, "ProgramCloneTimer"), (0, "conv2d"),
                         (1, "conv2d/Im2ColTimer"), (1, "conv2d/GemmTimer"), (1, "conv2d/Block"),
@@ -120,11 +124,12 @@ def test_display_order_indents_only_under_kernels_and_sorts_siblings():
 def test_executor_membership_and_time():
     tree = reference_tree()
     members = [x.name for x in tree if tree.in_executor(x.name, "ExecutorRunTimer")]
-    assert members == ["CreateOpTimer", "conv2d", "conv2d/Im2ColTimer", "conv2d/Block", "conv2d/GemmTimer",
-                       "relu"]
+    assert members == ["CreateOpTimer", "conv2d", "conv2d/Im2ColTimer", "conv2d/Block",
+                       "conv2d/GemmTimer", "relu"]
     assert not tree.in_executor("ExecutorRunTimer", "ExecutorRunTimer")
     # without an executor stat the executor is the top level
-    assert [x.name for x in tree if tree.in_executor(x.name, None)] == ["ExecutorRunTimer", "ProgramCloneTimer"]
+    top = [x.name for x in tree if tree.in_executor(x.name, None)]
+    assert top == ["ExecutorRunTimer", "ProgramCloneTimer"]
     assert tree.executor_ms("ExecutorRunTimer") == 100.0
     assert tree.executor_ms(None) == tree.executor_ms("NoSuchTimer") == 108.0
     assert [x.name for x in tree.roots] == ["ExecutorRunTimer", "ProgramCloneTimer"]
@@ -172,7 +177,8 @@ def test_from_table_with_a_fake_clock(monkeypatch):
         ("ExecutorRunTimer", None, False, 10.0), ("conv2d", "ExecutorRunTimer", True, 8.0),
         ("conv2d/GemmTimer", "conv2d", True, 1.0)]
     conv = tree.get("conv2d")
-    assert conv is not None and (conv.samples_ms, conv.flops, conv.bytes, conv.host_ms) == ([4.0], 2e9, 1e6, None)
+    assert conv is not None
+    assert (conv.samples_ms, conv.flops, conv.bytes, conv.host_ms) == ([4.0], 2e9, 1e6, None)
     assert tree.get("ExecutorRunTimer").samples_ms is None  # type: ignore[union-attr]
     assert table.kernel_ms() == tree.kernel_ms == 8.0
     assert timers.format_stat_lines(table)[2].startswith("    Stat=GemmTimer ")
@@ -182,7 +188,8 @@ def test_from_table_with_a_fake_clock(monkeypatch):
 
 
 def test_the_tree_and_the_timers_load_only_the_standard_library():
-    code = ("import sys\nbefore = set(sys.modules)\nimport pytest_opperf.stattree, pytest_opperf.timers\n"
+    code = ("import sys\nbefore = set(sys.modules)\n"
+            "import pytest_opperf.stattree, pytest_opperf.timers\n"
             "bad = sorted(m for m in set(sys.modules) - before if m.split('.')[0] not in "
             "sys.stdlib_module_names and m not in ('pytest_opperf', 'pytest_opperf.stattree', "
             "'pytest_opperf.timers'))\nassert not bad, bad\n")
@@ -199,7 +206,8 @@ def test_the_framework_imports_only_the_instrumentation_side():
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
                 base = node.module or ""
-                names = [f"{base}.{a.name}" if base == "pytest_opperf" else base for a in node.names]
+                names = [f"{base}.{a.name}" if base == "pytest_opperf" else base
+                         for a in node.names]
             else:
                 continue
             found |= {(path.name, n) for n in names if n.split(".")[0] == "pytest_opperf"}
