@@ -57,7 +57,8 @@ def _session(template: ResultSet, i: int, n: int, rng: random.Random) -> ResultS
         for s in run.stats:
             f = (1 + rng.uniform(-0.03, 0.03)) * (1.15 if s.name.startswith("conv2d") and i >= n // 2 else 1.0)
             samples = [x * f for x in s.samples_ms] if s.samples_ms else s.samples_ms
-            stats.append(dataclasses.replace(s, total_ms=s.total_ms * f, avg_ms=s.avg_ms * f, samples_ms=samples))
+            stats.append(dataclasses.replace(s, total_ms=s.total_ms * f, avg_ms=s.avg_ms * f,
+                                             samples_ms=samples))
         run.stats = StatTree(stats)
     return results
 

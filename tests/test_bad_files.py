@@ -92,9 +92,10 @@ def test_duplicate_run_ids_and_stat_names_are_rejected(tmp_path):
 
 
 def test_a_cycle_of_stat_parents_is_rejected_once_on_read_and_show_does_not_hang(tmp_path):
-    doc = json.loads(dumps_results(results(e2e_run("a", stats={"x": [1.0], "y": [1.0], "z": [1.0]}))))
-    for stat, parent in zip(doc["runs"][0]["stats"], ["z", "x", "y"], strict=True):
-        stat["parent"] = parent  # a RunResult refuses such stats: only a file can hold them
+    doc = good_doc()
+    doc["runs"][0]["stats"] = [{**doc["runs"][0]["stats"][0], "name": name, "parent": parent}
+                               for name, parent in (("x", "z"), ("y", "x"), ("z", "y"))]
+    # a RunResult refuses such stats: only a file can hold them
     path = write_doc(tmp_path, json.dumps(doc))
     with pytest.raises(ResultsError, match="stat parents form a cycle: 'x' -> 'z' -> 'y' -> 'x'"):
         read_results(path)
