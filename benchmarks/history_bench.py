@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import io
 import os
 import random
@@ -31,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 from pytest_opperf.cli import main  # noqa: E402
 from pytest_opperf.history.store import Store  # noqa: E402
 from pytest_opperf.results import ResultSet, read_results  # noqa: E402
+from pytest_opperf.stattree import StatTree  # noqa: E402
 
 
 def _template(path: Path, runs: int) -> ResultSet:
@@ -51,12 +53,13 @@ def _session(template: ResultSet, i: int, n: int, rng: random.Random) -> ResultS
     results.created = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(1.7e9 + 3600 * i))
     for run in results.runs:
         run.examples_per_sec *= 1 + rng.uniform(-0.03, 0.03)
+        stats = []
         for s in run.stats:
             f = (1 + rng.uniform(-0.03, 0.03)) * (1.15 if s.name.startswith("conv2d") and i >= n // 2 else 1.0)
-            s.total_ms *= f
-            s.avg_ms *= f
-            if s.samples_ms:
-                s.samples_ms = [x * f for x in s.samples_ms]
+            samples = [x * f for x in s.samples_ms] if s.samples_ms else s.samples_ms
+            stats.append(dataclasses.replace(s, total_ms=s.total_ms * f, avg_ms=s.avg_ms * f,
+                                             samples_ms=samples))
+        run.stats = StatTree(stats)
     return results
 
 

@@ -355,12 +355,7 @@ def _per_example_ms(run: RunResult) -> list[float]:
 
 def _step_python_shares(run: RunResult) -> list[float]:
     """Each step's share of wall time outside the executor, after warm-up (empty if unknown)."""
-    if run.executor_stat is not None:
-        s = run.stat(run.executor_stat)
-        executor = s.samples_ms if s is not None else None
-    else:  # executor time is the sum of the top-level stats, step by step
-        tops = [s.samples_ms for s in run.stats if s.parent is None]
-        executor = [sum(x) for x in zip(*tops, strict=False)] if tops and all(tops) else None
+    executor = run.stats.executor_samples(run.executor_stat)
     if not executor or len(executor) != len(run.step_ms):
         return []
     shares = [(w - e) / w for w, e in zip(run.step_ms, executor, strict=True) if w > 0]

@@ -23,6 +23,7 @@ from . import timers
 from .device import DeviceInfo
 from .results import RunResult, StatResult
 from .stats import most_common
+from .stattree import Shares, StatTree
 
 __all__ = ["CountingRun", "Run", "active_run", "measure_window", "op_run", "MAX_OP_SAMPLES"]
 
@@ -79,7 +80,7 @@ class Run:
         self.annotate = annotate  # profiler ranges (NVTX) around regions and steps, or None
         self._kernels_note: str | None = None  # set by kernels_are_executor()
         self._deferred: list[Callable[[bool], None]] = []  # set by defer()
-        # A/B: called after each step (the device synchronised); the time it takes is not the window's
+        # A/B: called after each step (device synchronised); the time it takes is not the window's
         self._handover = handover
         self._paused_ns = 0
 
@@ -91,7 +92,8 @@ class Run:
         if table is None:
             raise RuntimeError(f"run {self.id!r}: step() called outside its measure() window")
         if isinstance(examples, bool) or not isinstance(examples, int) or examples < 0:
-            raise ValueError(f"run {self.id!r}: step(examples=...) expects an int >= 0, given {examples!r}")
+            raise ValueError(f"run {self.id!r}: step(examples=...) expects an int >= 0, "
+                             f"given {examples!r}")
         table.flush()  # one device sync per step resolves the step's kernel times
         now = perf_counter_ns()
         self._end_trace_step(now)
@@ -123,10 +125,10 @@ class Run:
     def add_work(self, stat: str, flops: float = 0.0, bytes: float = 0.0) -> None:
         """Add FLOPs and bytes moved by ``stat`` in this step (for GFLOP/s in the report)."""
         for key, value in (("flops", flops), ("bytes", bytes)):
-            if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-                    or value < 0):
-                raise ValueError(f"run {self.id!r}: add_work({stat!r}, {key}=...) expects a finite number >= 0, "
-                                 f"given {value!r}")
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not math.isfinite(value) or value < 0):
+                raise ValueError(f"run {self.id!r}: add_work({stat!r}, {key}=...) expects a finite "
+                                 f"number >= 0, given {value!r}")
         work = self._work.setdefault(stat, [0.0, 0.0])
         work[0] += flops
         work[1] += bytes
@@ -149,8 +151,9 @@ class Run:
         :meth:`step` would have taken them (for stats filed after the steps, see :meth:`defer`)."""
         steps = len(self._step_ms)
         if len(counts) != steps or len(totals_ms) != steps:
-            raise ValueError(f"run {self.id!r}: add_step_samples({name!r}) expects {steps} per-step values, "
-                             f"given {len(counts)} counts and {len(totals_ms)} totals")
+            given = f"given {len(counts)} counts and {len(totals_ms)} totals"
+            raise ValueError(f"run {self.id!r}: add_step_samples({name!r}) expects {steps} "
+                             f"per-step values, {given}")
         have_counts = self._step_counts.setdefault(name, [0] * steps)
         have_totals = self._step_totals.setdefault(name, [0.0] * steps)
         for i in range(steps):
@@ -208,18 +211,21 @@ class Run:
         return self.result
 
     def _unrecorded_notes(self, table: timers.Table) -> list[str]:
-        """What the window's recording could not hold: regions on other threads, exits out of order."""
+        """What the recording could not hold: regions on other threads, exits out of order."""
         notes = []
         before = getattr(self, "_other_threads", {})
         other = {name: n - before.get(name, 0) for name, n in timers.other_thread_regions().items()
                  if n > before.get(name, 0)}
         if other:
             named = ", ".join(f"{name} x{n}" for name, n in sorted(other.items())[:5])
-            notes.append(f"{sum(other.values())} region(s) timed on other threads while this window was open are "
-                         f"not recorded (only the window's own thread is): {named}{', ...' if len(other) > 5 else ''}")
+            more = ", ..." if len(other) > 5 else ""
+            notes.append(f"{sum(other.values())} region(s) timed on other threads while this "
+                         "window was open are not recorded (only the window's own thread is): "
+                         f"{named}{more}")
         if table.misnested:
-            notes.append(f"{table.misnested} region exit(s) out of order (first: {table.first_misnested}); "
-                         "stats first seen after it may have the wrong parent")
+            notes.append(f"{table.misnested} region exit(s) out of order (first: "
+                         f"{table.first_misnested}); stats first seen after it may have the wrong "
+                         "parent")
         return notes
 
     def _counts(self, notes: list[str]) -> dict[str, int]:
@@ -228,9 +234,10 @@ class Run:
         first = 1 if len(self._step_ms) >= 2 else 0  # the first step is warm-up
         counts = {}
         for name, per_step in self._step_counts.items():
-            value, agree = most_common(per_step[first:])
+            warm = per_step[first:]
+            value, agree = most_common(warm)
             if not agree:
-                note = (f"per-step count of {name} varies ({min(per_step[first:])}..{max(per_step[first:])}) "
+                note = (f"per-step count of {name} varies ({min(warm)}..{max(warm)}) "
                         f"across steps after warm-up; recorded the most common, {value}")
                 notes.append(note)
                 self.count_warnings.append(note)
@@ -241,30 +248,19 @@ class Run:
     def _result(self, table: timers.Table, wall_s: float) -> RunResult:
         notes: list[str] = []
         steps = bool(self._step_ms)
-        stats = []
-        for name, s in table.items():
-            work = self._work.get(name)
-            stats.append(StatResult(
-                name=name, parent=s.parent, count=s.count, total_ms=s.total_ms, avg_ms=s.avg_ms,
-                min_ms=s.min_ms, max_ms=s.max_ms,
-                samples_ms=list(self._step_totals.get(name, [])) if steps else None,
-                kernel=s.kernel, clock=s.clock,
-                flops=work[0] if work else None, bytes=work[1] if work else None,
-                host_ms=s.host_total_ms if s.device_count else None))
-        executor = table.get(self.executor_stat)
-        if executor is not None:
-            executor_ms, executor_name = executor.total_ms, self.executor_stat
-        elif self._kernels_note is not None:
-            executor_ms, executor_name = table.kernel_ms(), None
+        samples = {name: self._step_totals.get(name, []) for name in table} if steps else None
+        tree = StatTree.from_table(table, samples, self._work)
+        executor_name = self.executor_stat if tree.get(self.executor_stat) is not None else None
+        if executor_name is None and self._kernels_note is not None:
+            executor_ms = tree.kernel_ms
             notes.append(self._kernels_note)
         else:
-            executor_ms = sum(s.total_ms for s in table.values() if s.parent is None)
-            executor_name = None
-            if len(table):
-                notes.append(f"no {self.executor_stat} stat: executor time is the sum of top-level stats")
-        kernel_ms = table.kernel_ms()
-        wall_ms = wall_s * 1e3
-        share = (lambda ms: max(0.0, ms) / wall_ms) if wall_ms > 0 else (lambda ms: 0.0)
+            executor_ms = tree.executor_ms(executor_name)
+            if executor_name is None and len(table):
+                notes.append(f"no {self.executor_stat} stat: executor time is the sum of "
+                             "top-level stats")
+        kernel_ms = tree.kernel_ms
+        shares = Shares.of(wall_s * 1e3, executor_ms, kernel_ms)
         if not steps and len(table):
             notes.append("no run.step() calls: counts and samples are not available")
         notes += self._unrecorded_notes(table)
@@ -274,8 +270,8 @@ class Run:
             timing=self.device.timing_label(self.timing), wall_s=wall_s, examples=self.examples,
             batches=self.batches, examples_per_sec=self.examples / wall_s if wall_s > 0 else 0.0,
             sec_per_batch=wall_s / self.batches if self.batches else 0.0,
-            python_share=min(1.0, share(wall_ms - executor_ms)), stats=stats, counts=counts,
-            framework_share=share(executor_ms - kernel_ms), kernel_share=share(kernel_ms),
+            python_share=shares.python, stats=tree, counts=counts,
+            framework_share=shares.framework, kernel_share=shares.kernel,
             executor_stat=executor_name, executor_ms=executor_ms, kernel_ms=kernel_ms,
             step_ms=list(self._step_ms), step_examples=list(self._step_examples), notes=notes,
             trace=self._trace_events)
@@ -304,7 +300,8 @@ def measure_window(run: Run) -> Iterator[Run]:
     """
     device = run.device
     outer = _active.run
-    with timers.recording(device_clock=device.clock, sync=run.timing == "sync", annotate=run.annotate) as table:
+    sync = run.timing == "sync"
+    with timers.recording(device_clock=device.clock, sync=sync, annotate=run.annotate) as table:
         run._open(table)
         _active.run = run
         try:
@@ -346,14 +343,16 @@ def op_run(run_id: str, stat: str, round_s: list[float], iterations: int, device
         notes.append(f"{len(per_call_ms)} rounds; {MAX_OP_SAMPLES} evenly spaced samples kept")
     s = StatResult(
         name=stat, parent=None, count=calls, total_ms=total_ms, avg_ms=total_ms / calls,
-        min_ms=min(per_call_ms), max_ms=max(per_call_ms), samples_ms=_thin(per_call_ms, MAX_OP_SAMPLES),
-        kernel=True, clock="device" if timing == "events" else "host",
-        flops=flops * calls if flops is not None else None, bytes=bytes * calls if bytes is not None else None)
+        min_ms=min(per_call_ms), max_ms=max(per_call_ms),
+        samples_ms=_thin(per_call_ms, MAX_OP_SAMPLES), kernel=True,
+        clock="device" if timing == "events" else "host",
+        flops=flops * calls if flops is not None else None,
+        bytes=bytes * calls if bytes is not None else None)
     wall_s = total_ms / 1e3
     return RunResult(
         id=run_id, kind=kind, config=dict(config or {}), device=device.name,
         timing=timing, wall_s=wall_s, examples=calls, batches=len(round_s),
         examples_per_sec=calls / wall_s if wall_s > 0 else 0.0, sec_per_batch=wall_s / len(round_s),
-        python_share=0.0, stats=[s], counts={}, framework_share=0.0,
+        python_share=0.0, stats=StatTree([s]), counts={}, framework_share=0.0,
         kernel_share=1.0 if wall_s > 0 else 0.0, executor_stat=None, executor_ms=total_ms,
         kernel_ms=total_ms, notes=notes)

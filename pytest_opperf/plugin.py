@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_opperf.device import CPU_HOST, DeviceInfo
+from pytest_opperf.stattree import SORT_KEYS
 
 if TYPE_CHECKING:
     from pytest_opperf.gate import Thresholds, Verdict
@@ -32,8 +33,6 @@ SESSION_PLUGIN = "opperf-session"
 WORKLOADS = ("tiny", "small", "full", "auto")
 DEVICES = ("auto", "cpu", "gpu")
 TIMINGS = ("events", "sync")
-SORTS = ("total", "avg", "max", "min", "count", "name")  # report.SORT_KEYS; a test keeps them equal
-KINDS = ("e2e", "op", "overhead")
 
 
 def _choice(option: str, choices: tuple[str, ...]) -> Callable[[str], str]:
@@ -85,7 +84,7 @@ _OPTIONS: tuple[tuple[str, str, Callable[[str], str] | None, str | None, str], .
     ("json", "PATH", _path, None, "write the results JSON"),
     ("markdown", "PATH", _path, None, "write the markdown report (also appended to $GITHUB_STEP_SUMMARY when set)"),
     ("trace", "PATH", _path, None, "write a Chrome trace (chrome://tracing, Perfetto) of one step per run"),
-    ("sort", "COLUMN", _choice("sort", SORTS), "total", "stat table order: total|avg|max|min|count|name"),
+    ("sort", "COLUMN", _choice("sort", tuple(SORT_KEYS)), "total", "stat table order: total|avg|max|min|count|name"),
     ("history", "PATH|URL", _path, None,
      "append this session to a history: a SQLite file (created on first use) or a postgresql:// URL"),
     # A/B in one job (pytest_opperf/ab): ini keys with underscores, opperf_compare_python...
@@ -410,7 +409,7 @@ class OpPerf:
         (their ids are ``<node id>#<name>``; unnamed extra windows get ``#2``...).
         """
         from pytest_opperf import measure
-        from pytest_opperf.results import json_problem
+        from pytest_opperf.results import KINDS, json_problem
 
         if kind not in KINDS:
             raise ValueError(f"opperf.measure: kind must be one of {'|'.join(KINDS)}, got {kind!r}")

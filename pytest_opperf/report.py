@@ -11,16 +11,16 @@ stat's total as a share of executor time (``ExecutorRunTimer``: conv2d_grad
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tabulate import tabulate
 
 from .gate import Verdict
 from .gpu_report import device_host_lines, steady_lines
-from .results import SCHEMA, ResultSet, RunResult, StatResult
+from .results import SCHEMA, ResultSet, RunResult
 from .stats import Samples
-from .timers import ordered, short_name
+from .stattree import SORT_KEYS, Shares, short_name
 
 __all__ = [
     "SORT_KEYS",
@@ -32,16 +32,6 @@ __all__ = [
     "terminal_lines",
     "verdict_line",
 ]
-
-SORT_KEYS: dict[str, Callable[[StatResult], Any]] = {
-    "total": lambda s: -s.total_ms,
-    "avg": lambda s: -s.avg_ms,
-    "max": lambda s: -s.max_ms,
-    "min": lambda s: -s.min_ms,
-    "count": lambda s: -s.count,
-    "name": lambda s: s.name,
-}
-
 
 # C0 controls (newline, ESC...), DEL and C1 controls: a run id or stat name read
 # from a file must not move the cursor, colour the terminal or start a new line
@@ -55,10 +45,6 @@ def clean(text: str) -> str:
     return str(text).translate(_CONTROL)
 
 
-def _pct(x: float) -> str:
-    return f"{x * 100:.2f}%"
-
-
 def _num(v: float | None) -> str:
     if v is None:
         return "-"
@@ -67,47 +53,30 @@ def _num(v: float | None) -> str:
     return f"{v:.6g}"
 
 
-def _inside(stat: StatResult, ancestor: str, stats: Mapping[str, StatResult]) -> bool:
-    """Whether ``ancestor`` is on ``stat``'s parent chain."""
-    seen = {stat.name}
-    parent = stat.parent
-    while parent is not None and parent not in seen:
-        if parent == ancestor:
-            return True
-        seen.add(parent)
-        parent = stats[parent].parent if parent in stats else None
-    return False
-
-
 def _rate(amount: float | None, ms: float, unit: float) -> str:
     return f"{amount / (ms / 1e3) / unit:.4g}" if amount and ms > 0 else ""
 
 
 def _stat_rows(run: RunResult, sort: str, indent: str) -> tuple[list[str], list[list[str]]]:
-    stats = run.stat_map()
-    with_flops = any(s.flops for s in run.stats)
-    with_bytes = any(s.bytes for s in run.stats)
+    tree = run.stats
+    with_flops = any(s.flops for s in tree)
+    with_bytes = any(s.bytes for s in tree)
     headers = ["name", "total", "avg", "max", "min", "count", "share"]
     headers += ["GFLOP/s"] * with_flops + ["GB/s"] * with_bytes
     rows = []
-    for depth, s in ordered(stats, SORT_KEYS[sort]):
-        in_executor = (_inside(s, run.executor_stat, stats) if run.executor_stat else s.parent is None)
+    for depth, s in tree.ordered(sort):
         share = ""
-        if depth == 0 and s.name != run.executor_stat and in_executor and run.executor_ms > 0:
+        if (depth == 0 and s.name != run.executor_stat and run.executor_ms > 0
+                and tree.in_executor(s.name, run.executor_stat)):
             share = f"{s.total_ms / run.executor_ms * 100:.1f}%"
-        row = [indent * depth + (short_name(s.name) if depth else s.name), f"{s.total_ms:.2f}", f"{s.avg_ms:.3f}", f"{s.max_ms:.3f}",
-               f"{s.min_ms:.3f}", str(s.count), share]
+        row = [indent * depth + (short_name(s.name) if depth else s.name), f"{s.total_ms:.2f}",
+               f"{s.avg_ms:.3f}", f"{s.max_ms:.3f}", f"{s.min_ms:.3f}", str(s.count), share]
         if with_flops:
             row.append(_rate(s.flops, s.total_ms, 1e9))
         if with_bytes:
             row.append(_rate(s.bytes, s.total_ms, 1e9))
         rows.append(row)
     return headers, rows
-
-
-def _shares_line(run: RunResult) -> str:
-    return (f"Python {_pct(run.python_share)} | framework overhead {_pct(run.framework_share)} | "
-            f"kernels {_pct(run.kernel_share)} of wall time")
 
 
 def _run_header(run: RunResult) -> list[str]:
@@ -133,7 +102,7 @@ def run_lines(run: RunResult, sort: str = "total") -> list[str]:
         table = tabulate(rows, headers, tablefmt="plain", disable_numparse=True, preserve_whitespace=True,
                          colalign=("left",) + ("right",) * (len(headers) - 1))
         lines += table.splitlines()
-    lines.append(_shares_line(run))
+    lines.append(Shares(run.python_share, run.framework_share, run.kernel_share).line())
     lines += _clock_note(run)
     lines += steady_lines(run) + device_host_lines(run)  # steady state, compiles; device span vs host enqueue
     lines += [f"note: {n}" for n in run.notes]
@@ -283,7 +252,7 @@ def markdown(results: ResultSet, verdict: Verdict | None, sort: str = "total",
         if rows:
             out += tabulate(rows, headers, tablefmt="github", disable_numparse=True,
                             colalign=("left",) + ("right",) * (len(headers) - 1)).splitlines()
-        out += ["", _shares_line(run)]
+        out += ["", Shares(run.python_share, run.framework_share, run.kernel_share).line()]
         out += [f"- {_md(n)}" for n in _clock_note(run) + steady_lines(run) + run.notes]
         device = device_host_lines(run)  # device span vs host enqueue, on a device clock
         if device:
@@ -315,10 +284,9 @@ def chrome_trace(results: ResultSet) -> dict[str, Any]:
         if not trace:
             continue
         pid += 1
-        # events carry the region's own name: a nested kernel stat is "conv2d/GemmTimer", its events "GemmTimer"
-        kernels = {short_name(s.name) for s in run.stats if s.kernel}
         dur_ns = int(trace["dur_ns"])
-        events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 1, "args": {"name": run.id}})
+        events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 1,
+                       "args": {"name": run.id}})
         events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": 1,
                        "args": {"name": f"step {trace['step']}"}})
         events.append({"name": f"step {trace['step']}", "cat": "step", "ph": "X", "ts": 0.0,
@@ -327,7 +295,7 @@ def chrome_trace(results: ResultSet) -> dict[str, Any]:
         for name, start, dur, depth in sorted(regions, key=lambda e: (e[1], -e[2], e[3])):
             if start < 0 or start + dur > dur_ns:
                 continue  # opened before the traced step began
-            events.append({"name": name, "cat": "kernel" if name in kernels else "framework", "ph": "X",
+            events.append({"name": name, "cat": run.stats.trace_category(name), "ph": "X",
                            "ts": start / 1e3, "dur": dur / 1e3, "pid": pid, "tid": 1,
                            "args": {"depth": depth + 1}})
     return {"traceEvents": events, "displayTimeUnit": "ms",

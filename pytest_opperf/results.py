@@ -19,11 +19,13 @@ import subprocess
 import sys
 import secrets
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from .stattree import StatResult, StatTree, StatTreeError
 
 __all__ = [
     "KINDS",
@@ -53,40 +55,6 @@ class ResultsError(Exception):
 
 
 @dataclass
-class StatResult:
-    """One stat of a run: the section-6 fields plus optional additions.
-
-    ``samples_ms`` are per-step totals (e2e runs) or per-call times of each
-    benchmark round (op runs); ``flops``/``bytes`` are work done over the run.
-    """
-
-    name: str
-    parent: str | None
-    count: int
-    total_ms: float
-    avg_ms: float
-    min_ms: float
-    max_ms: float
-    samples_ms: list[float] | None = None
-    kernel: bool = False
-    clock: str = "host"
-    flops: float | None = None
-    bytes: float | None = None
-    host_ms: float | None = None  # a device-clock stat's host (enqueue) total, beside its device span
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        for optional in ("samples_ms", "flops", "bytes", "host_ms"):
-            if d[optional] is None:
-                del d[optional]
-        if d.get("samples_ms"):
-            # 5 significant digits: beyond the timers' resolution, and a third
-            # of the size of a float's repr in files that are committed.
-            d["samples_ms"] = [float(f"{x:.5g}") for x in d["samples_ms"]]
-        return d
-
-
-@dataclass
 class RunResult:
     """One measured run (a test's measured window, or one per-op benchmark)."""
 
@@ -101,7 +69,7 @@ class RunResult:
     examples_per_sec: float
     sec_per_batch: float
     python_share: float
-    stats: list[StatResult]
+    stats: StatTree  # a list of StatResult given here or assigned later is built into one
     counts: dict[str, int]
     framework_share: float = 0.0
     kernel_share: float = 0.0
@@ -113,11 +81,13 @@ class RunResult:
     notes: list[str] = field(default_factory=list)
     trace: dict[str, Any] | None = None  # one step's events; kept out of results files
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "stats" and not isinstance(value, StatTree):
+            value = StatTree(value)  # validated here, once: every reader trusts the tree
+        super().__setattr__(name, value)
+
     def stat(self, name: str) -> StatResult | None:
-        for s in self.stats:
-            if s.name == name:
-                return s
-        return None
+        return self.stats.get(name)
 
     def stat_map(self) -> dict[str, StatResult]:
         return {s.name: s for s in self.stats}
@@ -284,8 +254,11 @@ def _load_run(d: Any, i: int, source: str) -> RunResult:
               f"{where}: {key} is not a list of finite numbers >= 0")
     _need(all(_count(x) for x in d.get("step_examples", [])), source,
           f"{where}: step_examples is not a list of whole numbers")
-    stats = [_load_stat(s, f"{where}: stats[{j}]", source) for j, s in enumerate(d["stats"])]
-    _check_stat_tree(stats, where, source)
+    try:
+        stats = StatTree(_load_stat(s, f"{where}: stats[{j}]", source)
+                         for j, s in enumerate(d["stats"]))
+    except StatTreeError as exc:
+        raise ResultsError(f"{source}: malformed results file: {where}: {exc}") from None
     optional = {k: d[k] for k in ("framework_share", "kernel_share", "executor_ms", "kernel_ms") if _is_num(d.get(k))}
     return RunResult(
         id=d["id"], kind=d["kind"], config=config, device=str(d.get("device", "")),
@@ -298,23 +271,6 @@ def _load_run(d: Any, i: int, source: str) -> RunResult:
         trace=d.get("trace") if isinstance(d.get("trace"), dict) else None,
         **{k: float(v) for k, v in optional.items()},
     )
-
-
-def _check_stat_tree(stats: list[StatResult], where: str, source: str) -> None:
-    """Stat names are unique and parent links end at a root: a duplicate would
-    mask the other copy in every check, a cycle would loop every reader."""
-    parents: dict[str, str | None] = {}
-    for s in stats:
-        _need(s.name not in parents, source, f"{where}: stat {s.name!r} appears twice")
-        parents[s.name] = s.parent
-    for name in parents:
-        seen = [name]
-        parent = parents[name]
-        while parent is not None and parent in parents:
-            _need(parent not in seen, source, f"{where}: stat parents form a cycle: "
-                                              f"{' -> '.join(repr(n) for n in [*seen, parent])}")
-            seen.append(parent)
-            parent = parents[parent]
 
 
 def _check_gate(gate: dict[str, Any], source: str) -> None:

@@ -26,65 +26,19 @@ def median(values: Sequence[float]) -> float:
     return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
 
 
-def _quantile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default method)."""
-    pos = (len(sorted_values) - 1) * q
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
 class Samples:
-    """Summary statistics of one series of samples (e.g. per-step ms)."""
+    """Summary statistics of one series of samples (e.g. per-step ms): what the gate reads."""
 
     def __init__(self, values: Sequence[float]) -> None:
         if not values:
             raise ValueError("Samples needs at least one value")
-        self.values = list(values)
-
-    @cached_property
-    def n(self) -> int:
-        return len(self.values)
-
-    @cached_property
-    def sorted(self) -> list[float]:
-        return sorted(self.values)
-
-    @cached_property
-    def min(self) -> float:
-        return self.sorted[0]
-
-    @cached_property
-    def max(self) -> float:
-        return self.sorted[-1]
-
-    @cached_property
-    def mean(self) -> float:
-        return math.fsum(self.values) / self.n
+        self.sorted = sorted(values)
+        self.n = len(self.sorted)
+        self.min, self.max = self.sorted[0], self.sorted[-1]
 
     @cached_property
     def median(self) -> float:
-        return _quantile(self.sorted, 0.5)
-
-    @cached_property
-    def q1(self) -> float:
-        return _quantile(self.sorted, 0.25)
-
-    @cached_property
-    def q3(self) -> float:
-        return _quantile(self.sorted, 0.75)
-
-    @cached_property
-    def iqr(self) -> float:
-        return self.q3 - self.q1
-
-    @cached_property
-    def stddev(self) -> float:
-        # two passes: the one-pass formula loses everything to cancellation
-        if self.n < 2:
-            return 0.0
-        mean = self.mean
-        return math.sqrt(math.fsum((v - mean) ** 2 for v in self.values) / (self.n - 1))
+        return median(self.sorted)
 
 
 def most_common(values: Sequence[int]) -> tuple[int, bool]:

@@ -9,25 +9,19 @@ when it was first seen (the reference report's indented ``Im2ColTimer`` under
 elsewhere; parents and children are kept apart, never summed into each other,
 so nothing is counted twice.
 
-What is not recorded is counted, so that a report can say so: regions timed
-on a thread without a recording while some other thread records
-(:func:`other_thread_regions`; autograd's backward threads, data-loader
-threads), and region exits out of order (``Table.misnested``: a region closed
-while one opened inside it was still open; the stats opened after that may
-have the wrong parent).
-
-Stat names: a region inside a kernel region is qualified by it, so the same
-region under two kernels gives two stats - ``conv2d/GemmTimer`` and
-``conv2d_grad/GemmTimer`` - and each kernel's children add up to no more than
-the kernel itself. Other stats are named by their region (``conv2d``, with
-parent ``ExecutorRunTimer``). :func:`short_name` gives the name to display.
+What is not recorded is counted, so that a report can say so: regions timed on
+a thread without a recording while another thread records (:func:`other_thread_regions`;
+autograd's backward threads, data-loader threads), and region exits out of order
+(``Table.misnested``; the stats opened after one may have the wrong parent).
 
 Kernel regions: a region opened with ``kernel=True`` is operator work (an op's
 kernels, or a part of them such as ``Im2ColTimer``); the others are framework
-overhead timers (``ExecutorRunTimer``, ``CreateOpTimer``...). Kernel time is the
-sum of the kernel stats that have no kernel ancestor, and only kernel regions
-indent their children in the report, so ops listed under ``ExecutorRunTimer``
-stay flat as in the reference report.
+overhead timers (``ExecutorRunTimer``, ``CreateOpTimer``...). A region inside a
+kernel region is qualified by it, so the same region under two kernels gives two
+stats - ``conv2d/GemmTimer`` and ``conv2d_grad/GemmTimer`` - and each kernel's
+children add up to no more than the kernel itself. Other stats are named by their
+region (``conv2d``, with parent ``ExecutorRunTimer``). What a finished table means
+(kernel time, display order) is read from its :class:`~pytest_opperf.stattree.StatTree`.
 
 Clocks: the host clock is ``time.perf_counter_ns``. A recording may be given a
 :class:`DeviceClock` (CUDA events on a GPU); kernel regions then also get
@@ -43,6 +37,7 @@ should call :func:`current` once and skip their timing code entirely when it is
 ``None``; the reference framework's executor does.
 
 This module must not import pytest: frameworks import it at run time.
+Tables record; :mod:`pytest_opperf.stattree` interprets what they recorded.
 """
 
 from __future__ import annotations
@@ -53,16 +48,16 @@ from contextlib import contextmanager
 from time import perf_counter_ns
 from typing import Any, Protocol
 
+from .stattree import StatTree, short_name
+
 __all__ = [
     "DeviceClock",
     "Stat",
     "Table",
     "current",
     "format_stat_lines",
-    "ordered",
     "other_thread_regions",
     "recording",
-    "short_name",
     "timer",
 ]
 
@@ -87,12 +82,9 @@ _NO_MIN = 1 << 62
 
 
 class Stat:
-    """Aggregated timings of one region name (the reference report's ``Stat=`` row).
-
-    ``count``/``total_ms``/``avg_ms``/``min_ms``/``max_ms`` read the device clock
-    when this region has device samples, otherwise the host clock; ``clock``
-    says which. Host figures are always available as ``host_*``.
-    """
+    """Aggregated timings of one region name (the reference report's ``Stat=`` row): the
+    ``*_ms`` figures read the device clock when the region has device samples, else the host
+    clock (``clock`` says which); ``host_total_ms`` is always the host's."""
 
     __slots__ = (
         "name",
@@ -165,10 +157,6 @@ class Stat:
     def host_total_ms(self) -> float:
         return self.total_ns / 1e6
 
-    @property
-    def host_avg_ms(self) -> float:
-        return self.total_ns / 1e6 / self.count if self.count else 0.0
-
     def __repr__(self) -> str:
         return (
             f"Stat({self.name!r}, parent={self.parent!r}, count={self.count}, "
@@ -204,7 +192,7 @@ class _Region:
         self.table = table
         self.name = name
         self.kernel = kernel
-        self.stat: Stat | None = None
+        self.stat: Stat = None  # type: ignore[assignment]  # chosen on the first entry
         self.stat_outer: _Region | None = None  # the outer region self.stat was chosen for
         self.start: int | None = None
         self.outer: _Region | None = None
@@ -223,7 +211,7 @@ class _Region:
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         end = perf_counter_ns()
-        start = self.start
+        start: int = self.start  # type: ignore[assignment]  # set by __enter__
         self.start = None
         table = self.table
         table.current = self.outer if table.current is self else table._misnested_exit(self)
@@ -246,15 +234,16 @@ class _ClockedRegion(_Region):
 
     def __enter__(self) -> _Region:
         table = self.table
+        clock: DeviceClock = table.device_clock  # type: ignore[assignment]  # this class needs one
         if table.sync:
-            table.device_clock.synchronize()
+            clock.synchronize()
         else:
-            self.mark = table.device_clock.mark()
+            self.mark = clock.mark()
         return _Region.__enter__(self)
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         table = self.table
-        clock = table.device_clock
+        clock: DeviceClock = table.device_clock  # type: ignore[assignment]
         if table.sync:
             clock.synchronize()
         else:
@@ -263,29 +252,21 @@ class _ClockedRegion(_Region):
 
 
 class _AnnotatedRegion(_Region):
-    """A region that also opens a profiler range (NVTX) of its name."""
+    """A region that also opens a profiler range (NVTX) of its name (around the clock's marks)."""
 
     __slots__ = ()
 
     def __enter__(self) -> _Region:
         self.table.annotate.push(self.name)
-        return _Region.__enter__(self)
+        return super().__enter__()
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        _Region.__exit__(self, exc_type, exc, tb)
+        super().__exit__(exc_type, exc, tb)
         self.table.annotate.pop()
 
 
-class _AnnotatedClockedRegion(_ClockedRegion):
+class _AnnotatedClockedRegion(_AnnotatedRegion, _ClockedRegion):
     __slots__ = ()
-
-    def __enter__(self) -> _Region:
-        self.table.annotate.push(self.name)
-        return _ClockedRegion.__enter__(self)
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        _ClockedRegion.__exit__(self, exc_type, exc, tb)
-        self.table.annotate.pop()
 
 
 class Table(Mapping[str, Stat]):
@@ -296,7 +277,8 @@ class Table(Mapping[str, Stat]):
     nothing extra.
     """
 
-    def __init__(self, device_clock: DeviceClock | None = None, sync: bool = False, annotate: Any = None) -> None:
+    def __init__(self, device_clock: DeviceClock | None = None, sync: bool = False,
+                 annotate: Any = None) -> None:
         self.device_clock = device_clock
         self.sync = sync
         self.annotate = annotate
@@ -316,12 +298,13 @@ class Table(Mapping[str, Stat]):
         self.misnested += 1
         inner = self.current
         if self.first_misnested is None:
-            self.first_misnested = (f"{region.name!r} closed while {inner.name!r} was still open inside it"
-                                    if inner is not None else f"{region.name!r} closed after its outer region")
+            self.first_misnested = (
+                f"{region.name!r} closed while {inner.name!r} was still open inside it"
+                if inner is not None else f"{region.name!r} closed after its outer region")
         node = inner
         while node is not None and node is not region:
             node = node.outer
-        # closed inside the open chain: what it held is closed with it; already off the chain: nothing changes
+        # closed inside the open chain: what it held is closed with it; off the chain: no change
         return region.outer if node is region else inner
 
     # Mapping interface
@@ -356,6 +339,7 @@ class Table(Mapping[str, Stat]):
         region = regions.get(name)
         if region is None or region.start is not None:
             clocked = kernel and self.device_clock is not None
+            cls: type[_Region]
             if self.annotate is not None:
                 cls = _AnnotatedClockedRegion if clocked else _AnnotatedRegion
             else:
@@ -372,29 +356,15 @@ class Table(Mapping[str, Stat]):
         stat.add(ns)
         return stat
 
-    def kernel_ancestor(self, stat: Stat) -> Stat | None:
-        """The nearest kernel stat above ``stat``, or ``None``."""
-        seen = {stat.name}
-        parent = self._stats.get(stat.parent) if stat.parent else None
-        while parent is not None and parent.name not in seen:
-            if parent.kernel:
-                return parent
-            seen.add(parent.name)
-            parent = self._stats.get(parent.parent) if parent.parent else None
-        return None
-
     def kernel_ms(self) -> float:
-        """Kernel time: the total of the kernel stats without a kernel ancestor
-        (device time where the recording had a device clock)."""
-        return sum(
-            s.total_ms for s in self._stats.values() if s.kernel and self.kernel_ancestor(s) is None
-        )
+        """Kernel time (:attr:`StatTree.kernel_ms`; device time on a device clock)."""
+        return StatTree.from_table(self).kernel_ms
 
     def _event(self, region: _Region, start: int, ns: int) -> None:
         depth, outer = 0, region.outer
         while outer is not None:
             depth, outer = depth + 1, outer.outer
-        self._events.append((region.name, start, ns, depth))
+        self._events.append((region.name, start, ns, depth))  # type: ignore[union-attr]
 
     def flush(self) -> None:
         """Synchronise the device clock and resolve pending device samples
@@ -500,7 +470,8 @@ def current() -> Table | None:
 
 
 @contextmanager
-def recording(device_clock: DeviceClock | None = None, sync: bool = False, annotate: Any = None) -> Iterator[Table]:
+def recording(device_clock: DeviceClock | None = None, sync: bool = False,
+              annotate: Any = None) -> Iterator[Table]:
     """Record every region closed on this thread into a fresh :class:`Table`.
 
     Recordings nest: an inner one takes over until it ends. On exit pending
@@ -521,50 +492,13 @@ def recording(device_clock: DeviceClock | None = None, sync: bool = False, annot
         table.flush()
 
 
-def ordered(table: Mapping[str, Stat], key=None) -> list[tuple[int, Stat]]:
-    """Stats in report order with their display depth.
-
-    A stat is shown under its nearest kernel ancestor (``Im2ColTimer`` under
-    ``conv2d``); framework timers do not indent what they contain, so ops stay
-    level with ``ExecutorRunTimer``. Siblings are sorted by ``key`` (default:
-    total time, descending); each stat is followed by its children.
-    """
-    key = key or (lambda s: -s.total_ms)
-    children: dict[str | None, list[Stat]] = {}
-    for stat in table.values():
-        parent = stat.parent
-        while parent is not None and parent in table and not table[parent].kernel:
-            parent = table[parent].parent
-        if parent not in table:
-            parent = None
-        children.setdefault(parent, []).append(stat)
-    out: list[tuple[int, Stat]] = []
-
-    def walk(parent: str | None, depth: int) -> None:
-        for stat in sorted(children.get(parent, ()), key=key):
-            out.append((depth, stat))
-            walk(stat.name, depth + 1)
-
-    walk(None, 0)
-    return out
-
-
-def short_name(name: str) -> str:
-    """A stat's name without the kernel it is qualified by (``conv2d/GemmTimer`` -> ``GemmTimer``),
-    for display under that kernel."""
-    return name.rsplit("/", 1)[-1]
-
-
 def format_stat_lines(table: Mapping[str, Stat]) -> list[str]:
     """The table as the reference report's ``Stat=`` lines (unit: ms).
 
     Stats are listed by total time, descending; a nested stat follows its
     parent, indented by four spaces per level.
     """
-    lines = []
-    for depth, s in ordered(table):
-        lines.append(
-            f"{'    ' * depth}Stat={short_name(s.name) if depth else s.name:<22}  total={s.total_ms:<10.6g} avg={s.avg_ms:<10.3f} "
-            f"max={s.max_ms:<10.3f} min={s.min_ms:<10.3f} count={s.count}"
-        )
-    return lines
+    return [f"{'    ' * depth}Stat={short_name(s.name) if depth else s.name:<22}  "
+            f"total={s.total_ms:<10.6g} avg={s.avg_ms:<10.3f} max={s.max_ms:<10.3f} "
+            f"min={s.min_ms:<10.3f} count={s.count}"
+            for depth, s in StatTree.from_table(table).ordered()]

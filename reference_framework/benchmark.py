@@ -28,12 +28,21 @@ import numpy as np
 try:
     import resource
 except ImportError:  # not a Unix
-    resource = None
+    resource = None  # type: ignore[assignment]
 
 from pytest_opperf import timers
+from pytest_opperf.stattree import Shares, StatTree
 
 from . import layers
-from .backend import CPUPlace, CUDAPlace, CudaEventClock, Place, device_name, gpu_available, gpu_unavailable_reason
+from .backend import (
+    CPUPlace,
+    CudaEventClock,
+    CUDAPlace,
+    Place,
+    device_name,
+    gpu_available,
+    gpu_unavailable_reason,
+)
 from .data import batch, dataset, reader
 from .evaluator import Accuracy
 from .executor import Executor
@@ -83,15 +92,17 @@ class BenchmarkConfig:
         if self.device not in ("CPU", "GPU"):
             raise ValueError(f"benchmark: device must be 'CPU' or 'GPU', given {self.device!r}")
         if self.order != "NCHW":
-            raise ValueError(f"benchmark: order {self.order!r} is not supported; the reference framework's "
-                             f"conv2d, pool2d and batch_norm take NCHW only")
+            raise ValueError(f"benchmark: order {self.order!r} is not supported; the reference "
+                             "framework's conv2d, pool2d and batch_norm take NCHW only")
         if self.depth not in DEPTHS:
-            raise ValueError(f"benchmark: depth must be one of {sorted(DEPTHS)}, given {self.depth!r}")
+            raise ValueError(f"benchmark: depth must be one of {sorted(DEPTHS)}, "
+                             f"given {self.depth!r}")
         if self.stem_pool not in ("max", "avg"):
-            raise ValueError(f"benchmark: stem_pool must be 'max' or 'avg', given {self.stem_pool!r}")
+            raise ValueError(f"benchmark: stem_pool must be 'max' or 'avg', "
+                             f"given {self.stem_pool!r}")
         if self.class_dim > dataset.flowers.classes:
-            raise ValueError(f"benchmark: class_dim must be at most the dataset's {dataset.flowers.classes} "
-                             f"classes, given {self.class_dim}")
+            raise ValueError(f"benchmark: class_dim must be at most the dataset's "
+                             f"{dataset.flowers.classes} classes, given {self.class_dim}")
 
     def replace(self, **changes: Any) -> BenchmarkConfig:
         return dataclasses.replace(self, **changes)
@@ -122,7 +133,7 @@ class BenchmarkResult:
     wall_s: float
     losses: list[float] = field(default_factory=list)
     accuracies: list[float] = field(default_factory=list)  # per batch
-    pass_accuracies: list[float] = field(default_factory=list)  # after each batch, over its pass so far
+    pass_accuracies: list[float] = field(default_factory=list)  # per batch, over its pass so far
 
     @property
     def examples_per_sec(self) -> float:
@@ -177,7 +188,8 @@ def run_benchmark(config: BenchmarkConfig, on_batch: Callable[[int], None] | Non
     start = time.perf_counter()
     with scope_guard(Scope()):
         built = build_training_program(config)
-        main, avg_cost, accuracy, dshape = built.main, built.avg_cost, built.accuracy, built.image_shape
+        main, avg_cost, accuracy = built.main, built.avg_cost, built.accuracy
+        dshape = built.image_shape
         if on_build is not None:
             on_build(main)
 
@@ -185,7 +197,8 @@ def run_benchmark(config: BenchmarkConfig, on_batch: Callable[[int], None] | Non
             reader.shuffle(dataset.flowers.train(image_size=config.image_size, seed=config.seed),
                            buf_size=config.buf_size, seed=config.seed),
             batch_size=config.batch_size)
-        exe = Executor(place, cache_ops=config.cache_ops, reuse_local_scope=config.reuse_local_scope)
+        exe = Executor(place, cache_ops=config.cache_ops,
+                       reuse_local_scope=config.reuse_local_scope)
         exe.run(built.startup)
 
         result = BenchmarkResult(config, device_name(place), 0, 0, 0.0)
@@ -207,46 +220,52 @@ def run_benchmark(config: BenchmarkConfig, on_batch: Callable[[int], None] | Non
                 result.pass_accuracies.append(float(pass_acc[0]))
                 if log is not None:
                     log(f"Iter: {result.batches}, loss: {loss}, acc: {acc}, pass_acc: {pass_acc}")
-                result.examples += labels.shape[0]
+                result.examples += len(labels)
                 result.batches += 1
                 if on_batch is not None:
-                    on_batch(labels.shape[0])
+                    on_batch(len(labels))
     result.wall_s = time.perf_counter() - start
     return result
 
 
+def _shares(wall_s: float, table: timers.Table) -> Shares:
+    """Shares of wall time; Python = (wall - ExecutorRunTimer) / wall, the report's share."""
+    tree = StatTree.from_table(table)
+    executor = tree.get("ExecutorRunTimer")
+    return Shares.of(wall_s * 1e3, executor.total_ms if executor else 0.0, tree.kernel_ms)
+
+
 def python_share(wall_s: float, table: timers.Table) -> float:
     """(wall - ExecutorRunTimer) / wall: the report's share of time outside the executor."""
-    executor_ms = table["ExecutorRunTimer"].total_ms if "ExecutorRunTimer" in table else 0.0
-    return (wall_s - executor_ms / 1e3) / wall_s if wall_s > 0 else 0.0
+    return _shares(wall_s, table).python
 
 
 def report_lines(result: BenchmarkResult, table: timers.Table) -> list[str]:
     """The report's summary: totals, throughput, the Stat= table and the shares."""
     wall = result.wall_s
     executor_s = table["ExecutorRunTimer"].total_ms / 1e3 if "ExecutorRunTimer" in table else 0.0
-    kernel_s = table.kernel_ms() / 1e3
-    lines = [
+    split = _shares(wall, table)
+    return [
         f"Total examples: {result.examples}, total time: {wall:.5f} sec",
         f"{result.examples_per_sec:.5f} examples/sec, {result.sec_per_batch:.5f} sec/batch",
         "",
         "unit: ms",
         *timers.format_stat_lines(table),
         "",
-        f"Python share: (wall - ExecutorRunTimer) / wall = ({wall:.5f} - {executor_s:.5f}) / {wall:.5f} "
-        f"= {100 * python_share(wall, table):.2f} %",
-        f"Python {100 * python_share(wall, table):.2f}% | framework overhead "
-        f"{100 * (executor_s - kernel_s) / wall:.2f}% | kernels {100 * kernel_s / wall:.2f}% of wall time",
+        f"Python share: (wall - ExecutorRunTimer) / wall = ({wall:.5f} - {executor_s:.5f}) / "
+        f"{wall:.5f} = {100 * split.python:.2f} %",
+        split.line(),
     ]
-    return lines
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m reference_framework.benchmark",
-                                description="Train ResNet on synthetic Flowers data as the reference report's "
-                                            "benchmark did; print throughput, the Stat= table and the Python share.")
+    p = argparse.ArgumentParser(
+        prog="python -m reference_framework.benchmark",
+        description="Train ResNet on synthetic Flowers data as the reference report's benchmark "
+                    "did; print throughput, the Stat= table and the Python share.")
     p.add_argument("--workload", choices=sorted(WORKLOADS), default="full",
-                   help="preset size; the options below override it (default: full, the report's run)")
+                   help="preset size; the options below override it "
+                        "(default: full, the report's run)")
     p.add_argument("--batch_size", type=int, help="images per batch (full: 32)")
     p.add_argument("--iterations", type=int, help="batches in all, over every pass (full: 80)")
     p.add_argument("--pass_num", type=int, help="passes over the data at most (default 1)")
@@ -255,20 +274,24 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--image_size", type=int, help="height and width of the images (full: 224)")
     p.add_argument("--depth", type=int, choices=sorted(DEPTHS), help="ResNet depth (default 50)")
     p.add_argument("--stem_pool", choices=["max", "avg"],
-                   help="the stem's 3x3/2 pooling: max with padding 1 (standard) or unpadded avg (the report's)")
-    p.add_argument("--seed", type=int, help="seed of the weights, the data and the shuffling (default 0)")
-    p.add_argument("--use_program_cache", action="store_true", help="clone the program once, not every run")
-    p.add_argument("--cache_ops", action="store_true", help="create the runnable ops once, not every run")
-    p.add_argument("--reuse_local_scope", action="store_true", help="keep the local scope between runs")
+                   help="the stem's 3x3/2 pooling: max with padding 1 (standard) "
+                        "or unpadded avg (the report's)")
+    p.add_argument("--seed", type=int,
+                   help="seed of the weights, the data and the shuffling (default 0)")
+    switches = {"use_program_cache": "clone the program once, not every run",
+                "cache_ops": "create the runnable ops once, not every run",
+                "reuse_local_scope": "keep the local scope between runs"}
+    for switch, text in switches.items():
+        p.add_argument(f"--{switch}", action="store_true", help=text)
     p.add_argument("--no_overheads", action="store_true", help="all three of the above")
     p.add_argument("--quiet", action="store_true", help="no per-batch progress lines")
     return p
 
 
 def config_from_args(args: argparse.Namespace) -> BenchmarkConfig:
-    overrides = {k: getattr(args, k) for k in ("batch_size", "iterations", "pass_num", "device", "order",
-                                               "image_size", "depth", "stem_pool", "seed")
-                 if getattr(args, k) is not None}
+    sizes = ("batch_size", "iterations", "pass_num", "device", "order", "image_size", "depth",
+             "stem_pool", "seed")
+    overrides = {k: getattr(args, k) for k in sizes if getattr(args, k) is not None}
     for switch in ("use_program_cache", "cache_ops", "reuse_local_scope"):
         if getattr(args, switch) or args.no_overheads:
             overrides[switch] = True
@@ -284,8 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(exc))
     if config.device == "GPU" and not gpu_available():
         parser.error(f"--device GPU: no usable GPU here ({gpu_unavailable_reason()})")
-    place = place_of(config)
-    clock = CudaEventClock(place) if config.device == "GPU" else None
+    clock = CudaEventClock(CUDAPlace(0)) if config.device == "GPU" else None
     with timers.recording(device_clock=clock) as table:
         # Resolving the device times after every batch keeps the events of one
         # step in flight, not those of the whole run.

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_opperf"
-PURE = ["timers", "stats", "results", "gate", "report", "measure", "device", "cli"]
+PURE = ["timers", "stattree", "stats", "results", "gate", "report", "measure", "device", "cli"]
 
 
 def test_pure_modules_do_not_import_pytest():

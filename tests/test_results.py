@@ -1,6 +1,7 @@
 """Results JSON: round trip, refusal of unknown schemas and malformed files, atomic writes."""
 
 import json
+from dataclasses import replace
 import os
 import stat
 import subprocess
@@ -26,8 +27,7 @@ from tests.opperf_factories import e2e_run, results
 
 def test_round_trip_keeps_every_field(tmp_path):
     run = e2e_run(stats={"conv2d": [1.0, 2.0], "Im2ColTimer": [0.5, 0.25]})
-    run.stats[1].parent = "conv2d"
-    run.stats[0].flops = 1e9
+    run.stats = [replace(run.stats[0], flops=1e9), replace(run.stats[1], parent="conv2d")]
     run.notes.append("a note")
     rs = results(run)
     path = tmp_path / "r.json"

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from pytest_opperf import timers
+from pytest_opperf.stattree import StatTree, short_name
 
 
 def busy(ms: float) -> None:
@@ -79,8 +80,9 @@ def test_nested_regions_record_parents_and_are_not_counted_twice():
     assert table["ExecutorRunTimer"].parent is None
     # Kernel time is conv2d + relu: the nested Im2Col/Gemm are inside conv2d already.
     assert table.kernel_ms() == pytest.approx(table["conv2d"].total_ms + table["relu"].total_ms)
-    assert table.kernel_ancestor(table["conv2d/GemmTimer"]) is table["conv2d"]
-    assert table.kernel_ancestor(table["conv2d"]) is None
+    tree = StatTree.from_table(table)
+    assert tree.kernel_ancestor("conv2d/GemmTimer") is tree.get("conv2d")
+    assert tree.kernel_ancestor("conv2d") is None
     assert table["conv2d"].total_ms >= table["conv2d/Im2ColTimer"].total_ms + table["conv2d/GemmTimer"].total_ms
 
 
@@ -103,7 +105,7 @@ def test_a_region_inside_two_kernels_gives_a_stat_under_each(monkeypatch):
     assert (fwd.parent, fwd.count, fwd.total_ms) == ("conv2d", 1, 1.0)
     assert (bwd.parent, bwd.count, bwd.total_ms) == ("conv2d_grad", 2, 4.0)
     assert table["conv2d"].total_ms == 2.0 and table["conv2d_grad"].total_ms == 5.0
-    assert [(d, timers.short_name(s.name)) for d, s in timers.ordered(table)] == [
+    assert [(d, short_name(s.name)) for d, s in StatTree.from_table(table).ordered()] == [
         (0, "ExecutorRunTimer"), (0, "conv2d_grad"), (1, "GemmTimer"), (0, "conv2d"), (1, "GemmTimer")]
     assert table["ExecutorRunTimer"].total_ms >= table.kernel_ms()
 
@@ -119,7 +121,7 @@ def test_display_order_indents_only_under_kernels(monkeypatch):
             with timers.timer("conv2d", kernel=True):
                 with timers.timer("GemmTimer", kernel=True):
                     pass
-    order = [(depth, s.name) for depth, s in timers.ordered(table)]
+    order = [(depth, s.name) for depth, s in StatTree.from_table(table).ordered()]
     assert order == [(0, "ExecutorRunTimer"), (0, "conv2d"), (1, "conv2d/GemmTimer"), (0, "relu")]
     lines = timers.format_stat_lines(table)
     assert lines[0].startswith("Stat=ExecutorRunTimer")

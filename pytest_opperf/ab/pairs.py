@@ -34,12 +34,7 @@ def _warm(values: list[float]) -> list[float]:
 
 def step_python_shares(run: RunResult) -> list[float] | None:
     """Each step's share of wall time outside the executor (all steps; None if unknown)."""
-    if run.executor_stat is not None:
-        stat = run.stat(run.executor_stat)
-        executor = stat.samples_ms if stat is not None else None
-    else:
-        tops = [s.samples_ms for s in run.stats if s.parent is None]
-        executor = [sum(x) for x in zip(*tops, strict=True)] if tops and all(tops) else None
+    executor = run.stats.executor_samples(run.executor_stat)
     if not executor or len(executor) != len(run.step_ms):
         return None
     return [(w - e) / w if w > 0 else 0.0 for w, e in zip(run.step_ms, executor, strict=True)]
