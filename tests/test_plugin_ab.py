@@ -64,9 +64,11 @@ def test_rev_mode_catches_a_3x_slower_head_and_imports_each_sides_own_code(pytes
     verdicts = {(d["run"], d["metric"]): d["verdict"] for d in data["compare"]["decisions"]}
     assert verdicts[("test_s.py::test_e2e", "count:relu")] == "unchanged"
     # 3 pairs per run of the e2e test (4 steps, the first is warm-up): it ran again on both sides
-    # until it had min_pairs (10), so 4 times; the session's result is the first run's
+    # until it had min_pairs (10), so at least 4 times (more where the machine is loaded and a
+    # metric stays undecided); the session's result is the first run's
     pairs = {(d["run"], d["metric"]): d["pairs"] for d in data["compare"]["decisions"]}
-    assert pairs[("test_s.py::test_e2e", "step_ms:relu")] == 12
+    runs = pairs[("test_s.py::test_e2e", "step_ms:relu")] // 3
+    assert pairs[("test_s.py::test_e2e", "step_ms:relu")] == 3 * runs and runs >= 4
     # the base side imported the base's framework from its worktree, both sides the head's plugin
     base_rf, base_plugin = (traces["where"] / "base").read_text().split()
     head_rf, head_plugin = (traces["where"] / "head").read_text().split()
@@ -77,9 +79,9 @@ def test_rev_mode_catches_a_3x_slower_head_and_imports_each_sides_own_code(pytes
     assert len(worktrees(pytester.path)) == 1
     assert not Path(base_rf).exists()
     # each run after the first was in two fresh side processes, started in the other order
-    assert data["compare"]["notes"][-1].endswith("; 4 generation(s) of side processes")
+    assert data["compare"]["notes"][-1].endswith(f"; {runs} generation(s) of side processes")
     pids = [int(p.name) for p in traces["pids"].iterdir()]
-    assert len(pids) == 2 * 4 and not any(alive(pid) for pid in pids)
+    assert len(pids) == 2 * runs and not any(alive(pid) for pid in pids)
 
 
 def test_dir_mode_uses_the_checkout_as_it_is(pytester, traces, tmp_path_factory):
