@@ -110,7 +110,7 @@ from functools import cached_property, lru_cache
 from statistics import NormalDist
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..results import ResultsError
+from ..results import ResultsError, _is_num
 from ..stats import median, most_common
 
 if TYPE_CHECKING:
@@ -574,10 +574,6 @@ def decide(samples: Sequence[Paired], settings: CompareSettings) -> list[Decisio
 def _need(cond: bool, source: str, what: str) -> None:
     if not cond:
         raise ResultsError(f"{source}: malformed compare object: {what}")
-
-
-def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _decision_from_dict(d: Any, where: str, source: str) -> Decision:
