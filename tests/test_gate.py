@@ -68,13 +68,13 @@ def test_integer_is_a_fine_float():
     ({"regression": {"min_samples": 2.5}}, "min_samples must be an integer"),
     ({"regression": {"counts": "loose"}}, "counts must be 'exact' or 'ignore', got 'loose'"),
     ({"regression": {"max_slowdown": -0.1}}, "max_slowdown must be in"),
-    ({"regression": {"alpha": 0.0}}, "alpha must be above 0"),
+    ({"regression": {"alpha": 0.0}}, "[regression] alpha must be in (0, 1], got 0.0"),
     ({"regression": []}, "[regression] must be a table"),
     ({"limit": {"run": "*"}}, "limit must be an array of tables"),
     ({"limit": [{"run": "*"}]}, "[[limit]] #1 sets no limit"),
     ({"limit": [{"run": 3, "max_avg_ms": 1.0}]}, "[[limit]] #1 run must be a string, got 3 (integer)"),
     ({"limit": [{"stat": "conv*", "min_examples_per_sec": 1.0}]}, "min_examples_per_sec limits a run"),
-    ({"limit": [{"max_avg_ms": -1.0}]}, "max_avg_ms must not be negative"),
+    ({"limit": [{"max_avg_ms": -1.0}]}, "[[limit]] #1 max_avg_ms must be in [0, inf), got -1.0"),
 ])
 def test_bad_thresholds_name_key_and_file(doc, message):
     with pytest.raises(ThresholdsError) as info:
