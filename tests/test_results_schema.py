@@ -5,8 +5,10 @@ refuses, and the schema, the writers and the readers know the same keys."""
 from __future__ import annotations
 
 import copy
+import io
 import json
 import math
+import subprocess
 import sys
 from dataclasses import fields
 from fnmatch import fnmatch
@@ -18,6 +20,7 @@ import pytest
 from pytest_opperf import report
 from pytest_opperf.ab import render as render_ab
 from pytest_opperf.ab.paired import CompareResult
+from pytest_opperf.cli import main
 from pytest_opperf.gate import Verdict, Violation, evaluate
 from pytest_opperf.results import (
     ResultsError,
@@ -57,6 +60,20 @@ def test_the_schema_is_a_valid_draft_2020_12_schema_shipped_in_the_package():
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     globs = pyproject["tool"]["setuptools"]["package-data"]["pytest_opperf"]
     assert any(fnmatch("schema/opperf-1.schema.json", glob) for glob in globs)
+
+
+def test_python_m_pytest_opperf_schema_prints_its_path_for_check_jsonschema(tmp_path):
+    out = io.StringIO()
+    assert main(["schema"], out=out) == 0
+    path = Path(out.getvalue().strip())
+    assert json.loads(path.read_text()) == SCHEMA
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps(rich_document()))
+    bad.write_text(json.dumps({**rich_document(), "runs": [{"id": "x"}]}))
+    check = [sys.executable, "-m", "check_jsonschema", "--schemafile", str(path)]
+    assert subprocess.run([*check, str(good)], capture_output=True).returncode == 0
+    failed = subprocess.run([*check, str(bad)], capture_output=True, text=True)
+    assert failed.returncode == 1 and "'kind' is a required property" in failed.stdout
 
 
 # --- every file the plugin writes ---------------------------------------------------------
