@@ -1,10 +1,10 @@
 """The gate: thresholds file, absolute limits and baseline regressions, to a verdict.
 
 Thresholds (TOML, ARCHITECTURE section 7) hold ``[regression]`` tolerances
-and ``[[limit]]`` tables matched to runs and stats by glob. Unknown keys and
-wrong types are errors naming the key and the file, so a typo cannot
-silently switch a check off. The A/B ``[compare]`` table is parsed (and
-applied) by :mod:`pytest_opperf.ab.paired`.
+and ``[[limit]]`` tables matched to runs and stats by glob, each key declared
+once in :class:`Regression` and :class:`Limit` and checked by
+:mod:`pytest_opperf.keys`; the A/B ``[compare]`` table is
+:mod:`pytest_opperf.ab.paired`'s.
 
 Regression rule (defaults in :class:`Regression`). A stat is slower than its
 baseline only when all of these hold:
@@ -112,13 +112,15 @@ class Regression:
 class Limit:
     """One ``[[limit]]``: absolute limits for the runs (and stats) its globs match."""
 
-    run: str = table_key("*", "glob on run ids")
-    stat: str | None = table_key(None, "glob on stat names (default: every stat)")
-    max_avg_ms: float | None = table_key(None, "a stat's average", 0.0)
-    max_total_ms: float | None = table_key(None, "a stat's total", 0.0)
-    min_examples_per_sec: float | None = table_key(None, "a run's examples/sec after warm-up", 0.0)
-    max_python_share: float | None = table_key(None, "a run's Python share", 0.0, 1.0,
-                                               what="a share of wall time")
+    run: str = table_key("*", "the runs it applies to (a glob on run ids)")
+    stat: str | None = table_key(
+        None, "the stats max_avg_ms and max_total_ms apply to (a glob; unset: every stat)")
+    max_avg_ms: float | None = table_key(None, "upper limit of a stat's average (ms)", 0.0)
+    max_total_ms: float | None = table_key(None, "upper limit of a stat's total (ms)", 0.0)
+    min_examples_per_sec: float | None = table_key(
+        None, "lower limit of a run's examples/sec (of the steps after warm-up, if any)", 0.0)
+    max_python_share: float | None = table_key(None, "upper limit of a run's Python share of wall "
+                                               "time", 0.0, 1.0, what="a share of wall time")
 
 
 @dataclass(frozen=True)
@@ -141,8 +143,9 @@ def _parse_limit(table: Any, index: int, source: str) -> Limit:
                               f"(give one of {', '.join(_STAT_LIMITS + _RUN_LIMITS)})")
     run_level = [k for k in _RUN_LIMITS if k in values]
     if "stat" in values and run_level:
-        raise ThresholdsError(f"{source}: {where} {run_level[0]} limits a run, but the table also "
-                              f"names stat = {values['stat']!r}; put it in a [[limit]] without stat")
+        raise ThresholdsError(f"{source}: {where} {run_level[0]} limits a run, but the table "
+                              f"also names stat = {values['stat']!r}; put it in a [[limit]] "
+                              "without stat")
     return Limit(**values)
 
 

@@ -29,9 +29,8 @@ def type_name(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Key:
-    """One key of a table: type (``float`` takes integers too), default, meaning, and the
-    range ``lo``..``hi`` (each end closed unless ``*_open``) or the ``choices``; ``what``
-    goes into errors (``max_python_share is a share of wall time and must be ...``)."""
+    """One key of a table: type (``float`` takes integers), default, meaning, the range (each end
+    closed unless ``*_open``) or ``choices``; ``what``: ``<name> is <what> and must be ...``."""
 
     name: str
     type: type
@@ -88,8 +87,7 @@ def keys(table: type) -> dict[str, Key]:
 
 
 def unknown(table: Mapping[str, Any], known: Sequence[str], where: str, source: str) -> None:
-    """An error for the first key of ``table`` not in ``known``: a typo must not silently
-    switch a check off."""
+    """An error for the first key not in ``known``: a typo must not switch a check off."""
     names = sorted(set(table) - set(known))
     if names:
         raise ThresholdsError(f"{source}: unknown key {names[0]!r} in {where} "

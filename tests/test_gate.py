@@ -1,11 +1,13 @@
 """The gate: thresholds parsing, absolute limits and the regression rule, on hand-built results."""
 
 import random
+from pathlib import Path
 
 import pytest
 
 from pytest_opperf.device import CPU_HOST
 from pytest_opperf.gate import (
+    Limit,
     Regression,
     Thresholds,
     ThresholdsError,
@@ -15,6 +17,7 @@ from pytest_opperf.gate import (
     load_thresholds,
     parse_thresholds,
 )
+from pytest_opperf.keys import keys as table_keys
 from pytest_opperf.measure import op_run
 from tests.opperf_factories import e2e_run, results
 
@@ -81,6 +84,17 @@ def test_bad_thresholds_name_key_and_file(doc, message):
         parse_thresholds(doc, "ci/t.toml")
     assert message in str(info.value)
     assert str(info.value).startswith("ci/t.toml: ")
+
+
+def test_the_docs_list_every_key_with_its_default_range_and_meaning():
+    docs = (Path(__file__).parent.parent / "docs" / "contract-additions.md").read_text()
+    for table in (Regression, Limit):
+        for spec in table_keys(table).values():
+            default = ("unset" if spec.default is None else f'`"{spec.default}"`'
+                       if isinstance(spec.default, str) else f"{spec.default:g}")
+            values = (" or ".join(f'`"{c}"`' for c in spec.choices) if spec.choices
+                      else "a glob" if spec.type is str else spec.range)
+            assert f"| `{spec.name}` | {default} | {values} | {spec.doc} |" in docs, spec.name
 
 
 def test_unreadable_thresholds_files(tmp_path):
