@@ -95,8 +95,7 @@ class Regression:
     min_diff_ms: float = table_key(
         0.05, "floor: a stat's median per-step total must grow by more than this", 0.0)
     op_min_diff_ms: float = table_key(0.001, "the same floor per call, for per-op benchmarks", 0.0)
-    min_samples: int = table_key(
-        5, "below this many samples on either side the conservative rule applies", 2)
+    min_samples: int = table_key(5, "fewer samples on either side: the conservative rule", 2)
     op_max_slowdown: float | None = table_key(
         None, "the relative tolerance of per-op benchmarks (default: max_slowdown); timed in "
         "isolation, they drift between sessions more than the steps of a run", 0.0)

@@ -80,7 +80,7 @@ def table_key(default: Any, doc: str, lo: float = -math.inf, hi: float = math.in
 
 @cache
 def keys(table: type) -> dict[str, Key]:
-    """The keys of a table's dataclass, in declaration order (``float | None``: a float)."""
+    """The keys of a table's dataclass, in order (annotations as strings: ``float | None``)."""
     types = {"float": float, "int": int, "str": str}
     return {f.name: Key(f.name, types[str(f.type).removesuffix(" | None")], f.default,
                         **f.metadata["key"]) for f in fields(table) if "key" in f.metadata}

@@ -334,7 +334,8 @@ def _check_gate(gate: dict[str, Any], source: str) -> None:
               f"gate.{key} is not a list of strings")
     for key in ("checks", "undecided"):
         n = gate.get(key, 0)
-        _need(isinstance(n, int) and not isinstance(n, bool) and n >= 0, source, f"gate.{key} is not an integer >= 0")
+        _need(isinstance(n, int) and not isinstance(n, bool) and _count(n), source,
+              f"gate.{key} is not an integer >= 0")
     for key in ("baseline", "thresholds", "incomplete"):
         _need(gate.get(key) is None or isinstance(gate[key], str), source, f"gate.{key} is not a string or null")
 
