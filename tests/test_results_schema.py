@@ -35,6 +35,7 @@ from tests.opperf_suites import e2e, inner_run_env  # noqa: F401
 from tests.results_schema import SCHEMA, VALIDATOR, assert_valid, problems
 from tests.test_ab_paired import result as compare_result
 from tests.test_plugin_benchmark import OPS
+from tests.test_plugin_gpu import FAKE_GPU, OP
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -128,6 +129,19 @@ def test_c(opperf):
     saved = load(pytester.path / "base.json")
     assert [r["id"] for r in saved["runs"]] == ["test_suite.py::test_a",
                                                 "test_suite.py::test_c#second"]
+
+
+def test_a_gpu_session_device_clock_stats_nvml_facts_and_a_flushed_cache(pytester):
+    pytester.makeconftest(FAKE_GPU.format(other="A"))
+    pytester.makepyfile(test_op=OP.format(), test_suite=e2e(steps=2))
+    result = pytester.runpytest("--opperf", "--opperf-l2-flush", "--opperf-json=r.json",
+                                "--benchmark-max-time=0")
+    assert result.ret == 0, result.stdout.str()
+    doc = load(pytester.path / "r.json")
+    assert doc["session"]["l2_flush"] is True and doc["machine"]["gpu"]["model"] == "Fake GPU A"
+    assert "start" in doc["machine"]["gpu_env"]
+    stats = [s for r in doc["runs"] for s in r["stats"]]
+    assert {s["clock"] for s in stats} == {"host", "device"} and any("host_ms" in s for s in stats)
 
 
 def test_an_a_b_result_in_a_results_file():
