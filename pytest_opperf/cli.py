@@ -4,7 +4,8 @@
 and exit codes (0 pass, 1 gate violations, 4 usage error or unreadable file)
 for CI steps that run no tests; ``show R.json`` prints the terminal report
 stored in a results file. ``history`` and ``dashboard`` read a history store
-(:mod:`pytest_opperf.history.commands`).
+(:mod:`pytest_opperf.history.commands`). ``schema`` prints the path of the results
+format's JSON Schema.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NoReturn, TextIO
 
 from pytest_opperf import report
@@ -45,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     show = commands.add_parser("show", help="print the terminal report of a results file")
     show.add_argument("results", metavar="R.json")
     show.add_argument("--sort", choices=sorted(report.SORT_KEYS), default="total")
+    commands.add_parser("schema", help="print the path of the results format's JSON Schema")
     from pytest_opperf.history.commands import add_commands
 
     add_commands(commands)
@@ -94,6 +97,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
             from pytest_opperf.history.commands import run_command
 
             return run_command(args, out)
+        if args.command == "schema":
+            out.write(f"{Path(__file__).with_name('schema') / 'opperf-1.schema.json'}\n")
+            return EXIT_OK
         return _compare(args, out) if args.command == "compare" else _show(args, out)
     except (_Usage, ResultsError, ThresholdsError, HistoryError) as exc:
         err.write(f"error: {exc}\n")

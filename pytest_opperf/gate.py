@@ -1,10 +1,10 @@
 """The gate: thresholds file, absolute limits and baseline regressions, to a verdict.
 
 Thresholds (TOML, ARCHITECTURE section 7) hold ``[regression]`` tolerances
-and ``[[limit]]`` tables matched to runs and stats by glob. Unknown keys and
-wrong types are errors naming the key and the file, so a typo cannot
-silently switch a check off. The A/B ``[compare]`` table is parsed (and
-applied) by :mod:`pytest_opperf.ab.paired`.
+and ``[[limit]]`` tables matched to runs and stats by glob, each key declared
+once in :class:`Regression` and :class:`Limit` and checked by
+:mod:`pytest_opperf.keys`; the A/B ``[compare]`` table is
+:mod:`pytest_opperf.ab.paired`'s.
 
 Regression rule (defaults in :class:`Regression`). A stat is slower than its
 baseline only when all of these hold:
@@ -52,14 +52,16 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
+from .ab.paired import CompareSettings, parse_compare
 from .gpu_report import steady_examples_per_sec
 from .identity import mismatch
-from .ab.paired import CompareSettings, parse_compare
+from .keys import ThresholdsError, keys, parse, table_key, type_name, unknown
 from .results import ResultSet, RunResult, read_text, same_hardware
 from .stats import Samples, mann_whitney_u
 
@@ -79,42 +81,45 @@ __all__ = [
 ]
 
 
-class ThresholdsError(Exception):
-    """A thresholds file that cannot be used; the message is one line naming the file."""
-
-
 @dataclass(frozen=True)
 class Regression:
     """``[regression]``: tolerances against the baseline."""
 
-    max_slowdown: float = 0.10
-    max_python_share_increase: float = 0.02
-    counts: str = "exact"  # "exact" or "ignore"
-    alpha: float = 0.01
-    min_diff_ms: float = 0.05
-    op_min_diff_ms: float = 0.001
-    min_samples: int = 5
-    # per-op benchmarks' relative tolerance (default: max_slowdown): timed in
-    # isolation, they drift between sessions more than the steps of a run
-    op_max_slowdown: float | None = None
-    # e2e floor relative to the step: a stat must grow by more than this share
-    # of the baseline's median step time (and by min_diff_ms)
-    min_step_share: float = 0.0
-    # below this share of the session's runs found in the baseline, the baseline
-    # is the wrong one (or ids changed): the gate fails instead of checking little
-    min_baseline_share: float = 0.5
+    max_slowdown: float = table_key(0.10, "relative, per stat and for examples/sec", 0.0)
+    max_python_share_increase: float = table_key(
+        0.02, "the tolerance of the Python share (absolute)", 0.0, 1.0)
+    counts: str = table_key("exact", "per-step op counts must not change, or are not compared",
+                            choices=("exact", "ignore"))
+    alpha: float = table_key(0.01, "significance level of the one-sided Mann-Whitney U test",
+                             0.0, 1.0, lo_open=True)
+    min_diff_ms: float = table_key(
+        0.05, "floor: a stat's median per-step total must grow by more than this", 0.0)
+    op_min_diff_ms: float = table_key(0.001, "the same floor per call, for per-op benchmarks", 0.0)
+    min_samples: int = table_key(5, "fewer samples on either side: the conservative rule", 2)
+    op_max_slowdown: float | None = table_key(
+        None, "the relative tolerance of per-op benchmarks (default: max_slowdown); timed in "
+        "isolation, they drift between sessions more than the steps of a run", 0.0)
+    min_step_share: float = table_key(
+        0.0, "a second e2e floor: a stat must also grow by more than this share of the "
+        "baseline's median step time", 0.0, 1.0)
+    min_baseline_share: float = table_key(
+        0.5, "the share of the session's runs that must have a run of the same id in the "
+        "baseline; below it the baseline is the wrong one and the gate fails", 0.0, 1.0)
 
 
 @dataclass(frozen=True)
 class Limit:
     """One ``[[limit]]``: absolute limits for the runs (and stats) its globs match."""
 
-    run: str = "*"
-    stat: str | None = None
-    max_avg_ms: float | None = None
-    max_total_ms: float | None = None
-    min_examples_per_sec: float | None = None
-    max_python_share: float | None = None
+    run: str = table_key("*", "the runs it applies to (a glob on run ids)")
+    stat: str | None = table_key(
+        None, "the stats max_avg_ms and max_total_ms apply to (a glob; unset: every stat)")
+    max_avg_ms: float | None = table_key(None, "upper limit of a stat's average (ms)", 0.0)
+    max_total_ms: float | None = table_key(None, "upper limit of a stat's total (ms)", 0.0)
+    min_examples_per_sec: float | None = table_key(
+        None, "lower limit of a run's examples/sec (of the steps after warm-up, if any)", 0.0)
+    max_python_share: float | None = table_key(None, "upper limit of a run's Python share of wall "
+                                               "time", 0.0, 1.0, what="a share of wall time")
 
 
 @dataclass(frozen=True)
@@ -122,102 +127,46 @@ class Thresholds:
     regression: Regression = Regression()
     limits: tuple[Limit, ...] = ()
     source: str | None = None
-    compare: CompareSettings = CompareSettings()  # [compare]: the A/B decision (pytest_opperf.ab.paired)
+    compare: CompareSettings = CompareSettings()  # [compare]: the A/B decision (ab.paired)
 
 
 _STAT_LIMITS = ("max_avg_ms", "max_total_ms")
 _RUN_LIMITS = ("min_examples_per_sec", "max_python_share")
 
 
-def _type_name(value: Any) -> str:
-    return {bool: "boolean", str: "string", int: "integer", float: "number", list: "array",
-            dict: "table"}.get(type(value), type(value).__name__)
-
-
-def _check(value: Any, want: type, key: str, where: str, source: str) -> Any:
-    """``value`` as type ``want`` (an integer is a fine float), else a ThresholdsError."""
-    if want is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if not isinstance(value, want) or isinstance(value, bool):
-        expected = {float: "a number", int: "an integer", str: "a string"}[want]
-        raise ThresholdsError(f"{source}: {where} {key} must be {expected}, got {value!r} ({_type_name(value)})")
-    if want is float and not math.isfinite(value):
-        raise ThresholdsError(f"{source}: {where} {key} must be a finite number, got {value!r}")
-    return value
-
-
-def _unknown(keys: Any, known: Sequence[str], where: str, source: str) -> None:
-    unknown = sorted(set(keys) - set(known))
-    if unknown:
-        raise ThresholdsError(
-            f"{source}: unknown key {unknown[0]!r} in {where} (known keys: {', '.join(known)})")
-
-
-def _parse_regression(table: Any, source: str) -> Regression:
-    if not isinstance(table, dict):
-        raise ThresholdsError(f"{source}: [regression] must be a table, got {_type_name(table)}")
-    types = {f.name: (int if f.name == "min_samples" else str if f.name == "counts" else float)
-             for f in fields(Regression)}
-    _unknown(table, list(types), "[regression]", source)
-    values = {k: _check(v, types[k], k, "[regression]", source) for k, v in table.items()}
-    ranges = {
-        "max_slowdown": (0.0, math.inf), "max_python_share_increase": (0.0, 1.0), "alpha": (0.0, 1.0),
-        "min_diff_ms": (0.0, math.inf), "op_min_diff_ms": (0.0, math.inf), "min_samples": (2, math.inf),
-        "op_max_slowdown": (0.0, math.inf), "min_step_share": (0.0, 1.0), "min_baseline_share": (0.0, 1.0),
-    }
-    for key, (lo, hi) in ranges.items():
-        if key in values and not lo <= values[key] <= hi:
-            raise ThresholdsError(f"{source}: [regression] {key} must be in [{lo}, {hi}], got {values[key]!r}")
-    if values.get("alpha") == 0.0:
-        raise ThresholdsError(f"{source}: [regression] alpha must be above 0, got 0.0")
-    if "counts" in values and values["counts"] not in ("exact", "ignore"):
-        raise ThresholdsError(f"{source}: [regression] counts must be 'exact' or 'ignore', got {values['counts']!r}")
-    return Regression(**values)
-
-
 def _parse_limit(table: Any, index: int, source: str) -> Limit:
     where = f"[[limit]] #{index}"
-    if not isinstance(table, dict):
-        raise ThresholdsError(f"{source}: {where} must be a table, got {_type_name(table)}")
-    known = [f.name for f in fields(Limit)]
-    _unknown(table, known, where, source)
-    values = {k: _check(v, str if k in ("run", "stat") else float, k, where, source) for k, v in table.items()}
+    values = parse(keys(Limit), table, where, source)
     if not any(k in values for k in _STAT_LIMITS + _RUN_LIMITS):
-        raise ThresholdsError(f"{source}: {where} sets no limit (give one of {', '.join(_STAT_LIMITS + _RUN_LIMITS)})")
-    if "stat" in values:
-        run_level = [k for k in _RUN_LIMITS if k in values]
-        if run_level:
-            raise ThresholdsError(
-                f"{source}: {where} {run_level[0]} limits a run, but the table also names stat = "
-                f"{values['stat']!r}; put it in a [[limit]] without stat")
-    for key in _STAT_LIMITS + _RUN_LIMITS:
-        if key in values and values[key] < 0:
-            raise ThresholdsError(f"{source}: {where} {key} must not be negative, got {values[key]!r}")
-    if values.get("max_python_share", 0.0) > 1:
-        raise ThresholdsError(f"{source}: {where} max_python_share is a share of wall time and must be in "
-                              f"[0, 1], got {values['max_python_share']!r}")
+        raise ThresholdsError(f"{source}: {where} sets no limit "
+                              f"(give one of {', '.join(_STAT_LIMITS + _RUN_LIMITS)})")
+    run_level = [k for k in _RUN_LIMITS if k in values]
+    if "stat" in values and run_level:
+        raise ThresholdsError(f"{source}: {where} {run_level[0]} limits a run, but the table "
+                              f"also names stat = {values['stat']!r}; put it in a [[limit]] "
+                              "without stat")
     return Limit(**values)
 
 
 def parse_thresholds(data: Mapping[str, Any], source: str = "<thresholds>") -> Thresholds:
     """Thresholds from a parsed TOML document (raises :class:`ThresholdsError`)."""
-    _unknown(data, ["regression", "limit", "compare"], "the top level", source)
-    regression = _parse_regression(data["regression"], source) if "regression" in data else Regression()
+    unknown(data, ["regression", "limit", "compare"], "the top level", source)
+    regression = parse(keys(Regression), data.get("regression", {}), "[regression]", source)
     limits = data.get("limit", [])
     if not isinstance(limits, list):
-        raise ThresholdsError(f"{source}: limit must be an array of tables ([[limit]]), got {_type_name(limits)}")
+        raise ThresholdsError(f"{source}: limit must be an array of tables ([[limit]]), "
+                              f"got {type_name(limits)}")
     compare = parse_compare(data["compare"], source) if "compare" in data else CompareSettings()
-    return Thresholds(regression, tuple(_parse_limit(t, i + 1, source) for i, t in enumerate(limits)), source,
-                      compare)
+    return Thresholds(Regression(**regression),
+                      tuple(_parse_limit(t, i + 1, source) for i, t in enumerate(limits)), source, compare)
 
 
 def load_thresholds(path: str | os.PathLike[str]) -> Thresholds:
     """Read a thresholds file; any problem is one line naming the file."""
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
-
+    else:  # Python 3.10
+        import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
     source = str(path)
     text = read_text(path, ThresholdsError, "a thresholds file")
     try:
@@ -238,8 +187,8 @@ class Violation:
 
     run: str
     metric: str
-    value: float
-    limit: float
+    value: float | None  # None only in a verdict read back from a file (show)
+    limit: float | None
     baseline: float | None
     message: str
     statistic: str

@@ -254,6 +254,9 @@ def _load_run(d: Any, i: int, source: str) -> RunResult:
               f"{where}: {key} is not a list of finite numbers >= 0")
     _need(all(_count(x) for x in d.get("step_examples", [])), source,
           f"{where}: step_examples is not a list of whole numbers")
+    notes = d.get("notes", [])
+    _need(isinstance(notes, list) and all(isinstance(n, str) for n in notes), source,
+          f"{where}: notes is not a list of strings")
     try:
         stats = StatTree(_load_stat(s, f"{where}: stats[{j}]", source)
                          for j, s in enumerate(d["stats"]))
@@ -267,7 +270,7 @@ def _load_run(d: Any, i: int, source: str) -> RunResult:
         sec_per_batch=float(d["sec_per_batch"]), python_share=float(d["python_share"]), stats=stats,
         counts=dict(counts), executor_stat=d.get("executor_stat") if isinstance(d.get("executor_stat"), str) else None,
         step_ms=[float(x) for x in d.get("step_ms", [])], step_examples=[int(x) for x in d.get("step_examples", [])],
-        notes=[str(n) for n in d.get("notes", []) if isinstance(n, str)],
+        notes=list(notes),
         trace=d.get("trace") if isinstance(d.get("trace"), dict) else None,
         **{k: float(v) for k, v in optional.items()},
     )
@@ -285,9 +288,10 @@ def _check_gate(gate: dict[str, Any], source: str) -> None:
     for key in ("warnings", "notes"):
         _need(isinstance(gate.get(key, []), list) and all(isinstance(x, str) for x in gate.get(key, [])), source,
               f"gate.{key} is not a list of strings")
-    checks = gate.get("checks", 0)
-    _need(isinstance(checks, int) and not isinstance(checks, bool) and checks >= 0, source,
-          "gate.checks is not an integer >= 0")
+    for key in ("checks", "undecided"):
+        n = gate.get(key, 0)
+        _need(isinstance(n, int) and not isinstance(n, bool) and _count(n), source,
+              f"gate.{key} is not an integer >= 0")
     for key in ("baseline", "thresholds", "incomplete"):
         _need(gate.get(key) is None or isinstance(gate[key], str), source, f"gate.{key} is not a string or null")
 

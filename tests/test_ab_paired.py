@@ -17,7 +17,6 @@ from pytest_opperf.ab.paired import (
     MetricKey,
     Override,
     Paired,
-    compare_keys,
     decide,
     parse_compare,
     rule,
@@ -25,6 +24,7 @@ from pytest_opperf.ab.paired import (
     walsh_interval,
 )
 from pytest_opperf.gate import ThresholdsError, Violation, load_thresholds, parse_thresholds
+from pytest_opperf.keys import keys as table_keys
 from pytest_opperf.results import ResultsError
 
 RUN = "suites/test_ops.py::test_op[conv2d]"
@@ -283,10 +283,10 @@ def test_paired_validation():
 
 def test_compare_defaults_and_every_key():
     assert parse_thresholds({}).compare == CompareSettings()
-    keys = compare_keys()
+    keys = table_keys(CompareSettings)
     assert set(keys) == {"min_slowdown", "max_python_share_increase", "alpha", "budget_s", "min_call_ms",
                          "min_step_ms", "min_pairs"}
-    assert keys["min_slowdown"]["default"] == 0.05 == CompareSettings().min_slowdown
+    assert keys["min_slowdown"].default == 0.05 == CompareSettings().min_slowdown
     assert CompareSettings().max_python_share_increase == 0.01
     table = {"min_slowdown": 0.1, "max_python_share_increase": 0.02, "alpha": 0.01, "budget_s": 300,
              "min_call_ms": 0.002, "min_step_ms": 0.1, "min_pairs": 20,
@@ -426,8 +426,8 @@ def test_the_docs_list_every_compare_key_with_its_default_and_range():
     from pathlib import Path
 
     docs = (Path(__file__).parent.parent / "docs" / "contract-additions.md").read_text()
-    for key, spec in compare_keys().items():
-        row = f"| `{key}` | {spec['default']} | {paired._interval_text(*spec['range'])} | {spec['doc']}"
+    for key, spec in table_keys(CompareSettings).items():
+        row = f"| `{key}` | {spec.default} | {spec.range} | {spec.doc}"
         assert row.replace("(call_ms)", "(`call_ms`)").replace("(step_ms)", "(`step_ms`)") in docs, key
 
 

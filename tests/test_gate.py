@@ -2,11 +2,13 @@
 
 import random
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from pytest_opperf.device import CPU_HOST
 from pytest_opperf.gate import (
+    Limit,
     Regression,
     Thresholds,
     ThresholdsError,
@@ -16,6 +18,7 @@ from pytest_opperf.gate import (
     load_thresholds,
     parse_thresholds,
 )
+from pytest_opperf.keys import keys as table_keys
 from pytest_opperf.measure import op_run
 from tests.opperf_factories import e2e_run, results
 
@@ -69,19 +72,30 @@ def test_integer_is_a_fine_float():
     ({"regression": {"min_samples": 2.5}}, "min_samples must be an integer"),
     ({"regression": {"counts": "loose"}}, "counts must be 'exact' or 'ignore', got 'loose'"),
     ({"regression": {"max_slowdown": -0.1}}, "max_slowdown must be in"),
-    ({"regression": {"alpha": 0.0}}, "alpha must be above 0"),
+    ({"regression": {"alpha": 0.0}}, "[regression] alpha must be in (0, 1], got 0.0"),
     ({"regression": []}, "[regression] must be a table"),
     ({"limit": {"run": "*"}}, "limit must be an array of tables"),
     ({"limit": [{"run": "*"}]}, "[[limit]] #1 sets no limit"),
     ({"limit": [{"run": 3, "max_avg_ms": 1.0}]}, "[[limit]] #1 run must be a string, got 3 (integer)"),
     ({"limit": [{"stat": "conv*", "min_examples_per_sec": 1.0}]}, "min_examples_per_sec limits a run"),
-    ({"limit": [{"max_avg_ms": -1.0}]}, "max_avg_ms must not be negative"),
+    ({"limit": [{"max_avg_ms": -1.0}]}, "[[limit]] #1 max_avg_ms must be in [0, inf), got -1.0"),
 ])
 def test_bad_thresholds_name_key_and_file(doc, message):
     with pytest.raises(ThresholdsError) as info:
         parse_thresholds(doc, "ci/t.toml")
     assert message in str(info.value)
     assert str(info.value).startswith("ci/t.toml: ")
+
+
+def test_the_docs_list_every_key_with_its_default_range_and_meaning():
+    docs = (Path(__file__).parent.parent / "docs" / "contract-additions.md").read_text()
+    for table in (Regression, Limit):
+        for spec in table_keys(table).values():
+            default = ("unset" if spec.default is None else f'`"{spec.default}"`'
+                       if isinstance(spec.default, str) else f"{spec.default:g}")
+            values = (" or ".join(f'`"{c}"`' for c in spec.choices) if spec.choices
+                      else "a glob" if spec.type is str else spec.range)
+            assert f"| `{spec.name}` | {default} | {values} | {spec.doc} |" in docs, spec.name
 
 
 def test_unreadable_thresholds_files(tmp_path):

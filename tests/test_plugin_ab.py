@@ -20,6 +20,7 @@ import pytest
 
 from tests.ab_suites import alive, git, make_repo, suite, worktrees
 from tests.opperf_suites import assert_one_line_usage_error, inner_run_env  # noqa: F401
+from tests.results_schema import assert_valid
 
 pytest_plugins = ["pytester"]
 
@@ -32,7 +33,9 @@ def ab(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
 
 
 def compare_json(pytester: pytest.Pytester) -> dict:
-    return json.loads((pytester.path / "out.json").read_text())
+    data = json.loads((pytester.path / "out.json").read_text())
+    assert_valid(data)  # the published results format, compare object included
+    return data
 
 
 @pytest.fixture

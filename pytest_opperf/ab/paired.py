@@ -104,14 +104,15 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from fnmatch import fnmatchcase
-from functools import cached_property, lru_cache
+from functools import cache, lru_cache
 from statistics import NormalDist
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..results import ResultsError
-from ..stats import median, most_common
+from ..keys import ThresholdsError, keys, parse, table_key, type_name
+from ..results import ResultsError, _is_num
+from ..stats import most_common
 
 if TYPE_CHECKING:
     from ..gate import Violation
@@ -122,11 +123,9 @@ __all__ = [
     "Decision",
     "Kind",
     "MetricKey",
-    "MetricSettings",
     "Override",
     "Paired",
     "Verdict",
-    "compare_keys",
     "decide",
     "parse_compare",
     "rule",
@@ -192,32 +191,13 @@ class Paired:
 # --- settings: the [compare] table ---------------------------------------------------
 
 
-def _key(default: float | int, lo: float, hi: float, doc: str, lo_open: bool = False,
-         hi_open: bool = False) -> Any:
-    """A ``[compare]`` key: its default, its range and its meaning, in one place."""
-    return field(default=default, metadata={"range": (lo, hi, lo_open, hi_open), "doc": doc})
-
-
-@dataclass(frozen=True)
-class MetricSettings:
-    """The values that apply to one metric (the table's, then matching overrides')."""
-
-    min_slowdown: float
-    max_python_share_increase: float
-    min_call_ms: float
-    min_step_ms: float
-    min_pairs: int
-
-
-PER_METRIC: tuple[str, ...] = tuple(f.name for f in fields(MetricSettings))
-
-
 @dataclass(frozen=True)
 class Override:
-    """One ``[[compare.override]]``: values for the runs (and stats) its globs match; None = not set."""
+    """One ``[[compare.override]]``: values for the runs (and stats) its globs match; None =
+    not set. Each value is checked as the ``[compare]`` key of its name."""
 
-    run: str = "*"
-    stat: str | None = None
+    run: str = table_key("*", "glob on run ids")
+    stat: str | None = table_key(None, "glob on the stat of call_ms:, step_ms: and count: metrics")
     min_slowdown: float | None = None
     max_python_share_increase: float | None = None
     min_call_ms: float | None = None
@@ -232,94 +212,54 @@ class Override:
         return key.stat is not None and fnmatchcase(key.stat, self.stat)
 
 
+PER_METRIC: tuple[str, ...] = tuple(f.name for f in fields(Override))[2:]  # what an override sets
+
+
 @dataclass(frozen=True)
 class CompareSettings:
     """The ``[compare]`` table of the thresholds file; the defaults when it is absent."""
 
-    min_slowdown: float = _key(0.05, 0.0, 1.0, "the smallest relative slowdown that counts (times up, "
-                               "examples/sec down)", hi_open=True)
-    max_python_share_increase: float = _key(0.01, 0.0, 1.0, "the smallest increase of the steady-state "
-                                            "Python share that counts (absolute)")
-    alpha: float = _key(0.05, 0.0, 1.0, "family-wise error rate, Bonferroni-corrected for the number of "
-                        "metrics tested", lo_open=True, hi_open=True)
-    budget_s: float = _key(600.0, 0.0, math.inf, "wall-time budget of the whole A/B session (s); what is "
-                           "undecided when it is spent is reported undecided", lo_open=True, hi_open=True)
-    min_call_ms: float = _key(0.001, 0.0, math.inf, "floor of per-op metrics (call_ms): a call must grow "
-                              "by at least this many ms to count", hi_open=True)
-    min_step_ms: float = _key(0.05, 0.0, math.inf, "floor of e2e stats (step_ms): a stat's per-step total "
-                              "must grow by at least this many ms to count", hi_open=True)
-    min_pairs: int = _key(10, 2, 1_000_000, "below this many pairs a metric is undecided")
+    min_slowdown: float = table_key(0.05, "the smallest relative slowdown that counts (times up, "
+                                    "examples/sec down)", 0.0, 1.0, hi_open=True)
+    max_python_share_increase: float = table_key(
+        0.01, "the smallest increase of the steady-state Python share that counts (absolute)",
+        0.0, 1.0)
+    alpha: float = table_key(0.05, "family-wise error rate, Bonferroni-corrected for the number of "
+                             "metrics tested", 0.0, 1.0, lo_open=True, hi_open=True)
+    budget_s: float = table_key(600.0, "wall-time budget of the whole A/B session (s); what is "
+                                "undecided when it is spent is reported undecided", 0.0, lo_open=True)
+    min_call_ms: float = table_key(0.001, "floor of per-op metrics (call_ms): a call must grow by "
+                                   "at least this many ms to count", 0.0)
+    min_step_ms: float = table_key(0.05, "floor of e2e stats (step_ms): a stat's per-step total "
+                                   "must grow by at least this many ms to count", 0.0)
+    min_pairs: int = table_key(10, "below this many pairs a metric is undecided", 2, 1_000_000)
     overrides: tuple[Override, ...] = ()
 
-    def for_metric(self, key: MetricKey) -> MetricSettings:
-        """The table's values, each replaced by the last matching override that sets it."""
-        if not self.overrides:
-            return self._plain
-        values = {name: getattr(self, name) for name in PER_METRIC}
-        for override in self.overrides:
-            if override.matches(key):
-                values.update({n: getattr(override, n) for n in PER_METRIC if getattr(override, n) is not None})
-        return MetricSettings(**values)
-
-
-    @cached_property
-    def _plain(self) -> MetricSettings:
-        return MetricSettings(**{name: getattr(self, name) for name in PER_METRIC})
-
-
-def compare_keys() -> dict[str, dict[str, Any]]:
-    """Every ``[compare]`` key with its type, default, range and meaning (the one source of truth)."""
-    return {f.name: {"type": {"float": float, "int": int}[f.type], "default": f.default,
-                     "range": f.metadata["range"], "doc": f.metadata["doc"]}
-            for f in fields(CompareSettings) if f.metadata}
-
-
-def _interval_text(lo: float, hi: float, lo_open: bool, hi_open: bool) -> str:
-    def num(v: float) -> str:
-        return "inf" if math.isinf(v) else f"{v:g}"
-    return f"{'(' if lo_open else '['}{num(lo)}, {num(hi)}{')' if hi_open else ']'}"
-
-
-def _value(key: str, value: Any, where: str, source: str) -> Any:
-    from ..gate import ThresholdsError, _check
-
-    spec = compare_keys()[key]
-    value = _check(value, spec["type"], key, where, source)
-    lo, hi, lo_open, hi_open = spec["range"]
-    below = value <= lo if lo_open else value < lo
-    above = value >= hi if hi_open else value > hi
-    if below or above:
-        raise ThresholdsError(f"{source}: {where} {key} must be in {_interval_text(lo, hi, lo_open, hi_open)}, "
-                              f"got {value!r}")
-    return value
+    def for_metric(self, key: MetricKey) -> CompareSettings:
+        """The settings of one metric: each of :data:`PER_METRIC` from the last matching
+        override that sets it, else the table's."""
+        values = {n: getattr(o, n) for o in self.overrides if o.matches(key) for n in PER_METRIC
+                  if getattr(o, n) is not None}
+        return replace(self, **values, overrides=()) if values else self
 
 
 def _parse_override(table: Any, index: int, source: str) -> Override:
-    from ..gate import ThresholdsError, _check, _type_name, _unknown
-
     where = f"[[compare.override]] #{index}"
-    if not isinstance(table, dict):
-        raise ThresholdsError(f"{source}: {where} must be a table, got {_type_name(table)}")
-    _unknown(table, ["run", "stat", *PER_METRIC], where, source)
-    values = {k: _check(v, str, k, where, source) if k in ("run", "stat") else _value(k, v, where, source)
-              for k, v in table.items()}
+    specs = {**keys(Override), **{name: keys(CompareSettings)[name] for name in PER_METRIC}}
+    values = parse(specs, table, where, source)
     if not any(k in values for k in PER_METRIC):
-        raise ThresholdsError(f"{source}: {where} sets nothing (give one of {', '.join(PER_METRIC)})")
+        raise ThresholdsError(f"{source}: {where} sets nothing "
+                              f"(give one of {', '.join(PER_METRIC)})")
     return Override(**values)
 
 
 def parse_compare(table: Mapping[str, Any], source: str = "<thresholds>") -> CompareSettings:
-    """``[compare]`` from a parsed TOML table (raises :class:`pytest_opperf.gate.ThresholdsError`)."""
-    from ..gate import ThresholdsError, _type_name, _unknown
-
-    if not isinstance(table, dict):
-        raise ThresholdsError(f"{source}: [compare] must be a table, got {_type_name(table)}")
-    _unknown(table, [*compare_keys(), "override"], "[compare]", source)
-    values: dict[str, Any] = {k: _value(k, v, "[compare]", source) for k, v in table.items() if k != "override"}
+    """``[compare]`` from a parsed TOML table (raises :class:`ThresholdsError`)."""
+    values = parse(keys(CompareSettings), table, "[compare]", source, ["override"])
     overrides = table.get("override", [])
     if not isinstance(overrides, list):
-        raise ThresholdsError(f"{source}: compare.override must be an array of tables ([[compare.override]]), "
-                              f"got {_type_name(overrides)}")
+        raise ThresholdsError(f"{source}: compare.override must be an array of tables "
+                              f"([[compare.override]]), got {type_name(overrides)}")
     values["overrides"] = tuple(_parse_override(t, i + 1, source) for i, t in enumerate(overrides))
     return CompareSettings(**values)
 
@@ -348,7 +288,7 @@ def signed_rank_cdf(n: int) -> tuple[float, ...]:
     return tuple(np.minimum(np.cumsum(p), 1.0).tolist())
 
 
-@lru_cache(maxsize=None)
+@cache
 def _trim(n: int, a: float) -> int:
     """The largest d with P(T+ <= d) <= a/2, or -1 when there is none (too few pairs)."""
     half = a / 2 * (1 + 1e-9)  # a level meant to be hit exactly must not miss by rounding
@@ -445,7 +385,7 @@ class Decision:
                 "statistic": self.statistic}
 
 
-def _threshold(p: Paired, ms: MetricSettings, base: float) -> float:
+def _threshold(p: Paired, ms: CompareSettings, base: float) -> float:
     """``c``: the smallest change that counts, in ``x`` units (the module docstring)."""
     if p.kind == "time":
         prefix = p.key.metric.partition(":")[0]
@@ -574,10 +514,6 @@ def decide(samples: Sequence[Paired], settings: CompareSettings) -> list[Decisio
 def _need(cond: bool, source: str, what: str) -> None:
     if not cond:
         raise ResultsError(f"{source}: malformed compare object: {what}")
-
-
-def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _decision_from_dict(d: Any, where: str, source: str) -> Decision:
