@@ -188,11 +188,7 @@ class OpBenchmark:
                  teardown: Callable[..., Any] | None = None, rounds: int = 1,
                  warmup_rounds: int = 0, iterations: int = 1) -> Any:
         if not self._opperf.enabled:
-            kwargs = kwargs or {}
-            if setup is not None:
-                made = setup()
-                if made:
-                    args, kwargs = made
+            args, kwargs = _arguments(setup, args, kwargs)
             result = target(*args, **kwargs)
             if teardown is not None:
                 teardown(*args, **kwargs)
@@ -243,11 +239,7 @@ class OpBenchmark:
         timer = session.benchmark_timer() or perf_counter
         per_call, result = [], None
         for i in range(warmup_rounds + rounds):
-            a, k = args, kwargs or {}
-            if setup is not None:
-                made = setup()
-                if made:
-                    a, k = made
+            a, k = _arguments(setup, args, kwargs)
             if session.flush is not None:
                 session.flush()
             call = self._annotated(partial(target, *a, **k))
@@ -293,6 +285,13 @@ class OpBenchmark:
         timing = getattr(session.benchmark_timer(), "timing", "host")  # what timed the rounds
         session.add_run(op_run(run_id, self.stat, rounds, iterations, self._opperf.device, timing,
                                kind=self.kind, config=config, flops=self.flops, bytes=self.bytes))
+
+
+def _arguments(setup: Callable[[], Any] | None, args: tuple,
+               kwargs: dict[str, Any] | None) -> tuple[tuple, dict[str, Any]]:
+    """A pedantic call's arguments: what ``setup`` returns, when it returns them."""
+    made = setup() if setup is not None else None
+    return made if made else (args, kwargs or {})
 
 
 @pytest.fixture

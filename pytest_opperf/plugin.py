@@ -37,30 +37,29 @@ SORTS = ("total", "avg", "max", "min", "count", "name")  # report.SORT_KEYS; a t
 KINDS = ("e2e", "op", "overhead")
 
 
-def _choice(option: str, choices: tuple[str, ...]) -> Callable[[str], str]:
+def _parser(name: str, ok: Callable[[str], bool], expected: str) -> Callable[[str], str]:
     def parse(value: str) -> str:
-        if value not in choices:
-            raise argparse.ArgumentTypeError(f"expected one of {'|'.join(choices)}, got {value!r}")
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {value!r}")
         return value
 
-    parse.__name__ = option  # argparse names the type in some messages
+    parse.__name__ = name  # argparse names the type in some messages
     return parse
 
 
-def _seconds(value: str) -> str:
+def _choice(option: str, choices: tuple[str, ...]) -> Callable[[str], str]:
+    return _parser(option, choices.__contains__, f"one of {'|'.join(choices)}")
+
+
+def _positive(value: str) -> bool:
     try:
-        ok = float(value) > 0
+        return float(value) > 0
     except ValueError:
-        ok = False
-    if not ok:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {value!r}")
-    return value
+        return False
 
 
-def _path(value: str) -> str:
-    if not value.strip():
-        raise argparse.ArgumentTypeError(f"expected a path, got {value!r}")
-    return value
+_seconds = _parser("seconds", _positive, "a number of seconds above 0")
+_path = _parser("path", lambda value: bool(value.strip()), "a path")
 
 
 # (option suffix, metavar, parser, default, help); every option is also ini key opperf_<suffix>
@@ -176,7 +175,7 @@ def _settings(config: pytest.Config) -> Settings:
             values[key] = _compare_value(key, given or default, base)
             origins[key] = base
             if given:
-                labels[key] = f"{label}={given}" if label.startswith("--") else f"{label} = " + given
+                labels[key] = f"{label}{'=' if label.startswith('--') else ' = '}{given}"
         else:
             values[name] = given or default
     enabled = config.getoption("opperf")
