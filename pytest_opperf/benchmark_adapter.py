@@ -16,9 +16,14 @@ import pytest
 
 DISTRIBUTION = "pytest-benchmark"
 SUPPORTED = ((4, 0), (6, 0))  # releases from the first up to, not including, the second
-SUPPORTED_RANGE = f">={SUPPORTED[0][0]}.{SUPPORTED[0][1]},<{SUPPORTED[1][0]}.{SUPPORTED[1][1]}"
 ONLY_SKIP = "Skipping non-benchmark"  # how its --benchmark-only skip reason starts
 LOOP_DEFAULTS = {"min_rounds": 5.0, "max_time": 1.0, "min_time": 0.000005}  # its option defaults
+
+
+def supported_range() -> str:
+    """:data:`SUPPORTED` as a requirement: ``>=4.0,<6.0``."""
+    (a, b), (c, d) = SUPPORTED
+    return f">={a}.{b},<{c}.{d}"
 
 
 def version_problem(version: str | None = None) -> str | None:
@@ -27,11 +32,11 @@ def version_problem(version: str | None = None) -> str | None:
         try:
             version = metadata.version(DISTRIBUTION)
         except metadata.PackageNotFoundError:
-            return f"{DISTRIBUTION} is not installed (supported: {SUPPORTED_RANGE})"
+            return f"{DISTRIBUTION} is not installed (supported: {supported_range()})"
     release = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
     if SUPPORTED[0] <= release < SUPPORTED[1]:
         return None
-    return (f"{DISTRIBUTION} {version} is outside the supported range {SUPPORTED_RANGE}: "
+    return (f"{DISTRIBUTION} {version} is outside the supported range {supported_range()}: "
             "per-op timings read its internals, which may have changed (benchmark_adapter.py)")
 
 

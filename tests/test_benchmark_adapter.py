@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_opperf import benchmark_adapter
-from pytest_opperf.benchmark_adapter import SUPPORTED, SUPPORTED_RANGE, version_problem
+from pytest_opperf.benchmark_adapter import SUPPORTED, supported_range, version_problem
 from tests.opperf_suites import inner_run_env  # noqa: F401
 
 if sys.version_info >= (3, 11):
@@ -50,8 +50,8 @@ def test_releases_inside_the_range_pass(version):
 def test_releases_outside_the_range_are_named_with_the_range(version):
     problem = version_problem(version)
     assert problem is not None
-    assert f"pytest-benchmark {version} is outside the supported range {SUPPORTED_RANGE}" in problem
-    assert SUPPORTED_RANGE == ">=4.0,<6.0"
+    assert f"pytest-benchmark {version} is outside the supported range >=4.0,<6.0" in problem
+    assert supported_range() == ">=4.0,<6.0"
 
 
 def test_a_missing_distribution_is_named(monkeypatch):
@@ -157,3 +157,13 @@ def test_the_benchmark_only_skip_is_recognised(pytester):
                             "test_direct": False}
     _, seen = inner(pytester)
     assert not any(seen["only"].values())
+
+
+def test_an_unsupported_release_is_named_in_the_report(pytester, monkeypatch):
+    monkeypatch.setattr(benchmark_adapter, "SUPPORTED", ((0, 1), (0, 2)))
+    pytester.makepyfile(test_a="def test_a():\n    pass\n")
+    result = pytester.runpytest("--opperf", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*OpPerfBenchmarkWarning: pytest-benchmark * is outside*",
+                                 "warning: pytest-benchmark * is outside the supported range "
+                                 ">=0.1,<0.2: *"])
+    assert result.ret == 0  # a warning: the gate still decides
