@@ -1,8 +1,4 @@
-"""The two fixtures: ``opperf`` (measured windows for e2e suites) and ``opperf_benchmark``
-(per-op benchmarks through pytest-benchmark, or opperf's own loop).
-
-Without ``--opperf`` they only count: a window counts steps, a benchmark runs its target once.
-"""
+"""The fixtures ``opperf`` (measured windows) and ``opperf_benchmark`` (per-op benchmarks)."""
 
 from __future__ import annotations
 

@@ -22,13 +22,13 @@ import pytest
 from pytest_opperf import hookspec
 from pytest_opperf.device import CPU_HOST, DeviceInfo
 from pytest_opperf.fixtures import opperf, opperf_benchmark
-from pytest_opperf.settings import SESSION_PLUGIN, SETTINGS, Settings, session_info
+from pytest_opperf.settings import SESSION_PLUGIN, SETTINGS, Settings, session_info, usage_errors
 from pytest_opperf.xdist_gpu import ENV_LIST, GpuWorkersError, set_worker_device, visible_gpus
 
-if TYPE_CHECKING:
-    from pytest_opperf.session import OpPerfSession
+if TYPE_CHECKING:  # the name type checkers know; it loads only with --opperf (pytest_configure)
+    from pytest_opperf.session import OpPerfSession  # noqa: F401
 
-__all__ = ["SESSION_PLUGIN", "OpPerfSession", "opperf", "opperf_benchmark", "session_info"]
+__all__ = ["SESSION_PLUGIN", "opperf", "opperf_benchmark", "session_info"]
 
 WORKLOADS = ("tiny", "small", "full", "auto")
 DEVICES = ("auto", "cpu", "gpu")
@@ -157,10 +157,8 @@ def _settings(config: pytest.Config) -> Settings:
             given = config.getini(f"opperf_{key}") or None
             base, label = ini_dir, f"ini opperf_{key}"
             if given is not None and parse is not None:
-                try:
+                with usage_errors(label, Exception):  # argparse.ArgumentTypeError
                     given = parse(given)
-                except Exception as exc:  # argparse.ArgumentTypeError
-                    raise pytest.UsageError(f"opperf: {label}: {exc}") from None
         if name == "history":
             if given:
                 values[name] = given if "://" in given else str(Path(base, given))
@@ -224,10 +222,9 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto`` with ``--opperf-gpu-workers``: one worker per GPU."""
     if not _flag(config, "gpu_workers"):
         return None
-    try:
-        return len(visible_gpus())
-    except GpuWorkersError as exc:
-        raise pytest.UsageError(f"opperf: --opperf-gpu-workers: {exc}") from None
+    with usage_errors("--opperf-gpu-workers", GpuWorkersError):
+        workers = len(visible_gpus())
+    return workers
 
 
 def _share_gpus(config: pytest.Config) -> None:
@@ -236,10 +233,8 @@ def _share_gpus(config: pytest.Config) -> None:
     if not workers:
         raise pytest.UsageError("opperf: --opperf-gpu-workers needs pytest-xdist workers: add -n "
                                 "auto (one worker per GPU)")
-    try:
+    with usage_errors("--opperf-gpu-workers", GpuWorkersError):
         gpus = visible_gpus()
-    except GpuWorkersError as exc:
-        raise pytest.UsageError(f"opperf: --opperf-gpu-workers: {exc}") from None
     if workers > len(gpus):
         raise pytest.UsageError(f"opperf: --opperf-gpu-workers: -n {workers} workers for "
                                 f"{len(gpus)} GPU(s) ({','.join(gpus)}); two workers on one GPU "

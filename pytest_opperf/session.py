@@ -1,8 +1,4 @@
-"""The session of an ``--opperf`` run: collects runs, gates, reports and writes the files.
-
-It exists only with ``--opperf`` (the plugin imports this module then). On an
-xdist worker or an A/B side it only collects and hands its runs over.
-"""
+"""The session of an ``--opperf`` run (the plugin imports this module only then)."""
 
 from __future__ import annotations
 
@@ -35,7 +31,7 @@ from pytest_opperf.results import (
     write_text_atomic,
 )
 from pytest_opperf.save import SaveRefused, baseline_to_save
-from pytest_opperf.settings import Settings, resolved_workload, select_device
+from pytest_opperf.settings import Settings, resolved_workload, select_device, usage_errors
 from pytest_opperf.xdist_gpu import different_models
 
 
@@ -86,10 +82,8 @@ class OpPerfSession:
         self.worker_devices: dict[str, dict[str, Any]] = {}
         self.gpu_env: dict[str, Any] = {}
         if settings.nvtx:
-            try:
+            with usage_errors("--opperf-nvtx", nvtx_ranges.NvtxUnavailable):
                 self.nvtx = nvtx_ranges.load()
-            except nvtx_ranges.NvtxUnavailable as exc:
-                raise pytest.UsageError(f"opperf: --opperf-nvtx: {exc}") from None
         # A/B (pytest_opperf/ab): the controller in the main process; hand-over points on a side
         self.ab: Any = None  # ab.session.ABSession
         self.compare: Any = None  # ab.paired.CompareResult
@@ -254,10 +248,8 @@ class OpPerfSession:
         """A warning now, in the report too (filterable; ``-W error`` makes it a usage error)."""
         if report:
             self.warnings.append(message)
-        try:
+        with usage_errors("warning turned into an error", Warning):
             self.config.issue_config_time_warning(category(message), stacklevel=2)
-        except Warning as exc:
-            raise pytest.UsageError(f"opperf: warning turned into an error: {exc}") from None
 
     def _check_outputs(self) -> None:
         for name in ("save", "json", "markdown", "trace"):
@@ -282,19 +274,15 @@ class OpPerfSession:
             return
         from pytest_opperf.history.store import HistoryError, check_target
 
-        try:
+        with usage_errors(self.settings.label("history"), HistoryError):
             check_target(self.settings.history)
-        except HistoryError as exc:
-            raise pytest.UsageError(f"opperf: {self.settings.label('history')}: {exc}") from None
 
     def _load_thresholds(self) -> None:
         path = self.settings.paths.get("thresholds")
         if path is None:
             return
-        try:
+        with usage_errors(self.settings.label("thresholds"), ThresholdsError):
             self.thresholds = load_thresholds(path)
-        except ThresholdsError as exc:
-            raise pytest.UsageError(f"opperf: {self.settings.label('thresholds')}: {exc}") from None
 
     def _load_baseline(self) -> None:
         path = self.settings.paths.get("baseline")
@@ -309,10 +297,8 @@ class OpPerfSession:
                 self._warn(f"no baseline {path} for device class {self.device.device_class!r} and "
                            f"workload {self.workload!r}: only absolute limits are checked")
                 return
-        try:
+        with usage_errors(label, ResultsError):
             self.baseline = read_results(path)
-        except ResultsError as exc:
-            raise pytest.UsageError(f"opperf: {label}: {exc}") from None
         self.baseline_name = str(path)
 
     # --- xdist ------------------------------------------------------------------------

@@ -1,10 +1,9 @@
-"""The session's settings (options after command line, ini and defaults) and what follows from them.
-
-:func:`session_info` is the suites' view: enabled, device, workload, timing.
-"""
+"""The session's settings, what follows from them (device, workload), and usage errors."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,3 +86,12 @@ def session_info(config: pytest.Config) -> SessionInfo:
     device = select_device(config)
     workload = resolved_workload(settings, device)
     return SessionInfo(settings.enabled, device, workload, settings.timing)
+
+
+@contextmanager
+def usage_errors(label: str, *errors: type[Exception]) -> Iterator[None]:
+    """One of ``errors`` inside is a usage error: one line, ``opperf: <label>: <error>``."""
+    try:
+        yield
+    except errors as exc:
+        raise pytest.UsageError(f"opperf: {label}: {exc}") from None
