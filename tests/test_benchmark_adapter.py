@@ -112,6 +112,7 @@ def test_raises(timed):
 def test_plain():
     pass
 
+@pytest.mark.benchmark(max_time=0.001, min_rounds=1)
 def test_direct(benchmark):
     benchmark(sum, [1, 2])
 """
