@@ -1,0 +1,73 @@
+"""Everything the plugin relies on in pytest-benchmark beyond its documented fixture and options.
+
+pytest-benchmark offers no API for a fixture's measured rounds, for giving
+one test's fixture a timer, or for telling its ``--benchmark-only`` skip from
+other skips; these read its internals, known to hold for the releases in
+:data:`SUPPORTED` (tests/test_benchmark_adapter.py checks them on the installed one).
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import metadata
+from typing import Any
+
+import pytest
+
+DISTRIBUTION = "pytest-benchmark"
+SUPPORTED = ((4, 0), (6, 0))  # releases from the first up to, not including, the second
+ONLY_SKIP = "Skipping non-benchmark"  # how its --benchmark-only skip reason starts
+LOOP_DEFAULTS = {"min_rounds": 5.0, "max_time": 1.0, "min_time": 0.000005}  # its option defaults
+
+
+def supported_range() -> str:
+    """:data:`SUPPORTED` as a requirement: ``>=4.0,<6.0``."""
+    (a, b), (c, d) = SUPPORTED
+    return f">={a}.{b},<{c}.{d}"
+
+
+def version_problem(version: str | None = None) -> str | None:
+    """What is wrong with the installed pytest-benchmark (or ``version``); None: supported."""
+    if version is None:
+        try:
+            version = metadata.version(DISTRIBUTION)
+        except metadata.PackageNotFoundError:
+            return f"{DISTRIBUTION} is not installed (supported: {supported_range()})"
+    release = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+    if SUPPORTED[0] <= release < SUPPORTED[1]:
+        return None
+    return (f"{DISTRIBUTION} {version} is outside the supported range {supported_range()}: "
+            "per-op timings read its internals, which may have changed (benchmark_adapter.py)")
+
+
+def use_timer(node: Any, timer: Any) -> None:
+    """Make the test's ``benchmark`` fixture time with ``timer``: its ``benchmark`` marker's
+    options, ``timer`` set, put first (the fixture reads the closest marker)."""
+    marker = node.get_closest_marker("benchmark")
+    kwargs = dict(marker.kwargs) if marker else {}
+    node.add_marker(pytest.mark.benchmark(**{**kwargs, "timer": timer}), append=False)
+
+
+def failed(bench: Any) -> bool:
+    """Whether the fixture's target raised."""
+    return bool(getattr(bench, "has_error", False))
+
+
+def rounds(bench: Any) -> tuple[list[float], int] | None:
+    """The fixture's round times (seconds per round) and calls per round; None when it timed
+    nothing (not called, or pytest-benchmark disabled: --benchmark-disable, xdist)."""
+    meta = getattr(bench, "stats", None)
+    if not meta or not meta.stats.data:
+        return None
+    return list(meta.stats.data), meta.iterations
+
+
+def is_only_skip(marker: Any) -> bool:
+    """Whether ``marker`` is the skip ``--benchmark-only`` puts on tests without ``benchmark``."""
+    return marker.name == "skip" and str(marker.kwargs.get("reason", "")).startswith(ONLY_SKIP)
+
+
+def loop_option(config: pytest.Config, name: str) -> float:
+    """``--benchmark-<name>`` (min_rounds, max_time, min_time) for opperf's own loop."""
+    value = config.getoption(f"benchmark_{name}", None)
+    return LOOP_DEFAULTS[name] if value is None else float(value)

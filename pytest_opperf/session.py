@@ -1,0 +1,564 @@
+"""The session of an ``--opperf`` run (the plugin imports this module only then)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_opperf import benchmark_adapter, gpu_env, hookspec, nvtx_ranges, report
+from pytest_opperf.device import CPU_HOST, DeviceInfo, benchmark_timer
+from pytest_opperf.fixtures import run_id_of
+from pytest_opperf.gate import Thresholds, ThresholdsError, Verdict, evaluate, load_thresholds
+from pytest_opperf.identity import baseline_variant
+from pytest_opperf.measure import op_run
+from pytest_opperf.results import (
+    ResultsError,
+    ResultSet,
+    RunResult,
+    baseline_file,
+    commit_info,
+    json_problem,
+    machine_info,
+    read_results,
+    same_hardware,
+    write_json_atomic,
+    write_results,
+    write_text_atomic,
+)
+from pytest_opperf.save import SaveRefused, baseline_to_save
+from pytest_opperf.settings import Settings, resolved_workload, select_device, usage_errors
+from pytest_opperf.xdist_gpu import different_models
+
+
+class OpPerfSession:
+    """Exists only with ``--opperf``: collects runs, gates, reports, writes files.
+
+    On an xdist worker it only collects and hands its runs to the controller
+    through ``workeroutput``; the controller merges, gates and reports once.
+    """
+
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        self.config = config
+        self.settings = settings
+        # an xdist worker, or an A/B side: only collects runs and hands them over
+        self.is_worker = hasattr(config, "workerinput") or config.pluginmanager.has_plugin(
+            "opperf-ab-side")
+        self.runs: list[RunResult] = []
+        self.untimed_benchmarks = 0
+        self.device: DeviceInfo = CPU_HOST
+        self.workload = "small"
+        self.thresholds: Thresholds | None = None
+        self.baseline: ResultSet | None = None
+        self.baseline_name: str | None = None
+        self.machine: dict[str, Any] = {}
+        self.commit: dict[str, Any] | None = None
+        self.warnings: list[str] = []
+        self.notes: list[str] = []
+        self.results: ResultSet | None = None
+        self.verdict: Verdict | None = None
+        self.written: list[str] = []
+        self.errors: list[str] = []
+        self.session: pytest.Session | None = None
+        self.merged = False
+        self.workers_down = 0
+        self.sections: list[tuple[str, list[str]]] = []  # from pytest_opperf_report_sections
+        self._timer: Any = None
+        self._timer_made = False
+        self.plain_benchmarks = 0  # tests with pytest-benchmark's `benchmark` fixture, not recorded
+        self.interrupted: str | None = None  # why the test loop stopped early
+        self.deselected = 0
+        self.failed_tests = 0
+        self.save_notes: list[str] = []  # what --opperf-save wrote (merged runs), for the report
+        # GPU additions (see _gpu_start): NVTX ranges, the L2 flush, per-op timing without
+        # pytest-benchmark, the per-GPU workers' devices, and NVML snapshots
+        self.nvtx: Any = None
+        self.flush: Callable[[], None] | None = None
+        self.own_loop = settings.l2_flush or (settings.gpu_workers and self.is_worker)
+        self.worker_devices: dict[str, dict[str, Any]] = {}
+        self.gpu_env: dict[str, Any] = {}
+        if settings.nvtx:
+            with usage_errors("--opperf-nvtx", nvtx_ranges.NvtxUnavailable):
+                self.nvtx = nvtx_ranges.load()
+        # A/B (pytest_opperf/ab): the controller in the main process; hand-over points on a side
+        self.ab: Any = None  # ab.session.ABSession
+        self.compare: Any = None  # ab.paired.CompareResult
+        self.step_handover: Callable[[Any], None] | None = None  # a side's: after each run.step()
+        self.ab_benchmark: Callable[..., Any] | None = None  # set on a side: runs per-op benchmarks
+
+    def add_run(self, run: RunResult) -> None:
+        if any(r.id == run.id for r in self.runs):
+            raise ValueError(f"opperf: run id {run.id!r} is measured twice in this session (run "
+                             "ids must be unique: name the windows with measure(name=...))")
+        self.runs.append(run)
+
+    # --- plain pytest-benchmark fixtures and --benchmark-only ------------------------------
+
+    @pytest.hookimpl(trylast=True)  # after pytest-benchmark's own
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[Any]) -> None:
+        for item in items:
+            names = getattr(item, "fixturenames", ())
+            if "benchmark" in names:
+                info = getattr(item, "_fixtureinfo", None)
+                defs = getattr(info, "name2fixturedefs", {}).get("benchmark") or ()
+                last = defs[-1] if defs else None
+                if last is not None and "opperf_benchmark" in last.argnames:
+                    where = f"{last.baseid}/conftest.py" if last.baseid else "conftest.py"
+                    raise pytest.UsageError(
+                        f"opperf: {item.nodeid}: the `benchmark` fixture is redefined on top of "
+                        f"opperf_benchmark (in {where}), which pytest-benchmark cannot run; record "
+                        "plain benchmark fixtures with --opperf-record-benchmarks instead")
+            elif "opperf_benchmark" in names:
+                # --benchmark-only skips what does not request `benchmark` by name; opperf_benchmark
+                # requests it when the test calls it, so it is a benchmark all the same
+                item.own_markers[:] = [m for m in item.own_markers
+                                       if not benchmark_adapter.is_only_skip(m)]
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: Any, call: Any) -> Generator[None, Any, None]:
+        outcome = yield
+        own = "opperf_benchmark" in getattr(item, "fixturenames", ())
+        if call.when != "call" or not outcome.get_result().passed or own:
+            return
+        measured = benchmark_adapter.rounds(getattr(item, "funcargs", {}).get("benchmark"))
+        if measured is None:
+            return
+        if not self.settings.record_benchmarks:
+            self.plain_benchmarks += 1
+            return
+        stat = getattr(item, "originalname", None) or item.name
+        rounds, iterations = measured
+        config = {"benchmark": {"rounds": len(rounds), "iterations": iterations},
+                  "timer": "pytest-benchmark"}
+        try:
+            self.add_run(op_run(run_id_of(item), stat, rounds, iterations, self.device, "host",
+                                config=config))
+        except ValueError as exc:  # its id is taken (the test also opened a window): say so
+            self.errors.append(f"{item.nodeid}: plain benchmark not recorded: {exc}")
+
+    # --- what a partial session did not measure ----------------------------------------
+
+    def pytest_deselected(self, items: list[Any]) -> None:
+        self.deselected += len(items)
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        if report.failed:
+            self.failed_tests += 1
+
+    def partial(self) -> list[str]:
+        """Why this session did not measure every run it could have (empty: it did)."""
+        reasons = []
+        if self.interrupted:
+            reasons.append(f"interrupted: {self.interrupted}")
+        if self.deselected:
+            reasons.append(f"{self.deselected} test(s) deselected")
+        if self.failed_tests:
+            reasons.append(f"{self.failed_tests} test report(s) failed, their runs are not "
+                           "recorded")
+        if self.untimed_benchmarks:
+            reasons.append(f"{self.untimed_benchmarks} per-op benchmark(s) untimed")
+        if self.workers_down:
+            reasons.append(f"{self.workers_down} xdist worker(s) went down")
+        return reasons
+
+    def benchmark_timer(self) -> Any:
+        """One timer per session: pytest-benchmark measures each new timer's precision (1 s)."""
+        if not self._timer_made:
+            self._timer = benchmark_timer(self.device, self.settings.timing)
+            self._timer_made = True
+        return self._timer
+
+    # --- start: fail fast on every unusable input ---------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.session = session
+        self.device = select_device(self.config)
+        self.workload = resolved_workload(self.settings, self.device)
+        self._gpu_start()
+        if self.is_worker:
+            return
+        if self.device.note:
+            self.notes.append(self.device.note)
+        problem = benchmark_adapter.version_problem()
+        if problem:
+            self._warn(problem, category=hookspec.OpPerfBenchmarkWarning)
+        self._check_outputs()
+        self._check_history()
+        self._load_thresholds()
+        self._load_baseline()
+        if self.settings.compare:
+            from pytest_opperf.ab.session import ABSession
+
+            self.ab = ABSession.start(self)
+        self.machine = machine_info(self.device)
+        if self.gpu_env:
+            self.machine["gpu_env"] = self.gpu_env
+        self.config.hook.pytest_opperf_machine_info(config=self.config, info=self.machine)
+        self.commit = commit_info(self.config.rootpath)
+        if self.baseline is not None:
+            other = same_hardware(self.baseline.machine, self.machine)
+            if other:
+                self._warn(f"baseline {self.baseline_name} is from other hardware ({other}); "
+                           "relative checks still run", report=False)
+
+    def _gpu_start(self) -> None:
+        """The L2 flush (a usage error on a device without one) and the NVML facts at the start."""
+        if self.settings.l2_flush:
+            if self.device.flush_cache is None:
+                raise pytest.UsageError(f"opperf: --opperf-l2-flush: device {self.device.name} has "
+                                        "no cache flush (a GPU device of "
+                                        "pytest_opperf_select_device provides one)")
+            self.flush = self.device.flush_cache
+        if self.device.is_gpu:
+            self.gpu_env = {"start": gpu_env.snapshot(self.device.pci_bus_id)}
+
+    def _gpu_end(self, verdict: Verdict) -> None:
+        """NVML facts at the end, throttling warnings, and the per-GPU workers' same-model check."""
+        if self.gpu_env:
+            self.gpu_env["end"] = gpu_env.snapshot(self.device.pci_bus_id)
+            error = self.gpu_env["start"].get("error")
+            if error:
+                verdict.notes.append(f"GPU environment (NVML) not recorded: {error}")
+            verdict.warnings += gpu_env.throttling(self.gpu_env["start"], self.gpu_env["end"])
+        for name, info in sorted(self.worker_devices.items()):
+            env = info.get("gpu_env") or {}
+            throttled = gpu_env.throttling(env.get("start"), env.get("end"))
+            verdict.warnings += [f"worker {name}: {w}" for w in throttled]
+        if self.worker_devices:
+            self.machine["workers"] = self.worker_devices
+        differ = different_models(self.worker_devices)
+        if differ:
+            self.errors.append(f"the workers ran on different GPU models ({differ}): their runs "
+                               "are not one measurement; run them on identical GPUs")
+            if self.session is not None:
+                self.session.testsfailed += 1
+            verdict.notes.append("workers on different GPU models: see the error below")
+
+    def _variant(self) -> str:
+        timing = self.device.timing_label(self.settings.timing)
+        return baseline_variant(timing, self.settings.l2_flush)
+
+    def _warn(self, message: str, report: bool = True,
+              category: type[Warning] = hookspec.OpPerfBaselineWarning) -> None:
+        """A warning now, in the report too (filterable; ``-W error`` makes it a usage error)."""
+        if report:
+            self.warnings.append(message)
+        with usage_errors("warning turned into an error", Warning):
+            self.config.issue_config_time_warning(category(message), stacklevel=2)
+
+    def _check_outputs(self) -> None:
+        for name in ("save", "json", "markdown", "trace"):
+            path = self.settings.paths.get(name)
+            if path is None or (name == "save" and path.is_dir()):
+                continue
+            if name == "save" and self.settings.save_dir:
+                existing = next((p for p in (path, *path.parents) if os.path.lexists(p)), None)
+                if existing is not None and not existing.is_dir():
+                    raise pytest.UsageError(f"opperf: {self.settings.label(name)}: {existing} is "
+                                            "not a directory")
+                continue
+            if path.is_dir():
+                raise pytest.UsageError(f"opperf: {self.settings.label(name)}: is a directory, "
+                                        "expected a file")
+            if not path.parent.is_dir():
+                raise pytest.UsageError(
+                    f"opperf: {self.settings.label(name)}: directory {path.parent} does not exist")
+
+    def _check_history(self) -> None:
+        if self.settings.history is None:
+            return
+        from pytest_opperf.history.store import HistoryError, check_target
+
+        with usage_errors(self.settings.label("history"), HistoryError):
+            check_target(self.settings.history)
+
+    def _load_thresholds(self) -> None:
+        path = self.settings.paths.get("thresholds")
+        if path is None:
+            return
+        with usage_errors(self.settings.label("thresholds"), ThresholdsError):
+            self.thresholds = load_thresholds(path)
+
+    def _load_baseline(self) -> None:
+        path = self.settings.paths.get("baseline")
+        if path is None:
+            return
+        label = self.settings.label("baseline")
+        if not os.path.lexists(path):
+            raise pytest.UsageError(f"opperf: {label}: no such file or directory")
+        if path.is_dir():
+            path = baseline_file(path, self.device.device_class, self.workload, self._variant())
+            if not os.path.lexists(path):  # a broken link or a link loop is an error, read below
+                self._warn(f"no baseline {path} for device class {self.device.device_class!r} and "
+                           f"workload {self.workload!r}: only absolute limits are checked")
+                return
+        with usage_errors(label, ResultsError):
+            self.baseline = read_results(path)
+        self.baseline_name = str(path)
+
+    # --- xdist ------------------------------------------------------------------------
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        output = getattr(node, "workeroutput", None) or {}
+        data = output.get("opperf")
+        name = getattr(getattr(node, "gateway", None), "id", "worker")
+        if error:
+            self.workers_down += 1
+            self.notes.append(f"worker {name} went down ({error}); its runs may be missing")
+        if not data:
+            return
+        try:
+            payload = json.loads(data)
+            worker = ResultSet.from_dict(payload["results"], source=f"worker {name}")
+        except (ValueError, KeyError, ResultsError) as exc:
+            self.errors.append(f"results of worker {name} unreadable: {exc}")
+            return
+        self.runs.extend(worker.runs)
+        self.untimed_benchmarks += int(payload.get("untimed", 0))
+        self.plain_benchmarks += int(payload.get("plain", 0))
+        # every worker collects (and deselects) all
+        self.deselected = max(self.deselected, int(payload.get("deselected", 0)))
+        if isinstance(payload.get("device"), dict):
+            self.worker_devices[name] = payload["device"]
+        self.merged = True
+
+    # --- end: gate, files, report ---------------------------------------------------------
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, Any, None]:
+        outcome = yield
+        if self.is_worker:
+            return
+        exc = (outcome.exception if hasattr(outcome, "exception")
+               else (outcome.excinfo or (None, None))[1])
+        if exc is not None:  # Ctrl-C, -x / --maxfail, or a plugin stopping the loop
+            self.interrupted = str(exc) or type(exc).__name__
+        elif session.shouldstop or session.shouldfail:
+            self.interrupted = str(session.shouldstop or session.shouldfail)
+        if self.ab is not None and self.ab.aborted:
+            return  # no comparison: no gate to pass; the session fails with the reason
+        try:
+            self._gate(session)
+        except Exception as exc:  # the gate could not decide: never pass silently
+            self.errors.append(f"internal error in the gate: {type(exc).__name__}: {exc}")
+            session.testsfailed += 1
+
+    def _results(self) -> ResultSet:
+        runs = sorted(self.runs, key=lambda r: r.id) if self.merged else list(self.runs)
+        session: dict[str, Any] = {
+            "device": self.device.name, "device_class": self.device.device_class,
+            "workload": self.workload, "timing": self.device.timing_label(self.settings.timing)}
+        if self.settings.l2_flush:
+            session["l2_flush"] = True
+        return ResultSet(runs=runs, machine=self.machine, commit=self.commit, session=session)
+
+    def _gate(self, session: pytest.Session) -> None:
+        results = self.results = self._results()
+        self.config.hook.pytest_opperf_modify_results(config=self.config, results=results)
+        verdict = self.verdict = evaluate(results, self.thresholds, self.baseline,
+                                          self.baseline_name)
+        if self.interrupted:
+            verdict.incomplete = (f"session interrupted ({self.interrupted}), not every run was "
+                                  "measured")
+        verdict.warnings[:0] = self.warnings
+        self._gpu_end(verdict)
+        if self.untimed_benchmarks:
+            verdict.notes.append(f"{self.untimed_benchmarks} per-op benchmark(s) ran untimed "
+                                 "(pytest-benchmark disabled: --benchmark-disable, or xdist)")
+        if self.plain_benchmarks:
+            verdict.notes.append(f"{self.plain_benchmarks} test(s) use pytest-benchmark's plain "
+                                 "`benchmark` fixture and are not in the opperf results (use "
+                                 "opperf_benchmark, or "
+                                 "--opperf-record-benchmarks to record them as per-op runs)")
+        if self.ab is not None:
+            self._gate_compare(session, results, verdict)
+        results.gate = verdict.to_dict()
+        if not verdict.passed:
+            session.testsfailed += 1  # exit status 1, as a failed test gives
+        answers = self.config.hook.pytest_opperf_report_sections(config=self.config,
+                                                                 results=results)
+        self.sections = [(str(title), [str(line) for line in lines])
+                         for answer in answers for title, lines in answer]
+
+    def _gate_compare(self, session: pytest.Session, results: ResultSet, verdict: Verdict) -> None:
+        """A/B: regressed metrics are violations; undecided ones warn (or fail); failed base tests
+        fail."""
+        compare = self.compare
+        if compare is not None:
+            results.compare = compare.to_dict()
+            verdict.violations += compare.violations()
+            verdict.checks += len(compare.decisions)
+            undecided = [d for d in compare.decisions if d.verdict == "undecided"]
+            verdict.undecided = len(undecided)
+            if undecided and self.settings.compare_undecided == "fail":
+                from pytest_opperf.ab.session import undecided_violations
+
+                verdict.violations += undecided_violations(undecided)
+        verdict.violations += self.ab.problem_violations()
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.is_worker:
+            self._hand_over()
+            return
+        if self.results is None:
+            return
+        try:
+            self._write_files()
+        except Exception as exc:
+            self.errors.append(f"internal error while writing files: {type(exc).__name__}: {exc}")
+        self._append_history(exitstatus)
+        if self.errors and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
+
+    def _append_history(self, exitstatus: int) -> None:
+        """The session (results, verdict) into the history, all or nothing, after the files."""
+        source = self.settings.history
+        if source is None or self.results is None:
+            return
+        label = self.settings.label("history")
+        if exitstatus == pytest.ExitCode.INTERRUPTED:
+            self.notes.append(f"{label}: not appended, the session was interrupted")
+            return
+        from pytest_opperf.history.store import HistoryError, append_session, redact
+
+        try:
+            sid = append_session(source, self.results, getattr(self.results, "compare", None),
+                                 self.config.rootpath)
+        except HistoryError as exc:
+            self.errors.append(f"{label}: {exc}")
+        else:
+            self.written.append(f"history: {redact(source)} (session {sid})")
+
+    def _hand_over(self) -> None:
+        if not hasattr(self.config, "workerinput"):
+            return  # an A/B side: its runs went to the controller test by test
+        payload = {"results": ResultSet(runs=self.runs).to_dict(with_trace=True),
+                   "untimed": self.untimed_benchmarks, "deselected": self.deselected,
+                   "plain": self.plain_benchmarks}
+        if self.device.is_gpu:  # for the controller's same-model check and NVML warnings
+            if self.gpu_env:
+                self.gpu_env["end"] = gpu_env.snapshot(self.device.pci_bus_id)
+            payload["device"] = {"name": self.device.name, "gpu_model": self.device.gpu_model,
+                                 "pci_bus_id": self.device.pci_bus_id,
+                                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                                 "gpu_env": self.gpu_env}
+        self.config.workeroutput["opperf"] = json.dumps(payload)  # type: ignore[attr-defined]
+
+    def _write(self, name: str, write: Callable[[Path], None], path: Path | None = None,
+               label: str | None = None) -> None:
+        path = path or self.settings.paths.get(name)
+        if path is None:
+            return
+        try:
+            write(path)
+        except (OSError, ValueError) as exc:
+            self.errors.append(f"{label or self.settings.label(name)}: cannot write {path}: {exc}")
+        else:
+            self.written.append(f"{name}: {path}")
+
+    def _write_files(self) -> None:
+        results = self.results
+        assert results is not None
+        self._drop_unwritable_runs(results)
+        self._write("json", lambda p: write_results(p, results))
+        save = self.settings.paths.get("save")
+        if save is not None:
+            if not results.runs:
+                self.notes.append(f"{self.settings.label('save')}: not saved, no measured runs")
+            else:
+                self._save(save)
+        if "markdown" in self.settings.paths or os.environ.get("GITHUB_STEP_SUMMARY"):
+            text = report.markdown(results, self.verdict, self.settings.sort, self.sections)
+            if self.compare is not None:
+                from pytest_opperf.ab import render
+
+                text += "\n" + render.markdown(self.compare)
+            self._write("markdown", lambda p: write_text_atomic(p, text))
+            summary = os.environ.get("GITHUB_STEP_SUMMARY")
+            if summary:
+                def append(p: Path) -> None:
+                    with open(p, "a", encoding="utf-8") as f:
+                        f.write(text)
+
+                self._write("step summary", append, Path(summary), label="GITHUB_STEP_SUMMARY")
+        self._write("trace", lambda p: write_json_atomic(p, report.chrome_trace(results)))
+
+    def _drop_unwritable_runs(self, results: ResultSet) -> None:
+        """Runs that JSON cannot hold (a hook put NaN or an object in them) are left out of every
+        file, each with an error naming the run and the field; the other runs are written."""
+        keep = []
+        for run in results.runs:
+            problem = json_problem(run.to_dict(), "run")
+            if problem:
+                self.errors.append(f"run {run.id!r} not written: {problem}")
+            else:
+                keep.append(run)
+        results.runs[:] = keep
+
+    def _save(self, save: Path) -> None:
+        """``--opperf-save``: a partial session merges the runs it did not measure, or refuses
+        (see save.py)."""
+        results = self.results
+        assert results is not None
+        if self.settings.save_dir:
+            try:
+                save.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                label = self.settings.label("save")
+                self.errors.append(f"{label}: cannot create directory {save}: {exc}")
+                return
+        target = (baseline_file(save, self.device.device_class, self.workload, self._variant())
+                  if save.is_dir() else save)
+        try:
+            saved = baseline_to_save(results, target, self.partial())
+        except SaveRefused as exc:
+            self.errors.append(f"{self.settings.label('save')}: {exc}")
+            return
+        self._write("save", lambda p: write_results(p, saved.results), target)
+        if saved.note and any(line == f"save: {target}" for line in self.written):
+            self.save_notes.append(saved.note)
+
+    @pytest.hookimpl(trylast=True)  # the verdict closes the output, after pytest-benchmark's table
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.is_worker:
+            return
+        try:
+            self._summary(terminalreporter)
+        except Exception as exc:  # a report hook must never raise: say so and fail
+            terminalreporter.write_line("opperf: internal error while reporting: "
+                                        f"{type(exc).__name__}: {exc}", red=True)
+            if self.session is not None:
+                self.session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+
+    def _summary(self, tr: Any) -> None:
+        tr.write_sep("=", "opperf")
+        if self.results is None:
+            tr.write_line("opperf: no results (the session stopped before running tests)")
+        else:
+            sections = list(self.sections)
+            if self.compare is not None:
+                from pytest_opperf.ab import render
+
+                sections.insert(0, ("A/B: head against base", render.terminal_lines(self.compare)))
+            for line in report.terminal_lines(self.results, self.verdict, self.settings.sort,
+                                              self.notes, sections):
+                tr.write_line(line)
+        for line in self.written:
+            tr.write_line(f"wrote {line}")
+        for line in self.save_notes:
+            tr.write_line(f"note: {line}")
+        for line in self.errors:
+            tr.write_line(f"error: {line}", red=True)
+        for line in self.ab.lines if self.ab is not None else ():
+            tr.write_line(f"opperf: {line}" if line.startswith("A/B") else line, red=True)
+        if self.verdict is not None and not self.verdict.passed:
+            tr.write_sep("=", "opperf gate", red=True)
+            for line in report.gate_lines(self.verdict):
+                tr.write_line(line, red=True)
