@@ -209,7 +209,8 @@ def main() -> None:
             for case in cases:
                 patch, expected = CASES[case]
                 head = copy(where, f"head-{case}", patch) if patch else base
-                hits, alarms, times, all_widths = 0, 0, [], {"per-op": [], "e2e": []}
+                hits, alarms, times = 0, 0, []
+                all_widths: dict[str, list[float]] = {"per-op": [], "e2e": []}
                 for i in range(opts.sessions):
                     out = where / f"{case}-{i}.json"
                     ret, data, elapsed = session(head, "HEAD" if case == "aa" else str(base), args, out)

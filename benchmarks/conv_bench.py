@@ -20,6 +20,7 @@ import time
 import tracemalloc
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 from tabulate import tabulate
@@ -27,6 +28,7 @@ from tabulate import tabulate
 import reference_framework as rf
 from reference_framework.ops.conv import conv_output_size, release_workspace
 
+torch: ModuleType | None
 try:
     import torch
 except ImportError:  # the peer is optional
@@ -65,7 +67,7 @@ def resnet50_convs(image: int = 224) -> list[ConvShape]:
     size = conv_output_size(image, 7, 2, 3, 1)
     size = (size + 2 - 3) // 2 + 1  # the 3x3/2 max pool, padding 1
     c = 64
-    for stage, (blocks, width) in enumerate(zip(STAGES, WIDTHS)):
+    for stage, (blocks, width) in enumerate(zip(STAGES, WIDTHS, strict=True)):
         for block in range(blocks):
             stride = 2 if stage > 0 and block == 0 else 1
             out_size = conv_output_size(size, 3, stride, 1, 1)
@@ -109,13 +111,16 @@ def ours(s: ConvShape, batch: int) -> Callable[[], None]:
 
 
 def peer(s: ConvShape, batch: int) -> Callable[[], None]:
+    if torch is None:
+        raise RuntimeError("conv_bench: the peer needs torch")
     x, w, dy = (torch.from_numpy(a) for a in _inputs(s, batch))
     x.requires_grad_(True)
     w.requires_grad_(True)
+    functional = torch.nn.functional
 
     def step() -> None:
         x.grad = w.grad = None
-        torch.nn.functional.conv2d(x, w, stride=s.stride, padding=s.padding).backward(dy)
+        functional.conv2d(x, w, stride=s.stride, padding=s.padding).backward(dy)
     return step
 
 
@@ -197,7 +202,7 @@ def main() -> None:
     if torch:
         ratios = [r["ours"] / r["torch"] for r in rows]
         geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
-        worst = max(zip(ratios, rows), key=lambda t: t[0])
+        worst = max(zip(ratios, rows, strict=True), key=lambda t: t[0])
         print(f"geometric-mean ratio ours/PyTorch: {geomean:.2f} (target <= 1.3)")
         print(f"worst ratio: {worst[0]:.2f} at {worst[1]['shape'].label()} (target <= 2.0)")
     if args.memory_batch:

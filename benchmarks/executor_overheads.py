@@ -17,6 +17,7 @@ import argparse
 import statistics
 import time
 import timeit
+from typing import Any
 
 import numpy as np
 from tabulate import tabulate
@@ -110,7 +111,8 @@ def main() -> None:
         clone_times.append((time.perf_counter_ns() - t0) / 1e6)
     clone_ms = statistics.median(clone_times)
 
-    rows, per_op_rows = [], []
+    rows: list[list[Any]] = []
+    per_op_rows: list[list[Any]] = []
     with rf.scope_guard(rf.Scope()):
         for name, (kwargs, use_cache) in SETTINGS.items():
             exe = rf.Executor(rf.CPUPlace(), **kwargs)

@@ -26,6 +26,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,7 @@ from tabulate import tabulate
 from reference_framework.backend import CPUPlace
 from reference_framework.registry import KernelContext, get_op_def
 
+torch: ModuleType | None
 try:
     import torch
 except ImportError:  # the table then has our column only
@@ -57,14 +59,16 @@ def kernel(op_type: str, ins: dict[str, Any], attrs: dict[str, Any] | None = Non
     """A call of ``op_type``'s kernel on ``ins``, as the executor makes it."""
     opdef = get_op_def(op_type)
     full = opdef.complete_attrs(attrs)
-    ctx = KernelContext(CPUPlace(), np, op_type, frozenset(s.name for s in opdef.outputs))
+    ctx = KernelContext(CPUPlace(), np, op_type, frozenset(opdef.output_slots))
     return lambda: opdef.kernel(ins, full, ctx)
 
 
 def resnet50_activations() -> tuple[Counter, Counter, Counter, Counter]:
     """Per-step counts of (C, side) for batch_norm, relu, the shortcut add and the
     gradient sum (a block input feeds both branches, so its gradients are summed)."""
-    bn, relu, add, grad_sum = Counter({(64, 112): 1}), Counter({(64, 112): 1}), Counter(), Counter()
+    bn, relu = Counter({(64, 112): 1}), Counter({(64, 112): 1})
+    add: Counter[tuple[int, int]] = Counter()
+    grad_sum: Counter[tuple[int, int]] = Counter()
     channels = 64
     for width, blocks, side in STAGES:
         for i in range(blocks):
@@ -95,6 +99,8 @@ def resnet50_parameter_shapes() -> list[tuple[int, ...]]:
 
 
 def _t(a: np.ndarray) -> Any:
+    if torch is None:
+        raise RuntimeError("ops_bench: the torch column needs torch")
     return torch.from_numpy(a.copy())
 
 

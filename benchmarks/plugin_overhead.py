@@ -151,8 +151,8 @@ def main() -> None:
         cache = "off" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "on"
         env_note = f"{os.cpu_count()} cores, Python {sys.version.split()[0]}, bytecode cache {cache}"
         run_suite(workdir)  # warm the bytecode caches
-        wall = {"off": [], "on": []}
-        cpu = {"off": [], "on": []}
+        wall: dict[str, list[float]] = {"off": [], "on": []}
+        cpu: dict[str, list[float]] = {"off": [], "on": []}
         for _ in range(args.reps):
             for mode, extra in (("off", ()), ("on", ("--opperf", "--opperf-json=r.json"))):
                 w, c, done = run_suite(workdir, *extra)

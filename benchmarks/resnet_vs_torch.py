@@ -38,7 +38,7 @@ CLASSES = 102
 
 
 def batch(size: int, image_size: int) -> tuple[np.ndarray, np.ndarray]:
-    data = next(rf.batch(rf.dataset.flowers.train(image_size=image_size, seed=0), batch_size=size)())
+    data = next(iter(rf.batch(rf.dataset.flowers.train(image_size=image_size, seed=0), batch_size=size)()))
     images = np.stack([x.reshape(3, image_size, image_size) for x, _ in data]).astype(np.float32)
     labels = np.array([[y] for _, y in data], dtype=np.int64)
     return images, labels
@@ -65,7 +65,7 @@ def ours(images: np.ndarray, labels: np.ndarray, depth: int, no_overheads: bool)
 
 def torch_resnet(torch, depth: int):
     """The same ResNet in torch, built by hand (torchvision is not assumed)."""
-    nn = torch.nn
+    from torch import nn  # imported by the caller already
     stages, block = DEPTHS[depth]
     if block is not bottleneck:
         raise SystemExit(f"--depth {depth}: only the bottleneck depths (50, 101, 152) are built in torch here")
@@ -87,7 +87,7 @@ def torch_resnet(torch, depth: int):
 
     mods = [*conv_bn(3, 64, 7, 2), nn.MaxPool2d(3, 2, 1)]
     cin = 64
-    for stage, (blocks, ch) in enumerate(zip(stages, (64, 128, 256, 512))):
+    for stage, (blocks, ch) in enumerate(zip(stages, (64, 128, 256, 512), strict=True)):
         for i in range(blocks):
             mods.append(Bottleneck(cin, ch, 2 if stage > 0 and i == 0 else 1))
             cin = ch * 4

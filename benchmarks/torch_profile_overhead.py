@@ -39,6 +39,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 from tabulate import tabulate
 
@@ -85,7 +86,7 @@ def _empty_mode(torch):
     return Empty
 
 
-def measure(torch, run: Callable[[], None], repeats: int) -> dict[str, float]:
+def measure(torch, run: Callable[[], None], repeats: int) -> dict[str, Any]:
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 

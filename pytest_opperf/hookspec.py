@@ -65,7 +65,9 @@ def pytest_opperf_modify_results(config: pytest.Config, results: ResultSet) -> N
 
 
 @hookspec
-def pytest_opperf_report_sections(config: pytest.Config, results: ResultSet) -> list[tuple[str, list[str]]]:
+def pytest_opperf_report_sections(
+    config: pytest.Config, results: ResultSet
+) -> list[tuple[str, list[str]]] | None:
     """Extra sections for the report: a list of ``(title, lines)``.
 
     Called once, after the gate, with the final results; the sections follow

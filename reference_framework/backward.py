@@ -123,7 +123,7 @@ def _plan(block: Block, forward: list[Operator], differentiable: set[str],
                 continue  # every gradient it would compute is unwanted
             planned.extend(_zero_missing(g, op, have_grad))
             planned.append(g)
-            have_grad.update(_grad_base(n) for names in g.outputs.values() for n in names if _grad_base(n))
+            have_grad.update(b for names in g.outputs.values() for n in names if (b := _grad_base(n)))
     return planned, have_grad
 
 
@@ -139,7 +139,7 @@ def _prune_outputs(block: Block, g: _GradOp, differentiable: set[str]) -> bool:
         elif any(useful):
             # A list slot must stay aligned with its inputs: the unwanted
             # gradients go to throwaway variables instead.
-            kept[slot] = [n if ok else _discard(block, n) for n, ok in zip(names, useful)]
+            kept[slot] = [n if ok else _discard(block, n) for n, ok in zip(names, useful, strict=True)]
     g.outputs = kept
     return any(kept.values())
 
@@ -217,7 +217,12 @@ def _params_grads(block: Block, parameter_list: Sequence[str | Variable] | None,
     if parameter_list is None:
         params = [p for p in gblock.all_parameters() if p.trainable]
     else:
-        params = [gblock.var(p.name if isinstance(p, Variable) else p) for p in parameter_list]
+        params = []
+        for p in parameter_list:
+            var = gblock.var(p.name if isinstance(p, Variable) else p)
+            if not isinstance(var, Parameter):
+                raise TypeError(f"append_backward: parameter_list takes parameters, given {var!r}")
+            params.append(var)
     return [(p, block.var(grad_var_name(p.name))) for p in params if p.name in have_grad]
 
 
@@ -230,7 +235,7 @@ def _grad_base(name: str) -> str | None:
 def _discard(block: Block, grad_name: str) -> str:
     """A throwaway variable for an unwanted gradient; its name is not a
     gradient name, so nothing accumulates or reads it."""
-    base = block.var(_grad_base(grad_name))
+    base = block.var(grad_name[:grad_name.index(GRAD_SUFFIX)])
     name = f"{base.name}@UNUSED_GRAD"
     if block.find_var(name) is None:
         block.create_var(name=name, shape=base.shape, dtype=base.dtype)

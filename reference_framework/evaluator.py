@@ -13,7 +13,14 @@ from typing import Any
 import numpy as np
 
 from . import layers
-from .framework import Program, Variable, default_main_program, default_startup_program, program_guard, unique_name
+from .framework import (
+    Program,
+    Variable,
+    default_main_program,
+    default_startup_program,
+    program_guard,
+    unique_name,
+)
 from .initializer import Constant
 
 __all__ = ["Accuracy", "Evaluator"]
@@ -42,7 +49,7 @@ class Evaluator:
         program = reset_program if reset_program is not None else Program()
         with program_guard(program, Program()):
             for state in self.states:
-                layers.fill_constant(state.shape, state.dtype, 0.0, out=_clone_var(program, state))
+                layers.fill_constant(state.known_shape, state.dtype, 0.0, out=_clone_var(program, state))
         executor.run(program, scope=scope)
 
     def eval(self, executor: Any, eval_program: Program | None = None, scope: Any = None) -> np.ndarray:

@@ -54,7 +54,7 @@ class _Prepared:
 
     program: Program | None = None  # the clone with feed/fetch ops (program cache)
     ops: list[RuntimeOp] | None = None  # runnable ops (cache_ops)
-    local_scopes: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
+    local_scopes: weakref.WeakKeyDictionary[Scope, Scope] = field(default_factory=weakref.WeakKeyDictionary)
 
 
 class Executor:
@@ -106,7 +106,7 @@ class Executor:
                 run_program = program.clone()
             _add_feed_fetch(run_program.global_block(), feed_names, fetch_names, feed_var_name,
                             fetch_var_name, return_numpy)
-            if use_program_cache:
+            if use_program_cache and prepared is not None:
                 prepared.program = run_program
 
         scope.var(feed_var_name).value = feed_values
@@ -119,18 +119,17 @@ class Executor:
     def _run_block(self, block: Block, scope: Scope, prepared: _Prepared | None) -> None:
         """The core run (``ExecutorRunTimer``)."""
         table = timers.current()
-        reuse = prepared is not None and self.reuse_local_scope
-        ops = prepared.ops if prepared is not None else None
-        make_ops = ops is None
-        if make_ops:
-            ops = []
+        kept = prepared.local_scopes if prepared is not None and self.reuse_local_scope else None
+        cached = prepared.ops if prepared is not None else None
+        make_ops = cached is None
+        ops: list[RuntimeOp] = [] if cached is None else cached
         with timers.timer("ExecutorRunTimer"):
-            local = prepared.local_scopes.get(scope) if reuse else None
+            local = kept.get(scope) if kept is not None else None
             if local is None:
                 with timers.timer("CreateLocalScopeTimer"):
                     local = create_local_scope(block, scope)
-                if reuse:
-                    prepared.local_scopes[scope] = local
+                if kept is not None:
+                    kept[scope] = local
             i = -1  # the op being created or run, for error notes
             try:
                 if table is None:  # nothing records: no timing code in the op loop
@@ -156,13 +155,13 @@ class Executor:
                             with table.region(op.type, kernel=True):
                                 op.run(local)
             except BaseException as exc:
-                if reuse:  # a failed run leaves no half-written scope for the next one
-                    prepared.local_scopes.pop(scope, None)
+                if kept is not None:  # a failed run leaves no half-written scope for the next one
+                    kept.pop(scope, None)
                     scope.delete_scope(local)
                 _add_note(exc, f"while running op {op_desc_summary(block, i)}")
                 raise
             finally:
-                if not reuse and local.parent is scope:
+                if kept is None and local.parent is scope:
                     with timers.timer("DeleteLocalScopeTimer"):
                         scope.delete_scope(local)
         if make_ops and prepared is not None and self.cache_ops:
@@ -202,7 +201,7 @@ def _check_feed(block: Block, name: str, value: Any) -> Any:
     if var.shape is not None:
         expected = list(var.shape)
         given = list(array.shape)
-        if len(given) != len(expected) or any(e not in (-1, g) for e, g in zip(expected, given)):
+        if len(given) != len(expected) or any(e not in (-1, g) for e, g in zip(expected, given, strict=True)):
             raise FeedError(f"feed {name!r}: expected shape {expected} (-1: any size), given {given}")
     return array
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -58,6 +58,9 @@ def _dtype_name(dtype: Any) -> str:
         raise TypeError(f"dtype {dtype!r} is not a numpy dtype name such as 'float32'") from None
 
 
+_V = TypeVar("_V", bound="Variable")
+
+
 class Variable:
     """A variable description: name, shape (-1 for the batch dimension), dtype."""
 
@@ -72,7 +75,14 @@ class Variable:
         self.persistable = persistable
         self.stop_gradient = stop_gradient
 
-    def _copy_to(self, block: Block) -> Variable:
+    @property
+    def known_shape(self) -> tuple[int, ...]:
+        """The shape, or an error naming the variable when it is unknown."""
+        if self.shape is None:
+            raise ValueError(f"variable {self.name!r} has no known shape")
+        return self.shape
+
+    def _copy_to(self: _V, block: Block) -> _V:
         v = object.__new__(type(self))
         v.block = block
         v.name = self.name
@@ -92,6 +102,7 @@ class Parameter(Variable):
     """A persistable variable an optimizer updates (unless not ``trainable``)."""
 
     __slots__ = ("trainable",)
+    shape: tuple[int, ...]  # always known
 
     def __init__(self, block: Block, name: str, shape: Sequence[int], dtype: Any = "float32",
                  trainable: bool = True) -> None:
@@ -148,7 +159,8 @@ class Operator:
                 return  # not enough known to infer from
             shapes[slot] = [v.shape for v in vs]
         for slot, out_shapes in opdef.infer_shape(shapes, self.attrs).items():
-            for name, shape in zip(self.outputs.get(slot, ()), out_shapes):
+            # an optional output slot may be left out, so no strict: shapes only for names given
+            for name, shape in zip(self.outputs.get(slot, ()), out_shapes, strict=False):
                 var = self.block.var(name)
                 if var.shape is None:
                     var.shape = tuple(shape)
@@ -255,11 +267,6 @@ class Block:
                   outputs: Mapping[str, Any] | None = None, attrs: Mapping[str, Any] | None = None) -> Operator:
         op = Operator(self, type, inputs, outputs, attrs)
         self.ops.insert(index, op)
-        self.program._changed()
-        return op
-
-    def remove_op(self, index: int) -> Operator:
-        op = self.ops.pop(index)
         self.program._changed()
         return op
 

@@ -14,7 +14,13 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from .framework import Parameter, Variable, default_main_program, default_startup_program, unique_name
+from .framework import (
+    Parameter,
+    Variable,
+    default_main_program,
+    default_startup_program,
+    unique_name,
+)
 from .initializer import Constant, Initializer, Normal, Xavier
 
 __all__ = [

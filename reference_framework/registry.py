@@ -104,6 +104,7 @@ class OpSpec:
 # .attrs) into the gradient ops computing its inputs' gradients from its
 # outputs' gradients. Gradient outputs are named grad_var_name(input var).
 GradMaker = Callable[[Any], list[OpSpec]]
+Shapes = dict[str, list[tuple[int, ...]]]  # by slot
 
 
 @dataclass
@@ -111,23 +112,23 @@ class OpDef:
     """Everything the framework knows about one op type."""
 
     type: str
-    inputs: tuple[Slot, ...]
-    outputs: tuple[Slot, ...]
+    inputs: Sequence[str | Slot]  # names or Slots: input_slots holds them as Slots, by name
+    outputs: Sequence[str | Slot]
     kernel: Callable[[dict[str, Any], dict[str, Any], KernelContext], dict[str, Any]]
     attrs: Mapping[str, Any] = field(default_factory=dict)
     # attrs -> None, raising OpError naming attribute, expected and given value
     check_attrs: Callable[[dict[str, Any]], None] | None = None
     # (input shapes by slot, attrs) -> output shapes by slot; -1 is the batch dim
-    infer_shape: Callable[[dict[str, list[tuple[int, ...]]], dict[str, Any]], dict[str, list[tuple[int, ...]]]] | None = None
+    infer_shape: Callable[[Shapes, dict[str, Any]], Shapes] | None = None
     # (input shapes by slot, attrs, itemsize) -> (flops, bytes moved)
-    cost: Callable[[dict[str, list[tuple[int, ...]]], dict[str, Any], int], tuple[float, float]] | None = None
+    cost: Callable[[Shapes, dict[str, Any], int], tuple[float, float]] | None = None
     grad: GradMaker | None = None
 
     def __post_init__(self) -> None:
-        self.inputs = _slots(self.inputs)
-        self.outputs = _slots(self.outputs)
-        self.input_slots = {s.name: s for s in self.inputs}
-        self.output_slots = {s.name: s for s in self.outputs}
+        self.input_slots = {s.name: s for s in _slots(self.inputs)}
+        self.output_slots = {s.name: s for s in _slots(self.outputs)}
+        self.inputs = tuple(self.input_slots.values())
+        self.outputs = tuple(self.output_slots.values())
 
     def complete_attrs(self, given: Mapping[str, Any] | None) -> dict[str, Any]:
         """``given`` checked and completed with defaults (a new dict)."""
@@ -389,7 +390,7 @@ def _run_op(opdef: OpDef, op_type: str, inputs: Mapping[str, Any], attrs: Mappin
                        for k, v in inputs.items()})
     full_attrs = opdef.complete_attrs(attrs)
     ins: dict[str, Any] = {}
-    for slot in opdef.inputs:
+    for slot in opdef.input_slots.values():
         value = inputs.get(slot.name)
         if value is None:
             ins[slot.name] = None
@@ -400,8 +401,7 @@ def _run_op(opdef: OpDef, op_type: str, inputs: Mapping[str, Any], attrs: Mappin
             ins[slot.name] = [to_place(v, place) for v in value]
         else:
             ins[slot.name] = to_place(value, place)
-    wanted = frozenset(s.name for s in opdef.outputs)
-    ctx = KernelContext(place, xp, op_type, wanted)
+    ctx = KernelContext(place, xp, op_type, frozenset(opdef.output_slots))
     with timers.timer(op_type, kernel=True):
         outs = opdef.kernel(ins, full_attrs, ctx)
     return dict(outs)

@@ -11,7 +11,12 @@ import pytest
 from tabulate import tabulate
 
 from pytest_opperf.plugin import session_info
-from reference_framework.benchmark import WORKLOADS, BenchmarkConfig, TrainingProgram, build_training_program
+from reference_framework.benchmark import (
+    WORKLOADS,
+    BenchmarkConfig,
+    TrainingProgram,
+    build_training_program,
+)
 from reference_framework.cost import op_shapes
 from reference_framework.framework import Operator, Program
 from reference_framework.registry import get_op_def
@@ -91,10 +96,10 @@ def _hw(values: list[int]) -> str:
 def shape_id(op: Operator, shapes: dict[str, list[tuple[int, ...]]]) -> str:
     """The shape part of a test id: the main input's dims, plus the attributes
     that tell ops of one shape apart (kernel, stride, padding, channels out...)."""
-    slots = [s.name for s in get_op_def(op.type).inputs if s.name in shapes]
+    slots = [name for name in get_op_def(op.type).input_slots if name in shapes]
     main = shapes[slots[0]] if slots else [tuple(op.attrs.get("shape", ()))]
     declared = op.block.var(op.inputs[slots[0]][0]).shape if slots else ()
-    text = (f"{len(main)}x" if len(main) > 1 else "") + _dims(main[0], batched=bool(declared) and declared[0] == -1)
+    text = (f"{len(main)}x" if len(main) > 1 else "") + _dims(main[0], batched=declared is not None and declared[:1] == (-1,))
     a = op.attrs
     if op.type.startswith("conv2d"):
         w = shapes["Filter"][0]

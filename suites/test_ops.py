@@ -47,13 +47,20 @@ def step_scope(workload: tuple[str, BenchmarkConfig], place: Any) -> Scope:
     return local
 
 
+def _value(scope: Scope, name: str) -> Any:
+    var = scope.find_var(name)
+    if var is None:
+        raise KeyError(f"variable {name!r} is not in the step scope")
+    return var.value
+
+
 def test_op(case: OpCase, step_scope: Scope, workload: tuple[str, BenchmarkConfig], place: Any,
             opperf_benchmark: Any) -> None:
     config = workload[1]
     op = training_program(config).main.global_block().ops[case.index]
     opdef = get_op_def(op.type)
-    ins = {slot: [step_scope.find_var(n).value for n in names] if opdef.input_slots[slot].duplicable
-           else step_scope.find_var(names[0]).value for slot, names in op.inputs.items() if names}
+    ins = {slot: [_value(step_scope, n) for n in names] if opdef.input_slots[slot].duplicable
+           else _value(step_scope, names[0]) for slot, names in op.inputs.items() if names}
     ctx = KernelContext(place, array_module(place), op.type, frozenset(k for k, v in op.outputs.items() if v))
 
     outs = opdef.kernel(ins, op.attrs, ctx)
@@ -62,7 +69,7 @@ def test_op(case: OpCase, step_scope: Scope, workload: tuple[str, BenchmarkConfi
             continue
         var = op.block.var(names[0])
         got = to_host(outs[slot][0] if isinstance(outs[slot], list) else outs[slot])
-        want = tuple(config.batch_size if d == -1 else d for d in var.shape)
+        want = tuple(config.batch_size if d == -1 else d for d in var.known_shape)
         assert (got.shape, got.dtype.name) == (want, var.dtype), f"{case.id}: output {slot}"
         if np.issubdtype(got.dtype, np.floating):
             assert np.isfinite(got).all(), f"{case.id}: output {slot} is not finite"

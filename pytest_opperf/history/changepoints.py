@@ -29,6 +29,7 @@ Choices for timing data:
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -127,10 +128,10 @@ def _refine(x: np.ndarray, steps: list[int], min_size: int) -> list[int]:
     return out
 
 
-def segments(values: Sequence[float], steps: Sequence[int]) -> list[tuple[int, int, float]]:
+def segments(values: Sequence[float] | np.ndarray, steps: Sequence[int]) -> list[tuple[int, int, float]]:
     """(start, stop, median) of each segment between the steps."""
     bounds = [0, *steps, len(values)]
-    return [(a, b, float(np.median(np.asarray(values[a:b], dtype=float)))) for a, b in zip(bounds, bounds[1:])]
+    return [(a, b, float(np.median(np.asarray(values[a:b], dtype=float)))) for a, b in itertools.pairwise(bounds)]
 
 
 def detect(values: Sequence[float], min_size: int = 3, min_change: float = MIN_CHANGE,
@@ -145,10 +146,10 @@ def detect(values: Sequence[float], min_size: int = 3, min_change: float = MIN_C
     steps = _refine(x, steps, min_size)
     while True:  # drop the smallest step below min_change, merge its segments, repeat
         segs = segments(y, steps)
-        changes = [abs(b[2] / a[2] - 1.0) if a[2] else math.inf for a, b in zip(segs, segs[1:])]
+        changes = [abs(b[2] / a[2] - 1.0) if a[2] else math.inf for a, b in itertools.pairwise(segs)]
         small = [i for i, c in enumerate(changes) if c < min_change]
         if not small:
             break
         steps.pop(min(small, key=lambda i: changes[i]))
     segs = segments(y, steps)
-    return [ChangePoint(index=b[0], before=a[2], after=b[2]) for a, b in zip(segs, segs[1:])]
+    return [ChangePoint(index=b[0], before=a[2], after=b[2]) for a, b in itertools.pairwise(segs)]

@@ -117,7 +117,7 @@ def build(history: History, last: int | None = None) -> list[Group]:
                 commits.append(Commit(key, label, s.sha, s.branch, s.when, ()))
                 members.append([])
             members[index[key]].append(s.id)
-        commits = [Commit(c.key, c.label, c.sha, c.branch, c.when, tuple(m)) for c, m in zip(commits, members)]
+        commits = [Commit(c.key, c.label, c.sha, c.branch, c.when, tuple(m)) for c, m in zip(commits, members, strict=True)]
         gathered: dict[tuple[str, str], tuple[str, dict[int, list[float]]]] = {}
         for i, commit in enumerate(commits):
             for sid in commit.sessions:
@@ -125,12 +125,12 @@ def build(history: History, last: int | None = None) -> list[Group]:
                     gathered.setdefault((run, metric), (kind, {}))[1].setdefault(i, []).append(value)
         series = []
         for (run, metric), (kind, per_commit) in gathered.items():
-            s = Series(run, kind, metric)
+            line = Series(run, kind, metric)
             for i in sorted(per_commit):
-                s.points.append(i)
-                s.values.append(median(per_commit[i]))
-            s.changes = detect(s.values)
-            series.append(s)
+                line.points.append(i)
+                line.values.append(median(per_commit[i]))
+            line.changes = detect(line.values)
+            series.append(line)
         series.sort(key=lambda s: (s.run, s.metric not in RUN_METRICS, -(s.latest or 0.0), s.metric))
         group = Group(device_class, workload, sessions, commits, series)
         groups.append(_last(group, last) if last else group)
@@ -166,7 +166,8 @@ def _fmt(metric: str, value: float | None) -> str:
 def _select(series: Sequence[Series], stat_glob: str | None) -> list[Series]:
     if stat_glob is not None:
         return [s for s in series if fnmatch.fnmatchcase(s.stat, stat_glob)]
-    chosen, per_run = [], {}
+    chosen: list[Series] = []
+    per_run: dict[str, int] = {}
     for s in series:  # sorted: run-level metrics first, then by latest value, descending
         if s.kind != "e2e" or s.metric in RUN_METRICS:
             chosen.append(s)
@@ -218,7 +219,7 @@ def history_lines(label: str, groups: Sequence[Group], stat_glob: str | None = N
         for s in chosen:
             cells = [""] * len(shown)
             marks = {s.points[c.index] for c in s.changes}
-            for p, v in zip(s.points, s.values):
+            for p, v in zip(s.points, s.values, strict=True):
                 if p >= first:
                     cells[p - first] = _fmt(s.metric, v) + ("*" if p in marks else "")
             rows.append([s.run, s.metric, *cells])

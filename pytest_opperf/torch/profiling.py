@@ -334,7 +334,8 @@ class _ModuleMode(_OpMode, ForwardHooks):
         super().__init__(table, events, sync)
         self.thread = threading.get_ident()
         self.frames: list[_Frame] = []
-        self.parent = table.current.stat.name if table.current is not None else None
+        stat = table.current.stat if table.current is not None else None
+        self.parent = stat.name if stat is not None else None
         self.handles: list[Any] = []
 
     # --- hooks on every module's forward (the recording thread only) ----------------
@@ -357,19 +358,19 @@ class _ModuleMode(_OpMode, ForwardHooks):
         parent = self.frames[-1].key if self.frames else self.parent
         with self.lock:
             stat = self.table.add(frame.key, frame.ns, parent=parent, kernel=True)
-            if end is not None:
+            if self.events is not None:
                 self.events.pending.append((stat, frame.begin, end))
         if self.frames:
             self.frames[-1].ns += frame.ns
 
     def _tag(self, output: Any, frame: _Frame) -> None:
         """Mark the autograd nodes this call made (inner calls marked theirs first)."""
-        todo = [t.grad_fn for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor) and t.grad_fn]
+        todo = [t.grad_fn for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor)]
         while todo:
             node = todo.pop()
             if node is None or node in frame.inputs or type(node).__name__ == "AccumulateGrad":
                 continue
-            metadata = node.metadata
+            metadata: dict[str, str] = node.metadata  # type: ignore[assignment]  # a dict, typed as a method
             if _TAG in metadata:
                 continue
             metadata[_TAG] = frame.cls
@@ -398,7 +399,7 @@ class _ModuleMode(_OpMode, ForwardHooks):
     def stat_name(self, name: str) -> str:
         node = torch._C._current_autograd_node()
         if node is not None:
-            cls = node.metadata.get(_TAG)
+            cls = node.metadata.get(_TAG)  # type: ignore[attr-defined]  # a dict, typed as a method
             if cls is not None:
                 return f"{cls}.backward"
         return name

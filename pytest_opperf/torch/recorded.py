@@ -191,8 +191,8 @@ def _alignment(marks: Sequence[Mark], mark_starts: Sequence[int]
     if len(marks) != len(mark_starts) or len(marks) < 2:
         raise ValueError(f"profile(): {len(mark_starts)} marker events read for {len(marks)} markers made "
                          "(at least the window's start and end are needed)")
-    offsets = [start - (m.before + m.after) // 2 for m, start in zip(marks, mark_starts)]
-    step_at = [(start, m.step) for m, start in zip(marks, mark_starts) if m.step is not None]
+    offsets = [start - (m.before + m.after) // 2 for m, start in zip(marks, mark_starts, strict=True)]
+    step_at = [(start, m.step) for m, start in zip(marks, mark_starts, strict=True) if m.step is not None]
     return offsets, step_at, [t for t, _ in step_at]
 
 
@@ -214,6 +214,7 @@ def file_samples(table: timers.Table, samples: Sequence[tuple[str, int, int, int
     first, last = mark_starts[0], mark_starts[-1]
     per_step: dict[str, tuple[list[int], list[int]]] = {}
     filed: dict[str, tuple[str, int]] = {}  # path -> stat name and depth, for the ops a top-level op calls
+    parent: str | None
     for path, start, ns, _thread in sorted(samples, key=lambda s: s[1]):
         if not first <= start <= last:
             continue
@@ -291,7 +292,7 @@ def file_module_samples(table: timers.Table, samples: Sequence[tuple[str, int, i
     call_ns = [0] * len(calls)
     node_cls: dict[tuple[int, int], str] = {}
     outside = []
-    for (path, start, ns, thread), (made, runs) in zip(samples, nodes):
+    for (path, start, ns, thread), (made, runs) in zip(samples, nodes, strict=True):
         if not first <= start <= last:
             continue
         offset = offsets[bisect.bisect_right(mark_starts, start) - 1]
@@ -488,7 +489,7 @@ class Recorder:
         samples = op_samples(events, self.nested)
         run = self.run
         traced = run._trace_events if run is not None else None  # the step --opperf-trace keeps
-        trace = (run._trace_start_ns, run._trace_start_ns + traced["dur_ns"]) if traced else None
+        trace = (run._trace_start_ns, run._trace_start_ns + traced["dur_ns"]) if run and traced else None
         per_step = file_samples(self.table, samples, self.marks, mark_starts, self.regions, steps, trace,
                                 traced["events"] if traced else None)
         self._hand_over(per_step)

@@ -29,7 +29,7 @@ def conv_bn(input: Variable, channels: int, filter_size: int, stride: int = 1, p
 
 def shortcut(input: Variable, channels: int, stride: int) -> Variable:
     """The identity, or a projection where the shape changes."""
-    if input.shape[1] != channels or stride != 1:
+    if input.known_shape[1] != channels or stride != 1:
         return conv_bn(input, channels, 1, stride, act=None)
     return input
 
@@ -75,7 +75,7 @@ def resnet(input: Variable, class_dim: int = 102, depth: int = 50, stem_pool: st
     stages, block = DEPTHS[depth]
     x = conv_bn(input, 64, 7, stride=2, padding=3)
     x = layers.pool2d(x, pool_size=3, pool_type=stem_pool, pool_stride=2, pool_padding=1 if stem_pool == "max" else 0)
-    for stage, (blocks, channels) in enumerate(zip(stages, STAGE_CHANNELS)):
+    for stage, (blocks, channels) in enumerate(zip(stages, STAGE_CHANNELS, strict=True)):
         for i in range(blocks):
             x = block(x, channels, 2 if stage > 0 and i == 0 else 1)
     x = layers.pool2d(x, pool_type="avg", global_pooling=True)

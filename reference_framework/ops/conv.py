@@ -125,7 +125,7 @@ def _output_hw(op: str, x_shape: Sequence[int], w_shape: Sequence[int], attrs: d
                       f"given {oc} output channels and groups={groups}")
     hw = []
     for axis, size, k, s, p, d in zip(("height", "width"), x_shape[2:], (kh, kw), attrs["strides"],
-                                      attrs["paddings"], attrs["dilations"]):
+                                      attrs["paddings"], attrs["dilations"], strict=True):
         if -1 in (size, k):
             hw.append(-1)
             continue

@@ -253,7 +253,7 @@ def _launch(source: str, kernel: str, dtype: Any, threads_needed: int, sizes: Se
     index = np.int64 if wide else np.int32
     blocks = min((threads_needed + _THREADS - 1) // _THREADS, _MAX_BLOCKS)
     args = (*arrays, *(index(s) for s in sizes), *(np.int32(v) for v in ints))
-    if not on_gpu or cp.cuda.runtime.getDevice() == device:
+    if cp is None or not on_gpu or cp.cuda.runtime.getDevice() == device:
         _function(source, kernel, ctype, wide, device)((blocks,), (_THREADS,), args)
     else:  # launched where its arrays are
         with cp.cuda.Device(device):

@@ -50,7 +50,7 @@ def momentum(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> 
 
 def _check_attrs(attrs: dict[str, Any]) -> None:
     mu = attrs["mu"]
-    if isinstance(mu, bool) or not isinstance(mu, Real) or not 0.0 <= mu:
+    if isinstance(mu, bool) or not isinstance(mu, Real) or not 0.0 <= float(mu):
         raise OpError(f"momentum: attribute 'mu' expects a number >= 0, given {mu!r}")
     attrs["mu"] = float(mu)  # a numpy float64 would promote a float32 update to float64
 

@@ -41,7 +41,7 @@ def _check_attrs(op: str):
         if attrs["global_pooling"]:
             return  # ksize and paddings are replaced by the input's size and 0
         check_ints(op, "ksize", attrs["ksize"], n=2, minimum=1)
-        if any(p >= k for p, k in zip(attrs["paddings"], attrs["ksize"])):
+        if any(p >= k for p, k in zip(attrs["paddings"], attrs["ksize"], strict=True)):
             raise OpError(f"{op}: attribute 'paddings' must be smaller than ksize {list(attrs['ksize'])} "
                           f"in each dimension (so every window holds an input cell), "
                           f"given {attrs['paddings']}")
@@ -58,7 +58,7 @@ def _window(op: str, x_shape: Sequence[int], attrs: dict[str, Any]) -> Window:
         return (h, w), (1, 1), (0, 0), (1, 1)
     ksize, strides, paddings = (tuple(attrs[a]) for a in ("ksize", "strides", "paddings"))
     out = []
-    for axis, size, k, s, p in zip(("height", "width"), x_shape[2:], ksize, strides, paddings):
+    for axis, size, k, s, p in zip(("height", "width"), x_shape[2:], ksize, strides, paddings, strict=True):
         if size == -1:
             out.append(-1)
             continue

@@ -71,7 +71,7 @@ class ResNet(nn.Sequential):
         pool = nn.MaxPool2d(3, 2, 1) if stem_pool == "max" else nn.AvgPool2d(3, 2, 0)
         mods: list[nn.Module] = [*conv_bn(3, 64, 7, 2, 3), pool]
         cin = 64
-        for stage, (blocks, channels) in enumerate(zip(stages, STAGE_CHANNELS)):
+        for stage, (blocks, channels) in enumerate(zip(stages, STAGE_CHANNELS, strict=True)):
             for i in range(blocks):
                 mods.append(make(cin, channels, 2 if stage > 0 and i == 0 else 1))
                 cin = channels * expansion
@@ -222,9 +222,9 @@ def op_call(op_type: str, shapes: dict[str, list[tuple[int, ...]]], attrs: dict[
         param, grad, velocity = one["Param"], one["Grad"], one["Velocity"]
         mu, lr = float(attrs.get("mu", 0.9)), 0.01
 
-        def momentum(param: torch.Tensor, grad: torch.Tensor, velocity: torch.Tensor) -> None:
+        def momentum_step(param: torch.Tensor, grad: torch.Tensor, velocity: torch.Tensor) -> None:
             velocity.mul_(mu).add_(grad)  # what torch.optim.SGD does per parameter
             param.add_(velocity, alpha=-lr)
 
-        return momentum, (param, grad, velocity)
+        return momentum_step, (param, grad, velocity)
     return None

@@ -52,7 +52,7 @@ def peer_lines(runs: list[Any]) -> list[str]:
     if totals:
         rows = [[op, int(n), ref, peer, ref / peer if peer > 0 else float("nan")]
                 for op, (n, ref, peer) in sorted(totals.items(), key=lambda kv: -kv[1][1])]
-        n, ref, peer = (sum(r[i] for r in rows) for i in (1, 2, 3))
+        n, ref, peer = (sum(t[i] for t in totals.values()) for i in (0, 1, 2))
         rows.append(["all", n, ref, peer, ref / peer if peer > 0 else float("nan")])
         lines += tabulate(rows, headers=["op type", "shapes", "reference ms", "torch ms", "reference/torch"],
                           floatfmt=".3f").splitlines()
