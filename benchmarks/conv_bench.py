@@ -138,7 +138,8 @@ def _time_ms(step: Callable[[], None], pause: float) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def measure(shapes: list[tuple[ConvShape, int]], batch: int, repeats: int, pause: float) -> list[dict]:
+def measure(shapes: list[tuple[ConvShape, int]], batch: int, repeats: int,
+            pause: float) -> list[dict]:
     rows = []
     for s, uses in shapes:
         steps = {"ours": ours(s, batch)}
@@ -150,7 +151,8 @@ def measure(shapes: list[tuple[ConvShape, int]], batch: int, repeats: int, pause
         for _ in range(repeats):
             for name, step in steps.items():
                 times[name].append(_time_ms(step, pause))
-        row = {"shape": s, "uses": uses, **{name: statistics.median(t) for name, t in times.items()}}
+        row = {"shape": s, "uses": uses,
+               **{name: statistics.median(t) for name, t in times.items()}}
         rows.append(row)
         print(f"  {s.label():<24} " + "  ".join(f"{n} {row[n]:8.2f} ms" for n in steps), flush=True)
     return rows
@@ -175,19 +177,25 @@ def stem_peak_memory_mib(batch: int) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--repeats", type=int, default=7, help="timed runs per shape and framework (median)")
-    parser.add_argument("--pause", type=float, default=0.2, help="seconds of rest before each timed run")
-    parser.add_argument("--memory-batch", type=int, default=32, help="batch of the stem peak-memory run (0: skip)")
+    parser.add_argument("--repeats", type=int, default=7,
+                        help="timed runs per shape and framework (median)")
+    parser.add_argument("--pause", type=float, default=0.2,
+                        help="seconds of rest before each timed run")
+    parser.add_argument("--memory-batch", type=int, default=32,
+                        help="batch of the stem peak-memory run (0: skip)")
     args = parser.parse_args()
 
     if args.memory_batch:  # first, while the process's max RSS is still low
         traced, rss = stem_peak_memory_mib(args.memory_batch)
-        memory = (f"peak memory, stem 7x7/2 3->64 forward + grad at batch {args.memory_batch}: {traced:.0f} MiB "
+        memory = (f"peak memory, stem 7x7/2 3->64 forward + grad at batch {args.memory_batch}: "
+                  f"{traced:.0f} MiB "
                   f"allocated above its inputs (tracemalloc), max RSS grew {rss:.0f} MiB")
         print(memory)
     shapes = distinct(resnet50_convs())
-    print(f"conv2d + conv2d_grad, float32, batch {args.batch}, {len(shapes)} distinct ResNet-50 shapes, "
-          f"median of {args.repeats}; peer: {'torch ' + torch.__version__ if torch else 'not installed'}")
+    print(f"conv2d + conv2d_grad, float32, batch {args.batch}, {len(shapes)} distinct ResNet-50 "
+          "shapes, "
+          f"median of {args.repeats}; peer: "
+          f"{'torch ' + torch.__version__ if torch else 'not installed'}")
     rows = measure(shapes, args.batch, args.repeats, args.pause)
     table = []
     for r in rows:
@@ -195,10 +203,11 @@ def main() -> None:
         gflops = 3 * s.flops(args.batch) / (r["ours"] / 1e3) / 1e9
         peer_cols = [r["torch"], r["ours"] / r["torch"]] if torch else ["-", "-"]
         table.append([s.label(), r["uses"], r["ours"], *peer_cols, gflops])
-    print(tabulate(table, headers=["shape", "uses", "ours ms", "PyTorch ms", "ratio", "our GFLOP/s"],
-                   floatfmt=".2f"))
+    print(tabulate(table, headers=["shape", "uses", "ours ms", "PyTorch ms", "ratio",
+                                   "our GFLOP/s"], floatfmt=".2f"))
     total = sum(r["ours"] * r["uses"] for r in rows)
-    print(f"ours, all {sum(r['uses'] for r in rows)} convs of one ResNet-50 step at batch {args.batch}: {total:.0f} ms")
+    print(f"ours, all {sum(r['uses'] for r in rows)} convs of one ResNet-50 step at batch "
+          f"{args.batch}: {total:.0f} ms")
     if torch:
         ratios = [r["ours"] / r["torch"] for r in rows]
         geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))

@@ -237,7 +237,7 @@ def device_name(place: Place) -> str:
 
 
 def pci_bus_id(place: Place) -> str | None:
-    """The PCI bus id of a CUDA place's device (how NVML finds the same GPU), ``None`` for the CPU."""
+    """The PCI bus id of a CUDA place's device (NVML finds the GPU by it); ``None`` for the CPU."""
     if not place.is_gpu:
         return None
     cp, device = _cupy_for(place)

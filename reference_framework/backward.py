@@ -52,7 +52,8 @@ def append_backward(loss: Variable, parameter_list: Sequence[str | Variable] | N
     """
     block = loss.block
     if loss.shape is not None and any(d != 1 for d in loss.shape):
-        raise ValueError(f"append_backward: the loss must have shape [1], {loss.name!r} has {list(loss.shape)}")
+        raise ValueError(f"append_backward: the loss must have shape [1], {loss.name!r} has "
+                         f"{list(loss.shape)}")
     if block.has_var(grad_var_name(loss.name)):
         raise ValueError(f"append_backward: {grad_var_name(loss.name)!r} exists already; "
                          f"the backward of {loss.name!r} was appended before")
@@ -114,7 +115,8 @@ def _plan(block: Block, forward: list[Operator], differentiable: set[str],
             continue
         opdef = get_op_def(op.type)
         if opdef.grad is None:
-            raise OpError(f"append_backward: op {op.type} (outputs {op.outputs}) has no gradient, but lies "
+            raise OpError(f"append_backward: op {op.type} (outputs {op.outputs}) has no gradient, "
+                          "but lies "
                           f"between {wanted} and the loss {loss!r}; mark its inputs stop_gradient")
         for spec in opdef.grad(op):
             g = _GradOp(spec.type, {k: list(v) for k, v in spec.inputs.items()},
@@ -123,7 +125,8 @@ def _plan(block: Block, forward: list[Operator], differentiable: set[str],
                 continue  # every gradient it would compute is unwanted
             planned.extend(_zero_missing(g, op, have_grad))
             planned.append(g)
-            have_grad.update(b for names in g.outputs.values() for n in names if (b := _grad_base(n)))
+            have_grad.update(b for names in g.outputs.values()
+                             for n in names if (b := _grad_base(n)))
     return planned, have_grad
 
 
@@ -139,7 +142,8 @@ def _prune_outputs(block: Block, g: _GradOp, differentiable: set[str]) -> bool:
         elif any(useful):
             # A list slot must stay aligned with its inputs: the unwanted
             # gradients go to throwaway variables instead.
-            kept[slot] = [n if ok else _discard(block, n) for n, ok in zip(names, useful, strict=True)]
+            kept[slot] = [n if ok else _discard(block, n)
+                          for n, ok in zip(names, useful, strict=True)]
     g.outputs = kept
     return any(kept.values())
 

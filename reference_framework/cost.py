@@ -30,7 +30,8 @@ def op_shapes(op: Operator, batch_size: int) -> dict[str, list[tuple[int, ...]]]
     shapes = {}
     for slot, names in op.inputs.items():
         dims = [op.block.var(n).shape for n in names]
-        shapes[slot] = [tuple(batch_size if d == -1 else d for d in s) for s in dims if s is not None]
+        shapes[slot] = [tuple(batch_size if d == -1 else d for d in s)
+                        for s in dims if s is not None]
         if len(shapes[slot]) < len(dims):
             return None
     return shapes

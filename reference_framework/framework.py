@@ -67,7 +67,8 @@ class Variable:
     __slots__ = ("block", "name", "shape", "dtype", "persistable", "stop_gradient")
 
     def __init__(self, block: Block, name: str, shape: Sequence[int] | None = None,
-                 dtype: Any = "float32", persistable: bool = False, stop_gradient: bool = False) -> None:
+                 dtype: Any = "float32", persistable: bool = False,
+                 stop_gradient: bool = False) -> None:
         self.block = block
         self.name = name
         self.shape = tuple(int(d) for d in shape) if shape is not None else None
@@ -94,8 +95,10 @@ class Variable:
 
     def __repr__(self) -> str:
         kind = type(self).__name__
-        flags = "".join([", persistable" if self.persistable else "", ", stop_gradient" if self.stop_gradient else ""])
-        return f"{kind}({self.name!r}, shape={list(self.shape) if self.shape is not None else None}, dtype={self.dtype}{flags})"
+        flags = "".join([", persistable" if self.persistable else "",
+                         ", stop_gradient" if self.stop_gradient else ""])
+        shape = list(self.shape) if self.shape is not None else None
+        return f"{kind}({self.name!r}, shape={shape}, dtype={self.dtype}{flags})"
 
 
 class Parameter(Variable):
@@ -139,7 +142,8 @@ class Operator:
     __slots__ = ("block", "type", "inputs", "outputs", "attrs")
 
     def __init__(self, block: Block, type: str, inputs: Mapping[str, Any] | None = None,
-                 outputs: Mapping[str, Any] | None = None, attrs: Mapping[str, Any] | None = None) -> None:
+                 outputs: Mapping[str, Any] | None = None,
+                 attrs: Mapping[str, Any] | None = None) -> None:
         opdef = get_op_def(type)
         self.block = block
         self.type = type
@@ -211,8 +215,9 @@ class Block:
     def parent(self) -> Block | None:
         return self.program.blocks[self.parent_idx] if self.parent_idx >= 0 else None
 
-    def create_var(self, name: str | None = None, shape: Sequence[int] | None = None, dtype: Any = "float32",
-                   persistable: bool = False, stop_gradient: bool = False) -> Variable:
+    def create_var(self, name: str | None = None, shape: Sequence[int] | None = None,
+                   dtype: Any = "float32", persistable: bool = False,
+                   stop_gradient: bool = False) -> Variable:
         """Create variable ``name`` here (a unique ``tmp_N`` name when not given);
         asking again for an existing name returns that variable."""
         name = name or unique_name("tmp")
@@ -256,15 +261,18 @@ class Block:
         return [v for v in self.vars.values() if isinstance(v, Parameter)]
 
     def append_op(self, type: str, inputs: Mapping[str, Any] | None = None,
-                  outputs: Mapping[str, Any] | None = None, attrs: Mapping[str, Any] | None = None) -> Operator:
+                  outputs: Mapping[str, Any] | None = None,
+                  attrs: Mapping[str, Any] | None = None) -> Operator:
         return self.insert_op(len(self.ops), type, inputs, outputs, attrs)
 
     def prepend_op(self, type: str, inputs: Mapping[str, Any] | None = None,
-                   outputs: Mapping[str, Any] | None = None, attrs: Mapping[str, Any] | None = None) -> Operator:
+                   outputs: Mapping[str, Any] | None = None,
+                   attrs: Mapping[str, Any] | None = None) -> Operator:
         return self.insert_op(0, type, inputs, outputs, attrs)
 
     def insert_op(self, index: int, type: str, inputs: Mapping[str, Any] | None = None,
-                  outputs: Mapping[str, Any] | None = None, attrs: Mapping[str, Any] | None = None) -> Operator:
+                  outputs: Mapping[str, Any] | None = None,
+                  attrs: Mapping[str, Any] | None = None) -> Operator:
         op = Operator(self, type, inputs, outputs, attrs)
         self.ops.insert(index, op)
         self.program._changed()
@@ -362,9 +370,11 @@ def program_guard(main_program: Program, startup_program: Program | None = None)
     """Make ``main_program`` (and ``startup_program``) the defaults inside the block."""
     global _main_program, _startup_program
     if not isinstance(main_program, Program):
-        raise TypeError(f"program_guard: main_program must be a Program, given {type(main_program).__name__}")
+        raise TypeError("program_guard: main_program must be a Program, given "
+                        f"{type(main_program).__name__}")
     if startup_program is not None and not isinstance(startup_program, Program):
-        raise TypeError(f"program_guard: startup_program must be a Program, given {type(startup_program).__name__}")
+        raise TypeError("program_guard: startup_program must be a Program, given "
+                        f"{type(startup_program).__name__}")
     outer = _main_program, _startup_program
     _main_program = main_program
     if startup_program is not None:

@@ -151,7 +151,8 @@ class OpDef:
             self.check_attrs(attrs)
         return attrs
 
-    def check_slots(self, kind: str, declared: Mapping[str, Slot], given: Mapping[str, Sequence[Any]]) -> None:
+    def check_slots(self, kind: str, declared: Mapping[str, Slot],
+                    given: Mapping[str, Sequence[Any]]) -> None:
         """Check the slots of one side (inputs or outputs) of a description."""
         for name in given:
             if name not in declared:
@@ -168,7 +169,8 @@ class OpDef:
                 )
             if len(args) > 1 and not slot.duplicable:
                 raise OpError(
-                    f"{self.type}: {kind} slot {slot.name!r} takes one variable, given {len(args)}: {list(args)}"
+                    f"{self.type}: {kind} slot {slot.name!r} takes one variable, given "
+                    f"{len(args)}: {list(args)}"
                 )
 
 
@@ -258,7 +260,8 @@ def make_grad(
         ins.update({s: list(op.outputs[s]) for s in outputs if op.outputs.get(s)})
         for s in grads_of:
             ins[grad_var_name(s)] = [grad_var_name(n) for n in op.outputs[s]]
-        outs = {grad_var_name(s): [grad_var_name(n) for n in op.inputs[s]] for s in grads_for if op.inputs.get(s)}
+        outs = {grad_var_name(s): [grad_var_name(n) for n in op.inputs[s]]
+                for s in grads_for if op.inputs.get(s)}
         return [OpSpec(grad_type, ins, outs, dict(op.attrs))]
 
     return maker
@@ -300,8 +303,9 @@ class RuntimeOp:
 
     __slots__ = ("type", "opdef", "inputs", "outputs", "attrs", "ctx", "_in_items", "_out_items")
 
-    def __init__(self, op_type: str, inputs: Mapping[str, list[str]], outputs: Mapping[str, list[str]],
-                 attrs: Mapping[str, Any], place: Place, xp: Any) -> None:
+    def __init__(self, op_type: str, inputs: Mapping[str, list[str]],
+                 outputs: Mapping[str, list[str]], attrs: Mapping[str, Any], place: Place,
+                 xp: Any) -> None:
         opdef = get_op_def(op_type)
         self.type = op_type
         self.opdef = opdef
@@ -312,7 +316,8 @@ class RuntimeOp:
         self.ctx = KernelContext(place, xp, op_type, wanted, self.outputs)
         slots = opdef.input_slots
         self._in_items = [(k, v, slots[k].duplicable) for k, v in self.inputs.items() if k in slots]
-        self._out_items = [(k, v, opdef.output_slots[k].duplicable) for k, v in self.outputs.items() if v]
+        self._out_items = [(k, v, opdef.output_slots[k].duplicable) for k, v in self.outputs.items()
+                           if v]
 
     def run(self, scope: Any) -> None:
         """Read the inputs from ``scope``, run the kernel, write the outputs."""
@@ -396,7 +401,8 @@ def _run_op(opdef: OpDef, op_type: str, inputs: Mapping[str, Any], attrs: Mappin
             ins[slot.name] = None
         elif slot.duplicable:
             if not isinstance(value, (list, tuple)):
-                raise OpError(f"{op_type}: input slot {slot.name!r} is duplicable and takes a list of arrays, "
+                raise OpError(f"{op_type}: input slot {slot.name!r} is duplicable and takes a list "
+                              "of arrays, "
                               f"given {type(value).__name__}")
             ins[slot.name] = [to_place(v, place) for v in value]
         else:

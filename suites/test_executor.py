@@ -42,7 +42,8 @@ def test_local_scope_create_delete(built: TrainingProgram, opperf_benchmark: Any
         scope.delete_scope(create_local_scope(block, scope))
 
     create_delete()
-    assert scope.kids() == [] and len(scope.local_var_names()) == sum(v.persistable for v in block.vars.values())
+    assert scope.kids() == [] and len(scope.local_var_names()) == sum(v.persistable
+                                                                      for v in block.vars.values())
     describe(opperf_benchmark, "local_scope_create_delete", built)
     opperf_benchmark(create_delete)
 

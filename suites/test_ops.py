@@ -42,7 +42,8 @@ def step_scope(workload: tuple[str, BenchmarkConfig], place: Any) -> Scope:
     scope = Scope()
     exe = Executor(place, reuse_local_scope=True)
     exe.run(built.startup, scope=scope)
-    exe.run(built.main, feed={"data": images, "label": labels}, fetch_list=[built.avg_cost], scope=scope)
+    exe.run(built.main, feed={"data": images, "label": labels}, fetch_list=[built.avg_cost],
+            scope=scope)
     (local,) = [kid for kid in scope.kids() if kid.find_local_var(built.avg_cost.name) is not None]
     return local
 
@@ -61,7 +62,8 @@ def test_op(case: OpCase, step_scope: Scope, workload: tuple[str, BenchmarkConfi
     opdef = get_op_def(op.type)
     ins = {slot: [_value(step_scope, n) for n in names] if opdef.input_slots[slot].duplicable
            else _value(step_scope, names[0]) for slot, names in op.inputs.items() if names}
-    ctx = KernelContext(place, array_module(place), op.type, frozenset(k for k, v in op.outputs.items() if v))
+    ctx = KernelContext(place, array_module(place), op.type,
+                        frozenset(k for k, v in op.outputs.items() if v))
 
     outs = opdef.kernel(ins, op.attrs, ctx)
     for slot, names in op.outputs.items():
@@ -76,7 +78,8 @@ def test_op(case: OpCase, step_scope: Scope, workload: tuple[str, BenchmarkConfi
 
     work = op_work(op, config.batch_size)
     opperf_benchmark.describe(stat=op.type, kind="op",
-                              config={"op": op.type, "inputs": {k: [list(s) for s in v] for k, v in case.shapes.items()},
-                                      "attrs": op.attrs},
-                              flops=work.flops if work else None, bytes=work.bytes if work else None)
+                              config={"op": op.type, "inputs": {k: [list(s) for s in v]
+                                                                for k, v in case.shapes.items()},
+                                      "attrs": op.attrs}, flops=work.flops if work else None,
+                              bytes=work.bytes if work else None)
     opperf_benchmark(opdef.kernel, ins, op.attrs, ctx)

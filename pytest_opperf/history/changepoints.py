@@ -1,14 +1,12 @@
 """Change points of a series: where a metric stepped, and by how much (pure, numpy).
 
-The method is a penalised step fit: the series (per-commit medians, in time
-order) is fitted by a piecewise-constant function, a step kept only when it
-lowers the squared error by more than a penalty. The steps are found by
-binary segmentation (Scott and Knott 1974; the ``Binseg`` of the
-``ruptures`` library, and asv's step detection is a penalised fit of the
-same kind): split where the error drops most, then split each side, while
-a split pays for its penalty. It costs a few numpy passes per step, so a
-dashboard of a thousand commits and hundreds of metrics stays quick.
-Choices for timing data:
+The method is a penalised step fit: the series (per-commit medians, in time order) is fitted by a
+piecewise-constant function, a step kept only when it lowers the squared error by more than a
+penalty. The steps are found by binary segmentation (Scott and Knott 1974; the ``Binseg`` of the
+``ruptures`` library, and asv's step detection is a penalised fit of the same kind): split where the
+error drops most, then split each side, while a split pays for its penalty. It costs a few numpy
+passes per step, so a dashboard of a thousand commits and hundreds of metrics stays quick. Choices
+for timing data:
 
 * The fit is on ``log(value)`` when every value is positive, so a step is a
   ratio (a 10 % slowdown weighs the same at 0.1 ms and at 100 ms), else on
@@ -76,9 +74,8 @@ def _noise(x: np.ndarray, min_sigma: float) -> float:
 
 
 def _clip(x: np.ndarray, sigma: float, width: int = 5, k: float = 3.0) -> np.ndarray:
-    """Each point held within ``k`` sigma of the running median of its neighbours: an
-    outlier's pull on the squared error is bounded, a step (which moves the running
-    median with it) is kept."""
+    """Each point held within ``k`` sigma of the running median of its neighbours: an outlier's pull
+    on the squared error is bounded, a step (which moves the running median with it) is kept."""
     half = width // 2
     padded = np.pad(x, half, mode="edge")
     windows = np.lib.stride_tricks.sliding_window_view(padded, width)
@@ -128,10 +125,12 @@ def _refine(x: np.ndarray, steps: list[int], min_size: int) -> list[int]:
     return out
 
 
-def segments(values: Sequence[float] | np.ndarray, steps: Sequence[int]) -> list[tuple[int, int, float]]:
+def segments(values: Sequence[float] | np.ndarray,
+             steps: Sequence[int]) -> list[tuple[int, int, float]]:
     """(start, stop, median) of each segment between the steps."""
     bounds = [0, *steps, len(values)]
-    return [(a, b, float(np.median(np.asarray(values[a:b], dtype=float)))) for a, b in itertools.pairwise(bounds)]
+    return [(a, b, float(np.median(np.asarray(values[a:b], dtype=float))))
+            for a, b in itertools.pairwise(bounds)]
 
 
 def detect(values: Sequence[float], min_size: int = 3, min_change: float = MIN_CHANGE,
@@ -146,7 +145,8 @@ def detect(values: Sequence[float], min_size: int = 3, min_change: float = MIN_C
     steps = _refine(x, steps, min_size)
     while True:  # drop the smallest step below min_change, merge its segments, repeat
         segs = segments(y, steps)
-        changes = [abs(b[2] / a[2] - 1.0) if a[2] else math.inf for a, b in itertools.pairwise(segs)]
+        changes = [abs(b[2] / a[2] - 1.0) if a[2] else math.inf
+                   for a, b in itertools.pairwise(segs)]
         small = [i for i, c in enumerate(changes) if c < min_change]
         if not small:
             break
