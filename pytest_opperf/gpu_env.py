@@ -151,8 +151,8 @@ def throttling(start: Mapping[str, Any] | None, end: Mapping[str, Any] | None) -
     a, b = start.get("sm_clock_mhz"), end.get("sm_clock_mhz")
     idle = "gpu_idle" in (start.get("clock_reasons") or [])
     if isinstance(a, int) and isinstance(b, int) and not idle and b < 0.9 * a:
-        warnings.append(f"the GPU's SM clock fell from {a} MHz at the start of the session to {b} "
-                        "MHz at the end")
+        warnings.append(f"the GPU's SM clock fell from {a} MHz at the start of the session "
+                        f"to {b} MHz at the end")
     return warnings
 
 

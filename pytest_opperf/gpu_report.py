@@ -46,8 +46,8 @@ def device_host_lines(run: Any, limit: int = 15) -> list[str]:
                      tablefmt="plain", disable_numparse=True,
                      colalign=("left", "right", "right", "right", "left"))
     head = (f"device span vs host enqueue per call (ms): {launch} of {len(stats)} kernel stats "
-            "launch-bound "
-            f"(span <= host time + {LAUNCH_MARGIN:.0%}: the span measures the launches)")
+            f"launch-bound (span <= host time + {LAUNCH_MARGIN:.0%}: "
+            "the span measures the launches)")
     more = [f"... {len(stats) - limit} more"] if len(stats) > limit else []
     return [head, *table.splitlines(), *more]
 
@@ -74,8 +74,8 @@ def steady_lines(run: Any) -> list[str]:
     steady = steady_examples_per_sec(run)
     parts = []
     if steady is not None:
-        parts.append(f"steady state: {steady:.5f} examples/sec over the {len(run.step_ms) - 1} "
-                     "steps after warm-up")
+        parts.append(f"steady state: {steady:.5f} examples/sec over the "
+                     f"{len(run.step_ms) - 1} steps after warm-up")
     compiled = compile_ms(run)
     if compiled:
         parts.append(f"kernel compiles {compiled:.1f} ms ({COMPILE_STAT}, one-time work)")

@@ -16,12 +16,8 @@ if TYPE_CHECKING:
     from pytest_opperf.device import DeviceInfo
     from pytest_opperf.results import ResultSet
 
-__all__ = [
-    "OpPerfBaselineWarning",
-    "OpPerfBenchmarkWarning",
-    "OpPerfStepCountWarning",
-    "OpPerfWarning",
-]
+__all__ = ["OpPerfBaselineWarning", "OpPerfBenchmarkWarning", "OpPerfStepCountWarning",
+           "OpPerfWarning"]
 
 hookspec = pluggy.HookspecMarker("pytest")
 

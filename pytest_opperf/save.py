@@ -41,14 +41,12 @@ def baseline_to_save(results: ResultSet, target: Path, partial: list[str]) -> Sa
     why = f"partial session ({'; '.join(partial)})"
     if not os.path.lexists(target):
         return Saved(results, f"{why}: saved the {len(results.runs)} measured run(s); there was no "
-                              "baseline "
-                              f"at {target} to keep other runs from")
+                              f"baseline at {target} to keep other runs from")
     try:
         existing = read_results(target)
     except ResultsError as exc:
         raise SaveRefused(f"not saved: {why}, and the existing baseline cannot be read to keep the "
-                          "runs this "
-                          f"session did not measure: {exc}") from None
+                          f"runs this session did not measure: {exc}") from None
     for key in ("device_class", "workload"):
         was, now = existing.session.get(key), results.session.get(key)
         if was is not None and now is not None and was != now:
@@ -57,10 +55,8 @@ def baseline_to_save(results: ResultSet, target: Path, partial: list[str]) -> Sa
     measured = {r.id: r for r in results.runs}
     kept = [r for r in existing.runs if r.id not in measured]
     old_ids = {r.id for r in existing.runs}
-    runs = [measured.get(r.id, r) for r in existing.runs] + [r
-                                                             for r in results.runs
-                                                             if r.id not in old_ids]
+    runs = [measured.get(r.id, r) for r in existing.runs]
+    runs += [r for r in results.runs if r.id not in old_ids]
     note = (f"{why}: saved {len(results.runs)} measured run(s) and kept {len(kept)} run(s) of the "
-            "existing "
-            f"baseline {target} that this session did not measure")
+            f"existing baseline {target} that this session did not measure")
     return Saved(replace(results, runs=runs), note)

@@ -8,21 +8,18 @@ error drops most, then split each side, while a split pays for its penalty. It c
 passes per step, so a dashboard of a thousand commits and hundreds of metrics stays quick. Choices
 for timing data:
 
-* The fit is on ``log(value)`` when every value is positive, so a step is a
-  ratio (a 10 % slowdown weighs the same at 0.1 ms and at 100 ms), else on
-  the values scaled by their median magnitude.
-* The penalty is ``PENALTY_BETA * sigma**2 * log(n)`` (a BIC-like penalty),
-  with ``sigma`` the noise estimated robustly from the median absolute
-  difference of neighbours, so that one outlier does not inflate it, and
-  never below ``min_sigma`` (timers do not resolve better than that: a
-  perfectly flat series must not turn every 0.1 % wiggle into a step).
-* Outliers are held within 3 sigma of a running median before the fit, so
-  that one bad commit does not pull a step onto itself; each step is then
-  placed where it fits the unclipped data best.
-* Segments have at least ``min_size`` points: a single outlying commit is
-  not a step; a real step is reported once ``min_size`` commits show it.
-* Steps smaller than ``min_change`` (relative) are dropped afterwards, and
-  the neighbouring segments merged.
+* The fit is on ``log(value)`` when every value is positive, so a step is a ratio (a 10 % slowdown
+  weighs the same at 0.1 ms and at 100 ms), else on the values scaled by their median magnitude.
+* The penalty is ``PENALTY_BETA * sigma**2 * log(n)`` (a BIC-like penalty), with ``sigma`` the noise
+  estimated robustly from the median absolute difference of neighbours, so that one outlier does not
+  inflate it, and never below ``min_sigma`` (timers do not resolve better than that: a perfectly
+  flat series must not turn every 0.1 % wiggle into a step).
+* Outliers are held within 3 sigma of a running median before the fit, so that one bad commit does
+  not pull a step onto itself; each step is then placed where it fits the unclipped data best.
+* Segments have at least ``min_size`` points: a single outlying commit is not a step; a real step is
+  reported once ``min_size`` commits show it.
+* Steps smaller than ``min_change`` (relative) are dropped afterwards, and the neighbouring segments
+  merged.
 """
 
 from __future__ import annotations

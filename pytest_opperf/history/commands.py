@@ -1,9 +1,9 @@
 """``python -m pytest_opperf history|dashboard``: load results into a history, look at it.
 
-* ``history import FILE.json... --into SOURCE``: store results files and
-  baselines (each once: a file already stored is skipped and said so).
-* ``history SOURCE [--run GLOB] [--stat NAME] [--last N]``: sessions, trend
-  tables over the last N commits and change points.
+* ``history import FILE.json... --into SOURCE``: store results files and baselines (each once: a
+  file already stored is skipped and said so).
+* ``history SOURCE [--run GLOB] [--stat NAME] [--last N]``: sessions, trend tables over the last N
+  commits and change points.
 * ``dashboard SOURCE --out DIR [--last N]``: ``DIR/index.html``.
 """
 
@@ -35,10 +35,9 @@ def _positive(value: str) -> int:
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
     history = commands.add_parser(
-        "history", help="sessions, trends and change points of a history (or: history import "
-                        "FILE...)",
-        usage="%(prog)s SOURCE [--run GLOB] [--stat NAME] [--last N]\n       %(prog)s import "
-              "FILE.json... --into SOURCE")
+        "history", help="sessions, trends, change points of a history (or: history import FILE...)",
+        usage="%(prog)s SOURCE [--run GLOB] [--stat NAME] [--last N]\n"
+              "       %(prog)s import FILE.json... --into SOURCE")
     history.add_argument("source", metavar="SOURCE",
                          help="a SQLite file or a postgresql:// URL; or 'import'")
     history.add_argument("files", metavar="FILE.json", nargs="*",
@@ -46,9 +45,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     history.add_argument("--into", metavar="SOURCE",
                          help="with import: the history to store them in")
     history.add_argument("--run", metavar="GLOB", help="only runs whose id matches (default: all)")
-    history.add_argument("--stat", metavar="NAME", help="only these stats (a glob; also "
-                                                        "examples_per_sec, "
-                         "python_share; default: the run metrics and each e2e run's top 10 stats)")
+    history.add_argument("--stat", metavar="NAME",
+                         help="only these stats (a glob; also examples_per_sec, python_share; "
+                         "default: the run metrics and each e2e run's top 10 stats)")
     history.add_argument("--last", metavar="N", type=_positive, default=10,
                          help="commits shown in the trend tables (default: 10)")
     dashboard = commands.add_parser("dashboard", help="write a static dashboard DIR/index.html")

@@ -59,9 +59,9 @@ def _trace_data(group: Group, s: Series) -> dict[str, Any]:
 
 
 def _add_series(go: Any, fig: Any, data: dict[str, Any], name: str) -> None:
+    hover = "%{x} %{text}<br>%{y:.4g}<extra>" + html.escape(name) + "</extra>"
     fig.add_trace(go.Scatter(x=data["x"], y=data["y"], text=data["text"], name=name,
-                             mode="lines+markers", hovertemplate="%{x} %{text}<br>%{y:.4g}<extra>"
-                             + html.escape(name) + "</extra>"))
+                             mode="lines+markers", hovertemplate=hover))
     if data["cp_x"]:
         fig.add_trace(go.Scatter(x=data["cp_x"], y=data["cp_y"], text=data["cp_text"],
                                  mode="markers", name=f"{name}: change points",
@@ -88,23 +88,24 @@ def _e2e_runs(group: Group) -> list[str]:
     return sorted({s.run for s in group.series if s.kind == "e2e"})
 
 
-def _shares(go: Any, group: Group, latest_runs: dict[str,
-                                                     tuple[float, float, float,
-                                                           list[tuple[str, float]]]]) -> Any:
+# run -> (wall ms, Python share, framework share, [(kernel stat, ms)]) of the latest session
+_Shares = dict[str, tuple[float, float, float, list[tuple[str, float]]]]
+
+
+def _shares(go: Any, group: Group, latest_runs: _Shares) -> Any:
     fig = go.Figure()
     for run, (wall_ms, python, framework, ops) in sorted(latest_runs.items()):
         top = sorted(ops, key=lambda kv: -kv[1])[:TOP_SHARES]
         rest = sum(v for _, v in ops) - sum(v for _, v in top)
-        names = [n for n, _ in top] + (["other kernels"] if rest > 0
-                                       else []) + ["framework overhead", "Python"]
-        values = [v / wall_ms for _, v in top] + ([rest / wall_ms] if rest > 0
-                                                  else []) + [framework, python]
+        if rest > 0:
+            top.append(("other kernels", rest))
+        names = [n for n, _ in top] + ["framework overhead", "Python"]
+        values = [v / wall_ms for _, v in top] + [framework, python]
         fig.add_trace(go.Bar(y=names, x=values, name=run, orientation="h",
                              hovertemplate="%{y}: %{x:.2%}<extra>" + html.escape(run) + "</extra>"))
     fig.update_layout(title="latest session: shares of wall time", barmode="group",
-                      template="plotly_white", height=max(380,
-                                                          26 * (TOP_SHARES
-                                                                + 3) * max(1, len(latest_runs))),
+                      template="plotly_white",
+                      height=max(380, 26 * (TOP_SHARES + 3) * max(1, len(latest_runs))),
                       margin={"l": 200, "r": 20, "t": 50, "b": 40}, xaxis={"tickformat": ".0%"},
                       yaxis={"autorange": "reversed"}, legend={"orientation": "h", "y": -0.08})
     return fig
@@ -117,9 +118,9 @@ def _group_html(gi: int, group: Group, latest: dict[str, Any], go: Any, pio: Any
     runs = _e2e_runs(group)
     by_key = {(s.run, s.metric): s for s in group.series}
     if runs:
-        for metric, title, ytitle, fmt in (("examples_per_sec", "examples/sec", "examples/sec",
-                                            None), ("python_share", "Python share of wall time",
-                                                    "share", ".1%")):
+        for metric, title, ytitle, fmt in (
+                ("examples_per_sec", "examples/sec", "examples/sec", None),
+                ("python_share", "Python share of wall time", "share", ".1%")):
             fig = _figure(go, title, ytitle, fmt)
             for run in runs:
                 if (run, metric) in by_key:

@@ -32,23 +32,9 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from ..results import ResultSet, RunResult, StatResult
 from ..stats import median
 
-__all__ = [
-    "EXTRA_HINT",
-    "MIGRATIONS",
-    "SAMPLES_KEPT",
-    "History",
-    "HistoryError",
-    "MissingExtra",
-    "Store",
-    "StoredRun",
-    "StoredSession",
-    "StoredStat",
-    "check_target",
-    "commit_time",
-    "is_url",
-    "redact",
-    "step_value",
-]
+__all__ = ["EXTRA_HINT", "MIGRATIONS", "SAMPLES_KEPT", "History", "HistoryError", "MissingExtra",
+           "Store", "StoredRun", "StoredSession", "StoredStat", "check_target", "commit_time",
+           "is_url", "redact", "step_value"]
 
 SAMPLES_KEPT = 16  # per stat: enough to see a distribution, small for 1,000 sessions of 170 runs
 EXTRA_HINT = "pip install 'pytest-opperf[history]'"
@@ -60,56 +46,26 @@ _LOCK_KEY = 0x6F70706572660001  # pg_advisory_xact_lock key of the schema migrat
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
         """CREATE TABLE opperf_sessions (
-            id {id},
-            fingerprint TEXT NOT NULL UNIQUE,
-            created TEXT NOT NULL,
-            stored TEXT NOT NULL,
-            source TEXT NOT NULL,
-            commit_sha TEXT,
-            branch TEXT,
-            dirty INTEGER,
-            commit_time TEXT,
-            device TEXT,
-            device_class TEXT NOT NULL,
-            workload TEXT NOT NULL,
-            timing TEXT,
-            machine TEXT NOT NULL,
-            gate_passed INTEGER,
-            gate TEXT,
-            compare TEXT)""",
+            id {id}, fingerprint TEXT NOT NULL UNIQUE,
+            created TEXT NOT NULL, stored TEXT NOT NULL, source TEXT NOT NULL,
+            commit_sha TEXT, branch TEXT, dirty INTEGER, commit_time TEXT,
+            device TEXT, device_class TEXT NOT NULL, workload TEXT NOT NULL, timing TEXT,
+            machine TEXT NOT NULL, gate_passed INTEGER, gate TEXT, compare TEXT)""",
         """CREATE TABLE opperf_runs (
             id {id},
             session_id BIGINT NOT NULL REFERENCES opperf_sessions (id) ON DELETE CASCADE,
-            run TEXT NOT NULL,
-            kind TEXT NOT NULL,
-            device TEXT,
-            timing TEXT,
-            wall_s {float} NOT NULL,
-            examples BIGINT NOT NULL,
-            batches BIGINT NOT NULL,
-            examples_per_sec {float} NOT NULL,
-            sec_per_batch {float} NOT NULL,
-            python_share {float} NOT NULL,
-            framework_share {float} NOT NULL,
-            kernel_share {float} NOT NULL,
-            executor_ms {float} NOT NULL,
-            kernel_ms {float} NOT NULL,
+            run TEXT NOT NULL, kind TEXT NOT NULL, device TEXT, timing TEXT,
+            wall_s {float} NOT NULL, examples BIGINT NOT NULL, batches BIGINT NOT NULL,
+            examples_per_sec {float} NOT NULL, sec_per_batch {float} NOT NULL,
+            python_share {float} NOT NULL, framework_share {float} NOT NULL,
+            kernel_share {float} NOT NULL, executor_ms {float} NOT NULL, kernel_ms {float} NOT NULL,
             UNIQUE (session_id, run))""",
         """CREATE TABLE opperf_stats (
             run_id BIGINT NOT NULL REFERENCES opperf_runs (id) ON DELETE CASCADE,
-            name TEXT NOT NULL,
-            parent TEXT,
-            kernel INTEGER NOT NULL,
-            clock TEXT NOT NULL,
-            count BIGINT NOT NULL,
-            total_ms {float} NOT NULL,
-            avg_ms {float} NOT NULL,
-            min_ms {float} NOT NULL,
-            max_ms {float} NOT NULL,
-            median_ms {float},
-            step_count BIGINT,
-            samples TEXT,
-            PRIMARY KEY (run_id, name))""",
+            name TEXT NOT NULL, parent TEXT, kernel INTEGER NOT NULL, clock TEXT NOT NULL,
+            count BIGINT NOT NULL, total_ms {float} NOT NULL, avg_ms {float} NOT NULL,
+            min_ms {float} NOT NULL, max_ms {float} NOT NULL, median_ms {float}, step_count BIGINT,
+            samples TEXT, PRIMARY KEY (run_id, name))""",
         "CREATE INDEX opperf_sessions_group ON opperf_sessions (device_class, workload)",
         "CREATE INDEX opperf_runs_session ON opperf_runs (session_id)",
     ),
@@ -419,11 +375,11 @@ class Store:
         if self.dialect == "postgresql":
             # a catalog query under the statement's snapshot: to_regclass's cache may not yet see
             # a table that another writer created while this one waited for the advisory lock
-            return self._execute("SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = "
-                                 "current_schema() "
-                                 "AND tablename = 'opperf_schema'").fetchone() is not None
-        row = self._execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name = "
-                            "'opperf_schema'")
+            return self._execute(
+                "SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = current_schema() "
+                "AND tablename = 'opperf_schema'").fetchone() is not None
+        row = self._execute("SELECT name FROM sqlite_master "
+                            "WHERE type = 'table' AND name = 'opperf_schema'")
         return row.fetchone() is not None
 
     def _version(self) -> int:
@@ -530,8 +486,8 @@ class Store:
             runs = [StoredRun(int(r[0]), r[1], r[2], *(float(v) for v in r[3:8]))
                     for r in self._execute(
                         "SELECT session_id, run, kind, examples_per_sec, python_share, "
-                        "framework_share, "
-                        "kernel_share, wall_s FROM opperf_runs ORDER BY id").fetchall()
+                        "framework_share, kernel_share, wall_s FROM opperf_runs ORDER BY id"
+                    ).fetchall()
                     if keep_run is None or keep_run(r[1])]
             stats = [StoredStat(int(r[0]), r[1], r[2], r[3], bool(r[4]),
                                 None if r[5] is None else float(r[5]),

@@ -5,8 +5,8 @@ never on one line). Within a group, the points of a series are commits in time o
 one clean commit are one point (the median of their values); a session of a dirty tree, or without
 git, is a point of its own. Metrics, named as the gate names them:
 
-* e2e runs: ``examples_per_sec``, ``python_share``, and ``step_ms:<stat>``,
-  the stat's per-step median;
+* e2e runs: ``examples_per_sec``, ``python_share``, and ``step_ms:<stat>``, the stat's per-step
+  median;
 * per-op and overhead benchmarks: ``call_ms:<stat>``, the median per call.
 """
 
@@ -100,8 +100,8 @@ def build(history: History, last: int | None = None) -> list[Group]:
     for st in history.stats:
         kind = kinds.get((st.session_id, st.run))
         if kind is not None and st.value is not None:
-            values.setdefault((st.session_id, st.run), []).append((kind, metric_name(kind, st.name),
-                                                                   st.value))
+            item = (kind, metric_name(kind, st.name), st.value)
+            values.setdefault((st.session_id, st.run), []).append(item)
     by_session: dict[int, list[tuple[str, str, str, float]]] = {}
     for (sid, run), items in values.items():
         by_session.setdefault(sid, []).extend((run, k, m, v) for k, m, v in items)
@@ -124,8 +124,8 @@ def build(history: History, last: int | None = None) -> list[Group]:
         for i, commit in enumerate(commits):
             for sid in commit.sessions:
                 for run, kind, metric, value in by_session.get(sid, ()):
-                    gathered.setdefault((run, metric),
-                                        (kind, {}))[1].setdefault(i, []).append(value)
+                    by_commit = gathered.setdefault((run, metric), (kind, {}))[1]
+                    by_commit.setdefault(i, []).append(value)
         series = []
         for (run, metric), (kind, per_commit) in gathered.items():
             line = Series(run, kind, metric)
@@ -134,8 +134,7 @@ def build(history: History, last: int | None = None) -> list[Group]:
                 line.values.append(median(per_commit[i]))
             line.changes = detect(line.values)
             series.append(line)
-        series.sort(key=lambda s: (s.run, s.metric not in RUN_METRICS, -(s.latest or 0.0),
-                                   s.metric))
+        series.sort(key=lambda s: (s.run, s.metric not in RUN_METRICS, -(s.latest or 0), s.metric))
         group = Group(device_class, workload, sessions, commits, series)
         groups.append(_last(group, last) if last else group)
     return groups
@@ -209,8 +208,8 @@ def history_lines(label: str, groups: Sequence[Group], stat_glob: str | None = N
     """The history command's report: sessions, per group a trend table over the last
     ``columns`` commits (``*`` after a value: a change point there), and the change points."""
     total = sum(len(g.sessions) for g in groups)
-    lines = [f"history {label}: {total} session(s) in {len(groups)} group(s) (device class / "
-             "workload)"]
+    lines = [f"history {label}: {total} session(s) in {len(groups)} group(s) "
+             "(device class / workload)"]
     if not groups:
         return lines
     for g in groups:

@@ -8,18 +8,17 @@ mode costs 3.5-9 us; the same ops, counts, nesting, threads, module grouping and
 (``benchmarks/torch_profile_overhead.py``). ``"dispatch"``, the default on CUDA (the only one that
 reads CUDA events), is described below.
 
-The dispatch mechanism: a ``TorchDispatchMode``. Torch calls it for every operator that
-reaches the dispatcher's Python key, i.e. below autograd and after
-``CompositeImplicitAutograd`` decomposition: the ops that do the work
-(``aten::convolution``, ``aten::convolution_backward``, ``aten::addmm`` for a
-``Linear``, the optimizer's ``aten::add_``...). Each is timed around its call
-and filed in the window's :class:`pytest_opperf.timers.Table` under its
-schema name without the overload (``aten::add`` for ``aten::add.Tensor``).
-A composite op's parts show as their own stats (``nn.Linear`` as ``aten::t`` and ``aten::addmm``);
-what a kernel calls internally (``aten::convolution``'s call into its backend) is inside its time
-and never listed again, so nothing is counted twice. ``profile(nested=True)`` lists those calls
-too, each under the op that made it (``aten::convolution/aten::_convolution``). Ops nest under the
-regions the code opens with ``timers.timer``, as regions do.
+The dispatch mechanism: a ``TorchDispatchMode``. Torch calls it for every operator that reaches the
+dispatcher's Python key, i.e. below autograd and after ``CompositeImplicitAutograd`` decomposition:
+the ops that do the work (``aten::convolution``, ``aten::convolution_backward``, ``aten::addmm`` for
+a ``Linear``, the optimizer's ``aten::add_``...). Each is timed around its call and filed in the
+window's :class:`pytest_opperf.timers.Table` under its schema name without the overload
+(``aten::add`` for ``aten::add.Tensor``). A composite op's parts show as their own stats
+(``nn.Linear`` as ``aten::t`` and ``aten::addmm``); what a kernel calls internally
+(``aten::convolution``'s call into its backend) is inside its time and never listed again, so
+nothing is counted twice. ``profile(nested=True)`` lists those calls too, each under the op that
+made it (``aten::convolution/aten::_convolution``). Ops nest under the regions the code opens with
+``timers.timer``, as regions do.
 
 Threads: a dispatch mode belongs to the thread that entered it, and torch's autograd engine carries
 it to the threads it runs backward on (its device threads, and the pool it uses for deeply reentrant
@@ -240,12 +239,11 @@ def _keys(args: tuple, tensors: tuple[int, ...]) -> Any:
 class _NestedOpMode(_OpMode):
     """Also the ops each op calls through the dispatcher, filed under it.
 
-    The op is run with this mode pushed again, below the Python key (its backend kernel), so the
-    ops its kernel calls come back here as its children. An op already open on this thread (a
-    kernel redispatching to itself), an op without tensor arguments, and one given a number for a
-    tensor argument, runs as in the flat mode: its inside is not listed. Children are filed when
-    their top-level op ends, qualified by their parents' names
-    (``aten::convolution/aten::_convolution``).
+    The op is run with this mode pushed again, below the Python key (its backend kernel), so the ops
+    its kernel calls come back here as its children. An op already open on this thread (a kernel
+    redispatching to itself), an op without tensor arguments, and one given a number for a tensor
+    argument, runs as in the flat mode: its inside is not listed. Children are filed when their
+    top-level op ends, qualified by their parents' names (``aten::convolution/aten::_convolution``).
     """
 
     def __init__(self, table: timers.Table, events: _Events | None, sync: bool) -> None:
@@ -410,16 +408,14 @@ class _ModuleMode(_OpMode, ForwardHooks):
 def profile(by: str = "op", nested: bool = False, mechanism: str = "auto") -> Iterator[Profile]:
     """Time every aten op run inside as a kernel stat of the open recording.
 
-    Use it inside ``opperf.measure()`` (``with opperf.measure() as run,
-    profile(): ...``) or ``timers.recording()``. In a measured window the
-    run's executor time becomes the time inside top-level ops, and its report
-    says so. ``by="module"`` groups by ``nn.Module`` class instead of by op.
-    Where nothing records on this thread (``opperf.measure()`` without
-    ``--opperf``), it does nothing, as ``timers.timer`` does, and yields a
-    :class:`Profile` with ``table=None`` and ``timing="off"``. ``nested=True``
-    also lists what each op calls through the dispatcher, under it
-    (``aten::convolution/aten::_convolution/aten::mkldnn_convolution``); the
-    top-level ops and their times stay the same.
+    Use it inside ``opperf.measure()`` (``with opperf.measure() as run, profile(): ...``) or
+    ``timers.recording()``. In a measured window the run's executor time becomes the time inside
+    top-level ops, and its report says so. ``by="module"`` groups by ``nn.Module`` class instead of
+    by op. Where nothing records on this thread (``opperf.measure()`` without ``--opperf``), it does
+    nothing, as ``timers.timer`` does, and yields a :class:`Profile` with ``table=None`` and
+    ``timing="off"``. ``nested=True`` also lists what each op calls through the dispatcher, under it
+    (``aten::convolution/aten::_convolution/aten::mkldnn_convolution``); the top-level ops and their
+    times stay the same.
 
     ``mechanism``: ``"profiler"`` records with torch's own profiler and builds the stats after the
     window (:mod:`pytest_opperf.torch.recorded`; about 0.3 us per op); ``"dispatch"`` times each op
