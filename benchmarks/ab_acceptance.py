@@ -192,8 +192,7 @@ def main() -> None:
     parser.add_argument("--workload", default="small")
     parser.add_argument("--thresholds", default="ci/thresholds.toml",
                         help="thresholds file of the sessions, relative to the copy (its [compare] "
-                             "table: "
-                             "budget, min_slowdown)")
+                             "table: budget, min_slowdown)")
     parser.add_argument("pytest_args", nargs="*", default=["suites/"],
                         help="what the sessions run (default suites/: the main job)")
     opts = parser.parse_args()
@@ -203,8 +202,7 @@ def main() -> None:
         parser.error(f"unknown case(s) {', '.join(unknown)}; expected some of {', '.join(CASES)}")
     env_note = f"OPPERF_NUM_THREADS={os.environ.get('OPPERF_NUM_THREADS', '(default)')}"
     print(f"A/B acceptance: {opts.sessions} session(s) per case, workload {opts.workload}, "
-          f"{env_note}, "
-          f"{os.cpu_count()} CPUs, tests {' '.join(opts.pytest_args)}")
+          f"{env_note}, {os.cpu_count()} CPUs, tests {' '.join(opts.pytest_args)}")
     args = [f"--opperf-workload={opts.workload}", "--opperf-device=cpu",
             f"--opperf-thresholds={opts.thresholds}", *opts.pytest_args]
     summary = []

@@ -188,8 +188,8 @@ def main() -> None:
     if args.memory_batch:  # first, while the process's max RSS is still low
         traced, rss = stem_peak_memory_mib(args.memory_batch)
         memory = (f"peak memory, stem 7x7/2 3->64 forward + grad at batch {args.memory_batch}: "
-                  f"{traced:.0f} MiB "
-                  f"allocated above its inputs (tracemalloc), max RSS grew {rss:.0f} MiB")
+                  f"{traced:.0f} MiB allocated above its inputs (tracemalloc), max RSS grew "
+                  f"{rss:.0f} MiB")
         print(memory)
     shapes = distinct(resnet50_convs())
     print(f"conv2d + conv2d_grad, float32, batch {args.batch}, {len(shapes)} distinct ResNet-50 "

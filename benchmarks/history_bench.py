@@ -107,8 +107,8 @@ def main_() -> None:
 
     times = timed_appends(source, sessions[args.sessions:])
     print(f"append one session (SQLite, {args.sessions} stored): median "
-          f"{statistics.median(times) * 1e3:.0f} ms, "
-          f"max {max(times) * 1e3:.0f} ms over {len(times)}")
+          f"{statistics.median(times) * 1e3:.0f} ms, max {max(times) * 1e3:.0f} ms over "
+          f"{len(times)}")
     if args.postgres:
         times = timed_appends(args.postgres, sessions[:args.appends])
         print(f"append one session (PostgreSQL): median {statistics.median(times) * 1e3:.0f} ms, "
@@ -121,8 +121,8 @@ def main_() -> None:
     took = time.perf_counter() - t
     print(out.getvalue().strip())
     page = site / "index.html"
-    print(f"dashboard of {args.sessions + args.appends} sessions: {took:.1f} s (exit {code}), "
-          f"page {page.stat().st_size / 1e6:.2f} MB, database {os.path.getsize(source) / 1e6:.1f} "
+    print(f"dashboard of {args.sessions + args.appends} sessions: {took:.1f} s (exit {code}), page "
+          f"{page.stat().st_size / 1e6:.2f} MB, database {os.path.getsize(source) / 1e6:.1f} "
           "MB "
           f"({os.path.getsize(source) / 1e3 / (args.sessions + args.appends):.0f} kB per session)")
     t = time.perf_counter()

@@ -167,13 +167,12 @@ def main() -> None:
         print(f"synthetic suite ({env_note}): 4 e2e tests x {args.steps} steps x 60 op regions, "
               f"{args.reps} runs per mode")
         for mode, label in (("off", "without"), ("on", "with   ")):
-            print(f"  {label} --opperf: wall median {statistics.median(wall[mode]):.3f} s "
-                  f"(runs {', '.join(f'{t:.2f}' for t in wall[mode])}); "
-                  f"CPU median {statistics.median(cpu[mode]):.3f} s")
+            print(f"  {label} --opperf: wall median {statistics.median(wall[mode]):.3f} s (runs "
+                  f"{', '.join(f'{t:.2f}' for t in wall[mode])}); CPU median "
+                  f"{statistics.median(cpu[mode]):.3f} s")
         print(f"  direct: wall {(w_on - w_off) * 1e3:+.1f} ms = {(w_on / w_off - 1) * 100:+.2f} %; "
               f"CPU {(c_on - c_off) * 1e3:+.1f} ms = {(c_on - c_off) / w_off * 100:+.2f} % of the "
-              "wall time "
-              "(both noisy: sleeps)")
+              "wall time (both noisy: sleeps)")
         regions, steps = 4 * args.steps * 121, 4 * args.steps
         f_off, f_on = fixed_cost_ms(workdir, args.reps)
         per_region, per_step = region_cost_us(), step_cost_us()
@@ -199,8 +198,8 @@ def main() -> None:
                 for v in gate["violations"]:
                     print(f"  false alarm in rerun {i + 1}: {v['run']} {v['metric']}: "
                           f"{v['message']}")
-            print(f"A/A: {args.aa} reruns against one saved baseline, default tolerances: "
-                  f"{alarms} false alarm(s), {failed_runs} failed session(s)")
+            print(f"A/A: {args.aa} reruns against one saved baseline, default tolerances: {alarms} "
+                  f"false alarm(s), {failed_runs} failed session(s)")
 
 
 if __name__ == "__main__":

@@ -161,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
              statistics.median(t) / base, " ".join(f"{v:.3f}" for v in losses[name][:4]))
             for name, t in times.items()]
     print(f"ResNet-{args.depth}, batch {args.batch_size}, {args.image_size}x{args.image_size}, "
-          f"{CLASSES} classes, "
-          f"{params} parameters; {args.steps} measured steps each (after {args.warmup} warm-up), "
+          f"{CLASSES} classes, {params} parameters; {args.steps} measured steps each (after "
+          f"{args.warmup} warm-up), "
           "interleaved, "
           f"{args.pause:g} s pauses; torch {torch.__version__} with {torch.get_num_threads()} "
           "threads, "

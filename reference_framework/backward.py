@@ -55,8 +55,8 @@ def append_backward(loss: Variable, parameter_list: Sequence[str | Variable] | N
         raise ValueError(f"append_backward: the loss must have shape [1], {loss.name!r} has "
                          f"{list(loss.shape)}")
     if block.has_var(grad_var_name(loss.name)):
-        raise ValueError(f"append_backward: {grad_var_name(loss.name)!r} exists already; "
-                         f"the backward of {loss.name!r} was appended before")
+        raise ValueError(f"append_backward: {grad_var_name(loss.name)!r} exists already; the "
+                         f"backward of {loss.name!r} was appended before")
     end = _last_writer(block, loss.name)
     forward = block.ops[:end + 1]
     no_grad = {name for name, v in block.program.global_block().vars.items() if v.stop_gradient}

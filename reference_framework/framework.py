@@ -130,8 +130,8 @@ def _names(block: Block, op_type: str, kind: str, slot: str, args: Any) -> list[
         if not isinstance(name, str):
             raise OpError(f"{op_type}: {kind} slot {slot!r} takes variables or names, given {a!r}")
         if block.find_var(name) is None:
-            raise OpError(f"{op_type}: {kind} slot {slot!r} names variable {name!r}, "
-                          f"which is not in block {block.idx} or its parents")
+            raise OpError(f"{op_type}: {kind} slot {slot!r} names variable {name!r}, which is not "
+                          f"in block {block.idx} or its parents")
         names.append(name)
     return names
 
@@ -253,8 +253,8 @@ class Block:
         var = self.find_var(name)
         if var is None:
             near = sorted(self.vars)[:10]
-            raise KeyError(f"variable {name!r} is not in block {self.idx} or its parents "
-                           f"(block {self.idx} has {len(self.vars)} variables, e.g. {near})")
+            raise KeyError(f"variable {name!r} is not in block {self.idx} or its parents (block "
+                           f"{self.idx} has {len(self.vars)} variables, e.g. {near})")
         return var
 
     def all_parameters(self) -> list[Parameter]:

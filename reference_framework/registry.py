@@ -136,8 +136,8 @@ class OpDef:
         unknown = [k for k in given if k not in self.attrs]
         if unknown:
             raise OpError(
-                f"{self.type}: unknown attribute {unknown[0]!r}; "
-                f"{self.type} takes {sorted(self.attrs) or 'no attributes'}"
+                f"{self.type}: unknown attribute {unknown[0]!r}; {self.type} takes "
+                f"{sorted(self.attrs) or 'no attributes'}"
             )
         attrs = {}
         for name, default in self.attrs.items():

@@ -210,8 +210,7 @@ def elementwise(body: Callable[..., Any], out: Any, *ins: Any) -> Any:
     for a in ins:
         if a.shape != out.shape:
             raise ValueError("elementwise: every input must have the output's shape "
-                             f"{list(out.shape)}, "
-                             f"given {list(a.shape)}")
+                             f"{list(out.shape)}, given {list(a.shape)}")
     if out.ndim == 0:
         body(out, *ins)
         return out
@@ -257,7 +256,7 @@ def matmul(a: Any, b: Any, out: Any, xp: Any = np) -> Any:
     rounding bound of its sums (see the module docstring), not bitwise."""
     m, n = out.shape
     if (xp is not np or 2.0 * m * n * a.shape[1] < MIN_GEMM_FLOPS
-        or parts_for(2, MIN_BYTES, a, b, out) == 1 or not _pool.blas_held):
+            or parts_for(2, MIN_BYTES, a, b, out) == 1 or not _pool.blas_held):
         return xp.matmul(a, b, out=out)
     by_columns = b.size >= a.size
     if (n if by_columns else m) < _pool.threads * GEMM_ALIGN:

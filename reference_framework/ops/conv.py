@@ -121,9 +121,8 @@ def _output_hw(op: str, x_shape: Sequence[int], w_shape: Sequence[int],
                       f"{list(w_shape)}")
     c, (oc, wc, kh, kw), groups = x_shape[1], w_shape, attrs["groups"]
     if -1 not in (c, wc) and wc * groups != c:
-        raise OpError(f"{op}: Filter.shape[1] * groups must equal Input's channels {c}, given "
-                      f"{wc} * {groups} = {wc * groups} (Input {list(x_shape)}, Filter "
-                      f"{list(w_shape)})")
+        raise OpError(f"{op}: Filter.shape[1] * groups must equal Input's channels {c}, given {wc} "
+                      f"* {groups} = {wc * groups} (Input {list(x_shape)}, Filter {list(w_shape)})")
     if oc != -1 and oc % groups:
         raise OpError(f"{op}: Filter's output channels must be divisible by attribute 'groups', "
                       f"given {oc} output channels and groups={groups}")
@@ -138,8 +137,8 @@ def _output_hw(op: str, x_shape: Sequence[int], w_shape: Sequence[int],
             raise OpError(f"{op}: the kernel {axis} (dilated: {span}) must not exceed the padded "
                           "input "
                           f"{axis} {size + 2 * p}, given Filter {list(w_shape)}, Input "
-                          f"{list(x_shape)}, "
-                          f"paddings {attrs['paddings']}, dilations {attrs['dilations']}")
+                          f"{list(x_shape)}, paddings {attrs['paddings']}, dilations "
+                          f"{attrs['dilations']}")
         hw.append(conv_output_size(size, k, s, p, d))
     return hw[0], hw[1]
 

@@ -21,8 +21,8 @@ def _axis(op: str, x_shape: tuple, y_shape: tuple, axis: int) -> int:
     fits = 0 <= start and start + len(y_shape) <= len(x_shape) and all(
         a == b or -1 in (a, b) for a, b in zip(run, y_shape, strict=True))
     if not fits:
-        raise OpError(f"{op}: Y's shape {list(y_shape)} must equal X's dims from axis {start} "
-                      f"(X's shape {list(x_shape)}, attribute axis={axis})")
+        raise OpError(f"{op}: Y's shape {list(y_shape)} must equal X's dims from axis {start} (X's "
+                      f"shape {list(x_shape)}, attribute axis={axis})")
     return start
 
 

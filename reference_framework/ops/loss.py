@@ -55,8 +55,7 @@ def _hard_label(op: str, x: Any, label: Any, xp: Any) -> Any:
                       f"given {list(label.shape)}")
     if label.dtype.kind not in "iu":
         raise OpError(f"{op}: hard Label must have an integer dtype such as int64, given "
-                      f"{label.dtype.name} "
-                      f"(set soft_label=True for distributions)")
+                      f"{label.dtype.name} (set soft_label=True for distributions)")
     flat = label.reshape(n)
     bad = (flat < 0) | (flat >= d)
     if bool(bad.any()):  # on a GPU this reads one flag back: the price of a clear error
@@ -125,8 +124,7 @@ def _infer_ce(shapes: dict, attrs: dict[str, Any]) -> dict:
     if len(label) != 2 or any(a != b and -1 not in (a, b)
                               for a, b in zip(label, want, strict=True)):
         raise OpError(f"cross_entropy: Label must have shape {list(want)} "
-                      f"(soft_label={attrs['soft_label']}), "
-                      f"given {list(label)}")
+                      f"(soft_label={attrs['soft_label']}), given {list(label)}")
     return {"Y": [(x[0], 1)]}
 
 

@@ -31,8 +31,8 @@ def _matrices(op: str, x: Any, y: Any, attrs: dict[str, Any]) -> tuple[Any, Any]
     if k != k2:
         raise OpError(f"{op}: X flattened to [{m}, {k}] and Y flattened to [{k2}, {n}] do not "
                       "multiply: "
-                      f"X's columns ({k}) must equal Y's rows ({k2}) (X shape {list(x.shape)}, "
-                      f"Y shape {list(y.shape)}, x_num_col_dims={attrs['x_num_col_dims']}, "
+                      f"X's columns ({k}) must equal Y's rows ({k2}) (X shape {list(x.shape)}, Y "
+                      f"shape {list(y.shape)}, x_num_col_dims={attrs['x_num_col_dims']}, "
                       f"y_num_col_dims={attrs['y_num_col_dims']})")
     return x.reshape(m, k), y.reshape(k, n)
 
@@ -75,9 +75,9 @@ def _infer(shapes: dict, attrs: dict[str, Any]) -> dict:
     k2, _ = _flat_shape("mul", "Y", y, attrs["y_num_col_dims"])
     if -1 not in (k, k2) and k != k2:
         raise OpError(f"mul: X of shape {list(x)} flattened at "
-                      f"x_num_col_dims={attrs['x_num_col_dims']} has "
-                      f"{k} columns, but Y of shape {list(y)} flattened at "
-                      f"y_num_col_dims={attrs['y_num_col_dims']} has {k2} rows")
+                      f"x_num_col_dims={attrs['x_num_col_dims']} has {k} columns, but Y of shape "
+                      f"{list(y)} flattened at y_num_col_dims={attrs['y_num_col_dims']} has {k2} "
+                      f"rows")
     return {"Out": [_out_shape(x, y, attrs)]}
 
 

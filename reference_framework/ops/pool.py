@@ -34,8 +34,8 @@ Window = tuple[tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, int
 def _check_attrs(op: str):
     def check(attrs: dict[str, Any]) -> None:
         if attrs["pooling_type"] not in _TYPES:
-            raise OpError(f"{op}: attribute 'pooling_type' expects one of {list(_TYPES)}, "
-                          f"given {attrs['pooling_type']!r}")
+            raise OpError(f"{op}: attribute 'pooling_type' expects one of {list(_TYPES)}, given "
+                          f"{attrs['pooling_type']!r}")
         check_ints(op, "strides", attrs["strides"], n=2, minimum=1)
         check_ints(op, "paddings", attrs["paddings"], n=2, minimum=0)
         if attrs["global_pooling"]:
@@ -43,9 +43,8 @@ def _check_attrs(op: str):
         check_ints(op, "ksize", attrs["ksize"], n=2, minimum=1)
         if any(p >= k for p, k in zip(attrs["paddings"], attrs["ksize"], strict=True)):
             raise OpError(f"{op}: attribute 'paddings' must be smaller than ksize "
-                          f"{list(attrs['ksize'])} "
-                          f"in each dimension (so every window holds an input cell), "
-                          f"given {attrs['paddings']}")
+                          f"{list(attrs['ksize'])} in each dimension (so every window holds an "
+                          f"input cell), given {attrs['paddings']}")
     return check
 
 

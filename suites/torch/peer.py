@@ -57,8 +57,7 @@ def peer_lines(runs: list[Any]) -> list[str]:
         lines += tabulate(rows, headers=["op type", "shapes", "reference ms", "torch ms",
                                          "reference/torch"], floatfmt=".3f").splitlines()
         lines.append("ms: sum over the shapes both ran of the median time per call; op types torch "
-                     "has no "
-                     "single op for are left out")
+                     "has no single op for are left out")
     e2e = [r for r in runs if r.kind == "e2e" and (r.id.startswith(REFERENCE_E2E)
                                                    or r.id.startswith(TORCH_E2E))]
     frameworks = {r.id.startswith(TORCH_E2E) for r in e2e}

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is not installed: the torch suite needs it "
-                                            "(CPU build: pip install torch==2.13.0)")
+torch = pytest.importorskip("torch", reason="torch is not installed: the torch suite needs it (CPU "
+                                            "build: pip install torch==2.13.0)")
 
 from pytest_opperf.torch import benchmark_op, profile  # noqa: E402 (after the skip)
 from reference_framework.benchmark import BenchmarkConfig  # noqa: E402 (after the skip)
