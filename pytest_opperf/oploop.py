@@ -53,8 +53,8 @@ def time_rounds(call: Callable[[], object], timer: Callable[[], float],
         call()
     iterations = 1
     if before_round is None:
-        while iterations < settings.max_iterations and _round(call, timer,
-                                                              iterations) < settings.min_time:
+        while (iterations < settings.max_iterations
+               and _round(call, timer, iterations) < settings.min_time):
             iterations *= 2
     rounds: list[float] = []
     start = clock()
