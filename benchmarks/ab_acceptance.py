@@ -133,7 +133,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "share-2": (STEP_WORK.format(work='_spin((executor_ms - last["executor"]) / 1e3 * 0.0253)'),
                 ("python_share",)),
     # 5 % fewer examples/sec: 1/0.95 - 1 = 5.26 % more time per step
-    "throughput-5": (STEP_WORK.format(work='_spin((now - last["t"]) * 0.0526)'), ("examples_per_sec",)),
+    "throughput-5": (STEP_WORK.format(work='_spin((now - last["t"]) * 0.0526)'),
+                     ("examples_per_sec",)),
     "extra-op": (EXTRA_OP, ("count:fill_zeros_like",)),
     "aa": ("", ()),
 }
@@ -141,7 +142,8 @@ DEFAULT = ("conv2d-10", "relu-20", "share-2", "throughput-5", "extra-op", "aa")
 
 
 def git(*args: str, cwd: Path = ROOT) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                          text=True).stdout.strip()
 
 
 def copy(where: Path, name: str, patch: str) -> Path:
@@ -154,8 +156,8 @@ def copy(where: Path, name: str, patch: str) -> Path:
 
 
 def session(head: Path, base: str, args: list[str], out: Path) -> tuple[int, dict, float]:
-    command = [sys.executable, "-m", "pytest", "--opperf", f"--opperf-compare={base}", f"--opperf-json={out}",
-               "-q", "--benchmark-quiet", "-p", "no:cacheprovider", *args]
+    command = [sys.executable, "-m", "pytest", "--opperf", f"--opperf-compare={base}",
+               f"--opperf-json={out}", "-q", "--benchmark-quiet", "-p", "no:cacheprovider", *args]
     start = time.monotonic()
     done = subprocess.run(command, cwd=head, capture_output=True, text=True)
     elapsed = time.monotonic() - start
@@ -166,7 +168,8 @@ def session(head: Path, base: str, args: list[str], out: Path) -> tuple[int, dic
 
 
 def caught(compare: dict, expected: tuple[str, ...]) -> tuple[bool, list[str]]:
-    regressed = [f"{d['run']} {d['metric']}" for d in compare["decisions"] if d["verdict"] == "regressed"]
+    regressed = [f"{d['run']} {d['metric']}"
+                 for d in compare["decisions"] if d["verdict"] == "regressed"]
     hit = any(r.endswith(e) for r in regressed for e in expected) if expected else not regressed
     return hit, regressed
 
@@ -183,12 +186,13 @@ def widths(compare: dict) -> dict[str, list[float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", default=",".join(DEFAULT), help=f"comma-separated, of {', '.join(CASES)}")
+    parser.add_argument("--cases", default=",".join(DEFAULT),
+                        help=f"comma-separated, of {', '.join(CASES)}")
     parser.add_argument("--sessions", type=int, default=10, help="sessions per case (default 10)")
     parser.add_argument("--workload", default="small")
     parser.add_argument("--thresholds", default="ci/thresholds.toml",
-                        help="thresholds file of the sessions, relative to the copy (its [compare] table: "
-                             "budget, min_slowdown)")
+                        help="thresholds file of the sessions, relative to the copy (its [compare] "
+                             "table: budget, min_slowdown)")
     parser.add_argument("pytest_args", nargs="*", default=["suites/"],
                         help="what the sessions run (default suites/: the main job)")
     opts = parser.parse_args()
@@ -197,10 +201,10 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown case(s) {', '.join(unknown)}; expected some of {', '.join(CASES)}")
     env_note = f"OPPERF_NUM_THREADS={os.environ.get('OPPERF_NUM_THREADS', '(default)')}"
-    print(f"A/B acceptance: {opts.sessions} session(s) per case, workload {opts.workload}, {env_note}, "
-          f"{os.cpu_count()} CPUs, tests {' '.join(opts.pytest_args)}")
-    args = [f"--opperf-workload={opts.workload}", "--opperf-device=cpu", f"--opperf-thresholds={opts.thresholds}",
-            *opts.pytest_args]
+    print(f"A/B acceptance: {opts.sessions} session(s) per case, workload {opts.workload}, "
+          f"{env_note}, {os.cpu_count()} CPUs, tests {' '.join(opts.pytest_args)}")
+    args = [f"--opperf-workload={opts.workload}", "--opperf-device=cpu",
+            f"--opperf-thresholds={opts.thresholds}", *opts.pytest_args]
     summary = []
     with tempfile.TemporaryDirectory(prefix="ab-acceptance-") as tmp:
         where = Path(tmp)
@@ -209,10 +213,12 @@ def main() -> None:
             for case in cases:
                 patch, expected = CASES[case]
                 head = copy(where, f"head-{case}", patch) if patch else base
-                hits, alarms, times, all_widths = 0, 0, [], {"per-op": [], "e2e": []}
+                hits, alarms, times = 0, 0, []
+                all_widths: dict[str, list[float]] = {"per-op": [], "e2e": []}
                 for i in range(opts.sessions):
                     out = where / f"{case}-{i}.json"
-                    ret, data, elapsed = session(head, "HEAD" if case == "aa" else str(base), args, out)
+                    ret, data, elapsed = session(head, "HEAD" if case == "aa" else str(base), args,
+                                                 out)
                     compare = data["compare"]
                     hit, regressed = caught(compare, expected)
                     hits += hit
@@ -221,16 +227,20 @@ def main() -> None:
                     for k, v in widths(compare).items():
                         all_widths[k] += v
                     undecided = sum(d["verdict"] == "undecided" for d in compare["decisions"])
-                    print(f"{case} #{i + 1}: exit {ret}, {'caught' if hit else 'MISSED'}; {len(regressed)} regressed "
-                          f"({', '.join(regressed[:4])}{'...' if len(regressed) > 4 else ''}), {undecided} undecided, "
+                    print(f"{case} #{i + 1}: exit {ret}, {'caught' if hit else 'MISSED'}; "
+                          f"{len(regressed)} regressed "
+                          f"({', '.join(regressed[:4])}{'...' if len(regressed) > 4 else ''}), "
+                          f"{undecided} undecided, "
                           f"{compare['pairs']} pairs, {elapsed:.0f} s", flush=True)
                 line = (f"{case}: {'no false alarm in' if case == 'aa' else 'caught in'} "
-                        f"{opts.sessions - alarms if case == 'aa' else hits}/{opts.sessions} sessions, "
+                        f"{opts.sessions - alarms if case == 'aa' else hits}/{opts.sessions} "
+                        "sessions, "
                         f"median session {statistics.median(times):.0f} s")
                 if case == "aa":
                     for k, v in all_widths.items():
                         if v:
-                            line += f"; median interval width {k} {100 * statistics.median(v):.1f} %"
+                            width = 100 * statistics.median(v)
+                            line += f"; median interval width {k} {width:.1f} %"
                 summary.append(line)
                 if patch:
                     git("worktree", "remove", "--force", str(head))

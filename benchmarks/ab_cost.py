@@ -1,6 +1,6 @@
-"""The cost of A/B mode: the main job's wall time single-side and with ``--opperf-compare``, in one run.
+"""The cost of A/B mode: the main job's wall time single-side and with ``--opperf-compare``.
 
-    python benchmarks/ab_cost.py                   # small workload, base = HEAD (worktree set-up included)
+    python benchmarks/ab_cost.py          # small workload, base = HEAD (worktree set-up included)
     python benchmarks/ab_cost.py --compare HEAD~1 --workload tiny
 
 Runs ``pytest suites/ --opperf`` once, then the same with
@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def timed(args: list[str]) -> tuple[float, int, str]:
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=ROOT, capture_output=True,
+                          text=True)
     return time.monotonic() - start, done.returncode, (done.stdout + done.stderr)
 
 
@@ -35,17 +36,21 @@ def main() -> None:
     parser.add_argument("--json", help="keep the A/B session's results JSON here")
     opts = parser.parse_args()
     common = ["suites/", "--opperf", "--opperf-device=cpu", f"--opperf-workload={opts.workload}",
-              f"--opperf-thresholds={opts.thresholds}", "-q", "--benchmark-quiet", "-p", "no:cacheprovider"]
+              f"--opperf-thresholds={opts.thresholds}", "-q", "--benchmark-quiet", "-p",
+              "no:cacheprovider"]
     with tempfile.TemporaryDirectory() as tmp:
         single, ret1, _ = timed(common)
         out = Path(opts.json).resolve() if opts.json else Path(tmp, "ab.json")
-        ab, ret2, text = timed([*common, f"--opperf-compare={opts.compare}", f"--opperf-json={out}"])
+        ab, ret2, text = timed([*common, f"--opperf-compare={opts.compare}",
+                                f"--opperf-json={out}"])
         compare = json.loads(out.read_text())["compare"] if out.exists() else None
     print(f"single-side main job: {single:.0f} s (exit {ret1})")
     print(f"A/B main job against {opts.compare}: {ab:.0f} s (exit {ret2})")
     if compare is not None:
-        print(f"  {compare['summary']}; {compare['pairs']} pairs; budget exhausted: {compare['budget_exhausted']}")
-        regressed = [f"{d['run']} {d['metric']}" for d in compare["decisions"] if d["verdict"] == "regressed"]
+        print(f"  {compare['summary']}; {compare['pairs']} pairs; budget exhausted: "
+              f"{compare['budget_exhausted']}")
+        regressed = [f"{d['run']} {d['metric']}"
+                     for d in compare["decisions"] if d["verdict"] == "regressed"]
         for line in regressed:
             print(f"  regressed: {line}")
     else:

@@ -48,10 +48,11 @@ def main() -> None:
     parser.add_argument("--max-pairs", type=int, default=400)
     args = parser.parse_args()
     a, c = args.alpha / args.metrics, math.log1p(args.min_slowdown)
-    print(f"K={args.metrics} alpha={args.alpha} min_slowdown={args.min_slowdown}: decisions after 10, 15, ... "
+    print(f"K={args.metrics} alpha={args.alpha} min_slowdown={args.min_slowdown}: decisions after "
+          "10, 15, ... "
           f"pairs (at most {args.max_pairs}), the first verdict kept, {args.sessions} sessions")
-    print(f"{'true':>6} {'noise':>6}  {'rule':<10} {'regressed':>9} {'unchanged':>9} {'undecided':>9} "
-          f"{'improved':>8} {'median pairs':>12}")
+    print(f"{'true':>6} {'noise':>6}  {'rule':<10} {'regressed':>9} {'unchanged':>9} "
+          f"{'undecided':>9} {'improved':>8} {'median pairs':>12}")
     for true in (0.0, 0.03, 0.05, 0.10):
         for sigma in (0.02, 0.05):
             for name, decide in (("lo > 0", lo_above_zero), ("lo > c/2", rule)):
@@ -64,8 +65,9 @@ def main() -> None:
                     pairs.append(n)
                 share = {v: f"{outcomes.get(v, 0) / args.sessions:.2%}" for v in
                          ("regressed", "unchanged", "undecided", "improved")}
-                print(f"{true:>6.0%} {sigma:>6.0%}  {name:<10} {share['regressed']:>9} {share['unchanged']:>9} "
-                      f"{share['undecided']:>9} {share['improved']:>8} {statistics.median(pairs):>12g}")
+                print(f"{true:>6.0%} {sigma:>6.0%}  {name:<10} {share['regressed']:>9} "
+                      f"{share['unchanged']:>9} {share['undecided']:>9} {share['improved']:>8} "
+                      f"{statistics.median(pairs):>12g}")
 
 
 if __name__ == "__main__":

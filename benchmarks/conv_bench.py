@@ -20,6 +20,7 @@ import time
 import tracemalloc
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 from tabulate import tabulate
@@ -27,6 +28,7 @@ from tabulate import tabulate
 import reference_framework as rf
 from reference_framework.ops.conv import conv_output_size, release_workspace
 
+torch: ModuleType | None
 try:
     import torch
 except ImportError:  # the peer is optional
@@ -65,7 +67,7 @@ def resnet50_convs(image: int = 224) -> list[ConvShape]:
     size = conv_output_size(image, 7, 2, 3, 1)
     size = (size + 2 - 3) // 2 + 1  # the 3x3/2 max pool, padding 1
     c = 64
-    for stage, (blocks, width) in enumerate(zip(STAGES, WIDTHS)):
+    for stage, (blocks, width) in enumerate(zip(STAGES, WIDTHS, strict=True)):
         for block in range(blocks):
             stride = 2 if stage > 0 and block == 0 else 1
             out_size = conv_output_size(size, 3, stride, 1, 1)
@@ -109,13 +111,16 @@ def ours(s: ConvShape, batch: int) -> Callable[[], None]:
 
 
 def peer(s: ConvShape, batch: int) -> Callable[[], None]:
+    if torch is None:
+        raise RuntimeError("conv_bench: the peer needs torch")
     x, w, dy = (torch.from_numpy(a) for a in _inputs(s, batch))
     x.requires_grad_(True)
     w.requires_grad_(True)
+    functional = torch.nn.functional
 
     def step() -> None:
         x.grad = w.grad = None
-        torch.nn.functional.conv2d(x, w, stride=s.stride, padding=s.padding).backward(dy)
+        functional.conv2d(x, w, stride=s.stride, padding=s.padding).backward(dy)
     return step
 
 
@@ -133,7 +138,8 @@ def _time_ms(step: Callable[[], None], pause: float) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def measure(shapes: list[tuple[ConvShape, int]], batch: int, repeats: int, pause: float) -> list[dict]:
+def measure(shapes: list[tuple[ConvShape, int]], batch: int, repeats: int,
+            pause: float) -> list[dict]:
     rows = []
     for s, uses in shapes:
         steps = {"ours": ours(s, batch)}
@@ -145,7 +151,8 @@ def measure(shapes: list[tuple[ConvShape, int]], batch: int, repeats: int, pause
         for _ in range(repeats):
             for name, step in steps.items():
                 times[name].append(_time_ms(step, pause))
-        row = {"shape": s, "uses": uses, **{name: statistics.median(t) for name, t in times.items()}}
+        row = {"shape": s, "uses": uses,
+               **{name: statistics.median(t) for name, t in times.items()}}
         rows.append(row)
         print(f"  {s.label():<24} " + "  ".join(f"{n} {row[n]:8.2f} ms" for n in steps), flush=True)
     return rows
@@ -170,19 +177,25 @@ def stem_peak_memory_mib(batch: int) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--repeats", type=int, default=7, help="timed runs per shape and framework (median)")
-    parser.add_argument("--pause", type=float, default=0.2, help="seconds of rest before each timed run")
-    parser.add_argument("--memory-batch", type=int, default=32, help="batch of the stem peak-memory run (0: skip)")
+    parser.add_argument("--repeats", type=int, default=7,
+                        help="timed runs per shape and framework (median)")
+    parser.add_argument("--pause", type=float, default=0.2,
+                        help="seconds of rest before each timed run")
+    parser.add_argument("--memory-batch", type=int, default=32,
+                        help="batch of the stem peak-memory run (0: skip)")
     args = parser.parse_args()
 
     if args.memory_batch:  # first, while the process's max RSS is still low
         traced, rss = stem_peak_memory_mib(args.memory_batch)
-        memory = (f"peak memory, stem 7x7/2 3->64 forward + grad at batch {args.memory_batch}: {traced:.0f} MiB "
-                  f"allocated above its inputs (tracemalloc), max RSS grew {rss:.0f} MiB")
+        memory = (f"peak memory, stem 7x7/2 3->64 forward + grad at batch {args.memory_batch}: "
+                  f"{traced:.0f} MiB allocated above its inputs (tracemalloc), max RSS grew "
+                  f"{rss:.0f} MiB")
         print(memory)
     shapes = distinct(resnet50_convs())
-    print(f"conv2d + conv2d_grad, float32, batch {args.batch}, {len(shapes)} distinct ResNet-50 shapes, "
-          f"median of {args.repeats}; peer: {'torch ' + torch.__version__ if torch else 'not installed'}")
+    print(f"conv2d + conv2d_grad, float32, batch {args.batch}, {len(shapes)} distinct ResNet-50 "
+          "shapes, "
+          f"median of {args.repeats}; peer: "
+          f"{'torch ' + torch.__version__ if torch else 'not installed'}")
     rows = measure(shapes, args.batch, args.repeats, args.pause)
     table = []
     for r in rows:
@@ -190,14 +203,15 @@ def main() -> None:
         gflops = 3 * s.flops(args.batch) / (r["ours"] / 1e3) / 1e9
         peer_cols = [r["torch"], r["ours"] / r["torch"]] if torch else ["-", "-"]
         table.append([s.label(), r["uses"], r["ours"], *peer_cols, gflops])
-    print(tabulate(table, headers=["shape", "uses", "ours ms", "PyTorch ms", "ratio", "our GFLOP/s"],
-                   floatfmt=".2f"))
+    print(tabulate(table, headers=["shape", "uses", "ours ms", "PyTorch ms", "ratio",
+                                   "our GFLOP/s"], floatfmt=".2f"))
     total = sum(r["ours"] * r["uses"] for r in rows)
-    print(f"ours, all {sum(r['uses'] for r in rows)} convs of one ResNet-50 step at batch {args.batch}: {total:.0f} ms")
+    print(f"ours, all {sum(r['uses'] for r in rows)} convs of one ResNet-50 step at batch "
+          f"{args.batch}: {total:.0f} ms")
     if torch:
         ratios = [r["ours"] / r["torch"] for r in rows]
         geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
-        worst = max(zip(ratios, rows), key=lambda t: t[0])
+        worst = max(zip(ratios, rows, strict=True), key=lambda t: t[0])
         print(f"geometric-mean ratio ours/PyTorch: {geomean:.2f} (target <= 1.3)")
         print(f"worst ratio: {worst[0]:.2f} at {worst[1]['shape'].label()} (target <= 2.0)")
     if args.memory_batch:

@@ -17,6 +17,7 @@ import argparse
 import statistics
 import time
 import timeit
+from typing import Any
 
 import numpy as np
 from tabulate import tabulate
@@ -49,17 +50,20 @@ def build(n_ops: int) -> tuple[rf.Program, rf.Program]:
                 p = f"w{i}"
                 b.create_parameter(name=p, shape=[8])
                 s.create_parameter(name=p, shape=[8])
-                s.append_op(type="fill_constant", outputs={"Out": [p]}, attrs={"shape": [8], "value": 0.001})
+                s.append_op(type="fill_constant", outputs={"Out": [p]},
+                            attrs={"shape": [8], "value": 0.001})
                 params.append(p)
             out = b.create_var(name=f"h{i}")
-            b.append_op(type="elementwise_add", inputs={"X": [prev], "Y": [params[-1]]}, outputs={"Out": [out]})
+            b.append_op(type="elementwise_add", inputs={"X": [prev], "Y": [params[-1]]},
+                        outputs={"Out": [out]})
             prev = out.name
         b.create_var(name="loss")
         b.append_op(type="mean", inputs={"X": [prev]}, outputs={"Out": ["loss"]})
     return main, startup
 
 
-def median_run_ms(exe: rf.Executor, main: rf.Program, feed: dict, use_cache: bool, runs: int) -> float:
+def median_run_ms(exe: rf.Executor, main: rf.Program, feed: dict, use_cache: bool,
+                  runs: int) -> float:
     times = []
     for _ in range(runs):
         t0 = time.perf_counter_ns()
@@ -99,7 +103,8 @@ def main() -> None:
     n_ops = main_prog.num_ops() + 2  # + feed + fetch
     n_vars = len(main_prog.global_block().vars)
     feed = {"x": np.ones((4, 8), "float32")}
-    print(f"program: {main_prog.num_ops()} ops (+1 feed, +1 fetch), {n_vars} variables; {args.runs} runs each\n")
+    print(f"program: {main_prog.num_ops()} ops (+1 feed, +1 fetch), {n_vars} variables; "
+          f"{args.runs} runs each\n")
 
     # Not timeit: it turns the garbage collector off, and a clone allocates
     # enough objects to trigger collections when it runs for real.
@@ -110,12 +115,14 @@ def main() -> None:
         clone_times.append((time.perf_counter_ns() - t0) / 1e6)
     clone_ms = statistics.median(clone_times)
 
-    rows, per_op_rows = [], []
+    rows: list[list[Any]] = []
+    per_op_rows: list[list[Any]] = []
     with rf.scope_guard(rf.Scope()):
         for name, (kwargs, use_cache) in SETTINGS.items():
             exe = rf.Executor(rf.CPUPlace(), **kwargs)
             exe.run(startup)
-            exe.run(main_prog, feed=feed, fetch_list=["loss"], use_program_cache=use_cache)  # warm caches
+            # warm caches
+            exe.run(main_prog, feed=feed, fetch_list=["loss"], use_program_cache=use_cache)
             run_ms = median_run_ms(exe, main_prog, feed, use_cache, args.runs)
             with timers.recording() as table:
                 for _ in range(args.runs):
@@ -133,12 +140,14 @@ def main() -> None:
     print("Overheads per run, from the executor's timers (ms; recording on):")
     print(tabulate(rows, headers=["setting", "clone", "op creation", "local scope create+delete",
                                   "ExecutorRunTimer", "op kernels"], floatfmt=".3f"))
-    print(f"\nProgram.clone() alone: {clone_ms:.3f} ms per clone ({clone_ms / main_prog.num_ops() * 1e3:.2f} us per op)")
+    print(f"\nProgram.clone() alone: {clone_ms:.3f} ms per clone "
+          f"({clone_ms / main_prog.num_ops() * 1e3:.2f} us per op)")
     print("\nWhole Executor.run, nothing recording (median):")
     faithful = per_op_rows[0][1]
     for row in per_op_rows:
         row.append(faithful / row[1])
-    print(tabulate(per_op_rows, headers=["setting", "ms per run", "us per op", "speed-up vs faithful"],
+    print(tabulate(per_op_rows, headers=["setting", "ms per run", "us per op",
+                                         "speed-up vs faithful"],
                    floatfmt=(".3f", ".3f", ".2f", ".2f")))
     print("\nA timed region (`with timers.timer(name): pass`), net of the empty loop:")
     print(f"  recording:      {region_cost_ns(True):6.0f} ns")

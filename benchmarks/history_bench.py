@@ -55,7 +55,8 @@ def _session(template: ResultSet, i: int, n: int, rng: random.Random) -> ResultS
         run.examples_per_sec *= 1 + rng.uniform(-0.03, 0.03)
         stats = []
         for s in run.stats:
-            f = (1 + rng.uniform(-0.03, 0.03)) * (1.15 if s.name.startswith("conv2d") and i >= n // 2 else 1.0)
+            conv2d = s.name.startswith("conv2d") and i >= n // 2
+            f = (1 + rng.uniform(-0.03, 0.03)) * (1.15 if conv2d else 1.0)
             samples = [x * f for x in s.samples_ms] if s.samples_ms else s.samples_ms
             stats.append(dataclasses.replace(s, total_ms=s.total_ms * f, avg_ms=s.avg_ms * f,
                                              samples_ms=samples))
@@ -67,10 +68,14 @@ def main_() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=170)
-    parser.add_argument("--appends", type=int, default=10, help="appends timed after the history is built")
-    parser.add_argument("--results", type=Path, default=ROOT / "ci" / "baselines" / "cpu-small.json")
-    parser.add_argument("--postgres", metavar="URL", help="also time appends to this PostgreSQL database")
-    parser.add_argument("--keep", type=Path, help="directory to keep the history and the dashboard in")
+    parser.add_argument("--appends", type=int, default=10,
+                        help="appends timed after the history is built")
+    parser.add_argument("--results", type=Path,
+                        default=ROOT / "ci" / "baselines" / "cpu-small.json")
+    parser.add_argument("--postgres", metavar="URL",
+                        help="also time appends to this PostgreSQL database")
+    parser.add_argument("--keep", type=Path,
+                        help="directory to keep the history and the dashboard in")
     args = parser.parse_args()
 
     template = _template(args.results, args.runs)
@@ -82,18 +87,21 @@ def main_() -> None:
     source = str(work / "history.sqlite")
     if os.path.exists(source):
         os.remove(source)
-    sessions = [_session(template, i, args.sessions, rng) for i in range(args.sessions + args.appends)]
+    sessions = [_session(template, i, args.sessions, rng)
+                for i in range(args.sessions + args.appends)]
 
     started = time.perf_counter()
     with Store(source, create=True) as store:
         for s in sessions[:args.sessions]:
             store.append(s)
     built = time.perf_counter() - started
-    print(f"generated {args.sessions} sessions in {built:.1f} s ({built / args.sessions * 1e3:.1f} ms each)")
+    print(f"generated {args.sessions} sessions in {built:.1f} s ({built / args.sessions * 1e3:.1f} "
+          "ms each)")
 
     def timed_appends(src: str, batch: list[ResultSet]) -> list[float]:
         times = []
-        for s in batch:  # each a fresh open + append + close, as the plugin does at the end of a session
+        # each a fresh open + append + close, as the plugin does at the end of a session
+        for s in batch:
             t = time.perf_counter()
             with Store(src, create=True) as store:
                 store.append(s)
@@ -101,8 +109,9 @@ def main_() -> None:
         return times
 
     times = timed_appends(source, sessions[args.sessions:])
-    print(f"append one session (SQLite, {args.sessions} stored): median {statistics.median(times) * 1e3:.0f} ms, "
-          f"max {max(times) * 1e3:.0f} ms over {len(times)}")
+    print(f"append one session (SQLite, {args.sessions} stored): median "
+          f"{statistics.median(times) * 1e3:.0f} ms, max {max(times) * 1e3:.0f} ms over "
+          f"{len(times)}")
     if args.postgres:
         times = timed_appends(args.postgres, sessions[:args.appends])
         print(f"append one session (PostgreSQL): median {statistics.median(times) * 1e3:.0f} ms, "
@@ -115,8 +124,9 @@ def main_() -> None:
     took = time.perf_counter() - t
     print(out.getvalue().strip())
     page = site / "index.html"
-    print(f"dashboard of {args.sessions + args.appends} sessions: {took:.1f} s (exit {code}), "
-          f"page {page.stat().st_size / 1e6:.2f} MB, database {os.path.getsize(source) / 1e6:.1f} MB "
+    print(f"dashboard of {args.sessions + args.appends} sessions: {took:.1f} s (exit {code}), page "
+          f"{page.stat().st_size / 1e6:.2f} MB, database {os.path.getsize(source) / 1e6:.1f} "
+          "MB "
           f"({os.path.getsize(source) / 1e3 / (args.sessions + args.appends):.0f} kB per session)")
     t = time.perf_counter()
     main(["history", source], io.StringIO())

@@ -13,7 +13,8 @@ side (see ``time_pair``). Each side uses its default threads.
 
     python benchmarks/ops_bench.py               # all rows, 15 repetitions
     python benchmarks/ops_bench.py --ops batch_norm,relu --repeat 31
-    OMP_NUM_THREADS=1 OPPERF_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/ops_bench.py   # one thread each
+    # one thread each:
+    OMP_NUM_THREADS=1 OPPERF_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/ops_bench.py
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -34,6 +36,7 @@ from tabulate import tabulate
 from reference_framework.backend import CPUPlace
 from reference_framework.registry import KernelContext, get_op_def
 
+torch: ModuleType | None
 try:
     import torch
 except ImportError:  # the table then has our column only
@@ -53,18 +56,21 @@ class Case:
     theirs: Callable[[], Any] | None
 
 
-def kernel(op_type: str, ins: dict[str, Any], attrs: dict[str, Any] | None = None) -> Callable[[], Any]:
+def kernel(op_type: str, ins: dict[str, Any],
+           attrs: dict[str, Any] | None = None) -> Callable[[], Any]:
     """A call of ``op_type``'s kernel on ``ins``, as the executor makes it."""
     opdef = get_op_def(op_type)
     full = opdef.complete_attrs(attrs)
-    ctx = KernelContext(CPUPlace(), np, op_type, frozenset(s.name for s in opdef.outputs))
+    ctx = KernelContext(CPUPlace(), np, op_type, frozenset(opdef.output_slots))
     return lambda: opdef.kernel(ins, full, ctx)
 
 
 def resnet50_activations() -> tuple[Counter, Counter, Counter, Counter]:
     """Per-step counts of (C, side) for batch_norm, relu, the shortcut add and the
     gradient sum (a block input feeds both branches, so its gradients are summed)."""
-    bn, relu, add, grad_sum = Counter({(64, 112): 1}), Counter({(64, 112): 1}), Counter(), Counter()
+    bn, relu = Counter({(64, 112): 1}), Counter({(64, 112): 1})
+    add: Counter[tuple[int, int]] = Counter()
+    grad_sum: Counter[tuple[int, int]] = Counter()
     channels = 64
     for width, blocks, side in STAGES:
         for i in range(blocks):
@@ -80,7 +86,7 @@ def resnet50_activations() -> tuple[Counter, Counter, Counter, Counter]:
 
 
 def resnet50_parameter_shapes() -> list[tuple[int, ...]]:
-    """The 161 parameters momentum updates every step: conv filters, batch_norm scale and bias, fc."""
+    """The 161 parameters momentum updates every step: conv filters, batch_norm scale, bias, fc."""
     shapes: list[tuple[int, ...]] = [(64, 3, 7, 7), (64,), (64,)]
     channels = 64
     for width, blocks, _ in STAGES:
@@ -95,6 +101,8 @@ def resnet50_parameter_shapes() -> list[tuple[int, ...]]:
 
 
 def _t(a: np.ndarray) -> Any:
+    if torch is None:
+        raise RuntimeError("ops_bench: the torch column needs torch")
     return torch.from_numpy(a.copy())
 
 
@@ -117,7 +125,8 @@ def batch_norm_cases(rng: np.random.Generator) -> Iterator[Case]:
         dy = rng.standard_normal(shape, dtype=np.float32)
         scale, bias = np.ones(c, np.float32), np.zeros(c, np.float32)
         mean, var = np.zeros(c, np.float32), np.ones(c, np.float32)
-        fwd = kernel("batch_norm", {"X": x, "Scale": scale, "Bias": bias, "Mean": mean, "Variance": var})
+        fwd = kernel("batch_norm", {"X": x, "Scale": scale, "Bias": bias, "Mean": mean,
+                                    "Variance": var})
         saved = fwd()
         bwd = kernel("batch_norm_grad", {"X": x, "Scale": scale, "SavedMean": saved["SavedMean"],
                                          "SavedVariance": saved["SavedVariance"], "Y@GRAD": dy})
@@ -130,8 +139,8 @@ def batch_norm_cases(rng: np.random.Generator) -> Iterator[Case]:
                 return torch.ops.aten.native_batch_norm(tx, tw, tb, tm, tv, True, 0.1, 1e-5)
 
             def t_bwd(tx=tx, tdy=tdy, tw=tw, tm=tm, tv=tv, tsm=tsm, tsi=tsi):
-                return torch.ops.aten.native_batch_norm_backward(tdy, tx, tw, tm, tv, tsm, tsi, True, 1e-5,
-                                                                 [True, True, True])
+                return torch.ops.aten.native_batch_norm_backward(tdy, tx, tw, tm, tv, tsm, tsi,
+                                                                 True, 1e-5, [True, True, True])
         yield Case("batch_norm", str(list(shape)), count, fwd, t_fwd)
         yield Case("batch_norm_grad", str(list(shape)), count, bwd, t_bwd)
 
@@ -152,7 +161,8 @@ def relu_cases(rng: np.random.Generator) -> Iterator[Case]:
             def t_bwd(tout=tout, tdout=tdout):
                 return torch.ops.aten.threshold_backward(tdout, tout, 0)
         yield Case("relu", str(list(shape)), count, kernel("relu", {"X": x}), t_fwd)
-        yield Case("relu_grad", str(list(shape)), count, kernel("relu_grad", {"Out": out, "Out@GRAD": dout}), t_bwd)
+        yield Case("relu_grad", str(list(shape)), count,
+                   kernel("relu_grad", {"Out": out, "Out@GRAD": dout}), t_bwd)
 
 
 def elementwise_cases(rng: np.random.Generator) -> Iterator[Case]:
@@ -160,12 +170,15 @@ def elementwise_cases(rng: np.random.Generator) -> Iterator[Case]:
     _, _, add, grad_sum = resnet50_activations()
     for (c, side), count in sorted(add.items(), key=lambda kv: -kv[0][0] * kv[0][1] ** 2)[:2]:
         shape = _nchw(c, side)
-        x, y = rng.standard_normal(shape, dtype=np.float32), rng.standard_normal(shape, dtype=np.float32)
+        x, y = rng.standard_normal(shape,
+                                   dtype=np.float32), rng.standard_normal(shape, dtype=np.float32)
         t_add = _torch_add(x, y)
-        yield Case("elementwise_add", str(list(shape)), count, kernel("elementwise_add", {"X": x, "Y": y}), t_add)
+        yield Case("elementwise_add", str(list(shape)), count,
+                   kernel("elementwise_add", {"X": x, "Y": y}), t_add)
     for (c, side), count in sorted(grad_sum.items(), key=lambda kv: -kv[0][0] * kv[0][1] ** 2)[:2]:
         shape = _nchw(c, side)
-        a, b = rng.standard_normal(shape, dtype=np.float32), rng.standard_normal(shape, dtype=np.float32)
+        a, b = rng.standard_normal(shape,
+                                   dtype=np.float32), rng.standard_normal(shape, dtype=np.float32)
         t_sum = _torch_add(a, b)
         yield Case("sum", str(list(shape)), count, kernel("sum", {"X": [a, b]}), t_sum)
 
@@ -182,9 +195,11 @@ def head_cases(rng: np.random.Generator) -> Iterator[Case]:
     dy = np.full((BATCH, 1), 1 / BATCH, np.float32)
     top_i = np.argmax(p, axis=1).reshape(-1, 1).astype(np.int64)
     theirs: dict[str, Callable[[], Any] | None] = dict.fromkeys(
-        ["mul", "mul_grad", "add", "add_grad", "softmax", "softmax_grad", "ce", "ce_grad", "top_k", "accuracy"])
+        ["mul", "mul_grad", "add", "add_grad", "softmax", "softmax_grad", "ce", "ce_grad", "top_k",
+         "accuracy"])
     if torch is not None:
-        tf, tw, tb, tl, tp, tlab, td, tdy, ti = map(_t, (feat, w, b, logits, p, label, d, dy, top_i))
+        tf, tw, tb, tl, tp, tlab, td, tdy, ti = map(_t, (feat, w, b, logits, p, label, d, dy,
+                                                         top_i))
         tf2 = tf.reshape(BATCH, 2048)
         theirs.update(
             mul=lambda: tf2 @ tw,
@@ -198,22 +213,27 @@ def head_cases(rng: np.random.Generator) -> Iterator[Case]:
             top_k=lambda: torch.topk(tp, 1),
             accuracy=lambda: (lambda c: (c.float() / BATCH, c, BATCH))((ti == tlab).any(1).sum()),
         )
-    yield Case("mul", "[8, 2048, 1, 1] x [2048, 102]", 1, kernel("mul", {"X": feat, "Y": w}), theirs["mul"])
+    yield Case("mul", "[8, 2048, 1, 1] x [2048, 102]", 1, kernel("mul", {"X": feat, "Y": w}),
+               theirs["mul"])
     yield Case("mul_grad", "[8, 2048, 1, 1] x [2048, 102]", 1,
                kernel("mul_grad", {"X": feat, "Y": w, "Out@GRAD": d}), theirs["mul_grad"])
     yield Case("elementwise_add", "[8, 102] + [102]", 1,
                kernel("elementwise_add", {"X": logits, "Y": b}, {"axis": 1}), theirs["add"])
-    yield Case("elementwise_add_grad", "[8, 102] + [102]", 1,
-               kernel("elementwise_add_grad", {"Y": b, "Out@GRAD": d}, {"axis": 1}), theirs["add_grad"])
+    yield Case("elementwise_add_grad", "[8, 102] + [102]", 1, kernel("elementwise_add_grad",
+                                                                     {"Y": b, "Out@GRAD": d},
+                                                                     {"axis": 1}),
+               theirs["add_grad"])
     yield Case("softmax", "[8, 102]", 1, kernel("softmax", {"X": logits}), theirs["softmax"])
     yield Case("softmax_grad", "[8, 102]", 1, kernel("softmax_grad", {"Out": p, "Out@GRAD": d}),
                theirs["softmax_grad"])
-    yield Case("cross_entropy", "[8, 102]", 1, kernel("cross_entropy", {"X": p, "Label": label}), theirs["ce"])
+    yield Case("cross_entropy", "[8, 102]", 1, kernel("cross_entropy", {"X": p, "Label": label}),
+               theirs["ce"])
     yield Case("cross_entropy_grad", "[8, 102]", 1,
-               kernel("cross_entropy_grad", {"X": p, "Label": label, "Y@GRAD": dy}), theirs["ce_grad"])
+               kernel("cross_entropy_grad", {"X": p, "Label": label, "Y@GRAD": dy}),
+               theirs["ce_grad"])
     yield Case("top_k", "[8, 102], k=1", 1, kernel("top_k", {"X": p}, {"k": 1}), theirs["top_k"])
-    yield Case("accuracy", "[8, 1]", 1,
-               kernel("accuracy", {"Out": p[:, :1], "Indices": top_i, "Label": label}), theirs["accuracy"])
+    yield Case("accuracy", "[8, 1]", 1, kernel("accuracy", {"Out": p[:, :1], "Indices": top_i,
+                                                            "Label": label}), theirs["accuracy"])
 
 
 def momentum_cases(rng: np.random.Generator) -> Iterator[Case]:
@@ -222,8 +242,9 @@ def momentum_cases(rng: np.random.Generator) -> Iterator[Case]:
     params = [rng.standard_normal(s, dtype=np.float32) for s in shapes]
     grads = [rng.standard_normal(s, dtype=np.float32) for s in shapes]
     lr = np.array([1e-6], np.float32)
-    calls = [kernel("momentum", {"Param": p, "Grad": g, "Velocity": np.zeros_like(p), "LearningRate": lr},
-                    {"mu": 0.9}) for p, g in zip(params, grads, strict=True)]
+    calls = [kernel("momentum", {"Param": p, "Grad": g, "Velocity": np.zeros_like(p),
+                                 "LearningRate": lr}, {"mu": 0.9})
+             for p, g in zip(params, grads, strict=True)]
 
     def ours() -> None:
         for call in calls:
@@ -277,9 +298,12 @@ def time_pair(case: Case, repeat: int, pause: float) -> list[tuple[float, float]
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ops", default=",".join(FAMILIES), help=f"families to time, of {','.join(FAMILIES)}")
-    parser.add_argument("--repeat", type=int, default=15, help="timed repetitions per side (default 15)")
-    parser.add_argument("--pause", type=float, default=0.0, help="seconds to sleep after each timed call (default 0)")
+    parser.add_argument("--ops", default=",".join(FAMILIES),
+                        help=f"families to time, of {','.join(FAMILIES)}")
+    parser.add_argument("--repeat", type=int, default=15,
+                        help="timed repetitions per side (default 15)")
+    parser.add_argument("--pause", type=float, default=0.0,
+                        help="seconds to sleep after each timed call (default 0)")
     args = parser.parse_args(argv)
     rng = np.random.default_rng(0)
     rows, total_ours, total_theirs = [], 0.0, 0.0
@@ -300,13 +324,16 @@ def main(argv: list[str] | None = None) -> None:
             del case
     ratio = f"{total_ours / total_theirs:.2f}" if total_theirs else "-"
     rows.append(["per ResNet-50 step", "", "", "", "", "", "", ratio,
-                 f"{total_ours:.1f} (torch {total_theirs:.1f})" if total_theirs else f"{total_ours:.1f}"])
+                 f"{total_ours:.1f} (torch {total_theirs:.1f})" if total_theirs
+                 else f"{total_ours:.1f}"])
     blas = os.environ.get("OPENBLAS_NUM_THREADS", "default")
-    threads = f", torch {torch.__version__} threads={torch.get_num_threads()}" if torch is not None else ", no torch"
+    threads = (f", torch {torch.__version__} threads={torch.get_num_threads()}" if torch is not None
+               else ", no torch")
     print(f"batch {BATCH}, 224x224, float32, {args.repeat} repetitions; numpy {np.__version__} "
           f"(OPENBLAS_NUM_THREADS={blas}){threads}")
-    print(tabulate(rows, headers=["op", "shape", "per step", "ours med", "ours min", "torch med", "torch min",
-                                  "ours/torch", "step ms (med)"], disable_numparse=True))
+    print(tabulate(rows, headers=["op", "shape", "per step", "ours med", "ours min", "torch med",
+                                  "torch min", "ours/torch", "step ms (med)"],
+                   disable_numparse=True))
 
 
 if __name__ == "__main__":

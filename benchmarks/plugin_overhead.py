@@ -16,9 +16,9 @@ file; measured as the wall time of pytest.main on a one-step suite with no
 work, with and without --opperf),
 a cost per timed region while recording, and a cost per ``run.step()``.
 The script prints the direct wall and CPU medians and the decomposition,
-whose sum over the suite's regions and steps is the precise figure. Also reports the A/A false-alarm count: the suite
-saved once as a baseline, then N reruns gated against it with the default
-tolerances.
+whose sum over the suite's regions and steps is the precise figure. Also reports the A/A
+false-alarm count: the suite saved once as a baseline, then N reruns gated against it with
+the default tolerances.
 
     python benchmarks/plugin_overhead.py [--reps 7] [--aa 20]
 """
@@ -44,8 +44,8 @@ import time
 import pytest
 from pytest_opperf import timers
 
-OPS = ["conv2d", "batch_norm", "relu", "elementwise_add", "pool2d", "conv2d_grad", "batch_norm_grad",
-       "relu_grad", "sum", "momentum"]
+OPS = ["conv2d", "batch_norm", "relu", "elementwise_add", "pool2d", "conv2d_grad",
+       "batch_norm_grad", "relu_grad", "sum", "momentum"]
 
 def nap(ms):
     time.sleep(ms / 1000)
@@ -76,8 +76,8 @@ def _cpu() -> float:
 
 def run_suite(workdir: Path, *args: str) -> tuple[float, float, subprocess.CompletedProcess]:
     """Wall and CPU seconds of one pytest run of the suite."""
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
-           "test_suite.py", *args]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+           "no:hypothesispytest", "test_suite.py", *args]
     cpu = _cpu()
     start = time.perf_counter()
     done = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True)
@@ -88,7 +88,8 @@ TIME_OF_MAIN = """
 import sys, time
 import pytest
 t = time.perf_counter()
-pytest.main(["-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "test_suite.py"] + sys.argv[1:])
+pytest.main(["-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "test_suite.py",
+             *sys.argv[1:]])
 print(f"WALL {time.perf_counter() - t}", file=sys.stderr)
 """
 
@@ -103,8 +104,8 @@ def fixed_cost_ms(workdir: Path, reps: int) -> tuple[float, float]:
     wall: dict[str, list[float]] = {"off": [], "on": []}
     for _ in range(max(reps, 9)):
         for mode, extra in (("off", []), ("on", ["--opperf", "--opperf-json=r.json"])):
-            done = subprocess.run([sys.executable, "time_of_main.py", *extra], cwd=workdir, capture_output=True,
-                                  text=True)
+            done = subprocess.run([sys.executable, "time_of_main.py", *extra], cwd=workdir,
+                                  capture_output=True, text=True)
             wall[mode].append(float(done.stderr.split("WALL ")[-1]) * 1e3)
     return statistics.median(wall["off"]), statistics.median(wall["on"])
 
@@ -142,17 +143,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=7, help="runs per mode (default 7)")
     parser.add_argument("--steps", type=int, default=40, help="steps per e2e test (default 40)")
-    parser.add_argument("--aa", type=int, default=20, help="A/A reruns against a saved baseline (default 20)")
+    parser.add_argument("--aa", type=int, default=20,
+                        help="A/A reruns against a saved baseline (default 20)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         (workdir / "test_suite.py").write_text(SUITE.replace("{steps}", str(args.steps)))
         # without a bytecode cache every session compiles the plugin's modules again
         cache = "off" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "on"
-        env_note = f"{os.cpu_count()} cores, Python {sys.version.split()[0]}, bytecode cache {cache}"
+        python = sys.version.split()[0]
+        env_note = f"{os.cpu_count()} cores, Python {python}, bytecode cache {cache}"
         run_suite(workdir)  # warm the bytecode caches
-        wall = {"off": [], "on": []}
-        cpu = {"off": [], "on": []}
+        wall: dict[str, list[float]] = {"off": [], "on": []}
+        cpu: dict[str, list[float]] = {"off": [], "on": []}
         for _ in range(args.reps):
             for mode, extra in (("off", ()), ("on", ("--opperf", "--opperf-json=r.json"))):
                 w, c, done = run_suite(workdir, *extra)
@@ -164,19 +167,22 @@ def main() -> None:
         print(f"synthetic suite ({env_note}): 4 e2e tests x {args.steps} steps x 60 op regions, "
               f"{args.reps} runs per mode")
         for mode, label in (("off", "without"), ("on", "with   ")):
-            print(f"  {label} --opperf: wall median {statistics.median(wall[mode]):.3f} s "
-                  f"(runs {', '.join(f'{t:.2f}' for t in wall[mode])}); "
-                  f"CPU median {statistics.median(cpu[mode]):.3f} s")
+            print(f"  {label} --opperf: wall median {statistics.median(wall[mode]):.3f} s (runs "
+                  f"{', '.join(f'{t:.2f}' for t in wall[mode])}); CPU median "
+                  f"{statistics.median(cpu[mode]):.3f} s")
         print(f"  direct: wall {(w_on - w_off) * 1e3:+.1f} ms = {(w_on / w_off - 1) * 100:+.2f} %; "
-              f"CPU {(c_on - c_off) * 1e3:+.1f} ms = {(c_on - c_off) / w_off * 100:+.2f} % of the wall time "
-              "(both noisy: sleeps)")
+              f"CPU {(c_on - c_off) * 1e3:+.1f} ms = {(c_on - c_off) / w_off * 100:+.2f} % of the "
+              "wall time (both noisy: sleeps)")
         regions, steps = 4 * args.steps * 121, 4 * args.steps
         f_off, f_on = fixed_cost_ms(workdir, args.reps)
         per_region, per_step = region_cost_us(), step_cost_us()
         total_ms = (f_on - f_off) + regions * per_region / 1e3 + steps * per_step / 1e3
-        print(f"  decomposition: fixed {f_on - f_off:.1f} ms per session (pytest.main, {f_off:.0f} -> "
-              f"{f_on:.0f} ms, medians) + {regions} regions x {per_region:.2f} us + {steps} steps x "
-              f"{per_step:.1f} us = {total_ms:.1f} ms = {total_ms / 1e3 / w_off * 100:.2f} % of {w_off:.2f} s")
+        print(f"  decomposition: fixed {f_on - f_off:.1f} ms per session (pytest.main, {f_off:.0f} "
+              "-> "
+              f"{f_on:.0f} ms, medians) + {regions} regions x {per_region:.2f} us + {steps} steps "
+              "x "
+              f"{per_step:.1f} us = {total_ms:.1f} ms = {total_ms / 1e3 / w_off * 100:.2f} % of "
+              f"{w_off:.2f} s")
         (workdir / "test_suite.py").write_text(SUITE.replace("{steps}", str(args.steps)))
         if args.aa:
             _, _, done = run_suite(workdir, "--opperf", "--opperf-save=base.json")
@@ -190,9 +196,10 @@ def main() -> None:
                 alarms += len(gate["violations"])
                 failed_runs += done.returncode != 0
                 for v in gate["violations"]:
-                    print(f"  false alarm in rerun {i + 1}: {v['run']} {v['metric']}: {v['message']}")
-            print(f"A/A: {args.aa} reruns against one saved baseline, default tolerances: "
-                  f"{alarms} false alarm(s), {failed_runs} failed session(s)")
+                    print(f"  false alarm in rerun {i + 1}: {v['run']} {v['metric']}: "
+                          f"{v['message']}")
+            print(f"A/A: {args.aa} reruns against one saved baseline, default tolerances: {alarms} "
+                  f"false alarm(s), {failed_runs} failed session(s)")
 
 
 if __name__ == "__main__":

@@ -38,13 +38,15 @@ CLASSES = 102
 
 
 def batch(size: int, image_size: int) -> tuple[np.ndarray, np.ndarray]:
-    data = next(rf.batch(rf.dataset.flowers.train(image_size=image_size, seed=0), batch_size=size)())
+    data = next(iter(rf.batch(rf.dataset.flowers.train(image_size=image_size, seed=0),
+                              batch_size=size)()))
     images = np.stack([x.reshape(3, image_size, image_size) for x, _ in data]).astype(np.float32)
     labels = np.array([[y] for _, y in data], dtype=np.int64)
     return images, labels
 
 
-def ours(images: np.ndarray, labels: np.ndarray, depth: int, no_overheads: bool) -> tuple[Callable[[], float], int]:
+def ours(images: np.ndarray, labels: np.ndarray, depth: int,
+         no_overheads: bool) -> tuple[Callable[[], float], int]:
     """A training step of the reference framework, and its parameter count."""
     main, startup, scope = rf.Program(), rf.Program(), rf.Scope()
     with rf.unique_name_guard(), rf.program_guard(main, startup):
@@ -57,7 +59,8 @@ def ours(images: np.ndarray, labels: np.ndarray, depth: int, no_overheads: bool)
     feed = {"data": images, "label": labels}
 
     def step() -> float:
-        return float(exe.run(main, feed=feed, fetch_list=[loss], scope=scope, use_program_cache=no_overheads)[0][0])
+        return float(exe.run(main, feed=feed, fetch_list=[loss], scope=scope,
+                             use_program_cache=no_overheads)[0][0])
 
     params = sum(math.prod(p.shape) for p in main.global_block().all_parameters())
     return step, params
@@ -65,13 +68,15 @@ def ours(images: np.ndarray, labels: np.ndarray, depth: int, no_overheads: bool)
 
 def torch_resnet(torch, depth: int):
     """The same ResNet in torch, built by hand (torchvision is not assumed)."""
-    nn = torch.nn
+    from torch import nn  # imported by the caller already
     stages, block = DEPTHS[depth]
     if block is not bottleneck:
-        raise SystemExit(f"--depth {depth}: only the bottleneck depths (50, 101, 152) are built in torch here")
+        raise SystemExit(f"--depth {depth}: only the bottleneck depths (50, 101, 152) are built in "
+                         "torch here")
 
     def conv_bn(cin: int, cout: int, k: int, stride: int = 1, relu: bool = True) -> list:
-        mods = [nn.Conv2d(cin, cout, k, stride, k // 2, bias=False), nn.BatchNorm2d(cout, eps=1e-5, momentum=0.1)]
+        mods = [nn.Conv2d(cin, cout, k, stride, k // 2, bias=False),
+                nn.BatchNorm2d(cout, eps=1e-5, momentum=0.1)]
         return mods + [nn.ReLU()] if relu else mods
 
     class Bottleneck(nn.Module):
@@ -87,7 +92,7 @@ def torch_resnet(torch, depth: int):
 
     mods = [*conv_bn(3, 64, 7, 2), nn.MaxPool2d(3, 2, 1)]
     cin = 64
-    for stage, (blocks, ch) in enumerate(zip(stages, (64, 128, 256, 512))):
+    for stage, (blocks, ch) in enumerate(zip(stages, (64, 128, 256, 512), strict=True)):
         for i in range(blocks):
             mods.append(Bottleneck(cin, ch, 2 if stage > 0 and i == 0 else 1))
             cin = ch * 4
@@ -95,7 +100,8 @@ def torch_resnet(torch, depth: int):
     return nn.Sequential(*mods)
 
 
-def theirs(torch, images: np.ndarray, labels: np.ndarray, depth: int) -> tuple[Callable[[], float], int]:
+def theirs(torch, images: np.ndarray, labels: np.ndarray,
+           depth: int) -> tuple[Callable[[], float], int]:
     torch.manual_seed(0)
     model = torch_resnet(torch, depth).train()
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MU)
@@ -118,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--image_size", type=int, default=224)
     p.add_argument("--depth", type=int, default=50, choices=[50, 101, 152])
     p.add_argument("--steps", type=int, default=5, help="measured steps per side (default 5)")
-    p.add_argument("--warmup", type=int, default=1, help="unmeasured first steps per side (default 1)")
+    p.add_argument("--warmup", type=int, default=1,
+                   help="unmeasured first steps per side (default 1)")
     p.add_argument("--pause", type=float, default=1.0, help="seconds between steps (default 1.0)")
     p.add_argument("--profile", action="store_true",
                    help="then time --steps more of our steps and print their Stat= table")
@@ -136,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     sides["ours, report's executor"], params = ours(images, labels, args.depth, no_overheads=False)
     sides["ours, no executor overheads"], _ = ours(images, labels, args.depth, no_overheads=True)
     if params != torch_params:
-        raise SystemExit(f"the two networks differ: ours has {params} parameters, torch's {torch_params}")
+        raise SystemExit(f"the two networks differ: ours has {params} parameters, torch's "
+                         f"{torch_params}")
 
     times: dict[str, list[float]] = {name: [] for name in sides}
     losses: dict[str, list[float]] = {name: [] for name in sides}
@@ -152,18 +160,22 @@ def main(argv: list[str] | None = None) -> int:
     rows = [(name, statistics.median(t), min(t), args.batch_size / statistics.median(t),
              statistics.median(t) / base, " ".join(f"{v:.3f}" for v in losses[name][:4]))
             for name, t in times.items()]
-    print(f"ResNet-{args.depth}, batch {args.batch_size}, {args.image_size}x{args.image_size}, {CLASSES} classes, "
-          f"{params} parameters; {args.steps} measured steps each (after {args.warmup} warm-up), interleaved, "
-          f"{args.pause:g} s pauses; torch {torch.__version__} with {torch.get_num_threads()} threads, "
+    print(f"ResNet-{args.depth}, batch {args.batch_size}, {args.image_size}x{args.image_size}, "
+          f"{CLASSES} classes, {params} parameters; {args.steps} measured steps each (after "
+          f"{args.warmup} warm-up), "
+          "interleaved, "
+          f"{args.pause:g} s pauses; torch {torch.__version__} with {torch.get_num_threads()} "
+          "threads, "
           f"numpy {np.__version__}")
-    print(tabulate(rows, headers=["", "median s/step", "min s/step", "images/s", "x torch", "first losses"],
-                   floatfmt=".3f"))
+    print(tabulate(rows, headers=["", "median s/step", "min s/step", "images/s", "x torch",
+                                  "first losses"], floatfmt=".3f"))
     if args.profile:
         step = sides["ours, no executor overheads"]
         with timers.recording() as table:
             for _ in range(args.steps):
                 step()
-        print(f"\nour Stat= table over {args.steps} more steps (no executor overheads, no pauses), unit: ms")
+        print(f"\nour Stat= table over {args.steps} more steps (no executor overheads, no pauses), "
+              "unit: ms")
         print("\n".join(timers.format_stat_lines(table)))
     return 0
 

@@ -1,6 +1,7 @@
-"""What ``pytest_opperf.torch.profile()`` costs per aten op, next to ``torch.profiler`` in the same run.
+"""What ``pytest_opperf.torch.profile()`` costs per aten op, next to ``torch.profiler``.
 
-    python benchmarks/torch_profile_overhead.py [--ops 20000] [--repeats 7] [--steps 5] [--threads 1]
+    python benchmarks/torch_profile_overhead.py [--ops 20000] [--repeats 7] [--steps 5] \
+        [--threads 1]
 
 Two workloads, each timed plain, under an empty dispatch mode, under both
 mechanisms of ``profile()``, flat and ``nested=True`` (in a ``timers.recording()``),
@@ -22,8 +23,8 @@ op as it runs: its cost is all in the window. ``by="module"`` is timed in the
 window under both mechanisms. An empty ``TorchDispatchMode`` (its
 handler only calls the op, and torch's wrapping of it in
 ``torch._disable_dynamo`` switched off as ``profile()`` does) is timed too:
-the floor of any instrumentation through torch's Python dispatch. For ``torch.profiler`` two figures: the
-cost inside the window ("in window"), and with its stop and ``key_averages()``
+the floor of any instrumentation through torch's Python dispatch. For ``torch.profiler``
+two figures: the cost inside the window ("in window"), and with its stop and ``key_averages()``
 ("with results"), which is what it takes to get per-op figures out of it.
 The variants are interleaved, each repeat in all of them, and the medians
 printed, so that a busy neighbour affects them alike; expect noise of 10-20 %
@@ -39,6 +40,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 from tabulate import tabulate
 
@@ -57,8 +59,9 @@ def _cnn(torch, steps: int) -> Callable[[], None]:
     nn = torch.nn
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
-                          nn.MaxPool2d(2), nn.Conv2d(16, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16),
-                          nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
+                          nn.MaxPool2d(2), nn.Conv2d(16, 16, 3, padding=1, bias=False),
+                          nn.BatchNorm2d(16), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                          nn.Linear(16, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x, y = torch.randn(8, 3, 32, 32), torch.randint(0, 10, (8,))
 
@@ -85,7 +88,7 @@ def _empty_mode(torch):
     return Empty
 
 
-def measure(torch, run: Callable[[], None], repeats: int) -> dict[str, float]:
+def measure(torch, run: Callable[[], None], repeats: int) -> dict[str, Any]:
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
@@ -99,13 +102,16 @@ def measure(torch, run: Callable[[], None], repeats: int) -> dict[str, float]:
     with timers.recording() as check, profile():
         run()
     counted = {n: s.count for n, s in table.items()}
-    differ = {n: (counted.get(n, 0), check[n].count if n in check else 0) for n in {*counted, *check}
-              if counted.get(n, 0) != (check[n].count if n in check else 0)}
+    differ = {n: (counted.get(n, 0), check[n].count if n in check else 0)
+              for n in {*counted, *check} if counted.get(n, 0) != (check[n].count if n in check
+                                                                   else 0)}
     empty = _empty_mode(torch)
-    times: dict[str, list[float]] = {"plain": [], "empty dispatch mode": [], "dispatch": [], "dispatch nested": [],
-                                     "profiler in window": [], "profiler with results": [],
+    times: dict[str, list[float]] = {"plain": [], "empty dispatch mode": [], "dispatch": [],
+                                     "dispatch nested": [], "profiler in window": [],
+                                     "profiler with results": [],
                                      "profiler nested with results": [], "dispatch by module": [],
-                                     "profiler by module in window": [], "torch.profiler in window": [],
+                                     "profiler by module in window": [],
+                                     "torch.profiler in window": [],
                                      "torch.profiler with results": []}
     for _ in range(repeats):
         start = time.perf_counter()
@@ -172,27 +178,30 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import torch
     except ImportError:
-        print("torch_profile_overhead: torch is not installed; pip install torch==2.13.0", file=sys.stderr)
+        print("torch_profile_overhead: torch is not installed; pip install torch==2.13.0",
+              file=sys.stderr)
         return 1
     torch.set_num_threads(args.threads)
     rows, notes = [], []
     for label, run in (("tiny op (torch.add, 4 elements)", _tiny(torch, args.ops)),
                        ("CNN step (batch 8, 3x32x32)", _cnn(torch, args.steps))):
         m = measure(torch, run, args.repeats)
-        rows.append([label, m["ops"], m["plain_us"], m["empty dispatch mode"], m["dispatch"], m["dispatch nested"],
-                     m["profiler in window"], m["profiler with results"], m["profiler nested with results"],
-                     m["dispatch by module"], m["profiler by module in window"],
-                     m["torch.profiler in window"], m["torch.profiler with results"]])
+        rows.append([label, m["ops"], m["plain_us"], m["empty dispatch mode"], m["dispatch"],
+                     m["dispatch nested"], m["profiler in window"], m["profiler with results"],
+                     m["profiler nested with results"], m["dispatch by module"],
+                     m["profiler by module in window"], m["torch.profiler in window"],
+                     m["torch.profiler with results"]])
         for name, (dispatch, profiler) in sorted(m["differ"].items()):
             notes.append(f"{label}: {name} x{dispatch} per repeat under the dispatch mode, "
                          f"x{profiler} under the profiler")
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; medians of {args.repeats} interleaved "
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; medians of "
+          f"{args.repeats} interleaved "
           "repeats; overhead in us per aten op")
     print(tabulate(rows, headers=["workload", "ops/repeat", "plain us/op", "empty dispatch mode",
-                                  "dispatch", "dispatch nested", "profile() in window", "profile() with results",
-                                  "profile(nested) with results", "by=module dispatch", "by=module in window",
-                                  "torch.profiler in window",
-                                  "torch.profiler with results"],
+                                  "dispatch", "dispatch nested", "profile() in window",
+                                  "profile() with results", "profile(nested) with results",
+                                  "by=module dispatch", "by=module in window",
+                                  "torch.profiler in window", "torch.profiler with results"],
                    floatfmt=".2f"))
     for note in notes:
         print(f"note: {note}")

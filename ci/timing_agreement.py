@@ -60,22 +60,26 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     table = rows(events, sync, args.tolerance)
     if not table:
-        print(f"timing_agreement: no per-op run in both {args.events} and {args.sync}", file=sys.stderr)
+        print(f"timing_agreement: no per-op run in both {args.events} and {args.sync}",
+              file=sys.stderr)
         return 3
     timings = sorted({t for t, _ in events.values()}), sorted({t for t, _ in sync.values()})
     agree = sum(1 for r in table if r[4])
     weight = sum(r[1] for r in table)
     agree_weight = sum(r[1] for r in table if r[4])
-    lines = [f"| op | {'/'.join(timings[0])} ms | {'/'.join(timings[1])} ms | ratio | within {args.tolerance:.0%} |",
+    lines = [f"| op | {'/'.join(timings[0])} ms | {'/'.join(timings[1])} ms | ratio | within "
+             f"{args.tolerance:.0%} |",
              "|---|---:|---:|---:|---|"]
-    lines += [f"| {r[0]} | {r[1]:.4f} | {r[2]:.4f} | {r[3]:.3f} | {'yes' if r[4] else 'no'} |" for r in table]
+    lines += [f"| {r[0]} | {r[1]:.4f} | {r[2]:.4f} | {r[3]:.3f} | {'yes' if r[4] else 'no'} |"
+              for r in table]
     summary = (f"{agree} of {len(table)} ops agree within {args.tolerance:.0%} "
-               f"({agree_weight / weight:.1%} of the events time)" if weight > 0 else f"{agree} of {len(table)} ops")
+               f"({agree_weight / weight:.1%} of the events time)" if weight > 0
+               else f"{agree} of {len(table)} ops")
     print("\n".join(lines))
     print(summary)
     if args.markdown:
-        Path(args.markdown).write_text("## events against sync, per op\n\n" + "\n".join(lines) + f"\n\n{summary}\n",
-                                       encoding="utf-8")
+        Path(args.markdown).write_text("## events against sync, per op\n\n" + "\n".join(lines)
+                                       + f"\n\n{summary}\n", encoding="utf-8")
     return 0
 
 

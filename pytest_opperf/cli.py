@@ -1,11 +1,10 @@
-"""``python -m pytest_opperf``: compare two results files, show one, or read a history, outside pytest.
+"""``python -m pytest_opperf``: compare or show results files, or read a history, outside pytest.
 
-``compare BASE.json NEW.json [--thresholds T]`` gives the plugin's verdicts
-and exit codes (0 pass, 1 gate violations, 4 usage error or unreadable file)
-for CI steps that run no tests; ``show R.json`` prints the terminal report
-stored in a results file. ``history`` and ``dashboard`` read a history store
-(:mod:`pytest_opperf.history.commands`). ``schema`` prints the path of the results
-format's JSON Schema.
+``compare BASE.json NEW.json [--thresholds T]`` gives the plugin's verdicts and exit codes (0 pass,
+1 gate violations, 4 usage error or unreadable file) for CI steps that run no tests; ``show R.json``
+prints the terminal report stored in a results file. ``history`` and ``dashboard`` read a history
+store (:mod:`pytest_opperf.history.commands`). ``schema`` prints the path of the results format's
+JSON Schema.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ class _Usage(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line and exit 4, like the plugin's usage errors
+    def error(self, message: str) -> NoReturn:  # one line, exit 4: as the plugin's usage errors
         raise _Usage(f"{self.prog}: {message}")
 
 
@@ -87,7 +86,8 @@ def _show(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
-def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
+         err: TextIO | None = None) -> int:
     """Run a command; returns the exit status (never raises for bad input)."""
     out = out or sys.stdout
     err = err or sys.stderr

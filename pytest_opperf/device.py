@@ -20,11 +20,10 @@ __all__ = ["CPU_HOST", "DeviceInfo", "EventTimer", "SyncTimer", "benchmark_timer
 class DeviceInfo:
     """Where the suites run and how to time work there.
 
-    ``clock`` (CUDA events, say) gives kernel regions device time;
-    ``synchronize`` waits for the device, for per-op benchmarks in ``sync``
-    timing. ``device_class`` names the hardware for baseline files
-    (``<device_class>-<workload>.json``); ``note`` is shown in the report
-    (e.g. "no GPU: fell back to CPU").
+    ``clock`` (CUDA events, say) gives kernel regions device time; ``synchronize`` waits for the
+    device, for per-op benchmarks in ``sync`` timing. ``device_class`` names the hardware for
+    baseline files (``<device_class>-<workload>.json``); ``note`` is shown in the report (e.g. "no
+    GPU: fell back to CPU").
     """
 
     name: str = "cpu"
@@ -56,9 +55,8 @@ CPU_HOST = DeviceInfo()
 class SyncTimer:
     """A pytest-benchmark timer: host seconds, read after the device is idle.
 
-    pytest-benchmark reads its timer before and after each round, so a round
-    is bracketed by two synchronisations and measures the device work queued
-    in it, not only its launches.
+    pytest-benchmark reads its timer before and after each round, so a round is bracketed by two
+    synchronisations and measures the device work queued in it, not only its launches.
     """
 
     timing = "sync"
@@ -75,11 +73,10 @@ class SyncTimer:
 class EventTimer:
     """A pytest-benchmark timer on the device clock (CUDA events).
 
-    Each call marks the queue, waits, and adds the device time since the
-    previous call's closing mark, so the value only advances by device time
-    spent between calls: a round reads as the device span of its work. The
-    closing mark is made after recycling, so the pool never hands it out
-    while it is still to be read.
+    Each call marks the queue, waits, and adds the device time since the previous call's closing
+    mark, so the value only advances by device time spent between calls: a round reads as the device
+    span of its work. The closing mark is made after recycling, so the pool never hands it out while
+    it is still to be read.
     """
 
     timing = "events"

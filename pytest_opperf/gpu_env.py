@@ -1,13 +1,11 @@
 """The GPU's environment at the start and end of a session, read through NVML.
 
-A GPU run's speed depends on more than the model: the driver, the clocks it
-ran at, its power limit and temperature, ECC and MIG. :func:`snapshot` reads
-them with ``nvidia-ml-py`` (the ``pynvml`` module; optional), only ever
-through NVML's query functions: nothing here changes a GPU setting.
-:func:`throttling` compares the end of a session with its start and says
-when the GPU was held back (power or thermal limits, clocks that fell), and
-:func:`settings_of` picks the facts that make two baselines comparable (a
-baseline from another driver or clock setting is flagged like one from other
+A GPU run's speed depends on more than the model: the driver, the clocks it ran at, its power limit
+and temperature, ECC and MIG. :func:`snapshot` reads them with ``nvidia-ml-py`` (the ``pynvml``
+module; optional), only ever through NVML's query functions: nothing here changes a GPU setting.
+:func:`throttling` compares the end of a session with its start and says when the GPU was held back
+(power or thermal limits, clocks that fell), and :func:`settings_of` picks the facts that make two
+baselines comparable (a baseline from another driver or clock setting is flagged like one from other
 hardware). No pytest import.
 """
 
@@ -29,13 +27,13 @@ _HOLDING_BACK = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_therm
                  "hw_power_brake_slowdown")
 _PERF_POLICY = {"power": "NVML_PERF_POLICY_POWER", "thermal": "NVML_PERF_POLICY_THERMAL"}
 # nvml.h's values, used when the module lacks the constant
-_CONSTANTS = {"NVML_PERF_POLICY_POWER": 0, "NVML_PERF_POLICY_THERMAL": 1, "NVML_CLOCK_SM": 1, "NVML_CLOCK_MEM": 2,
-              "NVML_TEMPERATURE_GPU": 0}
+_CONSTANTS = {"NVML_PERF_POLICY_POWER": 0, "NVML_PERF_POLICY_THERMAL": 1, "NVML_CLOCK_SM": 1,
+              "NVML_CLOCK_MEM": 2, "NVML_TEMPERATURE_GPU": 0}
 
 # The facts of a snapshot that are settings, not state: two runs are only comparable
 # when these agree (a driver update or locked clocks change the speed of every op).
-SETTINGS = ("driver", "applications_sm_clock_mhz", "applications_mem_clock_mhz", "power_limit_w", "ecc",
-            "mig")
+SETTINGS = ("driver", "applications_sm_clock_mhz", "applications_mem_clock_mhz", "power_limit_w",
+            "ecc", "mig")
 
 
 def nvml_module() -> Any | None:
@@ -66,8 +64,8 @@ def _mode(value: Any) -> str | None:
     if value is None:
         return None
     current, pending = (value if isinstance(value, (tuple, list)) else (value, value))[:2]
-    text = "on" if current else "off"
-    return text if bool(current) == bool(pending) else f"{text} (pending {'on' if pending else 'off'})"
+    text, later = ("on" if current else "off"), ("on" if pending else "off")
+    return text if text == later else f"{text} (pending {later})"
 
 
 def snapshot(pci_bus_id: str | None, nvml: Any = None) -> dict[str, Any]:
@@ -124,10 +122,12 @@ def _facts(nvml: Any, handle: Any) -> dict[str, Any]:
         "applications_sm_clock_mhz": _read(nvml, "nvmlDeviceGetApplicationsClock", handle, sm),
         "applications_mem_clock_mhz": _read(nvml, "nvmlDeviceGetApplicationsClock", handle, mem),
         "power_limit_w": power / 1000 if isinstance(power, (int, float)) else None,
-        "temperature_c": _read(nvml, "nvmlDeviceGetTemperature", handle, _const(nvml, "NVML_TEMPERATURE_GPU")),
+        "temperature_c": _read(nvml, "nvmlDeviceGetTemperature", handle,
+                               _const(nvml, "NVML_TEMPERATURE_GPU")),
         "ecc": _mode(_read(nvml, "nvmlDeviceGetEccMode", handle)),
         "mig": _mode(_read(nvml, "nvmlDeviceGetMigMode", handle)),
-        "clock_reasons": [n for bit, n in _REASONS.items() if reasons & bit] if isinstance(reasons, int) else None,
+        "clock_reasons": ([n for bit, n in _REASONS.items() if reasons & bit]
+                          if isinstance(reasons, int) else None),
         "violation_ns": violations,
     }
 
@@ -141,15 +141,18 @@ def throttling(start: Mapping[str, Any] | None, end: Mapping[str, Any] | None) -
         a = (start.get("violation_ns") or {}).get(policy)
         b = (end.get("violation_ns") or {}).get(policy)
         if isinstance(a, int) and isinstance(b, int) and b > a:
-            warnings.append(f"the GPU was held back by its {policy} limit for {(b - a) / 1e6:.0f} ms "
-                            "during the session (NVML violation counter): its timings are slower than its clocks allow")
+            warnings.append(f"the GPU was held back by its {policy} limit for {(b - a) / 1e6:.0f} "
+                            "ms during the session (NVML violation counter): its timings are "
+                            "slower than its clocks allow")
     held = [r for r in end.get("clock_reasons") or [] if r in _HOLDING_BACK]
     if held:
-        warnings.append(f"at the end of the session the GPU's clocks were held back: {', '.join(held)}")
+        warnings.append("at the end of the session the GPU's clocks were held back: "
+                        f"{', '.join(held)}")
     a, b = start.get("sm_clock_mhz"), end.get("sm_clock_mhz")
     idle = "gpu_idle" in (start.get("clock_reasons") or [])
     if isinstance(a, int) and isinstance(b, int) and not idle and b < 0.9 * a:
-        warnings.append(f"the GPU's SM clock fell from {a} MHz at the start of the session to {b} MHz at the end")
+        warnings.append(f"the GPU's SM clock fell from {a} MHz at the start of the session "
+                        f"to {b} MHz at the end")
     return warnings
 
 

@@ -1,14 +1,12 @@
 """GPU-side readings of a run: host enqueue time beside device span, which bound
 an op is, steady-state throughput and one-time compile work. No pytest import.
 
-On a GPU an op's event span runs from a marker queued before its kernels to
-one queued after them. While the host is still enqueueing, the device may sit
-idle inside that span, so for an op whose kernels are quick the span measures
-the host (its launches), not the device. The report shows both clocks and
-calls an op *launch-bound* when its device span is no longer than its host
-enqueue time (within :data:`LAUNCH_MARGIN`): the device had finished by the
-time the host let go. Otherwise it is *device-bound*: the device was still
-working after the host had queued everything.
+On a GPU an op's event span runs from a marker queued before its kernels to one queued after them.
+While the host is still enqueueing, the device may sit idle inside that span, so for an op whose
+kernels are quick the span measures the host (its launches), not the device. The report shows both
+clocks and calls an op *launch-bound* when its device span is no longer than its host enqueue time
+(within :data:`LAUNCH_MARGIN`): the device had finished by the time the host let go. Otherwise it is
+*device-bound*: the device was still working after the host had queued everything.
 """
 
 from __future__ import annotations
@@ -18,7 +16,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-__all__ = ["LAUNCH_MARGIN", "bound", "compile_ms", "device_host_lines", "steady_examples_per_sec", "steady_lines"]
+__all__ = ["LAUNCH_MARGIN", "bound", "compile_ms", "device_host_lines", "steady_examples_per_sec",
+           "steady_lines"]
 
 LAUNCH_MARGIN = 0.10
 COMPILE_STAT = "CompileTimer"
@@ -40,13 +39,15 @@ def device_host_lines(run: Any, limit: int = 15) -> list[str]:
     if not stats:
         return []
     stats.sort(key=lambda s: -s.total_ms)
-    rows = [[s.name, f"{s.avg_ms:.3f}", f"{s.host_ms / s.count:.3f}", f"{s.total_ms / s.host_ms:.2f}", bound(s)]
-            for s in stats[:limit]]
+    rows = [[s.name, f"{s.avg_ms:.3f}", f"{s.host_ms / s.count:.3f}",
+             f"{s.total_ms / s.host_ms:.2f}", bound(s)] for s in stats[:limit]]
     launch = sum(1 for s in stats if bound(s) == "launch")
-    table = tabulate(rows, ["op", "device avg", "host avg", "device/host", "bound"], tablefmt="plain",
-                     disable_numparse=True, colalign=("left", "right", "right", "right", "left"))
-    head = (f"device span vs host enqueue per call (ms): {launch} of {len(stats)} kernel stats launch-bound "
-            f"(span <= host time + {LAUNCH_MARGIN:.0%}: the span measures the launches)")
+    table = tabulate(rows, ["op", "device avg", "host avg", "device/host", "bound"],
+                     tablefmt="plain", disable_numparse=True,
+                     colalign=("left", "right", "right", "right", "left"))
+    head = (f"device span vs host enqueue per call (ms): {launch} of {len(stats)} kernel stats "
+            f"launch-bound (span <= host time + {LAUNCH_MARGIN:.0%}: "
+            "the span measures the launches)")
     more = [f"... {len(stats) - limit} more"] if len(stats) > limit else []
     return [head, *table.splitlines(), *more]
 
@@ -73,7 +74,8 @@ def steady_lines(run: Any) -> list[str]:
     steady = steady_examples_per_sec(run)
     parts = []
     if steady is not None:
-        parts.append(f"steady state: {steady:.5f} examples/sec over the {len(run.step_ms) - 1} steps after warm-up")
+        parts.append(f"steady state: {steady:.5f} examples/sec over the "
+                     f"{len(run.step_ms) - 1} steps after warm-up")
     compiled = compile_ms(run)
     if compiled:
         parts.append(f"kernel compiles {compiled:.1f} ms ({COMPILE_STAT}, one-time work)")

@@ -16,12 +16,8 @@ if TYPE_CHECKING:
     from pytest_opperf.device import DeviceInfo
     from pytest_opperf.results import ResultSet
 
-__all__ = [
-    "OpPerfBaselineWarning",
-    "OpPerfBenchmarkWarning",
-    "OpPerfStepCountWarning",
-    "OpPerfWarning",
-]
+__all__ = ["OpPerfBaselineWarning", "OpPerfBenchmarkWarning", "OpPerfStepCountWarning",
+           "OpPerfWarning"]
 
 hookspec = pluggy.HookspecMarker("pytest")
 
@@ -30,18 +26,16 @@ hookspec = pluggy.HookspecMarker("pytest")
 def pytest_opperf_select_device(config: pytest.Config, requested: str) -> DeviceInfo | None:
     """Choose the device the suites run on, for ``--opperf-device`` = ``requested``.
 
-    ``requested`` is ``auto``, ``cpu`` or ``gpu``. Return a
-    :class:`pytest_opperf.device.DeviceInfo` (its ``clock`` gives kernel
-    regions device time; its ``note`` is shown in the report, e.g. "no GPU:
-    fell back to CPU"), or ``None`` to leave the choice to others. Raise
-    ``pytest.UsageError`` when ``gpu`` is requested and none can be used.
+    ``requested`` is ``auto``, ``cpu`` or ``gpu``. Return a :class:`pytest_opperf.device.DeviceInfo`
+    (its ``clock`` gives kernel regions device time; its ``note`` is shown in the report, e.g. "no
+    GPU: fell back to CPU"), or ``None`` to leave the choice to others. Raise ``pytest.UsageError``
+    when ``gpu`` is requested and none can be used.
 
-    Called once per process: at session start with ``--opperf`` (before
-    collection, so implement it in a plugin or in the ``conftest.py`` of a
-    directory given on the command line, e.g. ``suites/conftest.py`` for
-    ``pytest suites/``), and on first use of ``opperf.device`` without it.
-    Without any implementation the device is the CPU with the host clock,
-    and ``gpu`` is a usage error.
+    Called once per process: at session start with ``--opperf`` (before collection, so implement it
+    in a plugin or in the ``conftest.py`` of a directory given on the command line, e.g.
+    ``suites/conftest.py`` for ``pytest suites/``), and on first use of ``opperf.device`` without
+    it. Without any implementation the device is the CPU with the host clock, and ``gpu`` is a usage
+    error.
     """
 
 
@@ -58,25 +52,26 @@ def pytest_opperf_machine_info(config: pytest.Config, info: dict[str, Any]) -> N
 def pytest_opperf_modify_results(config: pytest.Config, results: ResultSet) -> None:
     """Adjust the session's results before the gate and the report see them.
 
-    ``results.runs`` is a list of :class:`pytest_opperf.results.RunResult`;
-    runs may be changed, added or removed. Called once, on the xdist
-    controller after the workers' results are merged.
+    ``results.runs`` is a list of :class:`pytest_opperf.results.RunResult`; runs may be changed,
+    added or removed. Called once, on the xdist controller after the workers' results are merged.
     """
 
 
 @hookspec
-def pytest_opperf_report_sections(config: pytest.Config, results: ResultSet) -> list[tuple[str, list[str]]]:
+def pytest_opperf_report_sections(
+    config: pytest.Config, results: ResultSet
+) -> list[tuple[str, list[str]]] | None:
     """Extra sections for the report: a list of ``(title, lines)``.
 
-    Called once, after the gate, with the final results; the sections follow
-    the runs, before the verdict, in the terminal report (each under a
-    ``--- title ---`` line) and in the markdown report (as preformatted blocks). A suite uses it for tables
-    that compare its own runs, e.g. the executor ablation of the e2e suite.
+    Called once, after the gate, with the final results; the sections follow the runs, before the
+    verdict, in the terminal report (each under a ``--- title ---`` line) and in the markdown report
+    (as preformatted blocks). A suite uses it for tables that compare its own runs, e.g. the
+    executor ablation of the e2e suite.
     """
 
 
 class OpPerfWarning(pytest.PytestWarning):
-    """Base of pytest-opperf's warnings (filter with ``-W ignore::pytest_opperf.hookspec.OpPerfWarning``)."""
+    """Base of pytest-opperf's warnings: ``-W ignore::pytest_opperf.hookspec.OpPerfWarning``."""
 
 
 class OpPerfBaselineWarning(OpPerfWarning):

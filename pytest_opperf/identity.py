@@ -1,12 +1,10 @@
 """What a measurement is, beyond the hardware: the timing mode and the cache state.
 
-A baseline is only comparable with a run measured the same way: CUDA-event
-spans and per-op-synchronised host times are different quantities, and a
-per-op benchmark with the L2 cache flushed before each call (cold) measures
-other work than one with a warm cache. :func:`baseline_variant` names the
-baseline file of a measurement (``nvidia-h200-full-sync.json``), and
-:func:`mismatch` says why a baseline run must not be compared with a run.
-No pytest import.
+A baseline is only comparable with a run measured the same way: CUDA-event spans and
+per-op-synchronised host times are different quantities, and a per-op benchmark with the L2 cache
+flushed before each call (cold) measures other work than one with a warm cache.
+:func:`baseline_variant` names the baseline file of a measurement (``nvidia-h200-full-sync.json``),
+and :func:`mismatch` says why a baseline run must not be compared with a run. No pytest import.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """NVTX ranges named as the report names things, for Nsight Systems (``--opperf-nvtx``).
 
-With the option on, every timed region of a measured window (each op, the
-executor's timers) is a push/pop range and each ``run.step()`` interval a
-``step N`` start/end range, all in the ``opperf`` domain, so a profile of
-the session (``nsys profile pytest suites/ --opperf --opperf-nvtx``) shows
-the report's names on its timeline. The ``nvtx`` package is optional and
-imported only when the option is on. No pytest import.
+With the option on, every timed region of a measured window (each op, the executor's timers) is a
+push/pop range and each ``run.step()`` interval a ``step N`` start/end range, all in the ``opperf``
+domain, so a profile of the session (``nsys profile pytest suites/ --opperf --opperf-nvtx``) shows
+the report's names on its timeline. The ``nvtx`` package is optional and imported only when the
+option is on. No pytest import.
 """
 
 from __future__ import annotations

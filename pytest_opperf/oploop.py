@@ -1,14 +1,12 @@
 """Per-op timing without pytest-benchmark: calibrated rounds on a given timer.
 
-pytest-benchmark turns itself off under pytest-xdist, and its automatic mode
-has no hook to run work between rounds. Two cases need both: per-op
-benchmarks on per-GPU xdist workers (each worker owns its GPU, so parallel
-workers do not disturb each other), and cold-cache timing, which flushes the
-GPU's L2 cache before every timed call. :func:`time_rounds` follows
-pytest-benchmark's automatic mode (warm-up, iterations calibrated until a
-round lasts ``min_time``, rounds until ``max_time`` has passed and at least
-``min_rounds`` were done) and returns per-call seconds of each round. No
-pytest import.
+pytest-benchmark turns itself off under pytest-xdist, and its automatic mode has no hook to run work
+between rounds. Two cases need both: per-op benchmarks on per-GPU xdist workers (each worker owns
+its GPU, so parallel workers do not disturb each other), and cold-cache timing, which flushes the
+GPU's L2 cache before every timed call. :func:`time_rounds` follows pytest-benchmark's automatic
+mode (warm-up, iterations calibrated until a round lasts ``min_time``, rounds until ``max_time`` has
+passed and at least ``min_rounds`` were done) and returns per-call seconds of each round. No pytest
+import.
 """
 
 from __future__ import annotations
@@ -39,7 +37,8 @@ def _round(call: Callable[[], object], timer: Callable[[], float], iterations: i
     return timer() - start
 
 
-def time_rounds(call: Callable[[], object], timer: Callable[[], float], settings: LoopSettings = LoopSettings(),
+def time_rounds(call: Callable[[], object], timer: Callable[[], float],
+                settings: LoopSettings = LoopSettings(),
                 before_round: Callable[[], object] | None = None,
                 clock: Callable[[], float] = perf_counter) -> tuple[list[float], int]:
     """Time ``call``: ``(per-call seconds of each round, iterations per round)``.
@@ -54,7 +53,8 @@ def time_rounds(call: Callable[[], object], timer: Callable[[], float], settings
         call()
     iterations = 1
     if before_round is None:
-        while iterations < settings.max_iterations and _round(call, timer, iterations) < settings.min_time:
+        while (iterations < settings.max_iterations
+               and _round(call, timer, iterations) < settings.min_time):
             iterations *= 2
     rounds: list[float] = []
     start = clock()

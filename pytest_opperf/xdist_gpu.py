@@ -1,20 +1,18 @@
 """One pytest-xdist worker per GPU (``--opperf-gpu-workers``).
 
-On a runner with several GPUs, ``pytest suites/ --opperf --opperf-gpu-workers -n auto``
-starts one worker per visible GPU and gives each its own GPU through
-``CUDA_VISIBLE_DEVICES``, so every worker sees one device, ``cuda:0``, and
-no two workers share one. xdist spreads the tests (the per-op suites among
-them) over the workers; each measures on its GPU (per-op benchmarks with
-:mod:`pytest_opperf.oploop`, since pytest-benchmark turns itself off under
-xdist), and the controller merges the runs into one report and one gate,
-after checking that all workers ran on the same GPU model.
+On a runner with several GPUs, ``pytest suites/ --opperf --opperf-gpu-workers -n auto`` starts one
+worker per visible GPU and gives each its own GPU through ``CUDA_VISIBLE_DEVICES``, so every worker
+sees one device, ``cuda:0``, and no two workers share one. xdist spreads the tests (the per-op
+suites among them) over the workers; each measures on its GPU (per-op benchmarks with
+:mod:`pytest_opperf.oploop`, since pytest-benchmark turns itself off under xdist), and the
+controller merges the runs into one report and one gate, after checking that all workers ran on the
+same GPU model.
 
-The controller learns the GPUs from ``CUDA_VISIBLE_DEVICES`` when it is set,
-else from NVML, else from ``nvidia-smi``; it passes the list to its workers in
-the environment (:data:`ENV_LIST`), and each worker picks its entry by its
-xdist id (``gw0`` the first) before any plugin or conftest can touch CUDA.
-The pure functions here have no pytest import; the hooks at the end are the
-glue, registered by the plugin.
+The controller learns the GPUs from ``CUDA_VISIBLE_DEVICES`` when it is set, else from NVML, else
+from ``nvidia-smi``; it passes the list to its workers in the environment (:data:`ENV_LIST`), and
+each worker picks its entry by its xdist id (``gw0`` the first) before any plugin or conftest can
+touch CUDA. The pure functions here have no pytest import; the hooks at the end are the glue,
+registered by the plugin.
 """
 
 from __future__ import annotations
@@ -25,7 +23,8 @@ import subprocess
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
-__all__ = ["ENV_LIST", "GpuWorkersError", "assign", "different_models", "visible_gpus", "worker_index"]
+__all__ = ["ENV_LIST", "GpuWorkersError", "assign", "different_models", "visible_gpus",
+           "worker_index"]
 
 ENV_LIST = "OPPERF_GPU_WORKER_DEVICES"
 
@@ -55,14 +54,16 @@ def _from_nvidia_smi() -> list[str] | None:
     if exe is None:
         return None
     try:
-        out = subprocess.run([exe, "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True,
-                             timeout=30)
+        out = subprocess.run([exe, "--query-gpu=index", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return None
-    return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else None
+    return [line.strip() for line in out.stdout.splitlines()
+            if line.strip()] if out.returncode == 0 else None
 
 
-def visible_gpus(env: Mapping[str, str] | None = None, probes: tuple = (_from_nvml, _from_nvidia_smi)) -> list[str]:
+def visible_gpus(env: Mapping[str, str] | None = None,
+                 probes: tuple = (_from_nvml, _from_nvidia_smi)) -> list[str]:
     """The GPUs the workers may use, as ``CUDA_VISIBLE_DEVICES`` entries (indices or UUIDs)."""
     env = os.environ if env is None else env
     given = env.get("CUDA_VISIBLE_DEVICES")
@@ -77,7 +78,8 @@ def visible_gpus(env: Mapping[str, str] | None = None, probes: tuple = (_from_nv
         gpus = probe()
         if gpus:
             return gpus
-    raise GpuWorkersError("no GPU found (CUDA_VISIBLE_DEVICES is unset, and neither NVML nor nvidia-smi lists one)")
+    raise GpuWorkersError("no GPU found (CUDA_VISIBLE_DEVICES is unset, and neither NVML nor "
+                          "nvidia-smi lists one)")
 
 
 def worker_index(worker_id: str) -> int:

@@ -5,11 +5,17 @@ reference report's per-run overheads, and every ResNet-50 operator with numpy
 (CPU) and CuPy (GPU) kernels.
 """
 
-from . import ops  # noqa: F401  (registers every op type)
-from . import evaluator, initializer, layers, models, optimizer
+from . import (
+    evaluator,
+    initializer,
+    layers,
+    models,
+    ops,  # noqa: F401  (registers every op type)
+    optimizer,
+)
+from .backend import CPUPlace, CUDAPlace, GPUPlace, gpu_available
 from .backward import append_backward
 from .data import batch, dataset, reader
-from .backend import CPUPlace, CUDAPlace, GPUPlace, gpu_available
 from .executor import Executor, FeedError, FetchError
 from .framework import (
     Block,

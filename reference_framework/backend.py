@@ -151,17 +151,23 @@ def gpu_unavailable_reason() -> str:
 
 def gpu_count() -> int:
     """How many CUDA devices are visible (0 without a usable GPU)."""
-    return cupy_or_none().cuda.runtime.getDeviceCount() if gpu_available() else 0
-
-
-def _cupy_for(place: Place) -> ModuleType:
-    if not gpu_available():
-        raise RuntimeError(f"{place} was asked for, but {gpu_unavailable_reason()}")
     cp = cupy_or_none()
+    return cp.cuda.runtime.getDeviceCount() if cp is not None and gpu_available() else 0
+
+
+def _cupy_for(place: Place) -> tuple[ModuleType, int]:
+    """cupy and the place's device id, or an error saying why the place cannot run."""
+    if not isinstance(place, CUDAPlace):
+        raise RuntimeError(f"{place} was asked for as a CUDA place, but it is not one")
+    cp = cupy_or_none()
+    if cp is None or not gpu_available():
+        raise RuntimeError(f"{place} was asked for, but {gpu_unavailable_reason()}")
     count = cp.cuda.runtime.getDeviceCount()
     if not 0 <= place.device_id < count:
-        raise RuntimeError(f"{place} was asked for, but the visible CUDA devices are cuda:0..cuda:{count - 1}")
-    return cp
+        raise RuntimeError(
+            f"{place} was asked for, but the visible CUDA devices are cuda:0..cuda:{count - 1}"
+        )
+    return cp, place.device_id
 
 
 def device_scope(place: Place) -> contextlib.AbstractContextManager[Any]:
@@ -170,12 +176,13 @@ def device_scope(place: Place) -> contextlib.AbstractContextManager[Any]:
     executor and ``run_op`` run every op inside one."""
     if not place.is_gpu:
         return contextlib.nullcontext()
-    return _cupy_for(place).cuda.Device(place.device_id)
+    cp, device = _cupy_for(place)
+    return cp.cuda.Device(device)
 
 
 def array_module(place: Place) -> ModuleType:
     """numpy for a CPU place, cupy for a CUDA place (error if no GPU)."""
-    return _cupy_for(place) if place.is_gpu else np
+    return _cupy_for(place)[0] if place.is_gpu else np
 
 
 def get_array_module(*arrays: Any) -> ModuleType:
@@ -197,9 +204,9 @@ def to_place(a: Any, place: Place, dtype: Any = None) -> Any:
     """``a`` as an array of ``place`` (copied only when needed; a device array
     of another device is copied to the place's device)."""
     if place.is_gpu:
-        cp = _cupy_for(place)
-        with cp.cuda.Device(place.device_id):
-            if isinstance(a, cp.ndarray) and a.device.id != place.device_id:
+        cp, device = _cupy_for(place)
+        with cp.cuda.Device(device):
+            if isinstance(a, cp.ndarray) and a.device.id != device:
                 a = a.copy()  # to the current device; asarray would keep the other device's array
             return cp.asarray(a, dtype=dtype)
     if is_gpu_array(a):
@@ -215,8 +222,8 @@ def to_host(a: Any) -> np.ndarray:
 def synchronize(place: Place) -> None:
     """Wait for all work queued on ``place`` (nothing to do on the CPU)."""
     if place.is_gpu:
-        cp = _cupy_for(place)
-        with cp.cuda.Device(place.device_id):
+        cp, device = _cupy_for(place)
+        with cp.cuda.Device(device):
             cp.cuda.get_current_stream().synchronize()
 
 
@@ -224,24 +231,23 @@ def device_name(place: Place) -> str:
     """A human name of the place's device, e.g. ``cuda:0 (NVIDIA H200)``."""
     if not place.is_gpu:
         return str(place)
-    cp = _cupy_for(place)
-    props = cp.cuda.runtime.getDeviceProperties(place.device_id)
-    name = props["name"]
+    cp, device = _cupy_for(place)
+    name = cp.cuda.runtime.getDeviceProperties(device)["name"]
     return f"{place} ({name.decode() if isinstance(name, bytes) else name})"
 
 
 def pci_bus_id(place: Place) -> str | None:
-    """The PCI bus id of a CUDA place's device (how NVML finds the same GPU), ``None`` for the CPU."""
+    """The PCI bus id of a CUDA place's device (NVML finds the GPU by it); ``None`` for the CPU."""
     if not place.is_gpu:
         return None
-    cp = _cupy_for(place)
-    return str(cp.cuda.Device(place.device_id).pci_bus_id)
+    cp, device = _cupy_for(place)
+    return str(cp.cuda.Device(device).pci_bus_id)
 
 
 @functools.cache
-def _random_state(device_id: int) -> Any:
-    cp = cupy_or_none()
-    with cp.cuda.Device(device_id):
+def _random_state(place: Place) -> Any:
+    cp, device = _cupy_for(place)
+    with cp.cuda.Device(device):
         return cp.random.RandomState()
 
 
@@ -253,8 +259,7 @@ def gpu_random(place: Place, seed: int | None) -> Any:
     device-side curand states every time; reseeding one host-API generator costs
     nothing, and a given seed still gives the same values on every call.
     """
-    _cupy_for(place)
-    rs = _random_state(place.device_id)
+    rs = _random_state(place)
     rs.seed(seed)
     return rs
 
@@ -263,13 +268,13 @@ def l2_flusher(place: Place) -> Callable[[], None]:
     """A function that evicts the place's device L2 cache by writing a buffer of
     twice its size (at least 64 MiB), for cold-cache per-op timing. The write is
     queued on the current stream, like the op that follows it."""
-    cp = _cupy_for(place)
-    with cp.cuda.Device(place.device_id):
-        l2 = int(cp.cuda.runtime.getDeviceProperties(place.device_id).get("l2CacheSize", 0))
+    cp, device = _cupy_for(place)
+    with cp.cuda.Device(device):
+        l2 = int(cp.cuda.runtime.getDeviceProperties(device).get("l2CacheSize", 0))
         buffer = cp.empty(max(2 * l2, 64 * 2**20), dtype=np.uint8)
 
     def flush() -> None:
-        with cp.cuda.Device(place.device_id):
+        with cp.cuda.Device(device):
             buffer.data.memset_async(0, buffer.nbytes)
 
     flush.nbytes = buffer.nbytes  # type: ignore[attr-defined]
@@ -281,9 +286,8 @@ def device_facts(place: Place) -> dict[str, str | None]:
     ``None`` for the CPU), e.g. for a results file's machine description."""
     if not place.is_gpu:
         return {"model": None, "driver": None, "cuda": None}
-    cp = _cupy_for(place)
-    props = cp.cuda.runtime.getDeviceProperties(place.device_id)
-    name = props["name"]
+    cp, device = _cupy_for(place)
+    name = cp.cuda.runtime.getDeviceProperties(device)["name"]
 
     def version(v: int) -> str:  # CUDA encodes 12.4 as 12040
         return f"{v // 1000}.{v % 1000 // 10}"
@@ -307,9 +311,8 @@ class CudaEventClock:
     """
 
     def __init__(self, place: CUDAPlace) -> None:
-        self._cp = _cupy_for(place)
+        self._cp, self._device = _cupy_for(place)
         self._place = place
-        self._device = place.device_id
         self._free: list[Any] = []
         self._used: list[Any] = []
 

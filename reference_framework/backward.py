@@ -52,10 +52,11 @@ def append_backward(loss: Variable, parameter_list: Sequence[str | Variable] | N
     """
     block = loss.block
     if loss.shape is not None and any(d != 1 for d in loss.shape):
-        raise ValueError(f"append_backward: the loss must have shape [1], {loss.name!r} has {list(loss.shape)}")
+        raise ValueError(f"append_backward: the loss must have shape [1], {loss.name!r} has "
+                         f"{list(loss.shape)}")
     if block.has_var(grad_var_name(loss.name)):
-        raise ValueError(f"append_backward: {grad_var_name(loss.name)!r} exists already; "
-                         f"the backward of {loss.name!r} was appended before")
+        raise ValueError(f"append_backward: {grad_var_name(loss.name)!r} exists already; the "
+                         f"backward of {loss.name!r} was appended before")
     end = _last_writer(block, loss.name)
     forward = block.ops[:end + 1]
     no_grad = {name for name, v in block.program.global_block().vars.items() if v.stop_gradient}
@@ -114,7 +115,8 @@ def _plan(block: Block, forward: list[Operator], differentiable: set[str],
             continue
         opdef = get_op_def(op.type)
         if opdef.grad is None:
-            raise OpError(f"append_backward: op {op.type} (outputs {op.outputs}) has no gradient, but lies "
+            raise OpError(f"append_backward: op {op.type} (outputs {op.outputs}) has no gradient, "
+                          "but lies "
                           f"between {wanted} and the loss {loss!r}; mark its inputs stop_gradient")
         for spec in opdef.grad(op):
             g = _GradOp(spec.type, {k: list(v) for k, v in spec.inputs.items()},
@@ -123,7 +125,8 @@ def _plan(block: Block, forward: list[Operator], differentiable: set[str],
                 continue  # every gradient it would compute is unwanted
             planned.extend(_zero_missing(g, op, have_grad))
             planned.append(g)
-            have_grad.update(_grad_base(n) for names in g.outputs.values() for n in names if _grad_base(n))
+            have_grad.update(b for names in g.outputs.values()
+                             for n in names if (b := _grad_base(n)))
     return planned, have_grad
 
 
@@ -139,7 +142,8 @@ def _prune_outputs(block: Block, g: _GradOp, differentiable: set[str]) -> bool:
         elif any(useful):
             # A list slot must stay aligned with its inputs: the unwanted
             # gradients go to throwaway variables instead.
-            kept[slot] = [n if ok else _discard(block, n) for n, ok in zip(names, useful)]
+            kept[slot] = [n if ok else _discard(block, n)
+                          for n, ok in zip(names, useful, strict=True)]
     g.outputs = kept
     return any(kept.values())
 
@@ -217,7 +221,12 @@ def _params_grads(block: Block, parameter_list: Sequence[str | Variable] | None,
     if parameter_list is None:
         params = [p for p in gblock.all_parameters() if p.trainable]
     else:
-        params = [gblock.var(p.name if isinstance(p, Variable) else p) for p in parameter_list]
+        params = []
+        for p in parameter_list:
+            var = gblock.var(p.name if isinstance(p, Variable) else p)
+            if not isinstance(var, Parameter):
+                raise TypeError(f"append_backward: parameter_list takes parameters, given {var!r}")
+            params.append(var)
     return [(p, block.var(grad_var_name(p.name))) for p in params if p.name in have_grad]
 
 
@@ -230,7 +239,7 @@ def _grad_base(name: str) -> str | None:
 def _discard(block: Block, grad_name: str) -> str:
     """A throwaway variable for an unwanted gradient; its name is not a
     gradient name, so nothing accumulates or reads it."""
-    base = block.var(_grad_base(grad_name))
+    base = block.var(grad_name[:grad_name.index(GRAD_SUFFIX)])
     name = f"{base.name}@UNUSED_GRAD"
     if block.find_var(name) is None:
         block.create_var(name=name, shape=base.shape, dtype=base.dtype)

@@ -29,10 +29,11 @@ def op_shapes(op: Operator, batch_size: int) -> dict[str, list[tuple[int, ...]]]
     some input's shape is unknown."""
     shapes = {}
     for slot, names in op.inputs.items():
-        vs = [op.block.var(n) for n in names]
-        if any(v.shape is None for v in vs):
+        dims = [op.block.var(n).shape for n in names]
+        shapes[slot] = [tuple(batch_size if d == -1 else d for d in s)
+                        for s in dims if s is not None]
+        if len(shapes[slot]) < len(dims):
             return None
-        shapes[slot] = [tuple(batch_size if d == -1 else d for d in v.shape) for v in vs]
     return shapes
 
 

@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FLOWERS_CLASSES", "FLOWERS_TRAIN_SIZE", "batch", "dataset", "flowers_train", "reader", "shuffle"]
+__all__ = ["FLOWERS_CLASSES", "FLOWERS_TRAIN_SIZE", "batch", "dataset", "flowers_train", "reader",
+           "shuffle"]
 
 Reader = Callable[[], Iterable[Any]]
 

@@ -13,7 +13,14 @@ from typing import Any
 import numpy as np
 
 from . import layers
-from .framework import Program, Variable, default_main_program, default_startup_program, program_guard, unique_name
+from .framework import (
+    Program,
+    Variable,
+    default_main_program,
+    default_startup_program,
+    program_guard,
+    unique_name,
+)
 from .initializer import Constant
 
 __all__ = ["Accuracy", "Evaluator"]
@@ -33,7 +40,8 @@ class Evaluator:
         var = default_main_program().global_block().create_var(
             name=name, shape=shape, dtype=dtype, persistable=True, stop_gradient=True)
         startup = default_startup_program().global_block()
-        Constant(0.0)(startup.create_var(name=name, shape=shape, dtype=dtype, persistable=True), startup)
+        Constant(0.0)(startup.create_var(name=name, shape=shape, dtype=dtype, persistable=True),
+                      startup)
         self.states.append(var)
         return var
 
@@ -42,10 +50,12 @@ class Evaluator:
         program = reset_program if reset_program is not None else Program()
         with program_guard(program, Program()):
             for state in self.states:
-                layers.fill_constant(state.shape, state.dtype, 0.0, out=_clone_var(program, state))
+                layers.fill_constant(state.known_shape, state.dtype, 0.0,
+                                     out=_clone_var(program, state))
         executor.run(program, scope=scope)
 
-    def eval(self, executor: Any, eval_program: Program | None = None, scope: Any = None) -> np.ndarray:
+    def eval(self, executor: Any, eval_program: Program | None = None,
+             scope: Any = None) -> np.ndarray:
         raise NotImplementedError
 
 
@@ -58,7 +68,8 @@ class Accuracy(Evaluator):
         self.total = self._create_state("total", "int64", [1])
         self.correct = self._create_state("correct", "int64", [1])
         block = default_main_program().current_block()
-        total = block.create_var(name=unique_name(f"{self.name}.tmp"), dtype=layers.COUNT_DTYPE, stop_gradient=True)
+        total = block.create_var(name=unique_name(f"{self.name}.tmp"), dtype=layers.COUNT_DTYPE,
+                                 stop_gradient=True)
         correct = block.create_var(name=unique_name(f"{self.name}.tmp"), dtype=layers.COUNT_DTYPE,
                                    stop_gradient=True)
         acc = layers.accuracy(input, label, k=k, correct=correct, total=total)
@@ -66,7 +77,8 @@ class Accuracy(Evaluator):
         layers.sums([self.correct, layers.cast(correct, "int64")], out=self.correct)
         self.metrics.append(acc)
 
-    def eval(self, executor: Any, eval_program: Program | None = None, scope: Any = None) -> np.ndarray:
+    def eval(self, executor: Any, eval_program: Program | None = None,
+             scope: Any = None) -> np.ndarray:
         """The pass accuracy so far, correct / total, as a float32 array of shape [1]."""
         program = eval_program if eval_program is not None else Program()
         with program_guard(program, Program()):

@@ -54,7 +54,8 @@ class _Prepared:
 
     program: Program | None = None  # the clone with feed/fetch ops (program cache)
     ops: list[RuntimeOp] | None = None  # runnable ops (cache_ops)
-    local_scopes: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
+    local_scopes: weakref.WeakKeyDictionary[Scope, Scope] = field(
+        default_factory=weakref.WeakKeyDictionary)
 
 
 class Executor:
@@ -65,12 +66,15 @@ class Executor:
     deletion); the third, the program clone, is ``run(use_program_cache=True)``.
     """
 
-    def __init__(self, place: Place, *, cache_ops: bool = False, reuse_local_scope: bool = False) -> None:
+    def __init__(self, place: Place, *, cache_ops: bool = False,
+                 reuse_local_scope: bool = False) -> None:
         self.place = place
         self.xp = array_module(place)  # fails here, with the reason, if the place is unusable
         self.cache_ops = cache_ops
         self.reuse_local_scope = reuse_local_scope
-        self._prepared: weakref.WeakKeyDictionary[Program, dict[tuple, _Prepared]] = weakref.WeakKeyDictionary()
+        self._prepared: weakref.WeakKeyDictionary[Program,
+                                                  dict[tuple,
+                                                       _Prepared]] = weakref.WeakKeyDictionary()
 
     def run(self, program: Program | None = None, feed: Mapping[str, Any] | None = None,
             fetch_list: Sequence[Variable | str] | None = None, feed_var_name: str = "feed",
@@ -81,7 +85,8 @@ class Executor:
         else arrays of the executor's place."""
         program = default_main_program() if program is None else program
         if not isinstance(program, Program):
-            raise TypeError(f"Executor.run: program must be a Program, given {type(program).__name__}")
+            raise TypeError("Executor.run: program must be a Program, given "
+                            f"{type(program).__name__}")
         scope = global_scope() if scope is None else scope
         feed = {} if feed is None else feed
         block = program.global_block()
@@ -91,8 +96,8 @@ class Executor:
 
         prepared = None
         if use_program_cache or self.cache_ops or self.reuse_local_scope:
-            key = (program.version, tuple(feed_names), tuple(fetch_names), feed_var_name, fetch_var_name,
-                   return_numpy)
+            key = (program.version, tuple(feed_names), tuple(fetch_names), feed_var_name,
+                   fetch_var_name, return_numpy)
             per_program = self._prepared.setdefault(program, {})
             prepared = per_program.get(key)
             if prepared is None:
@@ -106,7 +111,7 @@ class Executor:
                 run_program = program.clone()
             _add_feed_fetch(run_program.global_block(), feed_names, fetch_names, feed_var_name,
                             fetch_var_name, return_numpy)
-            if use_program_cache:
+            if use_program_cache and prepared is not None:
                 prepared.program = run_program
 
         scope.var(feed_var_name).value = feed_values
@@ -119,50 +124,50 @@ class Executor:
     def _run_block(self, block: Block, scope: Scope, prepared: _Prepared | None) -> None:
         """The core run (``ExecutorRunTimer``)."""
         table = timers.current()
-        reuse = prepared is not None and self.reuse_local_scope
-        ops = prepared.ops if prepared is not None else None
-        make_ops = ops is None
-        if make_ops:
-            ops = []
+        kept = prepared.local_scopes if prepared is not None and self.reuse_local_scope else None
+        cached = prepared.ops if prepared is not None else None
+        make_ops = cached is None
+        ops: list[RuntimeOp] = [] if cached is None else cached
         with timers.timer("ExecutorRunTimer"):
-            local = prepared.local_scopes.get(scope) if reuse else None
+            local = kept.get(scope) if kept is not None else None
             if local is None:
                 with timers.timer("CreateLocalScopeTimer"):
                     local = create_local_scope(block, scope)
-                if reuse:
-                    prepared.local_scopes[scope] = local
-            i = -1  # the op being created or run, for error notes
+                if kept is not None:
+                    kept[scope] = local
+            # the op being created or run, for the error note (the loops' noqa: B007)
+            i = -1
             try:
                 if table is None:  # nothing records: no timing code in the op loop
                     if make_ops:
-                        for i, desc in enumerate(block.ops):
+                        for i, desc in enumerate(block.ops):  # noqa: B007
                             op = create_op(desc, self.place, self.xp)
                             ops.append(op)
                             op.run(local)
                     else:
-                        for i, op in enumerate(ops):
+                        for i, op in enumerate(ops):  # noqa: B007
                             op.run(local)
                 else:
                     create_timer = table.region("CreateOpTimer")
                     if make_ops:
-                        for i, desc in enumerate(block.ops):
+                        for i, desc in enumerate(block.ops):  # noqa: B007
                             with create_timer:
                                 op = create_op(desc, self.place, self.xp)
                             ops.append(op)
                             with table.region(op.type, kernel=True):
                                 op.run(local)
                     else:
-                        for i, op in enumerate(ops):
+                        for i, op in enumerate(ops):  # noqa: B007
                             with table.region(op.type, kernel=True):
                                 op.run(local)
             except BaseException as exc:
-                if reuse:  # a failed run leaves no half-written scope for the next one
-                    prepared.local_scopes.pop(scope, None)
+                if kept is not None:  # a failed run leaves no half-written scope for the next one
+                    kept.pop(scope, None)
                     scope.delete_scope(local)
                 _add_note(exc, f"while running op {op_desc_summary(block, i)}")
                 raise
             finally:
-                if not reuse and local.parent is scope:
+                if kept is None and local.parent is scope:
                     with timers.timer("DeleteLocalScopeTimer"):
                         scope.delete_scope(local)
         if make_ops and prepared is not None and self.cache_ops:
@@ -202,8 +207,10 @@ def _check_feed(block: Block, name: str, value: Any) -> Any:
     if var.shape is not None:
         expected = list(var.shape)
         given = list(array.shape)
-        if len(given) != len(expected) or any(e not in (-1, g) for e, g in zip(expected, given)):
-            raise FeedError(f"feed {name!r}: expected shape {expected} (-1: any size), given {given}")
+        if len(given) != len(expected) or any(e not in (-1, g)
+                                              for e, g in zip(expected, given, strict=True)):
+            raise FeedError(f"feed {name!r}: expected shape {expected} (-1: any size), given "
+                            f"{given}")
     return array
 
 
@@ -221,7 +228,8 @@ def _add_feed_fetch(block: Block, feed_names: list[str], fetch_names: list[str],
     """Prepend a ``feed`` op per feed and append a ``fetch`` op per fetch (a clone only)."""
     feed_var = block.create_var(feed_var_name, persistable=True, dtype="float32")
     for col, name in reversed(list(enumerate(feed_names))):
-        block.prepend_op("feed", inputs={"X": [feed_var]}, outputs={"Out": [name]}, attrs={"col": col})
+        block.prepend_op("feed", inputs={"X": [feed_var]}, outputs={"Out": [name]},
+                         attrs={"col": col})
     fetch_var = block.create_var(fetch_var_name, persistable=True, dtype="float32")
     for col, name in enumerate(fetch_names):
         block.append_op("fetch", inputs={"X": [name]}, outputs={"Out": [fetch_var]},

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -58,13 +58,17 @@ def _dtype_name(dtype: Any) -> str:
         raise TypeError(f"dtype {dtype!r} is not a numpy dtype name such as 'float32'") from None
 
 
+_V = TypeVar("_V", bound="Variable")
+
+
 class Variable:
     """A variable description: name, shape (-1 for the batch dimension), dtype."""
 
     __slots__ = ("block", "name", "shape", "dtype", "persistable", "stop_gradient")
 
     def __init__(self, block: Block, name: str, shape: Sequence[int] | None = None,
-                 dtype: Any = "float32", persistable: bool = False, stop_gradient: bool = False) -> None:
+                 dtype: Any = "float32", persistable: bool = False,
+                 stop_gradient: bool = False) -> None:
         self.block = block
         self.name = name
         self.shape = tuple(int(d) for d in shape) if shape is not None else None
@@ -72,7 +76,14 @@ class Variable:
         self.persistable = persistable
         self.stop_gradient = stop_gradient
 
-    def _copy_to(self, block: Block) -> Variable:
+    @property
+    def known_shape(self) -> tuple[int, ...]:
+        """The shape, or an error naming the variable when it is unknown."""
+        if self.shape is None:
+            raise ValueError(f"variable {self.name!r} has no known shape")
+        return self.shape
+
+    def _copy_to(self: _V, block: Block) -> _V:
         v = object.__new__(type(self))
         v.block = block
         v.name = self.name
@@ -84,14 +95,17 @@ class Variable:
 
     def __repr__(self) -> str:
         kind = type(self).__name__
-        flags = "".join([", persistable" if self.persistable else "", ", stop_gradient" if self.stop_gradient else ""])
-        return f"{kind}({self.name!r}, shape={list(self.shape) if self.shape is not None else None}, dtype={self.dtype}{flags})"
+        flags = "".join([", persistable" if self.persistable else "",
+                         ", stop_gradient" if self.stop_gradient else ""])
+        shape = list(self.shape) if self.shape is not None else None
+        return f"{kind}({self.name!r}, shape={shape}, dtype={self.dtype}{flags})"
 
 
 class Parameter(Variable):
     """A persistable variable an optimizer updates (unless not ``trainable``)."""
 
     __slots__ = ("trainable",)
+    shape: tuple[int, ...]  # always known
 
     def __init__(self, block: Block, name: str, shape: Sequence[int], dtype: Any = "float32",
                  trainable: bool = True) -> None:
@@ -116,8 +130,8 @@ def _names(block: Block, op_type: str, kind: str, slot: str, args: Any) -> list[
         if not isinstance(name, str):
             raise OpError(f"{op_type}: {kind} slot {slot!r} takes variables or names, given {a!r}")
         if block.find_var(name) is None:
-            raise OpError(f"{op_type}: {kind} slot {slot!r} names variable {name!r}, "
-                          f"which is not in block {block.idx} or its parents")
+            raise OpError(f"{op_type}: {kind} slot {slot!r} names variable {name!r}, which is not "
+                          f"in block {block.idx} or its parents")
         names.append(name)
     return names
 
@@ -128,7 +142,8 @@ class Operator:
     __slots__ = ("block", "type", "inputs", "outputs", "attrs")
 
     def __init__(self, block: Block, type: str, inputs: Mapping[str, Any] | None = None,
-                 outputs: Mapping[str, Any] | None = None, attrs: Mapping[str, Any] | None = None) -> None:
+                 outputs: Mapping[str, Any] | None = None,
+                 attrs: Mapping[str, Any] | None = None) -> None:
         opdef = get_op_def(type)
         self.block = block
         self.type = type
@@ -148,7 +163,8 @@ class Operator:
                 return  # not enough known to infer from
             shapes[slot] = [v.shape for v in vs]
         for slot, out_shapes in opdef.infer_shape(shapes, self.attrs).items():
-            for name, shape in zip(self.outputs.get(slot, ()), out_shapes):
+            # an optional output slot may be left out, so no strict: shapes only for names given
+            for name, shape in zip(self.outputs.get(slot, ()), out_shapes, strict=False):
                 var = self.block.var(name)
                 if var.shape is None:
                     var.shape = tuple(shape)
@@ -199,8 +215,9 @@ class Block:
     def parent(self) -> Block | None:
         return self.program.blocks[self.parent_idx] if self.parent_idx >= 0 else None
 
-    def create_var(self, name: str | None = None, shape: Sequence[int] | None = None, dtype: Any = "float32",
-                   persistable: bool = False, stop_gradient: bool = False) -> Variable:
+    def create_var(self, name: str | None = None, shape: Sequence[int] | None = None,
+                   dtype: Any = "float32", persistable: bool = False,
+                   stop_gradient: bool = False) -> Variable:
         """Create variable ``name`` here (a unique ``tmp_N`` name when not given);
         asking again for an existing name returns that variable."""
         name = name or unique_name("tmp")
@@ -236,30 +253,28 @@ class Block:
         var = self.find_var(name)
         if var is None:
             near = sorted(self.vars)[:10]
-            raise KeyError(f"variable {name!r} is not in block {self.idx} or its parents "
-                           f"(block {self.idx} has {len(self.vars)} variables, e.g. {near})")
+            raise KeyError(f"variable {name!r} is not in block {self.idx} or its parents (block "
+                           f"{self.idx} has {len(self.vars)} variables, e.g. {near})")
         return var
 
     def all_parameters(self) -> list[Parameter]:
         return [v for v in self.vars.values() if isinstance(v, Parameter)]
 
     def append_op(self, type: str, inputs: Mapping[str, Any] | None = None,
-                  outputs: Mapping[str, Any] | None = None, attrs: Mapping[str, Any] | None = None) -> Operator:
+                  outputs: Mapping[str, Any] | None = None,
+                  attrs: Mapping[str, Any] | None = None) -> Operator:
         return self.insert_op(len(self.ops), type, inputs, outputs, attrs)
 
     def prepend_op(self, type: str, inputs: Mapping[str, Any] | None = None,
-                   outputs: Mapping[str, Any] | None = None, attrs: Mapping[str, Any] | None = None) -> Operator:
+                   outputs: Mapping[str, Any] | None = None,
+                   attrs: Mapping[str, Any] | None = None) -> Operator:
         return self.insert_op(0, type, inputs, outputs, attrs)
 
     def insert_op(self, index: int, type: str, inputs: Mapping[str, Any] | None = None,
-                  outputs: Mapping[str, Any] | None = None, attrs: Mapping[str, Any] | None = None) -> Operator:
+                  outputs: Mapping[str, Any] | None = None,
+                  attrs: Mapping[str, Any] | None = None) -> Operator:
         op = Operator(self, type, inputs, outputs, attrs)
         self.ops.insert(index, op)
-        self.program._changed()
-        return op
-
-    def remove_op(self, index: int) -> Operator:
-        op = self.ops.pop(index)
         self.program._changed()
         return op
 
@@ -355,9 +370,11 @@ def program_guard(main_program: Program, startup_program: Program | None = None)
     """Make ``main_program`` (and ``startup_program``) the defaults inside the block."""
     global _main_program, _startup_program
     if not isinstance(main_program, Program):
-        raise TypeError(f"program_guard: main_program must be a Program, given {type(main_program).__name__}")
+        raise TypeError("program_guard: main_program must be a Program, given "
+                        f"{type(main_program).__name__}")
     if startup_program is not None and not isinstance(startup_program, Program):
-        raise TypeError(f"program_guard: startup_program must be a Program, given {type(startup_program).__name__}")
+        raise TypeError("program_guard: startup_program must be a Program, given "
+                        f"{type(startup_program).__name__}")
     outer = _main_program, _startup_program
     _main_program = main_program
     if startup_program is not None:

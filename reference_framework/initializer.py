@@ -39,7 +39,8 @@ class Constant(Initializer):
 
     def __call__(self, var: Variable, block: Block) -> Operator:
         return block.append_op("fill_constant", outputs={"Out": [var]},
-                               attrs={"shape": _shape(var), "value": self.value, "dtype": var.dtype})
+                               attrs={"shape": _shape(var), "value": self.value,
+                                      "dtype": var.dtype})
 
 
 class Normal(Initializer):
@@ -98,5 +99,6 @@ def fans(shape: list[int]) -> tuple[int, int]:
 def _shape(var: Variable) -> list[int]:
     shape: Any = var.shape
     if shape is None or any(d < 1 for d in shape):
-        raise ValueError(f"cannot initialise {var.name!r}: it needs a fully known shape, has {shape}")
+        raise ValueError(f"cannot initialise {var.name!r}: it needs a fully known shape, has "
+                         f"{shape}")
     return list(shape)

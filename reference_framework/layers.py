@@ -14,7 +14,13 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from .framework import Parameter, Variable, default_main_program, default_startup_program, unique_name
+from .framework import (
+    Parameter,
+    Variable,
+    default_main_program,
+    default_startup_program,
+    unique_name,
+)
 from .initializer import Constant, Initializer, Normal, Xavier
 
 __all__ = [
@@ -55,30 +61,33 @@ def data(name: str, shape: Sequence[int], dtype: Any = "float32", append_batch_s
     return block.create_var(name=name, shape=shape, dtype=dtype, stop_gradient=stop_gradient)
 
 
-def conv2d(input: Variable, num_filters: int, filter_size: int | Sequence[int], stride: int | Sequence[int] = 1,
-           padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, groups: int = 1,
-           act: str | None = None, param_initializer: Initializer | None = None,
-           name: str | None = None) -> Variable:
+def conv2d(input: Variable, num_filters: int, filter_size: int | Sequence[int],
+           stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
+           dilation: int | Sequence[int] = 1, groups: int = 1, act: str | None = None,
+           param_initializer: Initializer | None = None, name: str | None = None) -> Variable:
     """A 2-D convolution of an NCHW input, without bias. The filter defaults to
     Normal(0, sqrt(2 / (kh * kw * C_in)))."""
     _check_activation(act)
     name = name or unique_name("conv2d")
     channels = _dim(input, 1, "conv2d")
     if channels % groups:
-        raise ValueError(f"conv2d {name}: groups ({groups}) must divide the input channels ({channels})")
+        raise ValueError(f"conv2d {name}: groups ({groups}) must divide the input channels "
+                         f"({channels})")
     kh, kw = _pair(filter_size, "filter_size")
     std = math.sqrt(2.0 / (kh * kw * channels))
     w = _parameter(f"{name}.w_0", [num_filters, channels // groups, kh, kw], input.dtype,
                    param_initializer or Normal(0.0, std))
     out = _tmp(name, input.dtype)
-    _block().append_op("conv2d", inputs={"Input": [input], "Filter": [w]}, outputs={"Output": [out]},
-                       attrs={"strides": _pair(stride, "stride"), "paddings": _pair(padding, "padding"),
-                              "dilations": _pair(dilation, "dilation"), "groups": groups})
+    _block().append_op("conv2d", inputs={"Input": [input], "Filter": [w]},
+                       outputs={"Output": [out]}, attrs={"strides": _pair(stride, "stride"),
+                                                         "paddings": _pair(padding, "padding"),
+                                                         "dilations": _pair(dilation, "dilation"),
+                                                         "groups": groups})
     return _activation(out, act)
 
 
-def batch_norm(input: Variable, act: str | None = None, is_test: bool = False, momentum: float = 0.9,
-               epsilon: float = 1e-5, name: str | None = None) -> Variable:
+def batch_norm(input: Variable, act: str | None = None, is_test: bool = False,
+               momentum: float = 0.9, epsilon: float = 1e-5, name: str | None = None) -> Variable:
     """Batch normalisation over an NCHW input's channels. Scale (1) and Bias (0)
     are parameters; the running Mean (0) and Variance (1) are persistable state
     the op updates in place, outside the optimizer's reach."""
@@ -94,12 +103,12 @@ def batch_norm(input: Variable, act: str | None = None, is_test: bool = False, m
     saved_mean = _tmp(name, dtype, stop_gradient=True)
     saved_variance = _tmp(name, dtype, stop_gradient=True)
     out = _tmp(name, dtype)
-    _block().append_op("batch_norm",
-                       inputs={"X": [input], "Scale": [scale], "Bias": [bias], "Mean": [mean],
-                               "Variance": [variance]},
+    _block().append_op("batch_norm", inputs={"X": [input], "Scale": [scale], "Bias": [bias],
+                                             "Mean": [mean], "Variance": [variance]},
                        outputs={"Y": [out], "MeanOut": [mean], "VarianceOut": [variance],
                                 "SavedMean": [saved_mean], "SavedVariance": [saved_variance]},
-                       attrs={"momentum": float(momentum), "epsilon": float(epsilon), "is_test": is_test})
+                       attrs={"momentum": float(momentum), "epsilon": float(epsilon),
+                              "is_test": is_test})
     return _activation(out, act)
 
 
@@ -114,8 +123,10 @@ def pool2d(input: Variable, pool_size: int | Sequence[int] = -1, pool_type: str 
     ksize = [1, 1] if global_pooling and pool_size == -1 else _pair(pool_size, "pool_size")
     out = _tmp(name or unique_name("pool2d"), input.dtype)
     _block().append_op("pool2d", inputs={"X": [input]}, outputs={"Out": [out]},
-                       attrs={"pooling_type": pool_type, "ksize": ksize, "strides": _pair(pool_stride, "pool_stride"),
-                              "paddings": _pair(pool_padding, "pool_padding"), "global_pooling": global_pooling})
+                       attrs={"pooling_type": pool_type, "ksize": ksize,
+                              "strides": _pair(pool_stride, "pool_stride"),
+                              "paddings": _pair(pool_padding, "pool_padding"),
+                              "global_pooling": global_pooling})
     return out
 
 
@@ -127,7 +138,8 @@ def fc(input: Variable, size: int, num_flatten_dims: int = 1, act: str | None = 
     _check_activation(act)
     name = name or unique_name("fc")
     if input.shape is None or any(d < 1 for d in input.shape[num_flatten_dims:]):
-        raise ValueError(f"fc {name}: the input's dims after num_flatten_dims={num_flatten_dims} must be "
+        raise ValueError(f"fc {name}: the input's dims after num_flatten_dims={num_flatten_dims} "
+                         "must be "
                          f"known, input {input.name!r} has shape {input.shape}")
     in_features = math.prod(input.shape[num_flatten_dims:])
     w = _parameter(f"{name}.w_0", [in_features, size], input.dtype, param_initializer or Xavier())
@@ -144,8 +156,8 @@ def fc(input: Variable, size: int, num_flatten_dims: int = 1, act: str | None = 
 def cross_entropy(input: Variable, label: Variable, soft_label: bool = False) -> Variable:
     """-log of each row's probability of its label: [N, 1]."""
     out = _tmp(unique_name("cross_entropy"), input.dtype)
-    _block().append_op("cross_entropy", inputs={"X": [input], "Label": [label]}, outputs={"Y": [out]},
-                       attrs={"soft_label": soft_label})
+    _block().append_op("cross_entropy", inputs={"X": [input], "Label": [label]},
+                       outputs={"Y": [out]}, attrs={"soft_label": soft_label})
     return out
 
 
@@ -161,8 +173,8 @@ def top_k(input: Variable, k: int = 1) -> tuple[Variable, Variable]:
     name = unique_name("top_k")
     values = _tmp(name, input.dtype, stop_gradient=True)
     indices = _tmp(name, INDEX_DTYPE, stop_gradient=True)
-    _block().append_op("top_k", inputs={"X": [input]}, outputs={"Out": [values], "Indices": [indices]},
-                       attrs={"k": k})
+    _block().append_op("top_k", inputs={"X": [input]},
+                       outputs={"Out": [values], "Indices": [indices]}, attrs={"k": k})
     return values, indices
 
 
@@ -197,11 +209,13 @@ def sums(input: Sequence[Variable], out: Variable | None = None) -> Variable:
     return out
 
 
-def fill_constant(shape: Sequence[int], dtype: Any, value: float, out: Variable | None = None) -> Variable:
+def fill_constant(shape: Sequence[int], dtype: Any, value: float,
+                  out: Variable | None = None) -> Variable:
     """A tensor of ``shape`` filled with ``value`` (into ``out`` when given)."""
     out = out if out is not None else _tmp(unique_name("fill_constant"), dtype, stop_gradient=True)
     _block().append_op("fill_constant", outputs={"Out": [out]},
-                       attrs={"shape": [int(d) for d in shape], "value": float(value), "dtype": dtype})
+                       attrs={"shape": [int(d) for d in shape], "value": float(value),
+                              "dtype": dtype})
     return out
 
 
@@ -224,7 +238,8 @@ def softmax(x: Variable) -> Variable:
 def _binary(op_type: str, x: Variable, y: Variable, axis: int, act: str | None) -> Variable:
     _check_activation(act)
     out = _tmp(unique_name(op_type), x.dtype)
-    _block().append_op(op_type, inputs={"X": [x], "Y": [y]}, outputs={"Out": [out]}, attrs={"axis": axis})
+    _block().append_op(op_type, inputs={"X": [x], "Y": [y]}, outputs={"Out": [out]},
+                       attrs={"axis": axis})
     return _activation(out, act)
 
 
@@ -250,7 +265,8 @@ def _block():
 
 def _tmp(prefix: str, dtype: Any, stop_gradient: bool = False) -> Variable:
     """A new temporary; its shape is left to the shape inference of the op writing it."""
-    return _block().create_var(name=unique_name(f"{prefix}.tmp"), dtype=dtype, stop_gradient=stop_gradient)
+    return _block().create_var(name=unique_name(f"{prefix}.tmp"), dtype=dtype,
+                               stop_gradient=stop_gradient)
 
 
 def _parameter(name: str, shape: list[int], dtype: Any, init: Initializer) -> Parameter:
@@ -277,7 +293,8 @@ def _initialise(name: str, shape: list[int], dtype: str, init: Initializer) -> N
 
 def _dim(x: Variable, axis: int, layer: str) -> int:
     if x.shape is None or len(x.shape) <= axis or x.shape[axis] < 1:
-        raise ValueError(f"{layer}: the input's dim {axis} must be known, input {x.name!r} has shape {x.shape}")
+        raise ValueError(f"{layer}: the input's dim {axis} must be known, input {x.name!r} has "
+                         f"shape {x.shape}")
     return x.shape[axis]
 
 

@@ -44,14 +44,16 @@ class Optimizer:
         ops = [self._update(main, startup, param, grad) for param, grad in params_grads]
         return ops, params_grads
 
-    def _update(self, main: Program, startup: Program, param: Parameter, grad: Variable) -> Operator:
+    def _update(self, main: Program, startup: Program, param: Parameter,
+                grad: Variable) -> Operator:
         raise NotImplementedError
 
     def _learning_rate(self, main: Program, startup: Program, dtype: str) -> Variable:
         """The one learning-rate variable this optimizer's update ops share."""
         if self._lr_var is None or self._lr_var.block.program is not main:
             name = unique_name("learning_rate")
-            self._lr_var = _persistable(main, startup, name, [1], dtype, Constant(self.learning_rate))
+            self._lr_var = _persistable(main, startup, name, [1], dtype,
+                                        Constant(self.learning_rate))
         return self._lr_var
 
 
@@ -66,10 +68,11 @@ class Momentum(Optimizer):
         self.momentum = float(momentum)
         self.use_nesterov = use_nesterov
 
-    def _update(self, main: Program, startup: Program, param: Parameter, grad: Variable) -> Operator:
+    def _update(self, main: Program, startup: Program, param: Parameter,
+                grad: Variable) -> Operator:
         lr = self._learning_rate(main, startup, param.dtype)
-        velocity = _persistable(main, startup, unique_name(f"{param.name}_velocity"), list(param.shape),
-                                param.dtype, Constant(0.0))
+        velocity = _persistable(main, startup, unique_name(f"{param.name}_velocity"),
+                                list(param.shape), param.dtype, Constant(0.0))
         return main.global_block().append_op(
             "momentum",
             inputs={"Param": [param], "Grad": [grad], "Velocity": [velocity], "LearningRate": [lr]},

@@ -104,6 +104,7 @@ class OpSpec:
 # .attrs) into the gradient ops computing its inputs' gradients from its
 # outputs' gradients. Gradient outputs are named grad_var_name(input var).
 GradMaker = Callable[[Any], list[OpSpec]]
+Shapes = dict[str, list[tuple[int, ...]]]  # by slot
 
 
 @dataclass
@@ -111,23 +112,23 @@ class OpDef:
     """Everything the framework knows about one op type."""
 
     type: str
-    inputs: tuple[Slot, ...]
-    outputs: tuple[Slot, ...]
+    inputs: Sequence[str | Slot]  # names or Slots: input_slots holds them as Slots, by name
+    outputs: Sequence[str | Slot]
     kernel: Callable[[dict[str, Any], dict[str, Any], KernelContext], dict[str, Any]]
     attrs: Mapping[str, Any] = field(default_factory=dict)
     # attrs -> None, raising OpError naming attribute, expected and given value
     check_attrs: Callable[[dict[str, Any]], None] | None = None
     # (input shapes by slot, attrs) -> output shapes by slot; -1 is the batch dim
-    infer_shape: Callable[[dict[str, list[tuple[int, ...]]], dict[str, Any]], dict[str, list[tuple[int, ...]]]] | None = None
+    infer_shape: Callable[[Shapes, dict[str, Any]], Shapes] | None = None
     # (input shapes by slot, attrs, itemsize) -> (flops, bytes moved)
-    cost: Callable[[dict[str, list[tuple[int, ...]]], dict[str, Any], int], tuple[float, float]] | None = None
+    cost: Callable[[Shapes, dict[str, Any], int], tuple[float, float]] | None = None
     grad: GradMaker | None = None
 
     def __post_init__(self) -> None:
-        self.inputs = _slots(self.inputs)
-        self.outputs = _slots(self.outputs)
-        self.input_slots = {s.name: s for s in self.inputs}
-        self.output_slots = {s.name: s for s in self.outputs}
+        self.input_slots = {s.name: s for s in _slots(self.inputs)}
+        self.output_slots = {s.name: s for s in _slots(self.outputs)}
+        self.inputs = tuple(self.input_slots.values())
+        self.outputs = tuple(self.output_slots.values())
 
     def complete_attrs(self, given: Mapping[str, Any] | None) -> dict[str, Any]:
         """``given`` checked and completed with defaults (a new dict)."""
@@ -135,8 +136,8 @@ class OpDef:
         unknown = [k for k in given if k not in self.attrs]
         if unknown:
             raise OpError(
-                f"{self.type}: unknown attribute {unknown[0]!r}; "
-                f"{self.type} takes {sorted(self.attrs) or 'no attributes'}"
+                f"{self.type}: unknown attribute {unknown[0]!r}; {self.type} takes "
+                f"{sorted(self.attrs) or 'no attributes'}"
             )
         attrs = {}
         for name, default in self.attrs.items():
@@ -150,7 +151,8 @@ class OpDef:
             self.check_attrs(attrs)
         return attrs
 
-    def check_slots(self, kind: str, declared: Mapping[str, Slot], given: Mapping[str, Sequence[Any]]) -> None:
+    def check_slots(self, kind: str, declared: Mapping[str, Slot],
+                    given: Mapping[str, Sequence[Any]]) -> None:
         """Check the slots of one side (inputs or outputs) of a description."""
         for name in given:
             if name not in declared:
@@ -167,7 +169,8 @@ class OpDef:
                 )
             if len(args) > 1 and not slot.duplicable:
                 raise OpError(
-                    f"{self.type}: {kind} slot {slot.name!r} takes one variable, given {len(args)}: {list(args)}"
+                    f"{self.type}: {kind} slot {slot.name!r} takes one variable, given "
+                    f"{len(args)}: {list(args)}"
                 )
 
 
@@ -257,7 +260,8 @@ def make_grad(
         ins.update({s: list(op.outputs[s]) for s in outputs if op.outputs.get(s)})
         for s in grads_of:
             ins[grad_var_name(s)] = [grad_var_name(n) for n in op.outputs[s]]
-        outs = {grad_var_name(s): [grad_var_name(n) for n in op.inputs[s]] for s in grads_for if op.inputs.get(s)}
+        outs = {grad_var_name(s): [grad_var_name(n) for n in op.inputs[s]]
+                for s in grads_for if op.inputs.get(s)}
         return [OpSpec(grad_type, ins, outs, dict(op.attrs))]
 
     return maker
@@ -299,8 +303,9 @@ class RuntimeOp:
 
     __slots__ = ("type", "opdef", "inputs", "outputs", "attrs", "ctx", "_in_items", "_out_items")
 
-    def __init__(self, op_type: str, inputs: Mapping[str, list[str]], outputs: Mapping[str, list[str]],
-                 attrs: Mapping[str, Any], place: Place, xp: Any) -> None:
+    def __init__(self, op_type: str, inputs: Mapping[str, list[str]],
+                 outputs: Mapping[str, list[str]], attrs: Mapping[str, Any], place: Place,
+                 xp: Any) -> None:
         opdef = get_op_def(op_type)
         self.type = op_type
         self.opdef = opdef
@@ -311,7 +316,8 @@ class RuntimeOp:
         self.ctx = KernelContext(place, xp, op_type, wanted, self.outputs)
         slots = opdef.input_slots
         self._in_items = [(k, v, slots[k].duplicable) for k, v in self.inputs.items() if k in slots]
-        self._out_items = [(k, v, opdef.output_slots[k].duplicable) for k, v in self.outputs.items() if v]
+        self._out_items = [(k, v, opdef.output_slots[k].duplicable) for k, v in self.outputs.items()
+                           if v]
 
     def run(self, scope: Any) -> None:
         """Read the inputs from ``scope``, run the kernel, write the outputs."""
@@ -389,19 +395,19 @@ def _run_op(opdef: OpDef, op_type: str, inputs: Mapping[str, Any], attrs: Mappin
                        for k, v in inputs.items()})
     full_attrs = opdef.complete_attrs(attrs)
     ins: dict[str, Any] = {}
-    for slot in opdef.inputs:
+    for slot in opdef.input_slots.values():
         value = inputs.get(slot.name)
         if value is None:
             ins[slot.name] = None
         elif slot.duplicable:
             if not isinstance(value, (list, tuple)):
-                raise OpError(f"{op_type}: input slot {slot.name!r} is duplicable and takes a list of arrays, "
+                raise OpError(f"{op_type}: input slot {slot.name!r} is duplicable and takes a list "
+                              "of arrays, "
                               f"given {type(value).__name__}")
             ins[slot.name] = [to_place(v, place) for v in value]
         else:
             ins[slot.name] = to_place(value, place)
-    wanted = frozenset(s.name for s in opdef.outputs)
-    ctx = KernelContext(place, xp, op_type, wanted)
+    ctx = KernelContext(place, xp, op_type, frozenset(opdef.output_slots))
     with timers.timer(op_type, kernel=True):
         outs = opdef.kernel(ins, full_attrs, ctx)
     return dict(outs)

@@ -25,7 +25,8 @@ class ScopeVar:
 
     def __repr__(self) -> str:
         shape = getattr(self.value, "shape", None)
-        return f"ScopeVar({self.name!r}, {type(self.value).__name__}{list(shape) if shape is not None else ''})"
+        dims = list(shape) if shape is not None else ""
+        return f"ScopeVar({self.name!r}, {type(self.value).__name__}{dims})"
 
 
 class Scope:

@@ -11,7 +11,12 @@ import pytest
 from tabulate import tabulate
 
 from pytest_opperf.plugin import session_info
-from reference_framework.benchmark import WORKLOADS, BenchmarkConfig, TrainingProgram, build_training_program
+from reference_framework.benchmark import (
+    WORKLOADS,
+    BenchmarkConfig,
+    TrainingProgram,
+    build_training_program,
+)
 from reference_framework.cost import op_shapes
 from reference_framework.framework import Operator, Program
 from reference_framework.registry import get_op_def
@@ -42,18 +47,22 @@ def ablation_lines(runs: list[Any]) -> list[str]:
             continue
         totals = {s.name: s.total_ms for s in run.stats}
         per_step = [sum(totals.get(n, 0.0) for n in names) / run.batches for _, names in _OVERHEADS]
-        rows.append([run.config.get("workload", ""), executor, run.examples_per_sec, 100 * run.python_share,
-                     *per_step, totals.get("ExecutorRunTimer", 0.0) / run.batches, run.kernel_ms / run.batches])
+        rows.append([run.config.get("workload", ""), executor, run.examples_per_sec,
+                     100 * run.python_share, *per_step, totals.get("ExecutorRunTimer",
+                                                                   0.0) / run.batches,
+                     run.kernel_ms / run.batches])
     if not rows:
         return []
-    lines = tabulate(rows, headers=["workload", "executor", "examples/sec", "Python %", "clone ms/step",
-                                    "op creation ms/step", "local scope ms/step", "executor ms/step",
-                                    "kernels ms/step"], floatfmt=".3f").splitlines()
+    lines = tabulate(rows, headers=["workload", "executor", "examples/sec", "Python %",
+                                    "clone ms/step", "op creation ms/step", "local scope ms/step",
+                                    "executor ms/step", "kernels ms/step"],
+                     floatfmt=".3f").splitlines()
     by_setting = {(r[0], r[1]): r[2] for r in rows}
     for (name, executor), eps in by_setting.items():
         faithful = by_setting.get((name, "faithful"))
         if executor != "faithful" and faithful:
-            lines.append(f"{name}: {executor} runs {eps / faithful:.2f}x the faithful executor's examples/sec")
+            lines.append(f"{name}: {executor} runs {eps / faithful:.2f}x the faithful executor's "
+                         "examples/sec")
     return lines
 
 
@@ -91,10 +100,12 @@ def _hw(values: list[int]) -> str:
 def shape_id(op: Operator, shapes: dict[str, list[tuple[int, ...]]]) -> str:
     """The shape part of a test id: the main input's dims, plus the attributes
     that tell ops of one shape apart (kernel, stride, padding, channels out...)."""
-    slots = [s.name for s in get_op_def(op.type).inputs if s.name in shapes]
+    slots = [name for name in get_op_def(op.type).input_slots if name in shapes]
     main = shapes[slots[0]] if slots else [tuple(op.attrs.get("shape", ()))]
     declared = op.block.var(op.inputs[slots[0]][0]).shape if slots else ()
-    text = (f"{len(main)}x" if len(main) > 1 else "") + _dims(main[0], batched=bool(declared) and declared[0] == -1)
+    text = (f"{len(main)}x" if len(main) > 1 else "") + _dims(main[0],
+                                                              batched=declared is not None
+                                                              and declared[:1] == (-1,))
     a = op.attrs
     if op.type.startswith("conv2d"):
         w = shapes["Filter"][0]
@@ -103,7 +114,8 @@ def shape_id(op: Operator, shapes: dict[str, list[tuple[int, ...]]]) -> str:
             text += f"-g{a['groups']}"
     elif op.type.startswith("pool2d"):
         text += f"-{a['pooling_type']}-" + (
-            "global" if a["global_pooling"] else f"k{_hw(a['ksize'])}s{_hw(a['strides'])}p{_hw(a['paddings'])}")
+            "global" if a["global_pooling"]
+            else f"k{_hw(a['ksize'])}s{_hw(a['strides'])}p{_hw(a['paddings'])}")
     elif "Y" in shapes and shapes["Y"][0] != main[0]:  # broadcasting binary ops, mul
         text += "-" + _dims(shapes["Y"][0])
     return text

@@ -42,7 +42,8 @@ def test_local_scope_create_delete(built: TrainingProgram, opperf_benchmark: Any
         scope.delete_scope(create_local_scope(block, scope))
 
     create_delete()
-    assert scope.kids() == [] and len(scope.local_var_names()) == sum(v.persistable for v in block.vars.values())
+    assert scope.kids() == [] and len(scope.local_var_names()) == sum(v.persistable
+                                                                      for v in block.vars.values())
     describe(opperf_benchmark, "local_scope_create_delete", built)
     opperf_benchmark(create_delete)
 
@@ -77,12 +78,14 @@ def test_feed_fetch(built: TrainingProgram, workload: tuple[str, BenchmarkConfig
 
     def feed_fetch() -> list[Any]:
         scope.var("feed").value = [images, labels]
-        scope.var("fetch").value = fetched = []
+        fetched: list[Any] = []
+        scope.var("fetch").value = fetched
         for op in ops:
             op.run(scope)
         return fetched
 
     fetched = feed_fetch()
-    assert scope.find_var("data").value.shape == images.shape and len(fetched) == 2
+    data = scope.find_var("data")
+    assert data is not None and data.value.shape == images.shape and len(fetched) == 2
     describe(opperf_benchmark, "feed_fetch", built)
     opperf_benchmark(feed_fetch)

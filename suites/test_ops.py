@@ -42,9 +42,17 @@ def step_scope(workload: tuple[str, BenchmarkConfig], place: Any) -> Scope:
     scope = Scope()
     exe = Executor(place, reuse_local_scope=True)
     exe.run(built.startup, scope=scope)
-    exe.run(built.main, feed={"data": images, "label": labels}, fetch_list=[built.avg_cost], scope=scope)
+    exe.run(built.main, feed={"data": images, "label": labels}, fetch_list=[built.avg_cost],
+            scope=scope)
     (local,) = [kid for kid in scope.kids() if kid.find_local_var(built.avg_cost.name) is not None]
     return local
+
+
+def _value(scope: Scope, name: str) -> Any:
+    var = scope.find_var(name)
+    if var is None:
+        raise KeyError(f"variable {name!r} is not in the step scope")
+    return var.value
 
 
 def test_op(case: OpCase, step_scope: Scope, workload: tuple[str, BenchmarkConfig], place: Any,
@@ -52,9 +60,10 @@ def test_op(case: OpCase, step_scope: Scope, workload: tuple[str, BenchmarkConfi
     config = workload[1]
     op = training_program(config).main.global_block().ops[case.index]
     opdef = get_op_def(op.type)
-    ins = {slot: [step_scope.find_var(n).value for n in names] if opdef.input_slots[slot].duplicable
-           else step_scope.find_var(names[0]).value for slot, names in op.inputs.items() if names}
-    ctx = KernelContext(place, array_module(place), op.type, frozenset(k for k, v in op.outputs.items() if v))
+    ins = {slot: [_value(step_scope, n) for n in names] if opdef.input_slots[slot].duplicable
+           else _value(step_scope, names[0]) for slot, names in op.inputs.items() if names}
+    ctx = KernelContext(place, array_module(place), op.type,
+                        frozenset(k for k, v in op.outputs.items() if v))
 
     outs = opdef.kernel(ins, op.attrs, ctx)
     for slot, names in op.outputs.items():
@@ -62,14 +71,15 @@ def test_op(case: OpCase, step_scope: Scope, workload: tuple[str, BenchmarkConfi
             continue
         var = op.block.var(names[0])
         got = to_host(outs[slot][0] if isinstance(outs[slot], list) else outs[slot])
-        want = tuple(config.batch_size if d == -1 else d for d in var.shape)
+        want = tuple(config.batch_size if d == -1 else d for d in var.known_shape)
         assert (got.shape, got.dtype.name) == (want, var.dtype), f"{case.id}: output {slot}"
         if np.issubdtype(got.dtype, np.floating):
             assert np.isfinite(got).all(), f"{case.id}: output {slot} is not finite"
 
     work = op_work(op, config.batch_size)
     opperf_benchmark.describe(stat=op.type, kind="op",
-                              config={"op": op.type, "inputs": {k: [list(s) for s in v] for k, v in case.shapes.items()},
-                                      "attrs": op.attrs},
-                              flops=work.flops if work else None, bytes=work.bytes if work else None)
+                              config={"op": op.type, "inputs": {k: [list(s) for s in v]
+                                                                for k, v in case.shapes.items()},
+                                      "attrs": op.attrs}, flops=work.flops if work else None,
+                              bytes=work.bytes if work else None)
     opperf_benchmark(opdef.kernel, ins, op.attrs, ctx)

@@ -24,8 +24,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         name, config = suite_workload(metafunc.config)
         settings = [(name, executor, config if executor == "faithful" else config.no_overheads())
                     for executor in EXECUTORS]
-        metafunc.parametrize("setting", settings,
-                             ids=[name if e == "faithful" else f"{name}-{e}" for _, e, _ in settings])
+        metafunc.parametrize("setting", settings, ids=[name if e == "faithful" else f"{name}-{e}"
+                                                       for _, e, _ in settings])
 
 
 def test_train(opperf, setting: tuple[str, str, BenchmarkConfig]) -> None:

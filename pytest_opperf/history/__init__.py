@@ -3,8 +3,8 @@
 * :mod:`.store` appends a session's results to a history and reads them back
   (``--opperf-history=PATH|URL``, ``python -m pytest_opperf history import``).
 * :mod:`.changepoints` finds where a series stepped (a penalised step fit).
-* :mod:`.trends` turns stored sessions into per-metric series over commits
-  and the ``history`` command's tables.
+* :mod:`.trends` turns stored sessions into per-metric series over commits and the ``history``
+  command's tables.
 * :mod:`.dashboard` renders the static site of ``python -m pytest_opperf dashboard``.
 * :mod:`.commands` is the command line of both.
 

@@ -1,34 +1,30 @@
 """Change points of a series: where a metric stepped, and by how much (pure, numpy).
 
-The method is a penalised step fit: the series (per-commit medians, in time
-order) is fitted by a piecewise-constant function, a step kept only when it
-lowers the squared error by more than a penalty. The steps are found by
-binary segmentation (Scott and Knott 1974; the ``Binseg`` of the
-``ruptures`` library, and asv's step detection is a penalised fit of the
-same kind): split where the error drops most, then split each side, while
-a split pays for its penalty. It costs a few numpy passes per step, so a
-dashboard of a thousand commits and hundreds of metrics stays quick.
-Choices for timing data:
+The method is a penalised step fit: the series (per-commit medians, in time order) is fitted by a
+piecewise-constant function, a step kept only when it lowers the squared error by more than a
+penalty. The steps are found by binary segmentation (Scott and Knott 1974; the ``Binseg`` of the
+``ruptures`` library, and asv's step detection is a penalised fit of the same kind): split where the
+error drops most, then split each side, while a split pays for its penalty. It costs a few numpy
+passes per step, so a dashboard of a thousand commits and hundreds of metrics stays quick. Choices
+for timing data:
 
-* The fit is on ``log(value)`` when every value is positive, so a step is a
-  ratio (a 10 % slowdown weighs the same at 0.1 ms and at 100 ms), else on
-  the values scaled by their median magnitude.
-* The penalty is ``PENALTY_BETA * sigma**2 * log(n)`` (a BIC-like penalty),
-  with ``sigma`` the noise estimated robustly from the median absolute
-  difference of neighbours, so that one outlier does not inflate it, and
-  never below ``min_sigma`` (timers do not resolve better than that: a
-  perfectly flat series must not turn every 0.1 % wiggle into a step).
-* Outliers are held within 3 sigma of a running median before the fit, so
-  that one bad commit does not pull a step onto itself; each step is then
-  placed where it fits the unclipped data best.
-* Segments have at least ``min_size`` points: a single outlying commit is
-  not a step; a real step is reported once ``min_size`` commits show it.
-* Steps smaller than ``min_change`` (relative) are dropped afterwards, and
-  the neighbouring segments merged.
+* The fit is on ``log(value)`` when every value is positive, so a step is a ratio (a 10 % slowdown
+  weighs the same at 0.1 ms and at 100 ms), else on the values scaled by their median magnitude.
+* The penalty is ``PENALTY_BETA * sigma**2 * log(n)`` (a BIC-like penalty), with ``sigma`` the noise
+  estimated robustly from the median absolute difference of neighbours, so that one outlier does not
+  inflate it, and never below ``min_sigma`` (timers do not resolve better than that: a perfectly
+  flat series must not turn every 0.1 % wiggle into a step).
+* Outliers are held within 3 sigma of a running median before the fit, so that one bad commit does
+  not pull a step onto itself; each step is then placed where it fits the unclipped data best.
+* Segments have at least ``min_size`` points: a single outlying commit is not a step; a real step is
+  reported once ``min_size`` commits show it.
+* Steps smaller than ``min_change`` (relative) are dropped afterwards, and the neighbouring segments
+  merged.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -75,9 +71,8 @@ def _noise(x: np.ndarray, min_sigma: float) -> float:
 
 
 def _clip(x: np.ndarray, sigma: float, width: int = 5, k: float = 3.0) -> np.ndarray:
-    """Each point held within ``k`` sigma of the running median of its neighbours: an
-    outlier's pull on the squared error is bounded, a step (which moves the running
-    median with it) is kept."""
+    """Each point held within ``k`` sigma of the running median of its neighbours: an outlier's pull
+    on the squared error is bounded, a step (which moves the running median with it) is kept."""
     half = width // 2
     padded = np.pad(x, half, mode="edge")
     windows = np.lib.stride_tricks.sliding_window_view(padded, width)
@@ -127,10 +122,12 @@ def _refine(x: np.ndarray, steps: list[int], min_size: int) -> list[int]:
     return out
 
 
-def segments(values: Sequence[float], steps: Sequence[int]) -> list[tuple[int, int, float]]:
+def segments(values: Sequence[float] | np.ndarray,
+             steps: Sequence[int]) -> list[tuple[int, int, float]]:
     """(start, stop, median) of each segment between the steps."""
     bounds = [0, *steps, len(values)]
-    return [(a, b, float(np.median(np.asarray(values[a:b], dtype=float)))) for a, b in zip(bounds, bounds[1:])]
+    return [(a, b, float(np.median(np.asarray(values[a:b], dtype=float))))
+            for a, b in itertools.pairwise(bounds)]
 
 
 def detect(values: Sequence[float], min_size: int = 3, min_change: float = MIN_CHANGE,
@@ -145,10 +142,11 @@ def detect(values: Sequence[float], min_size: int = 3, min_change: float = MIN_C
     steps = _refine(x, steps, min_size)
     while True:  # drop the smallest step below min_change, merge its segments, repeat
         segs = segments(y, steps)
-        changes = [abs(b[2] / a[2] - 1.0) if a[2] else math.inf for a, b in zip(segs, segs[1:])]
+        changes = [abs(b[2] / a[2] - 1.0) if a[2] else math.inf
+                   for a, b in itertools.pairwise(segs)]
         small = [i for i, c in enumerate(changes) if c < min_change]
         if not small:
             break
         steps.pop(min(small, key=lambda i: changes[i]))
     segs = segments(y, steps)
-    return [ChangePoint(index=b[0], before=a[2], after=b[2]) for a, b in zip(segs, segs[1:])]
+    return [ChangePoint(index=b[0], before=a[2], after=b[2]) for a, b in itertools.pairwise(segs)]

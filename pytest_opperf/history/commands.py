@@ -1,9 +1,9 @@
 """``python -m pytest_opperf history|dashboard``: load results into a history, look at it.
 
-* ``history import FILE.json... --into SOURCE``: store results files and
-  baselines (each once: a file already stored is skipped and said so).
-* ``history SOURCE [--run GLOB] [--stat NAME] [--last N]``: sessions, trend
-  tables over the last N commits and change points.
+* ``history import FILE.json... --into SOURCE``: store results files and baselines (each once: a
+  file already stored is skipped and said so).
+* ``history SOURCE [--run GLOB] [--stat NAME] [--last N]``: sessions, trend tables over the last N
+  commits and change points.
 * ``dashboard SOURCE --out DIR [--last N]``: ``DIR/index.html``.
 """
 
@@ -35,21 +35,27 @@ def _positive(value: str) -> int:
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
     history = commands.add_parser(
-        "history", help="sessions, trends and change points of a history (or: history import FILE...)",
+        "history", help="sessions, trends, change points of a history (or: history import FILE...)",
         usage="%(prog)s SOURCE [--run GLOB] [--stat NAME] [--last N]\n"
               "       %(prog)s import FILE.json... --into SOURCE")
-    history.add_argument("source", metavar="SOURCE", help="a SQLite file or a postgresql:// URL; or 'import'")
-    history.add_argument("files", metavar="FILE.json", nargs="*", help="with import: results files to store")
-    history.add_argument("--into", metavar="SOURCE", help="with import: the history to store them in")
+    history.add_argument("source", metavar="SOURCE",
+                         help="a SQLite file or a postgresql:// URL; or 'import'")
+    history.add_argument("files", metavar="FILE.json", nargs="*",
+                         help="with import: results files to store")
+    history.add_argument("--into", metavar="SOURCE",
+                         help="with import: the history to store them in")
     history.add_argument("--run", metavar="GLOB", help="only runs whose id matches (default: all)")
-    history.add_argument("--stat", metavar="NAME", help="only these stats (a glob; also examples_per_sec, "
-                         "python_share; default: the run metrics and each e2e run's top 10 stats)")
+    history.add_argument("--stat", metavar="NAME",
+                         help="only these stats (a glob; also examples_per_sec, python_share; "
+                         "default: the run metrics and each e2e run's top 10 stats)")
     history.add_argument("--last", metavar="N", type=_positive, default=10,
                          help="commits shown in the trend tables (default: 10)")
     dashboard = commands.add_parser("dashboard", help="write a static dashboard DIR/index.html")
     dashboard.add_argument("source", metavar="SOURCE", help="a SQLite file or a postgresql:// URL")
-    dashboard.add_argument("--out", metavar="DIR", required=True, help="directory for index.html (created)")
-    dashboard.add_argument("--last", metavar="N", type=_positive, help="only the last N commits (default: all)")
+    dashboard.add_argument("--out", metavar="DIR", required=True,
+                           help="directory for index.html (created)")
+    dashboard.add_argument("--last", metavar="N", type=_positive,
+                           help="only the last N commits (default: all)")
 
 
 def _import(files: Sequence[str], into: str, out: TextIO) -> None:
@@ -59,7 +65,8 @@ def _import(files: Sequence[str], into: str, out: TextIO) -> None:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise ResultsError(f"{name}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+            raise ResultsError(f"{name}: not valid JSON: {exc.msg} at line {exc.lineno} column "
+                               f"{exc.colno}") from None
         results = ResultSet.from_dict(data, source=name)
         compare = data.get("compare") if isinstance(data.get("compare"), dict) else None
         documents.append((name, results, compare))
@@ -90,7 +97,8 @@ def run_command(args: argparse.Namespace, out: TextIO) -> int:
             _import(args.files, args.into, out)
             return 0
         if args.files or args.into:
-            raise HistoryError(f"history {args.source}: unexpected arguments {' '.join(args.files) or '--into'} "
+            raise HistoryError(f"history {args.source}: unexpected arguments "
+                               f"{' '.join(args.files) or '--into'} "
                                "(to store files: history import FILE.json... --into SOURCE)")
         label, history = _load(args.source, args.run)
         groups = trends.build(history)

@@ -1,13 +1,11 @@
 """The dashboard: one self-contained static page (plotly charts, plotly.js inline) of a history.
 
-Per device class and workload: examples/sec and the Python share over
-commits; each e2e run's top operators' per-step time over commits with the
-change points marked; every metric's trend, chosen through a search box; the
-latest session's shares of wall time; the latest A/B result when a session
-has one; the last sessions. Nothing is fetched at view time: plotly.js and
-the data are in the page. The charts are plotly figures built here and drawn
-by plotly.js; the page's own script only swaps the searched metric's data
-into its chart.
+Per device class and workload: examples/sec and the Python share over commits; each e2e run's top
+operators' per-step time over commits with the change points marked; every metric's trend, chosen
+through a search box; the latest session's shares of wall time; the latest A/B result when a session
+has one; the last sessions. Nothing is fetched at view time: plotly.js and the data are in the page.
+The charts are plotly figures built here and drawn by plotly.js; the page's own script only swaps
+the searched metric's data into its chart.
 """
 
 from __future__ import annotations
@@ -45,26 +43,29 @@ def _json(obj: Any) -> str:
 
 
 def _round(values: Sequence[float]) -> list[float]:
-    return [float(f"{v:.5g}") for v in values]  # beyond the timers' resolution; a third of the bytes
+    return [float(f"{v:.5g}") for v in values]  # the timers' resolution; a third of the bytes
 
 
 def _trace_data(group: Group, s: Series) -> dict[str, Any]:
     """A series as the charts take it: x = commit labels."""
-    x = [group.commits[p].label for p in s.points]
+    cs = [group.commits[p] for p in s.points]
+    x = [c.label for c in cs]
     return {
-        "x": x, "y": _round(s.values),
-        "text": [f"{group.commits[p].when} {group.commits[p].branch or ''}".strip() for p in s.points],
-        "cp_x": [x[c.index] for c in s.changes], "cp_y": _round([s.values[c.index] for c in s.changes]),
+        "x": x, "y": _round(s.values), "text": [f"{c.when} {c.branch or ''}".strip() for c in cs],
+        "cp_x": [x[c.index] for c in s.changes],
+        "cp_y": _round([s.values[c.index] for c in s.changes]),
         "cp_text": [change_line(group, s, c) for c in s.changes],
     }
 
 
 def _add_series(go: Any, fig: Any, data: dict[str, Any], name: str) -> None:
-    fig.add_trace(go.Scatter(x=data["x"], y=data["y"], text=data["text"], name=name, mode="lines+markers",
-                             hovertemplate="%{x} %{text}<br>%{y:.4g}<extra>" + html.escape(name) + "</extra>"))
+    hover = "%{x} %{text}<br>%{y:.4g}<extra>" + html.escape(name) + "</extra>"
+    fig.add_trace(go.Scatter(x=data["x"], y=data["y"], text=data["text"], name=name,
+                             mode="lines+markers", hovertemplate=hover))
     if data["cp_x"]:
-        fig.add_trace(go.Scatter(x=data["cp_x"], y=data["cp_y"], text=data["cp_text"], mode="markers",
-                                 name=f"{name}: change points", marker={"symbol": "x", "size": 13, "color": "red"},
+        fig.add_trace(go.Scatter(x=data["cp_x"], y=data["cp_y"], text=data["cp_text"],
+                                 mode="markers", name=f"{name}: change points",
+                                 marker={"symbol": "x", "size": 13, "color": "red"},
                                  hovertemplate="%{text}<extra></extra>", showlegend=False))
 
 
@@ -87,16 +88,23 @@ def _e2e_runs(group: Group) -> list[str]:
     return sorted({s.run for s in group.series if s.kind == "e2e"})
 
 
-def _shares(go: Any, group: Group, latest_runs: dict[str, tuple[float, float, float, list[tuple[str, float]]]]) -> Any:
+# run -> (wall ms, Python share, framework share, [(kernel stat, ms)]) of the latest session
+_Shares = dict[str, tuple[float, float, float, list[tuple[str, float]]]]
+
+
+def _shares(go: Any, group: Group, latest_runs: _Shares) -> Any:
     fig = go.Figure()
     for run, (wall_ms, python, framework, ops) in sorted(latest_runs.items()):
         top = sorted(ops, key=lambda kv: -kv[1])[:TOP_SHARES]
         rest = sum(v for _, v in ops) - sum(v for _, v in top)
-        names = [n for n, _ in top] + (["other kernels"] if rest > 0 else []) + ["framework overhead", "Python"]
-        values = [v / wall_ms for _, v in top] + ([rest / wall_ms] if rest > 0 else []) + [framework, python]
+        if rest > 0:
+            top.append(("other kernels", rest))
+        names = [n for n, _ in top] + ["framework overhead", "Python"]
+        values = [v / wall_ms for _, v in top] + [framework, python]
         fig.add_trace(go.Bar(y=names, x=values, name=run, orientation="h",
                              hovertemplate="%{y}: %{x:.2%}<extra>" + html.escape(run) + "</extra>"))
-    fig.update_layout(title="latest session: shares of wall time", barmode="group", template="plotly_white",
+    fig.update_layout(title="latest session: shares of wall time", barmode="group",
+                      template="plotly_white",
                       height=max(380, 26 * (TOP_SHARES + 3) * max(1, len(latest_runs))),
                       margin={"l": 200, "r": 20, "t": 50, "b": 40}, xaxis={"tickformat": ".0%"},
                       yaxis={"autorange": "reversed"}, legend={"orientation": "h", "y": -0.08})
@@ -105,21 +113,23 @@ def _shares(go: Any, group: Group, latest_runs: dict[str, tuple[float, float, fl
 
 def _group_html(gi: int, group: Group, latest: dict[str, Any], go: Any, pio: Any) -> str:
     parts = [f'<section id="group-{gi}"><h2>{html.escape(group.title)}</h2>',
-             f"<p>{len(group.sessions)} session(s), {len(group.commits)} commit(s); red crosses mark change "
-             "points (hover for the step).</p>"]
+             f"<p>{len(group.sessions)} session(s), {len(group.commits)} commit(s); red crosses "
+             "mark change points (hover for the step).</p>"]
     runs = _e2e_runs(group)
     by_key = {(s.run, s.metric): s for s in group.series}
     if runs:
-        for metric, title, ytitle, fmt in (("examples_per_sec", "examples/sec", "examples/sec", None),
-                                           ("python_share", "Python share of wall time", "share", ".1%")):
+        for metric, title, ytitle, fmt in (
+                ("examples_per_sec", "examples/sec", "examples/sec", None),
+                ("python_share", "Python share of wall time", "share", ".1%")):
             fig = _figure(go, title, ytitle, fmt)
             for run in runs:
                 if (run, metric) in by_key:
                     _add_series(go, fig, _trace_data(group, by_key[(run, metric)]), run)
             parts.append(_div(pio, fig, f"{metric}-{gi}"))
         for ri, run in enumerate(runs):
-            tops = [s for s in group.series if s.run == run and s.kind == "e2e" and s.metric not in RUN_METRICS
-                    and latest["kernels"].get((run, s.stat), False) and "/" not in s.stat]
+            tops = [s for s in group.series if s.run == run and s.kind == "e2e"
+                    and s.metric not in RUN_METRICS and latest["kernels"].get((run, s.stat), False)
+                    and "/" not in s.stat]
             tops = sorted(tops, key=lambda s: -(s.latest or 0.0))[:TOP_OPERATORS]
             fig = _figure(go, f"top operators, ms per step: {run}", "ms per step")
             for s in tops:
@@ -134,24 +144,28 @@ def _group_html(gi: int, group: Group, latest: dict[str, Any], go: Any, pio: Any
                 "text": [f"{c.when} {c.branch or ''}".strip() for c in group.commits],
                 "series": {f"{s.run} {s.metric}": {"p": s.points, "y": _round(s.values),
                                                    "cp": [c.index for c in s.changes],
-                                                   "cpt": [change_line(group, s, c) for c in s.changes]}
-                           for s in metrics}}
+                                                   "cpt": [change_line(group, s, c)
+                                                           for c in s.changes]} for s in metrics}}
         first = next(iter(data["series"]))
         fig = _figure(go, first, "ms")
         _add_series(go, fig, _trace_data(group, metrics[0]), first)
         options = "".join(f'<option value="{html.escape(k)}"></option>' for k in data["series"])
-        parts += [f"<h3>per-op trends</h3><p><label>metric ({len(metrics)}): <input id=\"search-{gi}\" "
-                  f'list="metrics-{gi}" size="90" placeholder="type to search, e.g. conv2d"></label></p>'
+        parts += [f"<h3>per-op trends</h3><p><label>metric ({len(metrics)}): <input "
+                  f"id=\"search-{gi}\" "
+                  f'list="metrics-{gi}" size="90" placeholder="type to search, e.g. '
+                  'conv2d"></label></p>'
                   f'<datalist id="metrics-{gi}">{options}</datalist>',
                   _div(pio, fig, f"trend-{gi}"),
                   f'<script type="application/json" id="data-{gi}">{_json(data)}</script>']
     if latest["compare"] is not None:
         sid, compare = latest["compare"]
-        parts.append(f"<h3>latest A/B result (session {sid})</h3><pre class=\"compare\">"
-                     f"{html.escape(json.dumps(compare, indent=1, sort_keys=True, default=str))}</pre>")
+        shown = html.escape(json.dumps(compare, indent=1, sort_keys=True, default=str))
+        parts.append(f'<h3>latest A/B result (session {sid})</h3>'
+                     f'<pre class="compare">{shown}</pre>')
     rows = session_rows(group.sessions[-SESSIONS_SHOWN:][::-1])
     head = "".join(f"<th>{html.escape(h)}</th>" for h in SESSION_HEADERS)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>"
+                   for r in rows)
     parts.append(f"<h3>sessions (latest first)</h3><table><tr>{head}</tr>{body}</table></section>")
     return "\n".join(parts)
 
@@ -165,10 +179,11 @@ document.querySelectorAll('input[id^="search-"]').forEach(function (input) {
     if (!d) { return; }
     var x = d.p.map(function (i) { return data.labels[i]; });
     var text = d.p.map(function (i) { return data.text[i]; });
-    var traces = [{x: x, y: d.y, text: text, name: input.value, mode: 'lines+markers', type: 'scatter',
-                   hovertemplate: '%{x} %{text}<br>%{y:.4g}<extra></extra>'}];
+    var traces = [{x: x, y: d.y, text: text, name: input.value, mode: 'lines+markers',
+                   type: 'scatter', hovertemplate: '%{x} %{text}<br>%{y:.4g}<extra></extra>'}];
     if (d.cp.length) {
-      traces.push({x: d.cp.map(function (j) { return x[j]; }), y: d.cp.map(function (j) { return d.y[j]; }),
+      traces.push({x: d.cp.map(function (j) { return x[j]; }),
+                   y: d.cp.map(function (j) { return d.y[j]; }),
                    text: d.cpt, mode: 'markers', type: 'scatter', showlegend: false,
                    name: input.value + ': change points', hovertemplate: '%{text}<extra></extra>',
                    marker: {symbol: 'x', size: 13, color: 'red'}});
@@ -204,15 +219,18 @@ def _latest(group: Group, history_runs: Any, history_stats: Any) -> dict[str, An
     for st in history_stats:
         if st.session_id == latest_id and st.run in shares and st.kernel and "/" not in st.name:
             shares[st.run][3].append((st.name, st.total_ms))
-    compare = next(((s.id, s.compare) for s in reversed(group.sessions) if s.compare is not None), None)
+    compare = next(((s.id, s.compare) for s in reversed(group.sessions) if s.compare is not None),
+                   None)
     return {"kernels": kernels, "shares": shares, "compare": compare}
 
 
 def page(label: str, groups: Sequence[Group], history: Any) -> str:
     """The whole page; ``history`` is the :class:`~.store.History` the groups were built from."""
     go, pio, offline = _plotly()
-    body = [_group_html(gi, g, _latest(g, history.runs, history.stats), go, pio) for gi, g in enumerate(groups)]
-    toc = "".join(f'<li><a href="#group-{gi}">{html.escape(g.title)}</a></li>' for gi, g in enumerate(groups))
+    body = [_group_html(gi, g, _latest(g, history.runs, history.stats), go, pio)
+            for gi, g in enumerate(groups)]
+    toc = "".join(f'<li><a href="#group-{gi}">{html.escape(g.title)}</a></li>'
+                  for gi, g in enumerate(groups))
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f"<title>opperf history: {html.escape(label)}</title><style>{_STYLE}</style>"

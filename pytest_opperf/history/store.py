@@ -1,19 +1,16 @@
 """The history store: sessions appended to a SQLite file or a PostgreSQL database, and read back.
 
-A source is a path (a SQLite file, created on first append; stdlib
-``sqlite3``) or a ``postgresql://`` URL (psycopg 3, the ``history`` extra).
-Both hold the same tables (prefixed ``opperf_`` so that a shared database
-keeps them apart) under a schema version; :data:`MIGRATIONS` brings an older
-store up to date when it is opened, under a lock, so several writers opening
-a new store at once create it once.
+A source is a path (a SQLite file, created on first append; stdlib ``sqlite3``) or a
+``postgresql://`` URL (psycopg 3, the ``history`` extra). Both hold the same tables (prefixed
+``opperf_`` so that a shared database keeps them apart) under a schema version; :data:`MIGRATIONS`
+brings an older store up to date when it is opened, under a lock, so several writers opening a new
+store at once create it once.
 
-One session is one transaction: its session row, every run and every stat
-are committed together or not at all (an exception, Ctrl-C, a killed
-process or a lost connection leaves nothing of it). Concurrent writers lose
-nothing: SQLite runs in WAL mode and waits up to ``timeout_s`` for the write
-lock; PostgreSQL serialises nothing but the schema migration. Every database
-problem is a :class:`HistoryError` with one line naming the store (a URL's
-password is never shown).
+One session is one transaction: its session row, every run and every stat are committed together or
+not at all (an exception, Ctrl-C, a killed process or a lost connection leaves nothing of it).
+Concurrent writers lose nothing: SQLite runs in WAL mode and waits up to ``timeout_s`` for the write
+lock; PostgreSQL serialises nothing but the schema migration. Every database problem is a
+:class:`HistoryError` with one line naming the store (a URL's password is never shown).
 """
 
 from __future__ import annotations
@@ -35,25 +32,11 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from ..results import ResultSet, RunResult, StatResult
 from ..stats import median
 
-__all__ = [
-    "EXTRA_HINT",
-    "MIGRATIONS",
-    "SAMPLES_KEPT",
-    "History",
-    "HistoryError",
-    "MissingExtra",
-    "Store",
-    "StoredRun",
-    "StoredSession",
-    "StoredStat",
-    "check_target",
-    "commit_time",
-    "is_url",
-    "redact",
-    "step_value",
-]
+__all__ = ["EXTRA_HINT", "MIGRATIONS", "SAMPLES_KEPT", "History", "HistoryError", "MissingExtra",
+           "Store", "StoredRun", "StoredSession", "StoredStat", "check_target", "commit_time",
+           "is_url", "redact", "step_value"]
 
-SAMPLES_KEPT = 16  # per stat: enough to see a distribution, small enough for 1,000 sessions of 170 runs
+SAMPLES_KEPT = 16  # per stat: enough to see a distribution, small for 1,000 sessions of 170 runs
 EXTRA_HINT = "pip install 'pytest-opperf[history]'"
 URL_SCHEMES = ("postgresql://", "postgres://")
 _LOCK_KEY = 0x6F70706572660001  # pg_advisory_xact_lock key of the schema migration ("opperf" + 1)
@@ -63,56 +46,26 @@ _LOCK_KEY = 0x6F70706572660001  # pg_advisory_xact_lock key of the schema migrat
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
         """CREATE TABLE opperf_sessions (
-            id {id},
-            fingerprint TEXT NOT NULL UNIQUE,
-            created TEXT NOT NULL,
-            stored TEXT NOT NULL,
-            source TEXT NOT NULL,
-            commit_sha TEXT,
-            branch TEXT,
-            dirty INTEGER,
-            commit_time TEXT,
-            device TEXT,
-            device_class TEXT NOT NULL,
-            workload TEXT NOT NULL,
-            timing TEXT,
-            machine TEXT NOT NULL,
-            gate_passed INTEGER,
-            gate TEXT,
-            compare TEXT)""",
+            id {id}, fingerprint TEXT NOT NULL UNIQUE,
+            created TEXT NOT NULL, stored TEXT NOT NULL, source TEXT NOT NULL,
+            commit_sha TEXT, branch TEXT, dirty INTEGER, commit_time TEXT,
+            device TEXT, device_class TEXT NOT NULL, workload TEXT NOT NULL, timing TEXT,
+            machine TEXT NOT NULL, gate_passed INTEGER, gate TEXT, compare TEXT)""",
         """CREATE TABLE opperf_runs (
             id {id},
             session_id BIGINT NOT NULL REFERENCES opperf_sessions (id) ON DELETE CASCADE,
-            run TEXT NOT NULL,
-            kind TEXT NOT NULL,
-            device TEXT,
-            timing TEXT,
-            wall_s {float} NOT NULL,
-            examples BIGINT NOT NULL,
-            batches BIGINT NOT NULL,
-            examples_per_sec {float} NOT NULL,
-            sec_per_batch {float} NOT NULL,
-            python_share {float} NOT NULL,
-            framework_share {float} NOT NULL,
-            kernel_share {float} NOT NULL,
-            executor_ms {float} NOT NULL,
-            kernel_ms {float} NOT NULL,
+            run TEXT NOT NULL, kind TEXT NOT NULL, device TEXT, timing TEXT,
+            wall_s {float} NOT NULL, examples BIGINT NOT NULL, batches BIGINT NOT NULL,
+            examples_per_sec {float} NOT NULL, sec_per_batch {float} NOT NULL,
+            python_share {float} NOT NULL, framework_share {float} NOT NULL,
+            kernel_share {float} NOT NULL, executor_ms {float} NOT NULL, kernel_ms {float} NOT NULL,
             UNIQUE (session_id, run))""",
         """CREATE TABLE opperf_stats (
             run_id BIGINT NOT NULL REFERENCES opperf_runs (id) ON DELETE CASCADE,
-            name TEXT NOT NULL,
-            parent TEXT,
-            kernel INTEGER NOT NULL,
-            clock TEXT NOT NULL,
-            count BIGINT NOT NULL,
-            total_ms {float} NOT NULL,
-            avg_ms {float} NOT NULL,
-            min_ms {float} NOT NULL,
-            max_ms {float} NOT NULL,
-            median_ms {float},
-            step_count BIGINT,
-            samples TEXT,
-            PRIMARY KEY (run_id, name))""",
+            name TEXT NOT NULL, parent TEXT, kernel INTEGER NOT NULL, clock TEXT NOT NULL,
+            count BIGINT NOT NULL, total_ms {float} NOT NULL, avg_ms {float} NOT NULL,
+            min_ms {float} NOT NULL, max_ms {float} NOT NULL, median_ms {float}, step_count BIGINT,
+            samples TEXT, PRIMARY KEY (run_id, name))""",
         "CREATE INDEX opperf_sessions_group ON opperf_sessions (device_class, workload)",
         "CREATE INDEX opperf_runs_session ON opperf_runs (session_id)",
     ),
@@ -120,7 +73,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
 
 _DIALECT = {
     "sqlite": {"id": "INTEGER PRIMARY KEY", "float": "REAL"},
-    "postgresql": {"id": "BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY", "float": "DOUBLE PRECISION"},
+    "postgresql": {"id": "BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY",
+                   "float": "DOUBLE PRECISION"},
 }
 
 
@@ -162,7 +116,8 @@ def _psycopg(label: str) -> Any:
     try:
         import psycopg
     except ImportError:
-        raise MissingExtra(f"{label}: a PostgreSQL history needs psycopg 3 ({EXTRA_HINT})") from None
+        raise MissingExtra(f"{label}: a PostgreSQL history needs psycopg 3 "
+                           f"({EXTRA_HINT})") from None
     return psycopg
 
 
@@ -202,8 +157,8 @@ def commit_time(sha: str | None, cwd: str | os.PathLike[str] = ".") -> str | Non
     if not sha:
         return None
     try:
-        done = subprocess.run(["git", "show", "-s", "--format=%cI", sha], cwd=cwd, capture_output=True,
-                              text=True, timeout=10)
+        done = subprocess.run(["git", "show", "-s", "--format=%cI", sha], cwd=cwd,
+                              capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
     return _utc(done.stdout.strip()) if done.returncode == 0 and done.stdout.strip() else None
@@ -238,8 +193,10 @@ def fingerprint(results: ResultSet, compare: Any = None) -> str:
     """Identifies a session's results: importing the same file twice stores it once. (Every
     fact but the samples: hashing those would cost more than storing the session.)"""
     runs = [(r.id, r.kind, r.wall_s, r.examples, r.examples_per_sec, r.python_share,
-             [(s.name, s.count, s.total_ms, s.min_ms, s.max_ms) for s in r.stats]) for r in results.runs]
-    doc = [results.created, results.commit, results.session, results.machine, results.gate, compare, runs]
+             [(s.name, s.count, s.total_ms, s.min_ms, s.max_ms) for s in r.stats])
+            for r in results.runs]
+    doc = [results.created, results.commit, results.session, results.machine, results.gate, compare,
+           runs]
     return hashlib.sha256(_dumps(doc).encode()).hexdigest()
 
 
@@ -324,9 +281,8 @@ def _wal(conn: sqlite3.Connection, timeout_s: float) -> None:
 class Store:
     """An open history store (use as a context manager, or :meth:`close`).
 
-    ``create``: a missing SQLite file is created (writers); readers get a
-    :class:`HistoryError` instead. ``timeout_s``: how long to wait for the
-    SQLite write lock or a PostgreSQL connection.
+    ``create``: a missing SQLite file is created (writers); readers get a :class:`HistoryError`
+    instead. ``timeout_s``: how long to wait for the SQLite write lock or a PostgreSQL connection.
     """
 
     def __init__(self, source: str, create: bool = False, timeout_s: float = 30.0,
@@ -351,15 +307,17 @@ class Store:
         if self.dialect == "postgresql":
             psycopg = _psycopg(self.label)
             self._driver_errors = (psycopg.Error,)
-            extra = {} if "connect_timeout" in self.source else {"connect_timeout": max(1, round(timeout_s))}
+            timeout = {"connect_timeout": max(1, round(timeout_s))}
+            extra = {} if "connect_timeout" in self.source else timeout
             return psycopg.connect(self.source, autocommit=True, **extra)
         path = Path(self.source)
         if path.is_dir():
             raise HistoryError(f"{self.label}: is a directory, expected a SQLite file")
         if not create and not path.exists():
             raise HistoryError(f"{self.label}: no such file")
-        conn = sqlite3.connect(f"file:{quote(str(path))}?mode={'rwc' if create else 'rw'}", uri=True,
-                               timeout=timeout_s, isolation_level=None)  # transactions are explicit
+        mode = "rwc" if create else "rw"  # transactions are explicit: no isolation_level
+        conn = sqlite3.connect(f"file:{quote(str(path))}?mode={mode}", uri=True, timeout=timeout_s,
+                               isolation_level=None)
         conn.execute("PRAGMA foreign_keys = ON")
         if create:
             _wal(conn, timeout_s)
@@ -374,7 +332,8 @@ class Store:
         except Exception as exc:
             # by module too: a driver re-imported in one process (pytester, reloads) keeps
             # raising the classes of its first import
-            if not (isinstance(exc, self._driver_errors) or type(exc).__module__.split(".")[0] == "psycopg"):
+            if not (isinstance(exc, self._driver_errors)
+                    or type(exc).__module__.split(".")[0] == "psycopg"):
                 raise
             message = _one_line(exc)
             if "locked" in message or "busy" in message:
@@ -416,9 +375,11 @@ class Store:
         if self.dialect == "postgresql":
             # a catalog query under the statement's snapshot: to_regclass's cache may not yet see
             # a table that another writer created while this one waited for the advisory lock
-            return self._execute("SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = current_schema() "
-                                 "AND tablename = 'opperf_schema'").fetchone() is not None
-        row = self._execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'opperf_schema'")
+            return self._execute(
+                "SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = current_schema() "
+                "AND tablename = 'opperf_schema'").fetchone() is not None
+        row = self._execute("SELECT name FROM sqlite_master "
+                            "WHERE type = 'table' AND name = 'opperf_schema'")
         return row.fetchone() is not None
 
     def _version(self) -> int:
@@ -436,7 +397,7 @@ class Store:
         if version == target:
             return
         if version == 0 and not create and not self._has_schema_table():
-            raise HistoryError(f"{self.label}: not a pytest-opperf history (no opperf_schema table)")
+            raise HistoryError(f"{self.label}: not a pytest-opperf history (no opperf_schema)")
         with self._transaction():
             if self.dialect == "postgresql":
                 self._execute("SELECT pg_advisory_xact_lock(?)", (_LOCK_KEY,))
@@ -464,22 +425,23 @@ class Store:
         gate = results.gate
         session = results.session or {}
         machine = results.machine or {}
+        dirty = commit.get("dirty")
         row = (
-            fingerprint(results, compare), _utc(results.created) or "", datetime.now(timezone.utc).isoformat(
-                timespec="seconds"), source, commit.get("sha"), commit.get("branch"),
-            None if commit.get("dirty") is None else int(bool(commit.get("dirty"))), _utc(commit_time),
+            fingerprint(results, compare), _utc(results.created) or "",
+            datetime.now(timezone.utc).isoformat(timespec="seconds"), source, commit.get("sha"),
+            commit.get("branch"), None if dirty is None else int(bool(dirty)), _utc(commit_time),
             session.get("device") or machine.get("device"),
             session.get("device_class") or machine.get("device_class") or "unknown",
             session.get("workload") or "unknown", session.get("timing"), _dumps(machine),
-            None if gate is None else int(bool(gate.get("passed"))), None if gate is None else _dumps(gate),
-            None if compare is None else _dumps(compare),
+            None if gate is None else int(bool(gate.get("passed"))),
+            None if gate is None else _dumps(gate), None if compare is None else _dumps(compare),
         )
         with self._errors(), self._transaction():
             got = self._execute(
-                "INSERT INTO opperf_sessions (fingerprint, created, stored, source, commit_sha, branch, dirty, "
-                "commit_time, device, device_class, workload, timing, machine, gate_passed, gate, compare) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (fingerprint) DO NOTHING RETURNING id", row).fetchone()
+                "INSERT INTO opperf_sessions (fingerprint, created, stored, source, commit_sha, "
+                "branch, dirty, commit_time, device, device_class, workload, timing, machine, "
+                "gate_passed, gate, compare) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                "?) ON CONFLICT (fingerprint) DO NOTHING RETURNING id", row).fetchone()
             if got is None:
                 return None
             session_id = int(got[0])
@@ -489,18 +451,21 @@ class Store:
 
     def _insert_run(self, session_id: int, run: RunResult) -> None:
         run_id = self._execute(
-            "INSERT INTO opperf_runs (session_id, run, kind, device, timing, wall_s, examples, batches, "
-            "examples_per_sec, sec_per_batch, python_share, framework_share, kernel_share, executor_ms, "
-            "kernel_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            "INSERT INTO opperf_runs (session_id, run, kind, device, timing, wall_s, examples, "
+            "batches, examples_per_sec, sec_per_batch, python_share, framework_share, "
+            "kernel_share, executor_ms, kernel_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+            "?, ?) RETURNING id",
             (session_id, run.id, run.kind, run.device, run.timing, run.wall_s, run.examples,
-             run.batches, run.examples_per_sec, run.sec_per_batch, run.python_share, run.framework_share,
-             run.kernel_share, run.executor_ms, run.kernel_ms)).fetchone()[0]
-        rows = [(run_id, s.name, s.parent, int(s.kernel), s.clock, s.count, s.total_ms, s.avg_ms, s.min_ms,
-                 s.max_ms, step_value(run, s), run.counts.get(s.name), _bounded(s.samples_ms)) for s in run.stats]
+             run.batches, run.examples_per_sec, run.sec_per_batch, run.python_share,
+             run.framework_share, run.kernel_share, run.executor_ms, run.kernel_ms)).fetchone()[0]
+        rows = [(run_id, s.name, s.parent, int(s.kernel), s.clock, s.count, s.total_ms, s.avg_ms,
+                 s.min_ms, s.max_ms, step_value(run, s), run.counts.get(s.name),
+                 _bounded(s.samples_ms)) for s in run.stats]
         if rows:
             self._executemany(
-                "INSERT INTO opperf_stats (run_id, name, parent, kernel, clock, count, total_ms, avg_ms, min_ms, "
-                "max_ms, median_ms, step_count, samples) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+                "INSERT INTO opperf_stats (run_id, name, parent, kernel, clock, count, total_ms, "
+                "avg_ms, min_ms, max_ms, median_ms, step_count, samples) VALUES (?, ?, ?, ?, ?, ?, "
+                "?, ?, ?, ?, ?, ?, ?)", rows)
 
     # reading
 
@@ -509,25 +474,28 @@ class Store:
         with self._errors():
             sessions = [StoredSession(
                 id=int(r[0]), created=r[1], source=r[2], sha=r[3], branch=r[4],
-                dirty=None if r[5] is None else bool(r[5]), commit_time=r[6], device=r[7], device_class=r[8],
-                workload=r[9], timing=r[10], gate_passed=None if r[11] is None else bool(r[11]),
+                dirty=None if r[5] is None else bool(r[5]), commit_time=r[6], device=r[7],
+                device_class=r[8], workload=r[9], timing=r[10],
+                gate_passed=None if r[11] is None else bool(r[11]),
                 compare=json.loads(r[12]) if r[12] else None, runs=int(r[13]))
                 for r in self._execute(
-                    "SELECT s.id, s.created, s.source, s.commit_sha, s.branch, s.dirty, s.commit_time, s.device, "
-                    "s.device_class, s.workload, s.timing, s.gate_passed, s.compare, "
-                    "(SELECT COUNT(*) FROM opperf_runs r WHERE r.session_id = s.id) "
+                    "SELECT s.id, s.created, s.source, s.commit_sha, s.branch, s.dirty, "
+                    "s.commit_time, s.device, s.device_class, s.workload, s.timing, s.gate_passed, "
+                    "s.compare, (SELECT COUNT(*) FROM opperf_runs r WHERE r.session_id = s.id) "
                     "FROM opperf_sessions s").fetchall()]
-            runs = [StoredRun(int(r[0]), r[1], r[2], float(r[3]), float(r[4]), float(r[5]), float(r[6]), float(r[7]))
+            runs = [StoredRun(int(r[0]), r[1], r[2], *(float(v) for v in r[3:8]))
                     for r in self._execute(
-                        "SELECT session_id, run, kind, examples_per_sec, python_share, framework_share, "
-                        "kernel_share, wall_s FROM opperf_runs ORDER BY id").fetchall()
+                        "SELECT session_id, run, kind, examples_per_sec, python_share, "
+                        "framework_share, kernel_share, wall_s FROM opperf_runs ORDER BY id"
+                    ).fetchall()
                     if keep_run is None or keep_run(r[1])]
-            stats = [StoredStat(int(r[0]), r[1], r[2], r[3], bool(r[4]), None if r[5] is None else float(r[5]),
+            stats = [StoredStat(int(r[0]), r[1], r[2], r[3], bool(r[4]),
+                                None if r[5] is None else float(r[5]),
                                 None if r[6] is None else int(r[6]), float(r[7]))
                      for r in self._execute(
-                         "SELECT r.session_id, r.run, s.name, s.parent, s.kernel, s.median_ms, s.step_count, "
-                         "s.total_ms FROM opperf_stats s JOIN opperf_runs r ON s.run_id = r.id "
-                         "ORDER BY r.id, s.total_ms DESC").fetchall()
+                         "SELECT r.session_id, r.run, s.name, s.parent, s.kernel, s.median_ms, "
+                         "s.step_count, s.total_ms FROM opperf_stats s JOIN opperf_runs r ON "
+                         "s.run_id = r.id ORDER BY r.id, s.total_ms DESC").fetchall()
                      if keep_run is None or keep_run(r[1])]
         sessions.sort(key=lambda s: (s.when, s.id))
         return History(sessions, runs, stats)
@@ -536,8 +504,8 @@ class Store:
         """The bounded samples kept of one stat, or ``None``."""
         with self._errors():
             row = self._execute(
-                "SELECT s.samples FROM opperf_stats s JOIN opperf_runs r ON s.run_id = r.id "
-                "WHERE r.session_id = ? AND r.run = ? AND s.name = ?", (session_id, run, stat)).fetchone()
+                "SELECT s.samples FROM opperf_stats s JOIN opperf_runs r ON s.run_id = r.id WHERE "
+                "r.session_id = ? AND r.run = ? AND s.name = ?", (session_id, run, stat)).fetchone()
         return json.loads(row[0]) if row and row[0] else None
 
     def close(self) -> None:
@@ -555,8 +523,8 @@ class Store:
         self.close()
 
 
-def append_session(source: str, results: ResultSet, compare: Any = None, cwd: str | os.PathLike[str] = ".",
-                   timeout_s: float = 30.0) -> int | None:
+def append_session(source: str, results: ResultSet, compare: Any = None,
+                   cwd: str | os.PathLike[str] = ".", timeout_s: float = 30.0) -> int | None:
     """Open (creating) the store, append one session with its commit's time, close.
     ``compare`` is the results' A/B object: a dict, or a record with ``to_dict()``."""
     if compare is not None and hasattr(compare, "to_dict"):

@@ -1,13 +1,12 @@
 """Trends: stored sessions turned into per-metric series over commits, with change points (pure).
 
-Sessions are grouped by device class and workload (numbers from different
-hardware or sizes are never on one line). Within a group, the points of a
-series are commits in time order: sessions of one clean commit are one
-point (the median of their values); a session of a dirty tree, or without
+Sessions are grouped by device class and workload (numbers from different hardware or sizes are
+never on one line). Within a group, the points of a series are commits in time order: sessions of
+one clean commit are one point (the median of their values); a session of a dirty tree, or without
 git, is a point of its own. Metrics, named as the gate names them:
 
-* e2e runs: ``examples_per_sec``, ``python_share``, and ``step_ms:<stat>``,
-  the stat's per-step median;
+* e2e runs: ``examples_per_sec``, ``python_share``, and ``step_ms:<stat>``, the stat's per-step
+  median;
 * per-op and overhead benchmarks: ``call_ms:<stat>``, the median per call.
 """
 
@@ -91,16 +90,18 @@ def build(history: History, last: int | None = None) -> list[Group]:
     by_group: dict[tuple[str, str], list[StoredSession]] = {}
     for s in history.sessions:  # already in time order
         by_group.setdefault((s.device_class, s.workload), []).append(s)
-    values: dict[tuple[int, str], list[tuple[str, str, float]]] = {}  # session -> (run, metric, value)
+    values: dict[tuple[int, str], list[tuple[str, str, float]]] = {}  # (session, run) -> values
     for r in history.runs:
         if r.kind == "e2e":
-            values.setdefault((r.session_id, r.run), []).extend(
-                [(r.kind, "examples_per_sec", r.examples_per_sec), (r.kind, "python_share", r.python_share)])
+            values.setdefault((r.session_id, r.run), []).extend([
+                (r.kind, "examples_per_sec", r.examples_per_sec),
+                (r.kind, "python_share", r.python_share)])
     kinds = {(r.session_id, r.run): r.kind for r in history.runs}
     for st in history.stats:
         kind = kinds.get((st.session_id, st.run))
         if kind is not None and st.value is not None:
-            values.setdefault((st.session_id, st.run), []).append((kind, metric_name(kind, st.name), st.value))
+            item = (kind, metric_name(kind, st.name), st.value)
+            values.setdefault((st.session_id, st.run), []).append(item)
     by_session: dict[int, list[tuple[str, str, str, float]]] = {}
     for (sid, run), items in values.items():
         by_session.setdefault(sid, []).extend((run, k, m, v) for k, m, v in items)
@@ -117,21 +118,23 @@ def build(history: History, last: int | None = None) -> list[Group]:
                 commits.append(Commit(key, label, s.sha, s.branch, s.when, ()))
                 members.append([])
             members[index[key]].append(s.id)
-        commits = [Commit(c.key, c.label, c.sha, c.branch, c.when, tuple(m)) for c, m in zip(commits, members)]
+        commits = [Commit(c.key, c.label, c.sha, c.branch, c.when, tuple(m))
+                   for c, m in zip(commits, members, strict=True)]
         gathered: dict[tuple[str, str], tuple[str, dict[int, list[float]]]] = {}
         for i, commit in enumerate(commits):
             for sid in commit.sessions:
                 for run, kind, metric, value in by_session.get(sid, ()):
-                    gathered.setdefault((run, metric), (kind, {}))[1].setdefault(i, []).append(value)
+                    by_commit = gathered.setdefault((run, metric), (kind, {}))[1]
+                    by_commit.setdefault(i, []).append(value)
         series = []
         for (run, metric), (kind, per_commit) in gathered.items():
-            s = Series(run, kind, metric)
+            line = Series(run, kind, metric)
             for i in sorted(per_commit):
-                s.points.append(i)
-                s.values.append(median(per_commit[i]))
-            s.changes = detect(s.values)
-            series.append(s)
-        series.sort(key=lambda s: (s.run, s.metric not in RUN_METRICS, -(s.latest or 0.0), s.metric))
+                line.points.append(i)
+                line.values.append(median(per_commit[i]))
+            line.changes = detect(line.values)
+            series.append(line)
+        series.sort(key=lambda s: (s.run, s.metric not in RUN_METRICS, -(s.latest or 0), s.metric))
         group = Group(device_class, workload, sessions, commits, series)
         groups.append(_last(group, last) if last else group)
     return groups
@@ -146,8 +149,9 @@ def _last(group: Group, n: int) -> Group:
         cut = next((j for j, p in enumerate(s.points) if p >= first), len(s.points))
         if cut == len(s.points):
             continue
-        series.append(Series(s.run, s.kind, s.metric, [p - first for p in s.points[cut:]], s.values[cut:],
-                             [ChangePoint(c.index - cut, c.before, c.after) for c in s.changes if c.index >= cut]))
+        series.append(Series(s.run, s.kind, s.metric, [p - first for p in s.points[cut:]],
+                             s.values[cut:], [ChangePoint(c.index - cut, c.before, c.after)
+                                              for c in s.changes if c.index >= cut]))
     return Group(group.device_class, group.workload, [s for s in group.sessions if s.id in keep],
                  group.commits[first:], series)
 
@@ -166,7 +170,8 @@ def _fmt(metric: str, value: float | None) -> str:
 def _select(series: Sequence[Series], stat_glob: str | None) -> list[Series]:
     if stat_glob is not None:
         return [s for s in series if fnmatch.fnmatchcase(s.stat, stat_glob)]
-    chosen, per_run = [], {}
+    chosen: list[Series] = []
+    per_run: dict[str, int] = {}
     for s in series:  # sorted: run-level metrics first, then by latest value, descending
         if s.kind != "e2e" or s.metric in RUN_METRICS:
             chosen.append(s)
@@ -180,21 +185,22 @@ def change_line(group: Group, s: Series, c: ChangePoint) -> str:
     commit = group.commits[s.points[c.index]]
     worse = (c.after < c.before) if s.metric in HIGHER_IS_BETTER else (c.after > c.before)
     word = "worse" if worse else "better"
-    return (f"{s.run} {s.metric}: stepped at {commit.label} ({commit.when}): {_fmt(s.metric, c.before)} -> "
-            f"{_fmt(s.metric, c.after)} ({c.change:+.1%}, {word})")
+    return (f"{s.run} {s.metric}: stepped at {commit.label} ({commit.when}): "
+            f"{_fmt(s.metric, c.before)} -> {_fmt(s.metric, c.after)} ({c.change:+.1%}, {word})")
 
 
 def session_rows(sessions: Sequence[StoredSession]) -> list[list[str]]:
     rows = []
     for s in sessions:
         gate = "-" if s.gate_passed is None else ("passed" if s.gate_passed else "FAILED")
-        rows.append([str(s.id), s.created, (s.sha or "")[:8] + ("*" if s.dirty else ""), s.branch or "",
-                     s.device_class, s.workload, s.timing or "", str(s.runs), gate,
+        rows.append([str(s.id), s.created, (s.sha or "")[:8] + ("*" if s.dirty else ""),
+                     s.branch or "", s.device_class, s.workload, s.timing or "", str(s.runs), gate,
                      "yes" if s.compare is not None else ""])
     return rows
 
 
-SESSION_HEADERS = ["id", "created", "commit", "branch", "device class", "workload", "timing", "runs", "gate", "A/B"]
+SESSION_HEADERS = ["id", "created", "commit", "branch", "device class", "workload", "timing",
+                   "runs", "gate", "A/B"]
 
 
 def history_lines(label: str, groups: Sequence[Group], stat_glob: str | None = None,
@@ -202,12 +208,15 @@ def history_lines(label: str, groups: Sequence[Group], stat_glob: str | None = N
     """The history command's report: sessions, per group a trend table over the last
     ``columns`` commits (``*`` after a value: a change point there), and the change points."""
     total = sum(len(g.sessions) for g in groups)
-    lines = [f"history {label}: {total} session(s) in {len(groups)} group(s) (device class / workload)"]
+    lines = [f"history {label}: {total} session(s) in {len(groups)} group(s) "
+             "(device class / workload)"]
     if not groups:
         return lines
     for g in groups:
-        lines += ["", f"== {g.title}: {len(g.sessions)} session(s), {len(g.commits)} commit(s) ==", "sessions:"]
-        lines += tabulate(session_rows(g.sessions[-columns:]), SESSION_HEADERS, tablefmt="plain").splitlines()
+        lines += ["", f"== {g.title}: {len(g.sessions)} session(s), {len(g.commits)} commit(s) ==",
+                  "sessions:"]
+        lines += tabulate(session_rows(g.sessions[-columns:]), SESSION_HEADERS,
+                          tablefmt="plain").splitlines()
         chosen = _select(g.series, stat_glob)
         if not chosen:
             lines += ["no metric matches" + (f" --stat {stat_glob}" if stat_glob else "")]
@@ -218,7 +227,7 @@ def history_lines(label: str, groups: Sequence[Group], stat_glob: str | None = N
         for s in chosen:
             cells = [""] * len(shown)
             marks = {s.points[c.index] for c in s.changes}
-            for p, v in zip(s.points, s.values):
+            for p, v in zip(s.points, s.values, strict=True):
                 if p >= first:
                     cells[p - first] = _fmt(s.metric, v) + ("*" if p in marks else "")
             rows.append([s.run, s.metric, *cells])

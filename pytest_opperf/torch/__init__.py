@@ -1,4 +1,4 @@
-"""PyTorch support: every aten operator of a measured window as a kernel stat, the torch device, op benchmarks.
+"""PyTorch support: each aten op of a window as a kernel stat, the torch device, op benchmarks.
 
 ::
 
@@ -16,13 +16,11 @@ and in the suite's ``conftest.py``::
 
     from pytest_opperf.torch import pytest_opperf_select_device  # CUDA when usable, else the CPU
 
-:func:`profile` is in :mod:`pytest_opperf.torch.profiling` (its default
-mechanism on the CPU, torch's profiler read after the window, in
-:mod:`pytest_opperf.torch.recorded`); the device hook and
-its CUDA event clock in :mod:`pytest_opperf.torch.device`; per-op benchmarks
-of torch callables (:func:`benchmark_op`, :func:`op_flops`) in
-:mod:`pytest_opperf.torch.bench`. This package imports torch only when one of
-those is used, so a ``conftest.py`` may re-export the hook on a machine
+:func:`profile` is in :mod:`pytest_opperf.torch.profiling` (its default mechanism on the CPU,
+torch's profiler read after the window, in :mod:`pytest_opperf.torch.recorded`); the device hook and
+its CUDA event clock in :mod:`pytest_opperf.torch.device`; per-op benchmarks of torch callables
+(:func:`benchmark_op`, :func:`op_flops`) in :mod:`pytest_opperf.torch.bench`. This package imports
+torch only when one of those is used, so a ``conftest.py`` may re-export the hook on a machine
 without torch (it then leaves the choice of device to others).
 """
 

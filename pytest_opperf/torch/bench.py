@@ -1,11 +1,10 @@
-"""Per-op benchmarks of torch callables through the ``opperf_benchmark`` fixture, with torch's FLOP counts.
+"""Per-op benchmarks of torch callables with the ``opperf_benchmark`` fixture and torch's FLOPs.
 
-The fixture times the rounds with the session's device timer: on a CUDA
-device (``pytest_opperf_select_device``) CUDA events with a synchronisation
-per round, or a sync per round with ``--opperf-timing=sync``; on the CPU
-pytest-benchmark's own clock. FLOPs per call come from
-``torch.utils.flop_counter`` for the ops it has formulas for (convolutions,
-matrix products, attention); for others the run carries no FLOPs.
+The fixture times the rounds with the session's device timer: on a CUDA device
+(``pytest_opperf_select_device``) CUDA events with a synchronisation per round, or a sync per round
+with ``--opperf-timing=sync``; on the CPU pytest-benchmark's own clock. FLOPs per call come from
+``torch.utils.flop_counter`` for the ops it has formulas for (convolutions, matrix products,
+attention); for others the run carries no FLOPs.
 """
 
 from __future__ import annotations
@@ -33,5 +32,6 @@ def benchmark_op(opperf_benchmark: Any, fn: Callable[..., Any], *args: Any, stat
     """Benchmark ``fn(*args, **kwargs)`` as an op run named ``stat``, FLOPs from torch's counter
     (counting runs the call once more, which also warms it up). Without ``--opperf`` the
     fixture runs the call once, untimed: a smoke test."""
-    opperf_benchmark.describe(stat=stat, kind="op", config=config, flops=op_flops(fn, *args, **kwargs))
+    opperf_benchmark.describe(stat=stat, kind="op", config=config,
+                              flops=op_flops(fn, *args, **kwargs))
     return opperf_benchmark(fn, *args, **kwargs)

@@ -1,13 +1,11 @@
-"""The torch device for the plugin: ``pytest_opperf_select_device`` for a suite's conftest, and CUDA events.
+"""The torch device: ``pytest_opperf_select_device`` for a suite's conftest, and CUDA events.
 
-Re-export the hook from the ``conftest.py`` of the directory given on the
-command line (``from pytest_opperf.torch import pytest_opperf_select_device``):
-CUDA when torch can use it and ``--opperf-device`` is ``auto`` or ``gpu``,
-else the CPU; ``gpu`` without a usable GPU is a usage error, ``auto`` falls
-back with a note in the report. The device class is the GPU model, as for the
-reference framework (``nvidia-h200``). torch is imported when the hook is
-called; without torch the hook leaves the choice to others (the CPU), or, for
-``gpu``, stops the session with a usage error.
+Re-export the hook from the ``conftest.py`` of the directory given on the command line (``from
+pytest_opperf.torch import pytest_opperf_select_device``): CUDA when torch can use it and
+``--opperf-device`` is ``auto`` or ``gpu``, else the CPU; ``gpu`` without a usable GPU is a usage
+error, ``auto`` falls back with a note in the report. The device class is the GPU model, as for the
+reference framework (``nvidia-h200``). torch is imported when the hook is called; without torch the
+hook leaves the choice to others (the CPU), or, for ``gpu``, stops the session with a usage error.
 """
 
 from __future__ import annotations
@@ -57,14 +55,14 @@ def device_class(model: str) -> str:
 def _unusable_reason(torch: Any) -> str:
     if torch.version.cuda is None:
         return f"torch {torch.__version__} is a CPU build"
-    return f"torch {torch.__version__} (CUDA {torch.version.cuda}) finds no usable CUDA device or driver"
+    return f"torch {torch.__version__} (CUDA {torch.version.cuda}) finds no usable CUDA device"
 
 
 def _driver(torch: Any) -> str | None:
     get = getattr(torch._C, "_cuda_getDriverVersion", None)
     try:
         version = int(get()) if get is not None else 0
-    except (RuntimeError, TypeError, ValueError):  # an odd build: the driver is a fact for the report, not needed
+    except (RuntimeError, TypeError, ValueError):  # an odd build: the driver is only reported
         return None
     return f"{version // 1000}.{version % 1000 // 10}" if version else None
 
@@ -84,6 +82,7 @@ def pytest_opperf_select_device(config: pytest.Config, requested: str) -> Device
                           synchronize=torch.cuda.synchronize, device_class=device_class(model),
                           gpu_model=model, driver=_driver(torch), cuda=torch.version.cuda)
     if requested == "gpu":
-        raise pytest.UsageError(f"opperf: --opperf-device=gpu: no usable GPU: {_unusable_reason(torch)}")
+        raise pytest.UsageError("opperf: --opperf-device=gpu: no usable GPU: "
+                                f"{_unusable_reason(torch)}")
     note = "" if requested == "cpu" else f"no GPU ({_unusable_reason(torch)}): fell back to CPU"
     return DeviceInfo(name="cpu", note=note)

@@ -1,49 +1,42 @@
 """``profile()``: every aten operator that runs in a measured window becomes a kernel stat.
 
-Two mechanisms (``profile(mechanism=...)``). ``"profiler"``, the default on
-the host clock: torch's own profiler records the window and its events become
-the stats after the window has closed (:mod:`pytest_opperf.torch.recorded`):
-about 0.3 us per op inside the window on the 2-core CPU machine (at most 1.9 us
-per op of a small CNN, as ``torch.profiler`` itself), where the dispatch mode costs
-3.5-9 us; the same ops, counts, nesting, threads, module grouping and per-step
-samples (``benchmarks/torch_profile_overhead.py``). ``"dispatch"``, the default
-on CUDA (the only one that reads CUDA events), is described below.
+Two mechanisms (``profile(mechanism=...)``). ``"profiler"``, the default on the host clock: torch's
+own profiler records the window and its events become the stats after the window has closed
+(:mod:`pytest_opperf.torch.recorded`): about 0.3 us per op inside the window on the 2-core CPU
+machine (at most 1.9 us per op of a small CNN, as ``torch.profiler`` itself), where the dispatch
+mode costs 3.5-9 us; the same ops, counts, nesting, threads, module grouping and per-step samples
+(``benchmarks/torch_profile_overhead.py``). ``"dispatch"``, the default on CUDA (the only one that
+reads CUDA events), is described below.
 
-The dispatch mechanism: a ``TorchDispatchMode``. Torch calls it for every operator that
-reaches the dispatcher's Python key, i.e. below autograd and after
-``CompositeImplicitAutograd`` decomposition: the ops that do the work
-(``aten::convolution``, ``aten::convolution_backward``, ``aten::addmm`` for a
-``Linear``, the optimizer's ``aten::add_``...). Each is timed around its call
-and filed in the window's :class:`pytest_opperf.timers.Table` under its
-schema name without the overload (``aten::add`` for ``aten::add.Tensor``).
-A composite op's parts show as their own stats (``nn.Linear`` as ``aten::t``
-and ``aten::addmm``); what a kernel calls internally (``aten::convolution``'s
-call into its backend) is inside its time and never listed again, so nothing
-is counted twice. ``profile(nested=True)`` lists those calls too, each under
-the op that made it (``aten::convolution/aten::_convolution``). Ops nest under the regions the code opens with
+The dispatch mechanism: a ``TorchDispatchMode``. Torch calls it for every operator that reaches the
+dispatcher's Python key, i.e. below autograd and after ``CompositeImplicitAutograd`` decomposition:
+the ops that do the work (``aten::convolution``, ``aten::convolution_backward``, ``aten::addmm`` for
+a ``Linear``, the optimizer's ``aten::add_``...). Each is timed around its call and filed in the
+window's :class:`pytest_opperf.timers.Table` under its schema name without the overload
+(``aten::add`` for ``aten::add.Tensor``). A composite op's parts show as their own stats
+(``nn.Linear`` as ``aten::t`` and ``aten::addmm``); what a kernel calls internally
+(``aten::convolution``'s call into its backend) is inside its time and never listed again, so
+nothing is counted twice. ``profile(nested=True)`` lists those calls too, each under the op that
+made it (``aten::convolution/aten::_convolution``). Ops nest under the regions the code opens with
 ``timers.timer``, as regions do.
 
-Threads: a dispatch mode belongs to the thread that entered it, and torch's
-autograd engine carries it to the threads it runs backward on (its device
-threads, and the pool it uses for deeply reentrant backward). Those ops are
-filed into the same table through :meth:`Table.record`, under a lock, as if
-they had run inside the region open on the recording thread: nothing timed on
-an autograd thread is dropped.
+Threads: a dispatch mode belongs to the thread that entered it, and torch's autograd engine carries
+it to the threads it runs backward on (its device threads, and the pool it uses for deeply reentrant
+backward). Those ops are filed into the same table through :meth:`Table.record`, under a lock, as if
+they had run inside the region open on the recording thread: nothing timed on an autograd thread is
+dropped.
 
-Clocks: on the CPU the host clock. In a window measured on a GPU (its
-recording has a device clock: ``pytest_opperf_select_device`` chose CUDA)
-each op on CUDA tensors is bracketed by two CUDA events on the current
-stream, read at the next ``run.step()`` (one synchronisation per step,
-through ``Table.on_flush``);
-with ``--opperf-timing=sync`` the device is synchronised around every op
+Clocks: on the CPU the host clock. In a window measured on a GPU (its recording has a device clock:
+``pytest_opperf_select_device`` chose CUDA) each op on CUDA tensors is bracketed by two CUDA events
+on the current stream, read at the next ``run.step()`` (one synchronisation per step, through
+``Table.on_flush``); with ``--opperf-timing=sync`` the device is synchronised around every op
 instead and the host clock reads device time.
 
-``profile(by="module")`` groups by ``nn.Module`` class instead: one sample per
-module call, its time the sum of the ops inside it (on CUDA: the device span
-of the call), nested as modules nest (``Sequential/Bottleneck/Conv2d``); the
-backward ops of the autograd nodes a module's forward made are samples of
-``<Class>.backward`` (one per op; the innermost module's class); ops outside
-every module keep their op names.
+``profile(by="module")`` groups by ``nn.Module`` class instead: one sample per module call, its time
+the sum of the ops inside it (on CUDA: the device span of the call), nested as modules nest
+(``Sequential/Bottleneck/Conv2d``); the backward ops of the autograd nodes a module's forward made
+are samples of ``<Class>.backward`` (one per op; the innermost module's class); ops outside every
+module keep their op names.
 """
 
 from __future__ import annotations
@@ -65,8 +58,8 @@ from .recorded import ForwardHooks
 
 __all__ = ["ACCOUNTING_NOTE", "GROUPINGS", "MECHANISMS", "Profile", "profile"]
 
-ACCOUNTING_NOTE = ("torch: executor time is the time inside top-level aten operators; Python is what "
-                   "runs around them (nn.Module calls, hooks, optimizer loops, data handling)")
+ACCOUNTING_NOTE = ("torch: executor time is the time inside top-level aten operators; Python is "
+                   "what runs around them (nn.Module calls, hooks, optimizer loops, data handling)")
 GROUPINGS = ("op", "module")
 MECHANISMS = ("auto", "profiler", "dispatch")
 # record_function markers (optimizer.step opens one) reach the dispatcher as ops of
@@ -149,7 +142,8 @@ class _OpMode(TorchDispatchMode):
         self.sync = sync
         self.names: dict[Any, str] = {}
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
         # The hot path of every op: kept flat (no method calls but the op and record).
         name = self.names.get(func)
         if name is None:
@@ -164,7 +158,8 @@ class _OpMode(TorchDispatchMode):
         self.table.record(name, start, perf_counter_ns() - start, True)  # thread-safe
         return out
 
-    def timed(self, func: Any, name: str, args: tuple, kwargs: dict, calls: list | None = None) -> Any:
+    def timed(self, func: Any, name: str, args: tuple, kwargs: dict,
+              calls: list | None = None) -> Any:
         """Run one op and file it as ``name``, with device time where there is a device;
         ``calls``, filled while it runs, are the ops it called (``nested=True``)."""
         if self.events is None:
@@ -222,7 +217,8 @@ _BELOW_PYTHON = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.Python
 
 def _tensor_positions(func: Any) -> tuple[int, ...]:
     """The positions of ``func``'s arguments typed ``Tensor``."""
-    return tuple(i for i, a in enumerate(func._schema.arguments) if isinstance(a.type, torch._C.TensorType))
+    return tuple(i for i, a in enumerate(func._schema.arguments)
+                 if isinstance(a.type, torch._C.TensorType))
 
 
 def _keys(args: tuple, tensors: tuple[int, ...]) -> Any:
@@ -243,12 +239,11 @@ def _keys(args: tuple, tensors: tuple[int, ...]) -> Any:
 class _NestedOpMode(_OpMode):
     """Also the ops each op calls through the dispatcher, filed under it.
 
-    The op is run with this mode pushed again, below the Python key (its
-    backend kernel), so the ops its kernel calls come back here as its
-    children. An op already open on this thread (a kernel redispatching to
-    itself), an op without tensor arguments, and one given a number for a
-    tensor argument, runs as in the flat mode: its inside is not listed. Children are filed when their top-level op
-    ends, qualified by their parents' names (``aten::convolution/aten::_convolution``).
+    The op is run with this mode pushed again, below the Python key (its backend kernel), so the ops
+    its kernel calls come back here as its children. An op already open on this thread (a kernel
+    redispatching to itself), an op without tensor arguments, and one given a number for a tensor
+    argument, runs as in the flat mode: its inside is not listed. Children are filed when their
+    top-level op ends, qualified by their parents' names (``aten::convolution/aten::_convolution``).
     """
 
     def __init__(self, table: timers.Table, events: _Events | None, sync: bool) -> None:
@@ -256,7 +251,8 @@ class _NestedOpMode(_OpMode):
         self.stack = _Stack()
         self.tensors: dict[Any, tuple[int, ...]] = {}
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         name = self.names.get(func)
         if name is None:
@@ -334,7 +330,8 @@ class _ModuleMode(_OpMode, ForwardHooks):
         super().__init__(table, events, sync)
         self.thread = threading.get_ident()
         self.frames: list[_Frame] = []
-        self.parent = table.current.stat.name if table.current is not None else None
+        stat = table.current.stat if table.current is not None else None
+        self.parent = stat.name if stat is not None else None
         self.handles: list[Any] = []
 
     # --- hooks on every module's forward (the recording thread only) ----------------
@@ -344,7 +341,8 @@ class _ModuleMode(_OpMode, ForwardHooks):
             return
         cls = type(mod).__name__
         key = f"{self.frames[-1].key}/{cls}" if self.frames else cls
-        inputs = {t.grad_fn for t in pytree.tree_leaves(args) if isinstance(t, torch.Tensor) and t.grad_fn}
+        inputs = {t.grad_fn for t in pytree.tree_leaves(args) if isinstance(t, torch.Tensor)
+                  and t.grad_fn}
         begin = self.events.take() if self.events is not None else None
         self.frames.append(_Frame(key, cls, begin, inputs))
 
@@ -357,19 +355,20 @@ class _ModuleMode(_OpMode, ForwardHooks):
         parent = self.frames[-1].key if self.frames else self.parent
         with self.lock:
             stat = self.table.add(frame.key, frame.ns, parent=parent, kernel=True)
-            if end is not None:
+            if self.events is not None:
                 self.events.pending.append((stat, frame.begin, end))
         if self.frames:
             self.frames[-1].ns += frame.ns
 
     def _tag(self, output: Any, frame: _Frame) -> None:
         """Mark the autograd nodes this call made (inner calls marked theirs first)."""
-        todo = [t.grad_fn for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor) and t.grad_fn]
+        todo = [t.grad_fn for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor)]
         while todo:
             node = todo.pop()
             if node is None or node in frame.inputs or type(node).__name__ == "AccumulateGrad":
                 continue
-            metadata = node.metadata
+            # torch types Node.metadata as a method; on the nodes it is a dict
+            metadata: dict[str, str] = node.metadata  # type: ignore[assignment]
             if _TAG in metadata:
                 continue
             metadata[_TAG] = frame.cls
@@ -377,7 +376,8 @@ class _ModuleMode(_OpMode, ForwardHooks):
 
     # --- ops ----------------------------------------------------------------------
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
         frames = self.frames
         if not frames or threading.get_ident() != self.thread:
             name = self.names.get(func)
@@ -398,7 +398,7 @@ class _ModuleMode(_OpMode, ForwardHooks):
     def stat_name(self, name: str) -> str:
         node = torch._C._current_autograd_node()
         if node is not None:
-            cls = node.metadata.get(_TAG)
+            cls = node.metadata.get(_TAG)  # type: ignore[attr-defined]  # a dict, typed as a method
             if cls is not None:
                 return f"{cls}.backward"
         return name
@@ -408,30 +408,29 @@ class _ModuleMode(_OpMode, ForwardHooks):
 def profile(by: str = "op", nested: bool = False, mechanism: str = "auto") -> Iterator[Profile]:
     """Time every aten op run inside as a kernel stat of the open recording.
 
-    Use it inside ``opperf.measure()`` (``with opperf.measure() as run,
-    profile(): ...``) or ``timers.recording()``. In a measured window the
-    run's executor time becomes the time inside top-level ops, and its report
-    says so. ``by="module"`` groups by ``nn.Module`` class instead of by op.
-    Where nothing records on this thread (``opperf.measure()`` without
-    ``--opperf``), it does nothing, as ``timers.timer`` does, and yields a
-    :class:`Profile` with ``table=None`` and ``timing="off"``. ``nested=True``
-    also lists what each op calls through the dispatcher, under it
-    (``aten::convolution/aten::_convolution/aten::mkldnn_convolution``); the
-    top-level ops and their times stay the same.
+    Use it inside ``opperf.measure()`` (``with opperf.measure() as run, profile(): ...``) or
+    ``timers.recording()``. In a measured window the run's executor time becomes the time inside
+    top-level ops, and its report says so. ``by="module"`` groups by ``nn.Module`` class instead of
+    by op. Where nothing records on this thread (``opperf.measure()`` without ``--opperf``), it does
+    nothing, as ``timers.timer`` does, and yields a :class:`Profile` with ``table=None`` and
+    ``timing="off"``. ``nested=True`` also lists what each op calls through the dispatcher, under it
+    (``aten::convolution/aten::_convolution/aten::mkldnn_convolution``); the top-level ops and their
+    times stay the same.
 
-    ``mechanism``: ``"profiler"`` records with torch's own profiler and builds
-    the stats after the window (:mod:`pytest_opperf.torch.recorded`; about
-    0.3 us per op); ``"dispatch"`` times each op live in a ``TorchDispatchMode``
-    (about 4 us per op; ``nested=True`` about 2.5 times that), the only one that
-    reads CUDA events. ``"auto"`` (the default) takes the profiler on the host
-    clock, the dispatch mode in a window timed on CUDA.
+    ``mechanism``: ``"profiler"`` records with torch's own profiler and builds the stats after the
+    window (:mod:`pytest_opperf.torch.recorded`; about 0.3 us per op); ``"dispatch"`` times each op
+    live in a ``TorchDispatchMode`` (about 4 us per op; ``nested=True`` about 2.5 times that), the
+    only one that reads CUDA events. ``"auto"`` (the default) takes the profiler on the host clock,
+    the dispatch mode in a window timed on CUDA.
     """
     if by not in GROUPINGS:
         raise ValueError(f"profile: by must be one of {'|'.join(GROUPINGS)}, got {by!r}")
     if mechanism not in MECHANISMS:
-        raise ValueError(f"profile: mechanism must be one of {'|'.join(MECHANISMS)}, got {mechanism!r}")
+        raise ValueError(f"profile: mechanism must be one of {'|'.join(MECHANISMS)}, got "
+                         f"{mechanism!r}")
     if nested and by != "op":
-        raise ValueError(f"profile: nested=True lists ops inside ops; it needs by='op', got by={by!r}")
+        raise ValueError("profile: nested=True lists ops inside ops; it needs by='op', got "
+                         f"by={by!r}")
     table = timers.current()
     if table is None:  # as timers.timer(): nothing records (opperf.measure() without --opperf)
         yield Profile(None, by, "off")
@@ -439,7 +438,8 @@ def profile(by: str = "op", nested: bool = False, mechanism: str = "auto") -> It
     with _profiled_lock:
         if id(table) in _profiled:
             # two modes on one table would file every op twice
-            raise RuntimeError("profile(): this recording is already being profiled (profile() inside profile())")
+            raise RuntimeError("profile(): this recording is already being profiled (profile() "
+                               "inside profile())")
         _profiled.add(id(table))
     try:
         with _profiling(table, by, nested, mechanism) as prof:
@@ -461,7 +461,7 @@ def _profiling(table: timers.Table, by: str, nested: bool, mechanism: str) -> It
     if run is not None and run._table is not table:
         run = None  # an inner timers.recording(): not the run's window
     unread = _unread.pop(id(table), None)
-    if unread is not None:  # an earlier profile() of this window: read it now, before torch's profiler restarts
+    if unread is not None:  # an earlier profile() of this window: read before torch restarts
         unread.finish()
     if run is not None:
         run.kernels_are_executor(ACCOUNTING_NOTE)
@@ -474,13 +474,15 @@ def _profiling(table: timers.Table, by: str, nested: bool, mechanism: str) -> It
     if mechanism == "auto":
         mechanism = "profiler" if timing == "host" else "dispatch"
     elif mechanism == "profiler" and timing != "host":
-        raise ValueError(f"profile: mechanism='profiler' times on the host; a window timed with {timing} "
+        raise ValueError("profile: mechanism='profiler' times on the host; a window timed with "
+                         f"{timing} "
                          "on CUDA needs mechanism='dispatch'")
     if mechanism == "profiler":
         with _recorded(table, nested, run, by):
             yield Profile(table, by, timing, mechanism)
         return
-    mode = (_ModuleMode if by == "module" else _NestedOpMode if nested else _OpMode)(table, None, sync)
+    mode = (_ModuleMode if by == "module" else _NestedOpMode if nested
+            else _OpMode)(table, None, sync)
     if timing == "events":
         mode.events = _Events(mode.lock)
         table.on_flush(mode.events.resolve)
@@ -497,7 +499,8 @@ def _profiling(table: timers.Table, by: str, nested: bool, mechanism: str) -> It
 
 
 @contextmanager
-def _recorded(table: timers.Table, nested: bool, run: measure.Run | None, by: str) -> Iterator[None]:
+def _recorded(table: timers.Table, nested: bool, run: measure.Run | None,
+              by: str) -> Iterator[None]:
     """torch's profiler over the block; its ops filed when the run's window closes
     (after its wall clock stopped), or at the end of the block without a run."""
     from .recorded import Recorder

@@ -1,46 +1,38 @@
 """``profile()``'s default mechanism: torch's own profiler records, the stats are built afterwards.
 
-While the window runs, torch's profiler (kineto, CPU activity only, nothing
-but names and times) keeps an event for every operator that enters the
-dispatcher, on every thread its state reaches (the recording thread and the
-threads autograd runs backward on, its reentrant pool included): about 0.4 us
-per event, with no Python on the op's path. Reading the events costs far more
-(stopping the profiler about 2.6 us per event, reading them about 0.5 us, then
-this module's Python), so it is done when the measured window has closed, after
-its wall clock stopped (:meth:`pytest_opperf.measure.Run.defer`), or at the end
-of ``profile()`` where no window measures.
+While the window runs, torch's profiler (kineto, CPU activity only, nothing but names and times)
+keeps an event for every operator that enters the dispatcher, on every thread its state reaches (the
+recording thread and the threads autograd runs backward on, its reentrant pool included): about 0.4
+us per event, with no Python on the op's path. Reading the events costs far more (stopping the
+profiler about 2.6 us per event, reading them about 0.5 us, then this module's Python), so it is
+done when the measured window has closed, after its wall clock stopped
+(:meth:`pytest_opperf.measure.Run.defer`), or at the end of ``profile()`` where no window measures.
 
-Building the stats (:func:`op_samples`, :func:`file_samples`; pure, tested on
-synthetic events):
+Building the stats (:func:`op_samples`, :func:`file_samples`; pure, tested on synthetic events):
 
-* Ops: an event is an op when its name is a dispatcher operator. Ops whose every
-  overload is ``CompositeImplicitAutograd`` (``aten::conv2d``, ``aten::linear``,
-  ``aten::to``...) decompose into other ops before any kernel runs; they are
-  transparent, as the autograd nodes' and ``record_function`` ranges are, so the
-  ops listed are the ones a ``TorchDispatchMode`` sees: ``aten::convolution``,
-  ``aten::t`` and ``aten::addmm``. An op inside another op (same thread, its
-  interval inside the other's) is a call the op made: not listed, or with
-  ``nested=True`` listed under it (``aten::convolution/aten::_convolution``).
-* Steps: ``run.step()`` (the recording's flush) drops a marker event into the
-  profiler's stream; an op belongs to the step of the first marker after its
-  start. Ops that start after the last step are in the totals only, as live
-  timing would have them.
-* Regions: the recording thread's open region (``timers.timer``) is logged with
-  ``perf_counter_ns`` at every change (for the window the table's class is a
-  subclass whose ``current`` is a property that logs what it is set to); an op is filed inside the region open on
-  the recording thread when it started, on whatever thread it ran, as
-  :meth:`pytest_opperf.timers.Table.record` files it.
-* Modules (``by="module"``, :func:`file_module_samples`): global forward hooks
-  log each module call on the recording thread (``perf_counter_ns``); an op's
-  time goes to the innermost call open when it started, and the autograd node
-  it made (the profiler's sequence number on its thread) to that call's class;
-  an op inside the engine's range for that node (``autograd::engine::
-  evaluate_function: ...``, with the same sequence number and forward thread)
-  is a sample of ``<Class>.backward``.
-* Clocks: the profiler stamps events on its own clock (Unix time, from the
-  TSC); each marker is made between two ``perf_counter_ns`` reads, which gives
-  the offset between the clocks at that marker (to well under a microsecond);
-  a time is converted with the offset of the last marker before it.
+* Ops: an event is an op when its name is a dispatcher operator. Ops whose every overload is
+  ``CompositeImplicitAutograd`` (``aten::conv2d``, ``aten::linear``, ``aten::to``...) decompose into
+  other ops before any kernel runs; they are transparent, as the autograd nodes' and
+  ``record_function`` ranges are, so the ops listed are the ones a ``TorchDispatchMode`` sees:
+  ``aten::convolution``, ``aten::t`` and ``aten::addmm``. An op inside another op (same thread, its
+  interval inside the other's) is a call the op made: not listed, or with ``nested=True`` listed
+  under it (``aten::convolution/aten::_convolution``).
+* Steps: ``run.step()`` (the recording's flush) drops a marker event into the profiler's stream; an
+  op belongs to the step of the first marker after its start. Ops that start after the last step are
+  in the totals only, as live timing would have them.
+* Regions: the recording thread's open region (``timers.timer``) is logged with ``perf_counter_ns``
+  at every change (for the window the table's class is a subclass whose ``current`` is a property
+  that logs what it is set to); an op is filed inside the region open on the recording thread when
+  it started, on whatever thread it ran, as :meth:`pytest_opperf.timers.Table.record` files it.
+* Modules (``by="module"``, :func:`file_module_samples`): global forward hooks log each module call
+  on the recording thread (``perf_counter_ns``); an op's time goes to the innermost call open when
+  it started, and the autograd node it made (the profiler's sequence number on its thread) to that
+  call's class; an op inside the engine's range for that node (``autograd::engine::
+  evaluate_function: ...``, with the same sequence number and forward thread) is a sample of
+  ``<Class>.backward``.
+* Clocks: the profiler stamps events on its own clock (Unix time, from the TSC); each marker is made
+  between two ``perf_counter_ns`` reads, which gives the offset between the clocks at that marker
+  (to well under a microsecond); a time is converted with the offset of the last marker before it.
 """
 
 from __future__ import annotations
@@ -58,14 +50,14 @@ from torch.autograd.profiler import ProfilerConfig, ProfilerState
 
 from pytest_opperf import measure, timers
 
-__all__ = ["Event", "Mark", "ModuleCall", "ModuleLog", "Recorder", "RegionLog", "file_module_samples",
-           "file_samples", "op_kind", "op_samples"]
+__all__ = ["Event", "Mark", "ModuleCall", "ModuleLog", "Recorder", "RegionLog",
+           "file_module_samples", "file_samples", "op_kind", "op_samples"]
 
 MARK = "opperf::mark"  # the name of the marker events (never a dispatcher op)
 WARM_UP = "opperf::warm_up"
-BACKWARD_RANGE = "autograd::engine::evaluate_function: "  # the range autograd's engine opens per node
+BACKWARD_RANGE = "autograd::engine::evaluate_function: "  # autograd's engine opens one per node
 OP, TRANSPARENT, NOT_AN_OP = "op", "transparent", "none"
-SKIPPED_NAMESPACES = frozenset({"profiler"})  # record_function's own ops mark ranges, they do no work
+SKIPPED_NAMESPACES = frozenset({"profiler"})  # record_function's ops mark ranges, do no work
 
 
 class Event(NamedTuple):  # a tuple: one is made per event read, and a dataclass costs twice as much
@@ -133,7 +125,8 @@ def op_samples(events: Iterable[Event], nested: bool, kind: Callable[[str], str]
     of the backward range it runs in or None)``."""
     by_thread: dict[int, list[Event]] = {}
     for event in events:
-        if event.name != MARK and (kind(event.name) != NOT_AN_OP or event.name.startswith(BACKWARD_RANGE)):
+        if event.name != MARK and (kind(event.name) != NOT_AN_OP
+                                   or event.name.startswith(BACKWARD_RANGE)):
             by_thread.setdefault(event.thread, []).append(event)
     out = []
     for thread, evs in by_thread.items():
@@ -185,35 +178,36 @@ class RegionLog:
 
 def _alignment(marks: Sequence[Mark], mark_starts: Sequence[int]
                ) -> tuple[list[int], list[tuple[int, int]], list[int]]:
-    """From the markers made and their events read: each marker's clock offset (profiler
-    time minus ``perf_counter_ns``), the (profiler time, step) of the step markers, and
-    those times alone."""
+    """From the markers made and their events read: each marker's clock offset (profiler time minus
+    ``perf_counter_ns``), the (profiler time, step) of the step markers, and those times alone."""
     if len(marks) != len(mark_starts) or len(marks) < 2:
-        raise ValueError(f"profile(): {len(mark_starts)} marker events read for {len(marks)} markers made "
-                         "(at least the window's start and end are needed)")
-    offsets = [start - (m.before + m.after) // 2 for m, start in zip(marks, mark_starts)]
-    step_at = [(start, m.step) for m, start in zip(marks, mark_starts) if m.step is not None]
+        raise ValueError(f"profile(): {len(mark_starts)} marker events read for {len(marks)} "
+                         "markers made (at least the window's start and end are needed)")
+    offsets = [start - (m.before + m.after) // 2 for m, start in zip(marks, mark_starts,
+                                                                     strict=True)]
+    step_at = [(start, m.step) for m, start in zip(marks, mark_starts, strict=True)
+               if m.step is not None]
     return offsets, step_at, [t for t, _ in step_at]
 
 
-def file_samples(table: timers.Table, samples: Sequence[tuple[str, int, int, int]], marks: Sequence[Mark],
-                 mark_starts: Sequence[int], regions: RegionLog, steps: int,
-                 trace: tuple[int, int] | None = None, trace_events: list | None = None
-                 ) -> dict[str, tuple[list[int], list[int]]]:
+def file_samples(table: timers.Table, samples: Sequence[tuple[str, int, int, int]],
+                 marks: Sequence[Mark], mark_starts: Sequence[int], regions: RegionLog, steps: int,
+                 trace: tuple[int, int] | None = None,
+                 trace_events: list | None = None) -> dict[str, tuple[list[int], list[int]]]:
     """File ``samples`` (from :func:`op_samples`) into ``table``; return each stat's
     per-step (counts, host ns) for the first ``steps`` steps.
 
-    ``marks`` and ``mark_starts`` (the marker events' starts on the profiler's clock)
-    are in order; the first and last open and close the window, ops outside it are
-    left out. A top-level op goes in the region open on the recording thread at its
-    start; a nested one under its op's stat. ``trace`` (start, end in ``perf_counter_ns``):
-    the ops that ran inside it are appended to ``trace_events`` as the table's trace keeps
-    regions, ``(name, start_ns, ns, depth)``.
+    ``marks`` and ``mark_starts`` (the marker events' starts on the profiler's clock) are in order;
+    the first and last open and close the window, ops outside it are left out. A top-level op goes
+    in the region open on the recording thread at its start; a nested one under its op's stat.
+    ``trace`` (start, end in ``perf_counter_ns``): the ops that ran inside it are appended to
+    ``trace_events`` as the table's trace keeps regions, ``(name, start_ns, ns, depth)``.
     """
     offsets, step_at, step_starts = _alignment(marks, mark_starts)
     first, last = mark_starts[0], mark_starts[-1]
     per_step: dict[str, tuple[list[int], list[int]]] = {}
-    filed: dict[str, tuple[str, int]] = {}  # path -> stat name and depth, for the ops a top-level op calls
+    filed: dict[str, tuple[str, int]] = {}  # path -> stat name and depth (for the ops an op calls)
+    parent: str | None
     for path, start, ns, _thread in sorted(samples, key=lambda s: s[1]):
         if not first <= start <= last:
             continue
@@ -224,7 +218,8 @@ def file_samples(table: timers.Table, samples: Sequence[tuple[str, int, int, int
             parent, depth = filed[parent_path]
             name, depth = f"{parent}/{short}", depth + 1
         else:
-            parent, qualifier, depth = regions.at(start - offsets[bisect.bisect_right(mark_starts, start) - 1])
+            offset = offsets[bisect.bisect_right(mark_starts, start) - 1]
+            parent, qualifier, depth = regions.at(start - offset)
             name, short = (f"{qualifier}/{path}" if qualifier is not None else path), path
         filed[path] = (name, depth)
         table.add(name, ns, parent=parent, kernel=True)
@@ -243,7 +238,7 @@ def file_samples(table: timers.Table, samples: Sequence[tuple[str, int, int, int
 @dataclass(frozen=True)
 class ModuleCall:
     """One ``nn.Module`` call on the recording thread: its stat name (``Sequential/Block``), its
-    class, the index of the call it ran in (or ``None``), its start and end (``perf_counter_ns``)."""
+    class, the index of the call it ran in (or ``None``), its start and end (perf_counter_ns)."""
 
     key: str
     cls: str
@@ -252,10 +247,10 @@ class ModuleCall:
     end: int
 
 
-def file_module_samples(table: timers.Table, samples: Sequence[tuple[str, int, int, int]], nodes: Sequence,
-                        calls: Sequence[ModuleCall], marks: Sequence[Mark], mark_starts: Sequence[int],
-                        regions: RegionLog, steps: int, main_thread: int
-                        ) -> dict[str, tuple[list[int], list[int]]]:
+def file_module_samples(table: timers.Table, samples: Sequence[tuple[str, int, int, int]],
+                        nodes: Sequence, calls: Sequence[ModuleCall], marks: Sequence[Mark],
+                        mark_starts: Sequence[int], regions: RegionLog, steps: int,
+                        main_thread: int) -> dict[str, tuple[list[int], list[int]]]:
     """``by="module"``: file ``samples`` (top-level ops, with their ``nodes`` from
     :func:`op_samples`) as module calls into ``table``; return per-step (counts, ns).
 
@@ -279,7 +274,7 @@ def file_module_samples(table: timers.Table, samples: Sequence[tuple[str, int, i
 
     per_step: dict[str, tuple[list[int], list[int]]] = {}
 
-    def add(name: str, ns: int, parent: str | None, stamp: int) -> None:  # stamp: the profiler's clock
+    def add(name: str, ns: int, parent: str | None, stamp: int) -> None:  # stamp: profiler's clock
         table.add(name, ns, parent=parent, kernel=True)
         j = bisect.bisect_left(step_starts, stamp)
         if j < len(step_at) and step_at[j][1] < steps:
@@ -291,7 +286,7 @@ def file_module_samples(table: timers.Table, samples: Sequence[tuple[str, int, i
     call_ns = [0] * len(calls)
     node_cls: dict[tuple[int, int], str] = {}
     outside = []
-    for (path, start, ns, thread), (made, runs) in zip(samples, nodes):
+    for (path, start, ns, thread), (made, runs) in zip(samples, nodes, strict=True):
         if not first <= start <= last:
             continue
         offset = offsets[bisect.bisect_right(mark_starts, start) - 1]
@@ -352,7 +347,7 @@ class ModuleLog(ForwardHooks):
     def __init__(self) -> None:
         self.thread = threading.get_ident()
         self.calls: list[ModuleCall] = []
-        self.frames: list[tuple[str, str, int, list[int]]] = []  # (key, class, start, inner calls) of open calls
+        self.frames: list[tuple[str, str, int, list[int]]] = []  # open: key, class, start, inner
         self.handles: list[Any] = []
 
     def _pre(self, mod: Any, args: Any) -> None:
@@ -394,7 +389,8 @@ class _WatchedTable(timers.Table):
 class Recorder:
     """torch's profiler over one ``profile()`` window of ``table``; :meth:`finish` files the ops."""
 
-    def __init__(self, table: timers.Table, nested: bool, run: measure.Run | None, by: str = "op") -> None:
+    def __init__(self, table: timers.Table, nested: bool, run: measure.Run | None,
+                 by: str = "op") -> None:
         self.table, self.nested, self.run = table, nested, run
         self.modules = ModuleLog() if by == "module" else None
         self.marks: list[Mark] = []
@@ -413,7 +409,8 @@ class Recorder:
         if torch.autograd._profiler_enabled():
             raise RuntimeError("profile(): torch's profiler is already running on this thread; use "
                                "profile(mechanism='dispatch') inside torch.profiler.profile()")
-        config = ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False, _ExperimentalConfig())
+        config = ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False,
+                                _ExperimentalConfig())
         torch.autograd._prepare_profiler(config, {ProfilerActivity.CPU})
         torch.autograd._enable_profiler(config, {ProfilerActivity.CPU})
         try:
@@ -438,7 +435,7 @@ class Recorder:
             self.mark(self.run.batches if self.run is not None else None)
 
     def close(self) -> None:
-        """The end of ``profile()``: ops after this are not the window's (read in :meth:`finish`)."""
+        """The end of ``profile()``: later ops are not the window's (read in :meth:`finish`)."""
         if self.modules is not None:
             self.modules.remove()
         self.mark(None)
@@ -472,8 +469,8 @@ class Recorder:
                 mark_starts.append(e.start_ns())
                 main_thread = e.start_thread_id()
             elif modules is not None and (kind != NOT_AN_OP or name.startswith(BACKWARD_RANGE)):
-                events.append(Event(name, e.start_ns(), e.end_ns(), e.start_thread_id(), e.sequence_nr(),
-                                    e.fwd_thread_id()))
+                events.append(Event(name, e.start_ns(), e.end_ns(), e.start_thread_id(),
+                                    e.sequence_nr(), e.fwd_thread_id()))
             elif kind != NOT_AN_OP:
                 events.append(Event(name, e.start_ns(), e.end_ns(), e.start_thread_id()))
         mark_starts.sort()
@@ -481,16 +478,17 @@ class Recorder:
         if modules is not None:
             nodes: list = []
             samples = op_samples(events, False, nodes=nodes)
-            per_step = file_module_samples(self.table, samples, nodes, modules.calls, self.marks, mark_starts,
-                                           self.regions, steps, main_thread)
+            per_step = file_module_samples(self.table, samples, nodes, modules.calls, self.marks,
+                                           mark_starts, self.regions, steps, main_thread)
             self._hand_over(per_step)
             return
         samples = op_samples(events, self.nested)
         run = self.run
         traced = run._trace_events if run is not None else None  # the step --opperf-trace keeps
-        trace = (run._trace_start_ns, run._trace_start_ns + traced["dur_ns"]) if traced else None
-        per_step = file_samples(self.table, samples, self.marks, mark_starts, self.regions, steps, trace,
-                                traced["events"] if traced else None)
+        trace = (run._trace_start_ns,
+                 run._trace_start_ns + traced["dur_ns"]) if run and traced else None
+        per_step = file_samples(self.table, samples, self.marks, mark_starts, self.regions, steps,
+                                trace, traced["events"] if traced else None)
         self._hand_over(per_step)
 
     def _hand_over(self, per_step: dict[str, tuple[list[int], list[int]]]) -> None:

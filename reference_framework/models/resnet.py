@@ -23,13 +23,14 @@ Block = Callable[[Variable, int, int], Variable]
 
 def conv_bn(input: Variable, channels: int, filter_size: int, stride: int = 1, padding: int = 0,
             act: str | None = "relu") -> Variable:
-    conv = layers.conv2d(input, num_filters=channels, filter_size=filter_size, stride=stride, padding=padding)
+    conv = layers.conv2d(input, num_filters=channels, filter_size=filter_size, stride=stride,
+                         padding=padding)
     return layers.batch_norm(conv, act=act)
 
 
 def shortcut(input: Variable, channels: int, stride: int) -> Variable:
     """The identity, or a projection where the shape changes."""
-    if input.shape[1] != channels or stride != 1:
+    if input.known_shape[1] != channels or stride != 1:
         return conv_bn(input, channels, 1, stride, act=None)
     return input
 
@@ -60,7 +61,8 @@ DEPTHS: dict[int, tuple[list[int], Block]] = {
 STAGE_CHANNELS = (64, 128, 256, 512)
 
 
-def resnet(input: Variable, class_dim: int = 102, depth: int = 50, stem_pool: str = "max") -> Variable:
+def resnet(input: Variable, class_dim: int = 102, depth: int = 50,
+           stem_pool: str = "max") -> Variable:
     """Class probabilities [N, class_dim] of ResNet-``depth`` for an NCHW image batch.
 
     ``stem_pool``: "max" (standard: 3x3/2 max pooling, padding 1) or "avg" (the
@@ -71,11 +73,13 @@ def resnet(input: Variable, class_dim: int = 102, depth: int = 50, stem_pool: st
     if stem_pool not in ("max", "avg"):
         raise ValueError(f"resnet: stem_pool must be 'max' or 'avg', given {stem_pool!r}")
     if input.shape is None or len(input.shape) != 4:
-        raise ValueError(f"resnet: the input must be an NCHW batch, {input.name!r} has shape {input.shape}")
+        raise ValueError(f"resnet: the input must be an NCHW batch, {input.name!r} has shape "
+                         f"{input.shape}")
     stages, block = DEPTHS[depth]
     x = conv_bn(input, 64, 7, stride=2, padding=3)
-    x = layers.pool2d(x, pool_size=3, pool_type=stem_pool, pool_stride=2, pool_padding=1 if stem_pool == "max" else 0)
-    for stage, (blocks, channels) in enumerate(zip(stages, STAGE_CHANNELS)):
+    x = layers.pool2d(x, pool_size=3, pool_type=stem_pool, pool_stride=2,
+                      pool_padding=1 if stem_pool == "max" else 0)
+    for stage, (blocks, channels) in enumerate(zip(stages, STAGE_CHANNELS, strict=True)):
         for i in range(blocks):
             x = block(x, channels, 2 if stage > 0 and i == 0 else 1)
     x = layers.pool2d(x, pool_type="avg", global_pooling=True)

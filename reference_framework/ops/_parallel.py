@@ -41,8 +41,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-__all__ = ["MIN_BYTES", "MIN_GEMM_FLOPS", "assign", "elementwise", "matmul", "num_threads", "part_slices", "parts_for",
-           "run_parts", "set_num_threads"]
+__all__ = ["MIN_BYTES", "MIN_GEMM_FLOPS", "assign", "elementwise", "matmul", "num_threads",
+           "part_slices", "parts_for", "run_parts", "set_num_threads"]
 
 T = TypeVar("T")
 
@@ -85,7 +85,8 @@ class _Pool:
     def get(self) -> ThreadPoolExecutor:
         with self.lock:
             if self.executor is None:
-                self.executor = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="opperf-part",
+                self.executor = ThreadPoolExecutor(self.threads - 1,
+                                                   thread_name_prefix="opperf-part",
                                                    initializer=_mark_worker)
             return self.executor
 
@@ -106,7 +107,7 @@ class _Pool:
 
 
 def _limit_blas() -> Any:
-    """threadpoolctl's limiter holding the BLAS libraries to one thread, or None without threadpoolctl."""
+    """threadpoolctl's limiter holding the BLAS libraries to one thread (None without it)."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # then GEMMs stay with BLAS's own threads and are not split
@@ -167,7 +168,8 @@ def parts_for(length: int, nbytes: int, *arrays: Any) -> int:
     return min(_pool.threads, length)
 
 
-def run_parts(body: Callable[[slice], T], length: int, nbytes: int, *arrays: Any, align: int = 1) -> list[T]:
+def run_parts(body: Callable[[slice], T], length: int, nbytes: int, *arrays: Any,
+              align: int = 1) -> list[T]:
     """``[body(s) for s in part_slices(length, k)]``, the parts run at once on k threads.
 
     ``k`` is 1 (a single call ``body(slice(0, length))`` on this thread) unless
@@ -207,8 +209,8 @@ def elementwise(body: Callable[..., Any], out: Any, *ins: Any) -> Any:
     arrays = (out, *ins)
     for a in ins:
         if a.shape != out.shape:
-            raise ValueError(f"elementwise: every input must have the output's shape {list(out.shape)}, "
-                             f"given {list(a.shape)}")
+            raise ValueError("elementwise: every input must have the output's shape "
+                             f"{list(out.shape)}, given {list(a.shape)}")
     if out.ndim == 0:
         body(out, *ins)
         return out
@@ -253,14 +255,16 @@ def matmul(a: Any, b: Any, out: Any, xp: Any = np) -> Any:
     thread a block. Returns ``out``, equal to the unsplit GEMM within the
     rounding bound of its sums (see the module docstring), not bitwise."""
     m, n = out.shape
-    if (xp is not np or 2.0 * m * n * a.shape[1] < MIN_GEMM_FLOPS or parts_for(2, MIN_BYTES, a, b, out) == 1
-            or not _pool.blas_held):
+    if (xp is not np or 2.0 * m * n * a.shape[1] < MIN_GEMM_FLOPS
+            or parts_for(2, MIN_BYTES, a, b, out) == 1 or not _pool.blas_held):
         return xp.matmul(a, b, out=out)
     by_columns = b.size >= a.size
     if (n if by_columns else m) < _pool.threads * GEMM_ALIGN:
         by_columns = n > m  # the preferred side is too narrow to give every thread a block
     if by_columns:
-        run_parts(lambda p: np.matmul(a, b[:, p], out=out[:, p]), n, MIN_BYTES, a, b, out, align=GEMM_ALIGN)
+        run_parts(lambda p: np.matmul(a, b[:, p], out=out[:, p]), n, MIN_BYTES, a, b, out,
+                  align=GEMM_ALIGN)
     else:
-        run_parts(lambda p: np.matmul(a[p], b, out=out[p]), m, MIN_BYTES, a, b, out, align=GEMM_ALIGN)
+        run_parts(lambda p: np.matmul(a[p], b, out=out[p]), m, MIN_BYTES, a, b, out,
+                  align=GEMM_ALIGN)
     return out

@@ -11,7 +11,8 @@ from ..registry import OpError
 __all__ = ["check_ints", "numel", "shape_list"]
 
 
-def check_ints(op: str, name: str, value: Any, n: int | None = None, minimum: int | None = None) -> None:
+def check_ints(op: str, name: str, value: Any, n: int | None = None,
+               minimum: int | None = None) -> None:
     """Raise unless ``value`` is a list of ``n`` ints, each at least ``minimum``."""
     ok = isinstance(value, (list, tuple)) and all(isinstance(v, int) for v in value)
     if ok and n is not None:

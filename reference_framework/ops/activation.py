@@ -19,7 +19,8 @@ def relu(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> dict
 def relu_grad(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> dict[str, Any]:
     out, dout = ins["Out"], ins["Out@GRAD"]
     if dout.shape != out.shape:
-        raise OpError(f"relu_grad: Out@GRAD must have Out's shape {list(out.shape)}, given {list(dout.shape)}")
+        raise OpError(f"relu_grad: Out@GRAD must have Out's shape {list(out.shape)}, given "
+                      f"{list(dout.shape)}")
     dx = ctx.xp.empty(dout.shape, dtype=dout.dtype)
     return {"X@GRAD": elementwise(lambda d, o, g: ctx.xp.multiply(g, o > 0, out=d), dx, out, dout)}
 
@@ -38,7 +39,8 @@ def _cost(slot: str, tensors: int) -> Callable[[dict, dict[str, Any], int], tupl
 
 # The gradient reads Out, not X: out > 0 exactly where x > 0, and keeping Out
 # (which the next op reads anyway) lets X be dropped after the forward pass.
-register(OpDef("relu", inputs=["X"], outputs=["Out"], kernel=relu, infer_shape=_same("X", "Out"), cost=_cost("X", 2),
-               grad=make_grad("relu_grad", outputs=["Out"], grads_of=["Out"], grads_for=["X"])))
-register(OpDef("relu_grad", inputs=["Out", "Out@GRAD"], outputs=[optional("X@GRAD")], kernel=relu_grad,
-               infer_shape=_same("Out", "X@GRAD"), cost=_cost("Out", 3)))
+register(OpDef("relu", inputs=["X"], outputs=["Out"], kernel=relu, infer_shape=_same("X", "Out"),
+               cost=_cost("X", 2), grad=make_grad("relu_grad", outputs=["Out"], grads_of=["Out"],
+                                                  grads_for=["X"])))
+register(OpDef("relu_grad", inputs=["Out", "Out@GRAD"], outputs=[optional("X@GRAD")],
+               kernel=relu_grad, infer_shape=_same("Out", "X@GRAD"), cost=_cost("Out", 3)))

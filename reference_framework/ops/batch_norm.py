@@ -50,7 +50,8 @@ def _as3d(op: str, x: Any) -> Any:
 def _check_channels(op: str, channels: int, arrays: dict[str, Any]) -> None:
     for slot, a in arrays.items():
         if a.shape != (channels,):
-            raise OpError(f"{op}: {slot} must have shape [{channels}] (X's channels), given {list(a.shape)}")
+            raise OpError(f"{op}: {slot} must have shape [{channels}] (X's channels), given "
+                          f"{list(a.shape)}")
 
 
 def _sample_sums(x3: Any) -> Any:
@@ -61,13 +62,13 @@ def _sample_sums(x3: Any) -> Any:
 
 
 def _sample_dots(a3: Any, b3: Any) -> Any:
-    """Sums over S of ``a3 * b3`` for (N, C, S) arrays, shape (N, C), without an (N, C, S) temporary."""
+    """Sums over S of ``a3 * b3`` for (N, C, S) arrays: (N, C), with no (N, C, S) temporary."""
     n, c, _ = a3.shape
     return (a3[:, :, None, :] @ b3[:, :, :, None]).reshape(n, c)
 
 
 def _total(parts: list[Any]) -> Any:
-    """Per-channel totals of per-part (n_i, C) results, summed in sample order as one (N, C) array."""
+    """Per-channel totals of per-part (n_i, C) results, summed in sample order as one (N, C)."""
     rows = parts[0] if len(parts) == 1 else get_array_module(parts[0]).concatenate(parts)
     return rows.sum(axis=0)
 
@@ -129,13 +130,16 @@ def batch_norm(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -
     return outs
 
 
-def batch_norm_grad(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> dict[str, Any]:
+def batch_norm_grad(ins: dict[str, Any], attrs: dict[str, Any],
+                    ctx: KernelContext) -> dict[str, Any]:
     x, dy = ins["X"], ins["Y@GRAD"]
     scale, mean, inv_std = ins["Scale"], ins["SavedMean"], ins["SavedVariance"]
     x3 = _as3d("batch_norm_grad", x)
-    _check_channels("batch_norm_grad", x3.shape[1], {"Scale": scale, "SavedMean": mean, "SavedVariance": inv_std})
+    _check_channels("batch_norm_grad", x3.shape[1], {"Scale": scale, "SavedMean": mean,
+                                                     "SavedVariance": inv_std})
     if dy.shape != x.shape:
-        raise OpError(f"batch_norm_grad: Y@GRAD must have X's shape {list(x.shape)}, given {list(dy.shape)}")
+        raise OpError(f"batch_norm_grad: Y@GRAD must have X's shape {list(x.shape)}, given "
+                      f"{list(dy.shape)}")
     xp = ctx.xp
     dy3 = dy.reshape(x3.shape)
     n, _, s = x3.shape
@@ -144,7 +148,8 @@ def batch_norm_grad(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelConte
 
     def sums(p: slice) -> tuple[Any, Any]:
         xp.subtract(x3[p], _per_channel(mean), out=xc3[p])
-        return _sample_sums(dy3[p]), _sample_dots(dy3[p], xc3[p])  # sum(dy * (x - mean)) per channel
+        # sum(dy * (x - mean)) per channel
+        return _sample_sums(dy3[p]), _sample_dots(dy3[p], xc3[p])
 
     parts = run_parts(sums, n, 4 * x3.nbytes, x3, dy3)
     dbias, dot = _total([d for d, _ in parts]), _total([t for _, t in parts])
@@ -154,7 +159,7 @@ def batch_norm_grad(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelConte
     if ctx.wants("Bias@GRAD"):
         outs["Bias@GRAD"] = dbias
     if ctx.wants("X@GRAD"):
-        # dx = scale*inv_std * (dy - mean(dy) - xhat * mean(dy * xhat)), xhat = (x - mean) * inv_std,
+        # dx = scale*inv_std * (dy - mean(dy) - xhat * mean(dy * xhat)), xhat = (x-mean) * inv_std,
         # regrouped so that each full-size pass is one ufunc on a buffer we own.
         k = scale * inv_std
         a, b = _per_channel(-k * inv_std * inv_std * dot / count), _per_channel(-k * dbias / count)
@@ -179,7 +184,8 @@ def _channels(shapes: dict) -> int:
     for slot in ("Scale", "Bias", "Mean", "Variance", "SavedMean", "SavedVariance"):
         for shape in shapes.get(slot, ()):
             if len(shape) != 1 or (c != -1 and shape[0] not in (c, -1)):
-                raise OpError(f"batch_norm: {slot} must have shape [{c}] (X's channels), given {list(shape)}")
+                raise OpError(f"batch_norm: {slot} must have shape [{c}] (X's channels), given "
+                              f"{list(shape)}")
     return c
 
 
@@ -210,9 +216,11 @@ def _cost_grad(shapes: dict, attrs: dict[str, Any], itemsize: int) -> tuple[floa
 
 def _check_attrs(attrs: dict[str, Any]) -> None:
     if not 0.0 <= attrs["momentum"] <= 1.0:
-        raise OpError(f"batch_norm: attribute 'momentum' expects a value in [0, 1], given {attrs['momentum']!r}")
+        raise OpError("batch_norm: attribute 'momentum' expects a value in [0, 1], given "
+                      f"{attrs['momentum']!r}")
     if not attrs["epsilon"] > 0.0:
-        raise OpError(f"batch_norm: attribute 'epsilon' expects a positive value, given {attrs['epsilon']!r}")
+        raise OpError("batch_norm: attribute 'epsilon' expects a positive value, given "
+                      f"{attrs['epsilon']!r}")
 
 
 _ATTRS = {"momentum": 0.9, "epsilon": 1e-5, "is_test": False}
@@ -220,10 +228,12 @@ _ATTRS = {"momentum": 0.9, "epsilon": 1e-5, "is_test": False}
 # Backward needs X (to re-centre it), Scale, and the batch mean and inverse
 # standard deviation; Y is not kept, and Bias only shapes its own gradient.
 register(OpDef("batch_norm", inputs=["X", "Scale", "Bias", "Mean", "Variance"],
-               outputs=["Y", "MeanOut", "VarianceOut", optional("SavedMean"), optional("SavedVariance")],
-               attrs=_ATTRS, check_attrs=_check_attrs, infer_shape=_infer, cost=_cost, kernel=batch_norm,
-               grad=make_grad("batch_norm_grad", inputs=["X", "Scale"], outputs=["SavedMean", "SavedVariance"],
-                              grads_of=["Y"], grads_for=["X", "Scale", "Bias"])))
+               outputs=["Y", "MeanOut", "VarianceOut", optional("SavedMean"),
+                        optional("SavedVariance")], attrs=_ATTRS, check_attrs=_check_attrs,
+               infer_shape=_infer, cost=_cost, kernel=batch_norm,
+               grad=make_grad("batch_norm_grad", inputs=["X", "Scale"],
+                              outputs=["SavedMean", "SavedVariance"], grads_of=["Y"],
+                              grads_for=["X", "Scale", "Bias"])))
 register(OpDef("batch_norm_grad", inputs=["X", "Scale", "SavedMean", "SavedVariance", "Y@GRAD"],
                outputs=[optional("X@GRAD"), optional("Scale@GRAD"), optional("Bias@GRAD")],
                attrs=_ATTRS, check_attrs=_check_attrs, infer_shape=_infer_grad, cost=_cost_grad,

@@ -105,35 +105,40 @@ def _check_attrs(op: str):
         check_ints(op, "paddings", attrs["paddings"], n=2, minimum=0)
         check_ints(op, "dilations", attrs["dilations"], n=2, minimum=1)
         if attrs["groups"] < 1:
-            raise OpError(f"{op}: attribute 'groups' expects an int >= 1, given {attrs['groups']!r}")
+            raise OpError(f"{op}: attribute 'groups' expects an int >= 1, "
+                          f"given {attrs['groups']!r}")
     return check
 
 
-def _output_hw(op: str, x_shape: Sequence[int], w_shape: Sequence[int], attrs: dict[str, Any]) -> tuple[int, int]:
+def _output_hw(op: str, x_shape: Sequence[int], w_shape: Sequence[int],
+               attrs: dict[str, Any]) -> tuple[int, int]:
     """(OH, OW) after checking that Input and Filter fit together; an unknown
     (-1) dimension is not checked and gives -1."""
     if len(x_shape) != 4:
         raise OpError(f"{op}: Input must be 4-D [N, C, H, W], given shape {list(x_shape)}")
     if len(w_shape) != 4:
-        raise OpError(f"{op}: Filter must be 4-D [OC, C/groups, kh, kw], given shape {list(w_shape)}")
+        raise OpError(f"{op}: Filter must be 4-D [OC, C/groups, kh, kw], given shape "
+                      f"{list(w_shape)}")
     c, (oc, wc, kh, kw), groups = x_shape[1], w_shape, attrs["groups"]
     if -1 not in (c, wc) and wc * groups != c:
-        raise OpError(f"{op}: Filter.shape[1] * groups must equal Input's channels {c}, given "
-                      f"{wc} * {groups} = {wc * groups} (Input {list(x_shape)}, Filter {list(w_shape)})")
+        raise OpError(f"{op}: Filter.shape[1] * groups must equal Input's channels {c}, given {wc} "
+                      f"* {groups} = {wc * groups} (Input {list(x_shape)}, Filter {list(w_shape)})")
     if oc != -1 and oc % groups:
         raise OpError(f"{op}: Filter's output channels must be divisible by attribute 'groups', "
                       f"given {oc} output channels and groups={groups}")
     hw = []
     for axis, size, k, s, p, d in zip(("height", "width"), x_shape[2:], (kh, kw), attrs["strides"],
-                                      attrs["paddings"], attrs["dilations"]):
+                                      attrs["paddings"], attrs["dilations"], strict=True):
         if -1 in (size, k):
             hw.append(-1)
             continue
         span = d * (k - 1) + 1
         if span > size + 2 * p:
-            raise OpError(f"{op}: the kernel {axis} (dilated: {span}) must not exceed the padded input "
-                          f"{axis} {size + 2 * p}, given Filter {list(w_shape)}, Input {list(x_shape)}, "
-                          f"paddings {attrs['paddings']}, dilations {attrs['dilations']}")
+            raise OpError(f"{op}: the kernel {axis} (dilated: {span}) must not exceed the padded "
+                          "input "
+                          f"{axis} {size + 2 * p}, given Filter {list(w_shape)}, Input "
+                          f"{list(x_shape)}, paddings {attrs['paddings']}, dilations "
+                          f"{attrs['dilations']}")
         hw.append(conv_output_size(size, k, s, p, d))
     return hw[0], hw[1]
 
@@ -254,7 +259,8 @@ def _columns(x: Any, g: _Conv, xp: Any) -> Any:
             return assign(col, x[:, :, ::sh, ::sw].transpose(1, 0, 2, 3)).reshape(g.k, g.p)
         if xp is np:
             return _im2col(x, g)
-        return cuda_kernels.im2col(x, (g.kh, g.kw), g.strides, g.paddings, g.dilations, (g.oh, g.ow))
+        return cuda_kernels.im2col(x, (g.kh, g.kw), g.strides, g.paddings, g.dilations,
+                                   (g.oh, g.ow))
 
 
 def _image_grad(dcol: Any, g: _Conv, xp: Any) -> Any:
@@ -353,10 +359,10 @@ def _grad_cost(shapes: dict, attrs: dict[str, Any], itemsize: int) -> tuple[floa
 # conv2d_grad recomputes the columns instead of keeping them from the forward
 # pass: Filter@GRAD needs Input, Input@GRAD needs Filter, neither needs Output.
 register(OpDef("conv2d", inputs=["Input", "Filter"], outputs=["Output"], attrs=_ATTRS,
-               check_attrs=_check_attrs("conv2d"), infer_shape=_infer_shape, cost=_cost, kernel=conv2d,
-               grad=make_grad("conv2d_grad", inputs=["Input", "Filter"], grads_of=["Output"],
-                              grads_for=["Input", "Filter"])))
+               check_attrs=_check_attrs("conv2d"), infer_shape=_infer_shape, cost=_cost,
+               kernel=conv2d, grad=make_grad("conv2d_grad", inputs=["Input", "Filter"],
+                                             grads_of=["Output"], grads_for=["Input", "Filter"])))
 register(OpDef("conv2d_grad", inputs=["Input", "Filter", "Output@GRAD"],
                outputs=[optional("Input@GRAD"), optional("Filter@GRAD")], attrs=_ATTRS,
-               check_attrs=_check_attrs("conv2d_grad"), infer_shape=_infer_grad_shape, cost=_grad_cost,
-               kernel=conv2d_grad))
+               check_attrs=_check_attrs("conv2d_grad"), infer_shape=_infer_grad_shape,
+               cost=_grad_cost, kernel=conv2d_grad))

@@ -68,7 +68,8 @@ __global__ void im2col(const T* x, T* col, I n, I c, I h, I w, I oh, I ow,
                        int kh, int kw, int sh, int sw, int ph, int pw, int dh, int dw) {
   const I cols = n * oh * ow;
   const I total = c * kh * kw * cols;
-  for (I idx = (I)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (I)blockDim.x * gridDim.x) {
+  const I stride = (I)blockDim.x * gridDim.x;
+  for (I idx = (I)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += stride) {
     const I p = idx % cols;
     const I row = idx / cols;
     const I ox = p % ow;
@@ -79,7 +80,8 @@ __global__ void im2col(const T* x, T* col, I n, I c, I h, I w, I oh, I ow,
     const I ch = row / ((I)kw * kh);
     const I iy = oy * sh - ph + (I)ky * dh;
     const I ix = ox * sw - pw + (I)kx * dw;
-    col[idx] = (iy >= 0 && iy < h && ix >= 0 && ix < w) ? x[((b * c + ch) * h + iy) * w + ix] : T(0);
+    col[idx] = (iy >= 0 && iy < h && ix >= 0 && ix < w) ? x[((b * c + ch) * h + iy) * w + ix]
+                                                        : T(0);
   }
 }
 
@@ -90,7 +92,8 @@ __global__ void col2im(const T* col, T* x, I n, I c, I h, I w, I oh, I ow,
                        int kh, int kw, int sh, int sw, int ph, int pw, int dh, int dw) {
   const I cols = n * oh * ow;
   const I total = n * c * h * w;
-  for (I idx = (I)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (I)blockDim.x * gridDim.x) {
+  const I stride = (I)blockDim.x * gridDim.x;
+  for (I idx = (I)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += stride) {
     const I ix = idx % w;
     const I iy = (idx / w) % h;
     const I ch = (idx / (w * h)) % c;
@@ -120,7 +123,8 @@ template <typename T, typename I>
 __global__ void pool_forward(const T* x, T* out, I planes, I h, I w, I oh, I ow,
                              int kh, int kw, int sh, int sw, int ph, int pw, int is_max) {
   const I total = planes * oh * ow;
-  for (I idx = (I)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (I)blockDim.x * gridDim.x) {
+  const I stride = (I)blockDim.x * gridDim.x;
+  for (I idx = (I)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += stride) {
     const I ox = idx % ow;
     const I oy = (idx / ow) % oh;
     const T* plane = x + (idx / (ow * oh)) * h * w;
@@ -142,10 +146,12 @@ __global__ void pool_forward(const T* x, T* out, I planes, I h, I w, I oh, I ow,
 // hold it. Max: a window's gradient goes to its first cell (row-major) equal to
 // the window's output, i.e. its first maximum. Avg: out@grad / real cells.
 template <typename T, typename I>
-__global__ void pool_backward(const T* x, const T* out, const T* dout, T* dx, I planes, I h, I w, I oh, I ow,
-                              int kh, int kw, int sh, int sw, int ph, int pw, int is_max) {
+__global__ void pool_backward(const T* x, const T* out, const T* dout, T* dx, I planes, I h, I w,
+                              I oh, I ow, int kh, int kw, int sh, int sw, int ph, int pw,
+                              int is_max) {
   const I total = planes * h * w;
-  for (I idx = (I)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (I)blockDim.x * gridDim.x) {
+  const I stride = (I)blockDim.x * gridDim.x;
+  for (I idx = (I)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += stride) {
     const I ix = idx % w;
     const I iy = (idx / w) % h;
     const I p = idx / (w * h);
@@ -190,7 +196,8 @@ class KernelSource:
 
 
 def _instances(*kernels: str) -> tuple[str, ...]:
-    return tuple(f"{k}<{t}, {i}>" for k in kernels for t in ("float", "double") for i in ("int", "long long"))
+    return tuple(f"{k}<{t}, {i}>" for k in kernels for t in ("float", "double")
+                 for i in ("int", "long long"))
 
 
 _SOURCES = {
@@ -210,7 +217,8 @@ def _module(name: str) -> Any:
     if cp is None:
         raise RuntimeError("the raw CUDA kernels need cupy, which is not installed")
     src = _SOURCES[name]
-    return cp.RawModule(code=src.code, options=("--std=c++14",), name_expressions=src.name_expressions)
+    return cp.RawModule(code=src.code, options=("--std=c++14",),
+                        name_expressions=src.name_expressions)
 
 
 @functools.cache
@@ -220,7 +228,8 @@ def _function(source: str, kernel: str, ctype: str, wide: bool, device: int) -> 
     start = perf_counter_ns()
     function = _module(source).get_function(f"{kernel}<{ctype}, {'long long' if wide else 'int'}>")
     table = timers.current()
-    if table is not None:  # a stat of its own, outside the op's tree: one-time work, not kernel time
+    # a stat of its own, outside the op's tree: one-time work, not kernel time
+    if table is not None:
         table.add("CompileTimer", perf_counter_ns() - start)
     return function
 
@@ -228,7 +237,8 @@ def _function(source: str, kernel: str, ctype: str, wide: bool, device: int) -> 
 def _ctype(kernel: str, dtype: Any) -> str:
     ctype = _TYPES.get(np.dtype(dtype))
     if ctype is None:
-        raise OpError(f"{kernel}: the CUDA kernel takes float32 or float64 arrays, given {np.dtype(dtype).name}")
+        raise OpError(f"{kernel}: the CUDA kernel takes float32 or float64 arrays, given "
+                      f"{np.dtype(dtype).name}")
     return ctype
 
 
@@ -240,10 +250,12 @@ def _launch(source: str, kernel: str, dtype: Any, threads_needed: int, sizes: Se
         return
     dtypes = {np.dtype(a.dtype).name for a in arrays}
     if len(dtypes) > 1:
-        raise OpError(f"{kernel}: the CUDA kernel takes arrays of one dtype, given {sorted(dtypes)}")
+        raise OpError(f"{kernel}: the CUDA kernel takes arrays of one dtype, "
+                      f"given {sorted(dtypes)}")
     ctype = _ctype(kernel, dtype)
     cp = cupy_or_none()
-    on_gpu = cp is not None and isinstance(arrays[0], cp.ndarray)  # else a host emulation (the tests')
+    # else a host emulation (the tests')
+    on_gpu = cp is not None and isinstance(arrays[0], cp.ndarray)
     device = arrays[0].device.id if on_gpu else -1
     # Raw kernels take bare pointers and cupy checks no device: a foreign array is an error here.
     if on_gpu and any(a.device.id != device for a in arrays):
@@ -253,7 +265,7 @@ def _launch(source: str, kernel: str, dtype: Any, threads_needed: int, sizes: Se
     index = np.int64 if wide else np.int32
     blocks = min((threads_needed + _THREADS - 1) // _THREADS, _MAX_BLOCKS)
     args = (*arrays, *(index(s) for s in sizes), *(np.int32(v) for v in ints))
-    if not on_gpu or cp.cuda.runtime.getDevice() == device:
+    if cp is None or not on_gpu or cp.cuda.runtime.getDevice() == device:
         _function(source, kernel, ctype, wide, device)((blocks,), (_THREADS,), args)
     else:  # launched where its arrays are
         with cp.cuda.Device(device):
@@ -299,8 +311,8 @@ def pool2d_forward(x: Any, is_max: bool, ksize: Sequence[int], strides: Sequence
     return out
 
 
-def pool2d_backward(x: Any, out: Any, dout: Any, is_max: bool, ksize: Sequence[int], strides: Sequence[int],
-                    paddings: Sequence[int]) -> Any:
+def pool2d_backward(x: Any, out: Any, dout: Any, is_max: bool, ksize: Sequence[int],
+                    strides: Sequence[int], paddings: Sequence[int]) -> Any:
     """The gradient of :func:`pool2d_forward` with respect to ``x``."""
     xp = get_array_module(x)
     x, out, dout = (xp.ascontiguousarray(a) for a in (x, out, dout))

@@ -19,10 +19,10 @@ def _axis(op: str, x_shape: tuple, y_shape: tuple, axis: int) -> int:
     start = len(x_shape) - len(y_shape) if axis == -1 else axis
     run = tuple(x_shape[start:start + len(y_shape)])
     fits = 0 <= start and start + len(y_shape) <= len(x_shape) and all(
-        a == b or -1 in (a, b) for a, b in zip(run, y_shape))
+        a == b or -1 in (a, b) for a, b in zip(run, y_shape, strict=True))
     if not fits:
-        raise OpError(f"{op}: Y's shape {list(y_shape)} must equal X's dims from axis {start} "
-                      f"(X's shape {list(x_shape)}, attribute axis={axis})")
+        raise OpError(f"{op}: Y's shape {list(y_shape)} must equal X's dims from axis {start} (X's "
+                      f"shape {list(x_shape)}, attribute axis={axis})")
     return start
 
 
@@ -60,14 +60,17 @@ def _cost(shapes: dict, attrs: dict[str, Any], itemsize: int) -> tuple[float, fl
     return float(n), float((2 * n + ny) * itemsize)
 
 
-def elementwise_add(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> dict[str, Any]:
+def elementwise_add(ins: dict[str, Any], attrs: dict[str, Any],
+                    ctx: KernelContext) -> dict[str, Any]:
     x, y, xp = ins["X"], ins["Y"], ctx.xp
     if x.shape == y.shape and x.dtype == y.dtype:  # the residual add: big, split over threads
-        return {"Out": elementwise(lambda o, a, b: xp.add(a, b, out=o), xp.empty(x.shape, dtype=x.dtype), x, y)}
+        return {"Out": elementwise(lambda o, a, b: xp.add(a, b, out=o),
+                                   xp.empty(x.shape, dtype=x.dtype), x, y)}
     return {"Out": x + _y_view("elementwise_add", x, y, attrs["axis"])}
 
 
-def elementwise_add_grad(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> dict[str, Any]:
+def elementwise_add_grad(ins: dict[str, Any], attrs: dict[str, Any],
+                         ctx: KernelContext) -> dict[str, Any]:
     dout = ins["Out@GRAD"]
     outs = {}
     if ctx.wants("X@GRAD"):
@@ -77,12 +80,14 @@ def elementwise_add_grad(ins: dict[str, Any], attrs: dict[str, Any], ctx: Kernel
     return outs
 
 
-def elementwise_div(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> dict[str, Any]:
+def elementwise_div(ins: dict[str, Any], attrs: dict[str, Any],
+                    ctx: KernelContext) -> dict[str, Any]:
     x, y = ins["X"], ins["Y"]
     return {"Out": x / _y_view("elementwise_div", x, y, attrs["axis"])}
 
 
-def elementwise_div_grad(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> dict[str, Any]:
+def elementwise_div_grad(ins: dict[str, Any], attrs: dict[str, Any],
+                         ctx: KernelContext) -> dict[str, Any]:
     y, out, dout = ins["Y"], ins["Out"], ins["Out@GRAD"]
     yb = _y_view("elementwise_div_grad", out, y, attrs["axis"])
     outs = {}
@@ -90,7 +95,8 @@ def elementwise_div_grad(ins: dict[str, Any], attrs: dict[str, Any], ctx: Kernel
         outs["X@GRAD"] = dout / yb
     if ctx.wants("Y@GRAD"):
         # d(x / y)/dy = -x / y^2 = -out / y
-        outs["Y@GRAD"] = _reduce_to_y("elementwise_div_grad", -dout * out / yb, y.shape, attrs["axis"])
+        outs["Y@GRAD"] = _reduce_to_y("elementwise_div_grad", -dout * out / yb, y.shape,
+                                      attrs["axis"])
     return outs
 
 
@@ -98,14 +104,15 @@ def elementwise_div_grad(ins: dict[str, Any], attrs: dict[str, Any], ctx: Kernel
 # gradient needs Y and Out (x/y^2 = out/y), not X.
 register(OpDef("elementwise_add", inputs=["X", "Y"], outputs=["Out"], attrs={"axis": -1},
                infer_shape=_infer, cost=_cost, kernel=elementwise_add,
-               grad=make_grad("elementwise_add_grad", inputs=["Y"], grads_of=["Out"], grads_for=["X", "Y"])))
+               grad=make_grad("elementwise_add_grad", inputs=["Y"], grads_of=["Out"],
+                              grads_for=["X", "Y"])))
 register(OpDef("elementwise_add_grad", inputs=["Y", "Out@GRAD"],
                outputs=[optional("X@GRAD"), optional("Y@GRAD")], attrs={"axis": -1},
                infer_shape=_infer_grad, kernel=elementwise_add_grad))
 register(OpDef("elementwise_div", inputs=["X", "Y"], outputs=["Out"], attrs={"axis": -1},
                infer_shape=_infer, cost=_cost, kernel=elementwise_div,
-               grad=make_grad("elementwise_div_grad", inputs=["Y"], outputs=["Out"], grads_of=["Out"],
-                              grads_for=["X", "Y"])))
+               grad=make_grad("elementwise_div_grad", inputs=["Y"], outputs=["Out"],
+                              grads_of=["Out"], grads_for=["X", "Y"])))
 register(OpDef("elementwise_div_grad", inputs=["Y", "Out", "Out@GRAD"],
                outputs=[optional("X@GRAD"), optional("Y@GRAD")],
                attrs={"axis": -1}, infer_shape=_infer_grad, kernel=elementwise_div_grad))

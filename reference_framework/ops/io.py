@@ -38,4 +38,5 @@ def fetch(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> dic
 
 
 register(OpDef("feed", inputs=["X"], outputs=["Out"], attrs={"col": 0}, kernel=feed))
-register(OpDef("fetch", inputs=["X"], outputs=["Out"], attrs={"col": 0, "to_host": True}, kernel=fetch))
+register(OpDef("fetch", inputs=["X"], outputs=["Out"], attrs={"col": 0, "to_host": True},
+               kernel=fetch))

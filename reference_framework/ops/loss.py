@@ -29,7 +29,8 @@ def softmax(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> d
 def softmax_grad(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> dict[str, Any]:
     out, dout = ins["Out"], ins["Out@GRAD"]
     if dout.shape != out.shape:
-        raise OpError(f"softmax_grad: Out@GRAD must have Out's shape {list(out.shape)}, given {list(dout.shape)}")
+        raise OpError(f"softmax_grad: Out@GRAD must have Out's shape {list(out.shape)}, given "
+                      f"{list(dout.shape)}")
     # dx = out * (dout - <dout, out>) row by row: the Jacobian diag(out) - out out^T applied to dout
     dx = dout * out
     dot = dx.sum(axis=-1, keepdims=True)
@@ -53,22 +54,25 @@ def _hard_label(op: str, x: Any, label: Any, xp: Any) -> Any:
         raise OpError(f"{op}: Label must have shape [{n}, 1] (hard labels, one per row of X), "
                       f"given {list(label.shape)}")
     if label.dtype.kind not in "iu":
-        raise OpError(f"{op}: hard Label must have an integer dtype such as int64, given {label.dtype.name} "
-                      f"(set soft_label=True for distributions)")
+        raise OpError(f"{op}: hard Label must have an integer dtype such as int64, given "
+                      f"{label.dtype.name} (set soft_label=True for distributions)")
     flat = label.reshape(n)
     bad = (flat < 0) | (flat >= d)
     if bool(bad.any()):  # on a GPU this reads one flag back: the price of a clear error
         rows = to_host(xp.nonzero(bad)[0])
         values = to_host(flat)[rows]
-        shown = ", ".join(f"{v} at row {r}" for r, v in zip(rows[:5].tolist(), values[:5].tolist(), strict=True))
+        shown = ", ".join(f"{v} at row {r}" for r, v in zip(rows[:5].tolist(), values[:5].tolist(),
+                                                            strict=True))
         more = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
-        raise OpError(f"{op}: Label values must be in [0, {d}) (X has {d} classes), given {shown}{more}")
+        raise OpError(f"{op}: Label values must be in [0, {d}) (X has {d} classes), given "
+                      f"{shown}{more}")
     return flat
 
 
 def _soft_label(op: str, x: Any, label: Any) -> Any:
     if label.shape != x.shape:
-        raise OpError(f"{op}: with soft_label, Label must have X's shape {list(x.shape)}, given {list(label.shape)}")
+        raise OpError(f"{op}: with soft_label, Label must have X's shape {list(x.shape)}, given "
+                      f"{list(label.shape)}")
     return label
 
 
@@ -85,11 +89,13 @@ def cross_entropy(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext
     return {"Y": -xp.log(_clamped(picked, xp)).reshape(-1, 1)}
 
 
-def cross_entropy_grad(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> dict[str, Any]:
+def cross_entropy_grad(ins: dict[str, Any], attrs: dict[str, Any],
+                       ctx: KernelContext) -> dict[str, Any]:
     x, label, dy, xp = ins["X"], ins["Label"], ins["Y@GRAD"], ctx.xp
     _check_x("cross_entropy_grad", x)
     if dy.shape != (x.shape[0], 1):
-        raise OpError(f"cross_entropy_grad: Y@GRAD must have shape [{x.shape[0]}, 1], given {list(dy.shape)}")
+        raise OpError(f"cross_entropy_grad: Y@GRAD must have shape [{x.shape[0]}, 1], given "
+                      f"{list(dy.shape)}")
     if attrs["soft_label"]:
         label = _soft_label("cross_entropy_grad", x, label)
         dx = label / _clamped(x, xp)
@@ -115,9 +121,10 @@ def _infer_ce(shapes: dict, attrs: dict[str, Any]) -> dict:
     if len(x) != 2:
         raise OpError(f"cross_entropy: X must be 2-D [N, D] probabilities, given shape {list(x)}")
     want = x if attrs["soft_label"] else (x[0], 1)
-    if len(label) != 2 or any(a != b and -1 not in (a, b) for a, b in zip(label, want, strict=True)):
-        raise OpError(f"cross_entropy: Label must have shape {list(want)} (soft_label={attrs['soft_label']}), "
-                      f"given {list(label)}")
+    if len(label) != 2 or any(a != b and -1 not in (a, b)
+                              for a, b in zip(label, want, strict=True)):
+        raise OpError(f"cross_entropy: Label must have shape {list(want)} "
+                      f"(soft_label={attrs['soft_label']}), given {list(label)}")
     return {"Y": [(x[0], 1)]}
 
 
@@ -140,10 +147,11 @@ def _softmax_grad_cost(shapes: dict, attrs: dict[str, Any], itemsize: int) -> tu
 register(OpDef("softmax", inputs=["X"], outputs=["Out"], kernel=softmax, infer_shape=_infer_softmax,
                cost=_softmax_cost,
                grad=make_grad("softmax_grad", outputs=["Out"], grads_of=["Out"], grads_for=["X"])))
-register(OpDef("softmax_grad", inputs=["Out", "Out@GRAD"], outputs=[optional("X@GRAD")], kernel=softmax_grad,
-               infer_shape=_infer_softmax_grad, cost=_softmax_grad_cost))
+register(OpDef("softmax_grad", inputs=["Out", "Out@GRAD"], outputs=[optional("X@GRAD")],
+               kernel=softmax_grad, infer_shape=_infer_softmax_grad, cost=_softmax_grad_cost))
 register(OpDef("cross_entropy", inputs=["X", "Label"], outputs=["Y"], attrs={"soft_label": False},
                kernel=cross_entropy, infer_shape=_infer_ce,
-               grad=make_grad("cross_entropy_grad", inputs=["X", "Label"], grads_of=["Y"], grads_for=["X"])))
+               grad=make_grad("cross_entropy_grad", inputs=["X", "Label"], grads_of=["Y"],
+                              grads_for=["X"])))
 register(OpDef("cross_entropy_grad", inputs=["X", "Label", "Y@GRAD"], outputs=[optional("X@GRAD")],
                attrs={"soft_label": False}, kernel=cross_entropy_grad, infer_shape=_infer_ce_grad))

@@ -24,7 +24,8 @@ def sum_(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> dict
     first = xs[0]
     for x in xs[1:]:
         if x.shape != first.shape:
-            raise OpError(f"sum: every X must have shape {list(first.shape)}, given {list(x.shape)}")
+            raise OpError(f"sum: every X must have shape {list(first.shape)}, "
+                          f"given {list(x.shape)}")
     if len(xs) == 1 or any(x.dtype != first.dtype for x in xs):
         out = first + xs[1] if len(xs) > 1 else first.copy()  # a new array: inputs stay untouched
         for x in xs[2:]:
@@ -46,8 +47,8 @@ register(OpDef("mean", inputs=["X"], outputs=["Out"], kernel=mean,
                                                      float(numel(shapes["X"][0]) * itemsize)),
                grad=make_grad("mean_grad", inputs=["X"], grads_of=["Out"], grads_for=["X"])))
 # mean_grad reads only X's shape and dtype from X.
-register(OpDef("mean_grad", inputs=["X", "Out@GRAD"], outputs=[optional("X@GRAD")], kernel=mean_grad,
-               infer_shape=lambda shapes, attrs: {"X@GRAD": [shapes["X"][0]]}))
+register(OpDef("mean_grad", inputs=["X", "Out@GRAD"], outputs=[optional("X@GRAD")],
+               kernel=mean_grad, infer_shape=lambda shapes, attrs: {"X@GRAD": [shapes["X"][0]]}))
 register(OpDef("sum", inputs=[duplicable("X")], outputs=["Out"], kernel=sum_,
                infer_shape=lambda shapes, attrs: {"Out": [shapes["X"][0]]},
                cost=lambda shapes, attrs, itemsize: (

@@ -18,7 +18,8 @@ def _flat_shape(op: str, slot: str, shape: tuple, num_col_dims: int) -> tuple[in
     """The matrix shape of ``shape`` flattened at ``num_col_dims`` (-1 dims kept as -1)."""
     attr = f"{slot.lower()}_num_col_dims"
     if not 1 <= num_col_dims < len(shape):
-        raise OpError(f"{op}: attribute {attr!r} must be in [1, {len(shape) - 1}] for {slot} of shape "
+        raise OpError(f"{op}: attribute {attr!r} must be in [1, {len(shape) - 1}] for {slot} of "
+                      "shape "
                       f"{list(shape)}, given {num_col_dims}")
     rows, cols = shape[:num_col_dims], shape[num_col_dims:]
     return (-1 if -1 in rows else prod(rows)), (-1 if -1 in cols else prod(cols))
@@ -28,9 +29,10 @@ def _matrices(op: str, x: Any, y: Any, attrs: dict[str, Any]) -> tuple[Any, Any]
     m, k = _flat_shape(op, "X", x.shape, attrs["x_num_col_dims"])
     k2, n = _flat_shape(op, "Y", y.shape, attrs["y_num_col_dims"])
     if k != k2:
-        raise OpError(f"{op}: X flattened to [{m}, {k}] and Y flattened to [{k2}, {n}] do not multiply: "
-                      f"X's columns ({k}) must equal Y's rows ({k2}) (X shape {list(x.shape)}, "
-                      f"Y shape {list(y.shape)}, x_num_col_dims={attrs['x_num_col_dims']}, "
+        raise OpError(f"{op}: X flattened to [{m}, {k}] and Y flattened to [{k2}, {n}] do not "
+                      "multiply: "
+                      f"X's columns ({k}) must equal Y's rows ({k2}) (X shape {list(x.shape)}, Y "
+                      f"shape {list(y.shape)}, x_num_col_dims={attrs['x_num_col_dims']}, "
                       f"y_num_col_dims={attrs['y_num_col_dims']})")
     return x.reshape(m, k), y.reshape(k, n)
 
@@ -50,7 +52,8 @@ def mul_grad(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> 
     x2, y2 = _matrices("mul_grad", x, y, attrs)
     want = _out_shape(x.shape, y.shape, attrs)
     if dout.shape != want:
-        raise OpError(f"mul_grad: Out@GRAD must have Out's shape {list(want)}, given {list(dout.shape)}")
+        raise OpError(f"mul_grad: Out@GRAD must have Out's shape {list(want)}, given "
+                      f"{list(dout.shape)}")
     dout2 = dout.reshape(x2.shape[0], y2.shape[1])
     outs = {}
     if ctx.wants("X@GRAD"):
@@ -71,9 +74,10 @@ def _infer(shapes: dict, attrs: dict[str, Any]) -> dict:
     _, k = _flat_shape("mul", "X", x, attrs["x_num_col_dims"])
     k2, _ = _flat_shape("mul", "Y", y, attrs["y_num_col_dims"])
     if -1 not in (k, k2) and k != k2:
-        raise OpError(f"mul: X of shape {list(x)} flattened at x_num_col_dims={attrs['x_num_col_dims']} has "
-                      f"{k} columns, but Y of shape {list(y)} flattened at "
-                      f"y_num_col_dims={attrs['y_num_col_dims']} has {k2} rows")
+        raise OpError(f"mul: X of shape {list(x)} flattened at "
+                      f"x_num_col_dims={attrs['x_num_col_dims']} has {k} columns, but Y of shape "
+                      f"{list(y)} flattened at y_num_col_dims={attrs['y_num_col_dims']} has {k2} "
+                      f"rows")
     return {"Out": [_out_shape(x, y, attrs)]}
 
 
@@ -102,6 +106,8 @@ _ATTRS = {"x_num_col_dims": 1, "y_num_col_dims": 1}
 # Both inputs are needed backward: each one's gradient is the other times Out@GRAD.
 register(OpDef("mul", inputs=["X", "Y"], outputs=["Out"], attrs=_ATTRS, check_attrs=_check_attrs,
                infer_shape=_infer, cost=_cost, kernel=mul,
-               grad=make_grad("mul_grad", inputs=["X", "Y"], grads_of=["Out"], grads_for=["X", "Y"])))
-register(OpDef("mul_grad", inputs=["X", "Y", "Out@GRAD"], outputs=[optional("X@GRAD"), optional("Y@GRAD")],
-               attrs=_ATTRS, check_attrs=_check_attrs, infer_shape=_infer_grad, cost=_cost_grad, kernel=mul_grad))
+               grad=make_grad("mul_grad", inputs=["X", "Y"], grads_of=["Out"],
+                              grads_for=["X", "Y"])))
+register(OpDef("mul_grad", inputs=["X", "Y", "Out@GRAD"],
+               outputs=[optional("X@GRAD"), optional("Y@GRAD")], attrs=_ATTRS,
+               check_attrs=_check_attrs, infer_shape=_infer_grad, cost=_cost_grad, kernel=mul_grad))

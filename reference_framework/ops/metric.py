@@ -27,7 +27,8 @@ def top_k(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> dic
         # (cupy's sort is always stable and takes no kind).
         order = xp.argsort(-x, axis=-1, kind="stable") if xp is np else xp.argsort(-x, axis=-1)
         indices = order[..., :k]
-    return {"Out": xp.take_along_axis(x, indices, axis=-1), "Indices": indices.astype(xp.int64, copy=False)}
+    return {"Out": xp.take_along_axis(x, indices, axis=-1),
+            "Indices": indices.astype(xp.int64, copy=False)}
 
 
 def accuracy(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> dict[str, Any]:
@@ -39,7 +40,8 @@ def accuracy(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> 
         raise OpError(f"accuracy: Label must have shape [{n}, 1] (one label per row of Indices), "
                       f"given {list(label.shape)}")
     if label.dtype.kind not in "iu":
-        raise OpError(f"accuracy: Label must have an integer dtype such as int64, given {label.dtype.name}")
+        raise OpError("accuracy: Label must have an integer dtype such as int64, given "
+                      f"{label.dtype.name}")
     correct = (indices == label).any(axis=1).sum(dtype=xp.int64).reshape(1)
     # An empty batch has accuracy 0, not 0/0.
     acc = correct.astype(xp.float32) / xp.float32(max(n, 1))
@@ -54,7 +56,8 @@ def _check_k(attrs: dict[str, Any]) -> None:
 def _infer_top_k(shapes: dict, attrs: dict[str, Any]) -> dict:
     x, k = shapes["X"][0], attrs["k"]
     if len(x) < 1 or (x[-1] != -1 and k > x[-1]):
-        raise OpError(f"top_k: attribute 'k' must be at most X's last dim ({x[-1] if x else 'none'}), given {k}")
+        raise OpError("top_k: attribute 'k' must be at most X's last dim "
+                      f"({x[-1] if x else 'none'}), given {k}")
     out = tuple(x[:-1]) + (k,)
     return {"Out": [out], "Indices": [out]}
 
@@ -65,7 +68,8 @@ def _infer_accuracy(shapes: dict, attrs: dict[str, Any]) -> dict:
 
 # accuracy reads Out only to keep the reference framework's signature; the
 # decision uses Indices alone.
-register(OpDef("top_k", inputs=["X"], outputs=["Out", "Indices"], attrs={"k": 1}, check_attrs=_check_k,
-               infer_shape=_infer_top_k, kernel=top_k))
-register(OpDef("accuracy", inputs=["Out", "Indices", "Label"], outputs=["Accuracy", "Correct", "Total"],
-               infer_shape=_infer_accuracy, kernel=accuracy))
+register(OpDef("top_k", inputs=["X"], outputs=["Out", "Indices"], attrs={"k": 1},
+               check_attrs=_check_k, infer_shape=_infer_top_k, kernel=top_k))
+register(OpDef("accuracy", inputs=["Out", "Indices", "Label"],
+               outputs=["Accuracy", "Correct", "Total"], infer_shape=_infer_accuracy,
+               kernel=accuracy))

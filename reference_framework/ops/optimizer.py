@@ -18,11 +18,14 @@ from ._util import numel
 def _check(p: Any, g: Any, v: Any, lr: Any) -> None:
     for slot, a in (("Grad", g), ("Velocity", v)):
         if a.shape != p.shape:
-            raise OpError(f"momentum: {slot} must have Param's shape {list(p.shape)}, given {list(a.shape)}")
+            raise OpError(f"momentum: {slot} must have Param's shape {list(p.shape)}, given "
+                          f"{list(a.shape)}")
         if a.dtype != p.dtype:
-            raise OpError(f"momentum: {slot} must have Param's dtype {p.dtype.name}, given {a.dtype.name}")
+            raise OpError(f"momentum: {slot} must have Param's dtype {p.dtype.name}, given "
+                          f"{a.dtype.name}")
     if lr.size != 1:
-        raise OpError(f"momentum: LearningRate must hold one value (shape [1]), given shape {list(lr.shape)}")
+        raise OpError("momentum: LearningRate must hold one value (shape [1]), given shape "
+                      f"{list(lr.shape)}")
 
 
 def momentum(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> dict[str, Any]:
@@ -50,7 +53,7 @@ def momentum(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> 
 
 def _check_attrs(attrs: dict[str, Any]) -> None:
     mu = attrs["mu"]
-    if isinstance(mu, bool) or not isinstance(mu, Real) or not 0.0 <= mu:
+    if isinstance(mu, bool) or not isinstance(mu, Real) or not 0.0 <= float(mu):
         raise OpError(f"momentum: attribute 'mu' expects a number >= 0, given {mu!r}")
     attrs["mu"] = float(mu)  # a numpy float64 would promote a float32 update to float64
 
@@ -59,7 +62,8 @@ def _infer(shapes: dict, attrs: dict[str, Any]) -> dict:
     p = shapes["Param"][0]
     for slot in ("Grad", "Velocity"):
         if shapes[slot][0] != p:
-            raise OpError(f"momentum: {slot} must have Param's shape {list(p)}, given {list(shapes[slot][0])}")
+            raise OpError(f"momentum: {slot} must have Param's shape {list(p)}, given "
+                          f"{list(shapes[slot][0])}")
     return {"ParamOut": [p], "VelocityOut": [p]}
 
 
@@ -69,6 +73,6 @@ def _cost(shapes: dict, attrs: dict[str, Any], itemsize: int) -> tuple[float, fl
     return float(flops), float(5 * n * itemsize)  # read p, g, v; write p, v
 
 
-register(OpDef("momentum", inputs=["Param", "Grad", "Velocity", "LearningRate"], outputs=["ParamOut", "VelocityOut"],
-               attrs={"mu": REQUIRED, "use_nesterov": False}, check_attrs=_check_attrs, infer_shape=_infer,
-               cost=_cost, kernel=momentum))
+register(OpDef("momentum", inputs=["Param", "Grad", "Velocity", "LearningRate"],
+               outputs=["ParamOut", "VelocityOut"], attrs={"mu": REQUIRED, "use_nesterov": False},
+               check_attrs=_check_attrs, infer_shape=_infer, cost=_cost, kernel=momentum))

@@ -34,17 +34,17 @@ Window = tuple[tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, int
 def _check_attrs(op: str):
     def check(attrs: dict[str, Any]) -> None:
         if attrs["pooling_type"] not in _TYPES:
-            raise OpError(f"{op}: attribute 'pooling_type' expects one of {list(_TYPES)}, "
-                          f"given {attrs['pooling_type']!r}")
+            raise OpError(f"{op}: attribute 'pooling_type' expects one of {list(_TYPES)}, given "
+                          f"{attrs['pooling_type']!r}")
         check_ints(op, "strides", attrs["strides"], n=2, minimum=1)
         check_ints(op, "paddings", attrs["paddings"], n=2, minimum=0)
         if attrs["global_pooling"]:
             return  # ksize and paddings are replaced by the input's size and 0
         check_ints(op, "ksize", attrs["ksize"], n=2, minimum=1)
-        if any(p >= k for p, k in zip(attrs["paddings"], attrs["ksize"])):
-            raise OpError(f"{op}: attribute 'paddings' must be smaller than ksize {list(attrs['ksize'])} "
-                          f"in each dimension (so every window holds an input cell), "
-                          f"given {attrs['paddings']}")
+        if any(p >= k for p, k in zip(attrs["paddings"], attrs["ksize"], strict=True)):
+            raise OpError(f"{op}: attribute 'paddings' must be smaller than ksize "
+                          f"{list(attrs['ksize'])} in each dimension (so every window holds an "
+                          f"input cell), given {attrs['paddings']}")
     return check
 
 
@@ -58,13 +58,15 @@ def _window(op: str, x_shape: Sequence[int], attrs: dict[str, Any]) -> Window:
         return (h, w), (1, 1), (0, 0), (1, 1)
     ksize, strides, paddings = (tuple(attrs[a]) for a in ("ksize", "strides", "paddings"))
     out = []
-    for axis, size, k, s, p in zip(("height", "width"), x_shape[2:], ksize, strides, paddings):
+    for axis, size, k, s, p in zip(("height", "width"), x_shape[2:], ksize, strides, paddings,
+                                   strict=True):
         if size == -1:
             out.append(-1)
             continue
         if k > size + 2 * p:
             raise OpError(f"{op}: ksize's {axis} {k} must not exceed the padded input {axis} "
-                          f"{size + 2 * p}, given ksize {list(ksize)}, X {list(x_shape)}, paddings {list(paddings)}")
+                          f"{size + 2 * p}, given ksize {list(ksize)}, X {list(x_shape)}, paddings "
+                          f"{list(paddings)}")
         out.append((size + 2 * p - k) // s + 1)
     return ksize, strides, paddings, (out[0], out[1])
 
@@ -146,7 +148,8 @@ def _pool_grad_part(x: np.ndarray, out: np.ndarray, dout: np.ndarray, is_max: bo
         dx[...] = dxpad[:, :, ph:ph + h, pw:pw + w]
 
 
-def _pool_grad_cpu(x: np.ndarray, out: np.ndarray, dout: np.ndarray, is_max: bool, win: Window) -> np.ndarray:
+def _pool_grad_cpu(x: np.ndarray, out: np.ndarray, dout: np.ndarray, is_max: bool,
+                   win: Window) -> np.ndarray:
     dx = np.empty(x.shape, dtype=x.dtype)
     (kh, kw) = win[0]
     run_parts(lambda p: _pool_grad_part(x[p], out[p], dout[p], is_max, win, dx[p]), x.shape[0],
@@ -219,9 +222,10 @@ def _grad_cost(shapes: dict, attrs: dict[str, Any], itemsize: int) -> tuple[floa
 
 # The max gradient needs X and Out to find each window's first maximum; the
 # average gradient needs only X's shape.
-register(OpDef("pool2d", inputs=["X"], outputs=["Out"], attrs=_ATTRS, check_attrs=_check_attrs("pool2d"),
-               infer_shape=_infer_shape, cost=_cost, kernel=pool2d,
-               grad=make_grad("pool2d_grad", inputs=["X"], outputs=["Out"], grads_of=["Out"], grads_for=["X"])))
-register(OpDef("pool2d_grad", inputs=["X", "Out", "Out@GRAD"], outputs=[optional("X@GRAD")], attrs=_ATTRS,
-               check_attrs=_check_attrs("pool2d_grad"), infer_shape=_infer_grad_shape, cost=_grad_cost,
-               kernel=pool2d_grad))
+register(OpDef("pool2d", inputs=["X"], outputs=["Out"], attrs=_ATTRS,
+               check_attrs=_check_attrs("pool2d"), infer_shape=_infer_shape, cost=_cost,
+               kernel=pool2d, grad=make_grad("pool2d_grad", inputs=["X"], outputs=["Out"],
+                                             grads_of=["Out"], grads_for=["X"])))
+register(OpDef("pool2d_grad", inputs=["X", "Out", "Out@GRAD"], outputs=[optional("X@GRAD")],
+               attrs=_ATTRS, check_attrs=_check_attrs("pool2d_grad"), infer_shape=_infer_grad_shape,
+               cost=_grad_cost, kernel=pool2d_grad))

@@ -28,14 +28,16 @@ def fill_constant(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext
     return {"Out": ctx.xp.full(attrs["shape"], attrs["value"], dtype=attrs["dtype"])}
 
 
-def fill_zeros_like(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> dict[str, Any]:
+def fill_zeros_like(ins: dict[str, Any], attrs: dict[str, Any],
+                    ctx: KernelContext) -> dict[str, Any]:
     return {"Out": ctx.xp.zeros_like(ins["X"])}
 
 
 def cast(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> dict[str, Any]:
     x = ins["X"]
     if attrs["in_dtype"] != x.dtype.name:
-        raise OpError(f"cast: attribute 'in_dtype' is {attrs['in_dtype']}, but X has dtype {x.dtype.name}")
+        raise OpError(f"cast: attribute 'in_dtype' is {attrs['in_dtype']}, but X has dtype "
+                      f"{x.dtype.name}")
     return {"Out": x.astype(attrs["out_dtype"])}
 
 
@@ -68,35 +70,45 @@ def _draw_dtype(dtype: str) -> str:
     return dtype if dtype in ("float32", "float64") else "float64"
 
 
-def gaussian_random(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> dict[str, Any]:
+def gaussian_random(ins: dict[str, Any], attrs: dict[str, Any],
+                    ctx: KernelContext) -> dict[str, Any]:
     # Drawing in the target float type, not float64 then converting: ResNet-50's
     # startup draws 23M weights, and the conversion pass quadrupled its cost.
-    out = _generator(ctx, attrs["seed"]).standard_normal(tuple(attrs["shape"]), dtype=_draw_dtype(attrs["dtype"]))
+    out = _generator(ctx, attrs["seed"]).standard_normal(tuple(attrs["shape"]),
+                                                         dtype=_draw_dtype(attrs["dtype"]))
     out *= attrs["std"]
     out += attrs["mean"]
     return {"Out": out.astype(attrs["dtype"], copy=False)}
 
 
-def uniform_random(ins: dict[str, Any], attrs: dict[str, Any], ctx: KernelContext) -> dict[str, Any]:
+def uniform_random(ins: dict[str, Any], attrs: dict[str, Any],
+                   ctx: KernelContext) -> dict[str, Any]:
     low, high = attrs["min"], attrs["max"]
     if low >= high:
         raise OpError(f"uniform_random: attribute 'min' ({low}) must be below 'max' ({high})")
-    out = _generator(ctx, attrs["seed"]).random(tuple(attrs["shape"]), dtype=_draw_dtype(attrs["dtype"]))
+    out = _generator(ctx, attrs["seed"]).random(tuple(attrs["shape"]),
+                                                dtype=_draw_dtype(attrs["dtype"]))
     out *= high - low
     out += low
     return {"Out": out.astype(attrs["dtype"], copy=False)}
 
 
-register(OpDef("fill_constant", inputs=[], outputs=["Out"],
-               attrs={"shape": REQUIRED, "value": 0.0, "dtype": "float32"},
-               check_attrs=_shape_attr("fill_constant"), infer_shape=_shape_from_attr, kernel=fill_constant))
+register(OpDef("fill_constant", inputs=[], outputs=["Out"], attrs={"shape": REQUIRED, "value": 0.0,
+                                                                   "dtype": "float32"},
+               check_attrs=_shape_attr("fill_constant"), infer_shape=_shape_from_attr,
+               kernel=fill_constant))
 register(OpDef("fill_zeros_like", inputs=["X"], outputs=["Out"], infer_shape=_same_shape,
                kernel=fill_zeros_like))
-register(OpDef("cast", inputs=["X"], outputs=["Out"], attrs={"in_dtype": REQUIRED, "out_dtype": REQUIRED},
-               infer_shape=_same_shape, kernel=cast))
-register(OpDef("gaussian_random", inputs=[], outputs=["Out"],
-               attrs={"shape": REQUIRED, "mean": 0.0, "std": 1.0, "seed": 0, "dtype": "float32"},
-               check_attrs=_shape_attr("gaussian_random"), infer_shape=_shape_from_attr, kernel=gaussian_random))
-register(OpDef("uniform_random", inputs=[], outputs=["Out"],
-               attrs={"shape": REQUIRED, "min": -1.0, "max": 1.0, "seed": 0, "dtype": "float32"},
-               check_attrs=_shape_attr("uniform_random"), infer_shape=_shape_from_attr, kernel=uniform_random))
+register(OpDef("cast", inputs=["X"], outputs=["Out"],
+               attrs={"in_dtype": REQUIRED, "out_dtype": REQUIRED}, infer_shape=_same_shape,
+               kernel=cast))
+register(OpDef("gaussian_random", inputs=[], outputs=["Out"], attrs={"shape": REQUIRED, "mean": 0.0,
+                                                                     "std": 1.0, "seed": 0,
+                                                                     "dtype": "float32"},
+               check_attrs=_shape_attr("gaussian_random"), infer_shape=_shape_from_attr,
+               kernel=gaussian_random))
+register(OpDef("uniform_random", inputs=[], outputs=["Out"], attrs={"shape": REQUIRED, "min": -1.0,
+                                                                    "max": 1.0, "seed": 0,
+                                                                    "dtype": "float32"},
+               check_attrs=_shape_attr("uniform_random"), infer_shape=_shape_from_attr,
+               kernel=uniform_random))

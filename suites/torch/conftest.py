@@ -17,6 +17,8 @@ from pytest_opperf.torch import pytest_opperf_select_device  # noqa: F401  (the 
 from suites.torch.peer import peer_lines
 
 
-def pytest_opperf_report_sections(config: pytest.Config, results: Any) -> list[tuple[str, list[str]]]:
+def pytest_opperf_report_sections(config: pytest.Config,
+                                  results: Any) -> list[tuple[str, list[str]]]:
     lines = peer_lines(results.runs)
-    return [("peers: reference framework vs torch, per op type at the same shapes", lines)] if lines else []
+    return [("peers: reference framework vs torch, per op type at the same shapes",
+             lines)] if lines else []

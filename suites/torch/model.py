@@ -1,4 +1,4 @@
-"""The reference framework's ResNet training, and its ops, built in torch (the peer the suites compare with).
+"""The reference framework's ResNet training and its ops, built in torch (the suites' peer).
 
 The network follows ``reference_framework.models.resnet`` layer for layer (its
 depth table, bottleneck with the stride on the 3x3 convolution, projection
@@ -27,8 +27,10 @@ from reference_framework.models.resnet import DEPTHS, STAGE_CHANNELS, bottleneck
 __all__ = ["ResNet", "has_peer", "op_call", "train_batches", "train_step"]
 
 
-def conv_bn(cin: int, cout: int, k: int, stride: int = 1, padding: int = 0, relu: bool = True) -> list[nn.Module]:
-    mods: list[nn.Module] = [nn.Conv2d(cin, cout, k, stride, padding, bias=False), nn.BatchNorm2d(cout)]
+def conv_bn(cin: int, cout: int, k: int, stride: int = 1, padding: int = 0,
+            relu: bool = True) -> list[nn.Module]:
+    mods: list[nn.Module] = [nn.Conv2d(cin, cout, k, stride, padding, bias=False),
+                             nn.BatchNorm2d(cout)]
     return mods + [nn.ReLU()] if relu else mods
 
 
@@ -37,7 +39,8 @@ class Bottleneck(nn.Module):
 
     def __init__(self, cin: int, channels: int, stride: int) -> None:
         super().__init__()
-        self.body = nn.Sequential(*conv_bn(cin, channels, 1), *conv_bn(channels, channels, 3, stride, 1),
+        self.body = nn.Sequential(*conv_bn(cin, channels, 1),
+                                  *conv_bn(channels, channels, 3, stride, 1),
                                   *conv_bn(channels, channels * 4, 1, relu=False))
         self.shortcut = (nn.Sequential(*conv_bn(cin, channels * 4, 1, stride, relu=False))
                          if cin != channels * 4 or stride != 1 else nn.Identity())
@@ -52,7 +55,8 @@ class BasicBlock(nn.Module):
 
     def __init__(self, cin: int, channels: int, stride: int) -> None:
         super().__init__()
-        self.body = nn.Sequential(*conv_bn(cin, channels, 3, stride, 1), *conv_bn(channels, channels, 3, 1, 1, False))
+        self.body = nn.Sequential(*conv_bn(cin, channels, 3, stride, 1),
+                                  *conv_bn(channels, channels, 3, 1, 1, False))
         self.shortcut = (nn.Sequential(*conv_bn(cin, channels, 1, stride, relu=False))
                          if cin != channels or stride != 1 else nn.Identity())
         self.relu = nn.ReLU()
@@ -71,7 +75,7 @@ class ResNet(nn.Sequential):
         pool = nn.MaxPool2d(3, 2, 1) if stem_pool == "max" else nn.AvgPool2d(3, 2, 0)
         mods: list[nn.Module] = [*conv_bn(3, 64, 7, 2, 3), pool]
         cin = 64
-        for stage, (blocks, channels) in enumerate(zip(stages, STAGE_CHANNELS)):
+        for stage, (blocks, channels) in enumerate(zip(stages, STAGE_CHANNELS, strict=True)):
             for i in range(blocks):
                 mods.append(make(cin, channels, 2 if stage > 0 and i == 0 else 1))
                 cin = channels * expansion
@@ -84,8 +88,9 @@ class ResNet(nn.Sequential):
 
 def train_batches(config: BenchmarkConfig) -> Any:
     """The reference benchmark's batches (synthetic Flowers, shuffled), as torch tensors."""
-    train = batch(reader.shuffle(dataset.flowers.train(image_size=config.image_size, seed=config.seed),
-                                 buf_size=config.buf_size, seed=config.seed), batch_size=config.batch_size)
+    train = batch(reader.shuffle(dataset.flowers.train(image_size=config.image_size,
+                                                       seed=config.seed), buf_size=config.buf_size,
+                                 seed=config.seed), batch_size=config.batch_size)
     shape = (3, config.image_size, config.image_size)
     count = 0
     while True:
@@ -98,7 +103,8 @@ def train_batches(config: BenchmarkConfig) -> Any:
             count += 1
 
 
-def train_step(model: nn.Module, opt: torch.optim.Optimizer) -> Callable[[torch.Tensor, torch.Tensor], float]:
+def train_step(model: nn.Module,
+               opt: torch.optim.Optimizer) -> Callable[[torch.Tensor, torch.Tensor], float]:
     def step(images: torch.Tensor, labels: torch.Tensor) -> float:
         opt.zero_grad(set_to_none=True)
         loss = F.cross_entropy(model(images), labels)
@@ -118,9 +124,9 @@ def _pair(values: list[int]) -> list[int]:
     return [int(v) for v in values]
 
 
-_PEERS = frozenset({"conv2d", "conv2d_grad", "batch_norm", "batch_norm_grad", "relu", "relu_grad", "pool2d",
-                    "pool2d_grad", "elementwise_add", "elementwise_add_grad", "sum", "mul", "mul_grad", "softmax",
-                    "softmax_grad", "mean", "momentum"})
+_PEERS = frozenset({"conv2d", "conv2d_grad", "batch_norm", "batch_norm_grad", "relu", "relu_grad",
+                    "pool2d", "pool2d_grad", "elementwise_add", "elementwise_add_grad", "sum",
+                    "mul", "mul_grad", "softmax", "softmax_grad", "mean", "momentum"})
 
 
 def has_peer(op_type: str, shapes: dict[str, list[tuple[int, ...]]], attrs: dict[str, Any]) -> bool:
@@ -153,12 +159,13 @@ def op_call(op_type: str, shapes: dict[str, list[tuple[int, ...]]], attrs: dict[
     one = {slot: v[0] for slot, v in first.items()}
     if op_type in ("conv2d", "conv2d_grad"):
         x, w = one["Input"], one["Filter"]
-        conv = (_pair(attrs["strides"]), _pair(attrs["paddings"]), _pair(attrs.get("dilations", [1, 1])))
+        conv = (_pair(attrs["strides"]), _pair(attrs["paddings"]),
+                _pair(attrs.get("dilations", [1, 1])))
         groups = int(attrs.get("groups", 1))
         if op_type == "conv2d":
             return F.conv2d, (x, w, None, *conv, groups)
-        return aten.convolution_backward, (one["Output@GRAD"], x, w, None, *conv, False, [0, 0], groups,
-                                           [True, True, False])
+        return aten.convolution_backward, (one["Output@GRAD"], x, w, None, *conv, False, [0, 0],
+                                           groups, [True, True, False])
     if op_type in ("batch_norm", "batch_norm_grad"):
         x = one["X"]
         c = x.shape[1]
@@ -167,9 +174,11 @@ def op_call(op_type: str, shapes: dict[str, list[tuple[int, ...]]], attrs: dict[
         eps, momentum = float(attrs.get("epsilon", 1e-5)), 1.0 - float(attrs.get("momentum", 0.9))
         if op_type == "batch_norm":
             return aten.native_batch_norm, (x, weight, bias, mean, var, True, momentum, eps)
-        _, saved_mean, saved_invstd = aten.native_batch_norm(x, weight, bias, mean, var, True, momentum, eps)
-        return aten.native_batch_norm_backward, (randn(tuple(x.shape)), x, weight, mean, var, saved_mean,
-                                                 saved_invstd, True, eps, [True, True, True])
+        _, saved_mean, saved_invstd = aten.native_batch_norm(x, weight, bias, mean, var, True,
+                                                             momentum, eps)
+        return aten.native_batch_norm_backward, (randn(tuple(x.shape)), x, weight, mean, var,
+                                                 saved_mean, saved_invstd, True, eps,
+                                                 [True, True, True])
     if op_type == "relu":
         return torch.relu, (one["X"],)
     if op_type == "relu_grad":
@@ -187,7 +196,8 @@ def op_call(op_type: str, shapes: dict[str, list[tuple[int, ...]]], attrs: dict[
             if op_type == "pool2d":
                 return aten.max_pool2d_with_indices, (x, *pool)
             _, indices = aten.max_pool2d_with_indices(x, *pool)
-            return aten.max_pool2d_with_indices_backward, (one["Out@GRAD"], x, *pool, [1, 1], False, indices)
+            return aten.max_pool2d_with_indices_backward, (one["Out@GRAD"], x, *pool, [1, 1], False,
+                                                           indices)
         if op_type == "pool2d":
             return aten.avg_pool2d, (x, *pool)
         return aten.avg_pool2d_backward, (one["Out@GRAD"], x, *pool, False, True, None)
@@ -208,23 +218,25 @@ def op_call(op_type: str, shapes: dict[str, list[tuple[int, ...]]], attrs: dict[
             return torch.mm, (x2, w)
         dy = one["Out@GRAD"]
 
-        def mul_grad(dy: torch.Tensor, x2: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        def mul_grad(dy: torch.Tensor, x2: torch.Tensor,
+                     w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             return torch.mm(dy, w.t()), torch.mm(x2.t(), dy)
 
         return mul_grad, (dy, x2, w)
     if op_type == "softmax":
         return functools.partial(torch.softmax, dim=1), (one["X"],)
     if op_type == "softmax_grad":
-        return aten._softmax_backward_data, (one["Out@GRAD"], torch.softmax(one["Out"], 1), 1, torch.float32)
+        return aten._softmax_backward_data, (one["Out@GRAD"], torch.softmax(one["Out"], 1), 1,
+                                             torch.float32)
     if op_type == "mean":
         return torch.mean, (one["X"],)
     if op_type == "momentum":
         param, grad, velocity = one["Param"], one["Grad"], one["Velocity"]
         mu, lr = float(attrs.get("mu", 0.9)), 0.01
 
-        def momentum(param: torch.Tensor, grad: torch.Tensor, velocity: torch.Tensor) -> None:
+        def momentum_step(param: torch.Tensor, grad: torch.Tensor, velocity: torch.Tensor) -> None:
             velocity.mul_(mu).add_(grad)  # what torch.optim.SGD does per parameter
             param.add_(velocity, alpha=-lr)
 
-        return momentum, (param, grad, velocity)
+        return momentum_step, (param, grad, velocity)
     return None

@@ -1,4 +1,4 @@
-"""The peer table: the reference framework's op times next to torch's, per op type, at the same shapes.
+"""The peer table: the reference framework's op times next to torch's, per op type and shape.
 
 Pure: it reads the session's runs. The per-op runs of ``suites/test_ops.py``
 and ``suites/torch/test_torch.py`` have the same test ids
@@ -52,15 +52,17 @@ def peer_lines(runs: list[Any]) -> list[str]:
     if totals:
         rows = [[op, int(n), ref, peer, ref / peer if peer > 0 else float("nan")]
                 for op, (n, ref, peer) in sorted(totals.items(), key=lambda kv: -kv[1][1])]
-        n, ref, peer = (sum(r[i] for r in rows) for i in (1, 2, 3))
+        n, ref, peer = (sum(t[i] for t in totals.values()) for i in (0, 1, 2))
         rows.append(["all", n, ref, peer, ref / peer if peer > 0 else float("nan")])
-        lines += tabulate(rows, headers=["op type", "shapes", "reference ms", "torch ms", "reference/torch"],
-                          floatfmt=".3f").splitlines()
-        lines.append("ms: sum over the shapes both ran of the median time per call; op types torch has no "
-                     "single op for are left out")
-    e2e = [r for r in runs if r.kind == "e2e" and (r.id.startswith(REFERENCE_E2E) or r.id.startswith(TORCH_E2E))]
+        lines += tabulate(rows, headers=["op type", "shapes", "reference ms", "torch ms",
+                                         "reference/torch"], floatfmt=".3f").splitlines()
+        lines.append("ms: sum over the shapes both ran of the median time per call; op types torch "
+                     "has no single op for are left out")
+    e2e = [r for r in runs if r.kind == "e2e" and (r.id.startswith(REFERENCE_E2E)
+                                                   or r.id.startswith(TORCH_E2E))]
     frameworks = {r.id.startswith(TORCH_E2E) for r in e2e}
     if len(frameworks) == 2:
         rows = [[r.id, r.examples_per_sec, 100 * r.python_share] for r in e2e]
-        lines += tabulate(rows, headers=["e2e run", "examples/sec", "Python %"], floatfmt=".3f").splitlines()
+        lines += tabulate(rows, headers=["e2e run", "examples/sec", "Python %"],
+                          floatfmt=".3f").splitlines()
     return lines

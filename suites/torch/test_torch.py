@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is not installed: the torch suite needs it "
-                                            "(CPU build: pip install torch==2.13.0)")
+torch = pytest.importorskip("torch", reason="torch is not installed: the torch suite needs it (CPU "
+                                            "build: pip install torch==2.13.0)")
 
-from pytest_opperf.torch import benchmark_op, profile
-from reference_framework.benchmark import BenchmarkConfig
-from suites.support import OpCase, distinct_ops, suite_workload, training_program
-from suites.torch.model import ResNet, has_peer, op_call, train_batches, train_step
+from pytest_opperf.torch import benchmark_op, profile  # noqa: E402 (after the skip)
+from reference_framework.benchmark import BenchmarkConfig  # noqa: E402 (after the skip)
+from suites.support import OpCase, distinct_ops, suite_workload, training_program  # noqa: E402 (after the skip)
+from suites.torch.model import ResNet, has_peer, op_call, train_batches, train_step  # noqa: E402 (after the skip)
 
 
 def _cases(config: BenchmarkConfig) -> list[OpCase]:
@@ -64,8 +64,9 @@ def test_train(opperf, torch_setting: tuple[str, BenchmarkConfig], torch_device:
             run.step(examples=len(labels))
 
     expected = _reference_parameters(config)
-    assert model.parameter_count == expected, f"torch ResNet has {model.parameter_count} parameters, " \
-                                              f"the reference framework's {expected}"
+    assert model.parameter_count == expected, (
+        f"torch ResNet has {model.parameter_count} parameters, "
+        f"the reference framework's {expected}")
     assert len(losses) == config.iterations
     assert all(math.isfinite(loss) for loss in losses), losses
 
@@ -75,7 +76,8 @@ def _reference_parameters(config: BenchmarkConfig) -> int:
     return sum(math.prod(p.shape) for p in main.global_block().all_parameters())
 
 
-def test_op(case: OpCase, workload: tuple[str, BenchmarkConfig], torch_device: Any, opperf_benchmark: Any) -> None:
+def test_op(case: OpCase, workload: tuple[str, BenchmarkConfig], torch_device: Any,
+            opperf_benchmark: Any) -> None:
     config = workload[1]
     attrs = training_program(config).main.global_block().ops[case.index].attrs
     call = op_call(case.type, case.shapes, attrs, torch_device, seed=config.seed)
@@ -86,5 +88,6 @@ def test_op(case: OpCase, workload: tuple[str, BenchmarkConfig], torch_device: A
         if isinstance(value, torch.Tensor) and value.is_floating_point():
             assert torch.isfinite(value).all(), f"{case.id}: output is not finite"
     benchmark_op(opperf_benchmark, fn, *args, stat=case.type,
-                 config={"op": case.type, "framework": "torch", "torch_threads": torch.get_num_threads(),
+                 config={"op": case.type, "framework": "torch",
+                         "torch_threads": torch.get_num_threads(),
                          "inputs": {k: [list(s) for s in v] for k, v in case.shapes.items()}})
