@@ -14,10 +14,10 @@ import json
 import math
 import os
 import platform
+import secrets
 import stat
 import subprocess
 import sys
-import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -151,7 +151,9 @@ def json_problem(value: Any, where: str, depth: int = 0) -> str | None:
     if isinstance(value, int):
         return None
     if isinstance(value, float):
-        return None if math.isfinite(value) else f"{where} is {value!r}, which JSON cannot hold (give a finite number)"
+        if math.isfinite(value):
+            return None
+        return f"{where} is {value!r}, which JSON cannot hold (give a finite number)"
     if isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
             problem = json_problem(item, f"{where}[{i}]", depth + 1)
@@ -205,10 +207,12 @@ def _load_stat(d: Any, where: str, source: str) -> StatResult:
     _need(isinstance(d, dict), source, f"{where} is not an object")
     _need(isinstance(d.get("name"), str), source, f"{where}.name is missing or not a string")
     where = f"{where} ({d['name']!r})"
-    _need(d.get("parent") is None or isinstance(d["parent"], str), source, f"{where}.parent is not a string or null")
+    _need(d.get("parent") is None or isinstance(d["parent"], str), source,
+          f"{where}.parent is not a string or null")
     _need(isinstance(d.get("count"), int) and not isinstance(d["count"], bool), source,
           f"{where}.count is missing or not an integer")
-    _need(_count(d["count"]), source, f"{where}.count must be an integer >= 0, got {d['count']!r:.40}")
+    _need(_count(d["count"]), source,
+          f"{where}.count must be an integer >= 0, got {d['count']!r:.40}")
     for key in ("total_ms", "avg_ms", "min_ms", "max_ms"):
         _need(_is_num(d.get(key)), source, f"{where}.{key} is missing or not a finite number")
         _need(d[key] >= 0, source, f"{where}.{key} must not be negative, got {d[key]!r}")
@@ -216,7 +220,8 @@ def _load_stat(d: Any, where: str, source: str) -> StatResult:
     _need(samples is None or (_num_list(samples) and all(x >= 0 for x in samples)), source,
           f"{where}.samples_ms is not a list of finite numbers >= 0")
     for key in ("flops", "bytes", "host_ms"):
-        _need(d.get(key) is None or _nonneg(d[key]), source, f"{where}.{key} is not a finite number >= 0")
+        _need(d.get(key) is None or _nonneg(d[key]), source,
+              f"{where}.{key} is not a finite number >= 0")
     return StatResult(
         name=d["name"], parent=d.get("parent"), count=d["count"], total_ms=float(d["total_ms"]),
         avg_ms=float(d["avg_ms"]), min_ms=float(d["min_ms"]), max_ms=float(d["max_ms"]),
@@ -232,19 +237,22 @@ def _load_run(d: Any, i: int, source: str) -> RunResult:
     _need(isinstance(d, dict), source, f"{where} is not an object")
     _need(isinstance(d.get("id"), str), source, f"{where}.id is missing or not a string")
     where = f"run {d['id']!r}"
-    _need(d.get("kind") in KINDS, source, f"{where}: kind must be one of {'|'.join(KINDS)}, got {d.get('kind')!r}")
+    _need(d.get("kind") in KINDS, source,
+          f"{where}: kind must be one of {'|'.join(KINDS)}, got {d.get('kind')!r}")
     for key in ("wall_s", "examples_per_sec", "sec_per_batch", "python_share"):
         _need(_is_num(d.get(key)), source, f"{where}: {key} is missing or not a finite number")
         _need(d[key] >= 0, source, f"{where}: {key} must not be negative, got {d[key]!r}")
-    _need(d["python_share"] <= 1, source, f"{where}: python_share is a share and must be in [0, 1], "
+    _need(d["python_share"] <= 1, source,
+          f"{where}: python_share is a share and must be in [0, 1], "
                                           f"got {d['python_share']!r}")
     for key in ("examples", "batches"):
         _need(_is_num(d.get(key)), source, f"{where}: {key} is missing or not a finite number")
         _need(_count(d[key]), source, f"{where}: {key} must be a whole number >= 0, got {d[key]!r}")
     _need(isinstance(d.get("stats"), list), source, f"{where}: stats is missing or not a list")
     counts = d.get("counts", {})
-    _need(isinstance(counts, dict) and all(isinstance(v, int) and not isinstance(v, bool) and _count(v)
-                                           for v in counts.values()), source,
+    whole = isinstance(counts, dict) and all(
+        isinstance(v, int) and not isinstance(v, bool) and _count(v) for v in counts.values())
+    _need(whole, source,
           f"{where}: counts is not an object of integers >= 0")
     config = d.get("config", {})
     _need(isinstance(config, dict), source, f"{where}: config is not an object")
@@ -262,15 +270,17 @@ def _load_run(d: Any, i: int, source: str) -> RunResult:
                          for j, s in enumerate(d["stats"]))
     except StatTreeError as exc:
         raise ResultsError(f"{source}: malformed results file: {where}: {exc}") from None
-    optional = {k: d[k] for k in ("framework_share", "kernel_share", "executor_ms", "kernel_ms") if _is_num(d.get(k))}
+    keys = ("framework_share", "kernel_share", "executor_ms", "kernel_ms")
+    optional = {k: d[k] for k in keys if _is_num(d.get(k))}
     return RunResult(
         id=d["id"], kind=d["kind"], config=config, device=str(d.get("device", "")),
         timing=str(d.get("timing", "host")), wall_s=float(d["wall_s"]), examples=int(d["examples"]),
         batches=int(d["batches"]), examples_per_sec=float(d["examples_per_sec"]),
         sec_per_batch=float(d["sec_per_batch"]), python_share=float(d["python_share"]), stats=stats,
-        counts=dict(counts), executor_stat=d.get("executor_stat") if isinstance(d.get("executor_stat"), str) else None,
-        step_ms=[float(x) for x in d.get("step_ms", [])], step_examples=[int(x) for x in d.get("step_examples", [])],
-        notes=list(notes),
+        counts=dict(counts),
+        executor_stat=d.get("executor_stat") if isinstance(d.get("executor_stat"), str) else None,
+        step_ms=[float(x) for x in d.get("step_ms", [])],
+        step_examples=[int(x) for x in d.get("step_examples", [])], notes=list(notes),
         trace=d.get("trace") if isinstance(d.get("trace"), dict) else None,
         **{k: float(v) for k, v in optional.items()},
     )
@@ -284,23 +294,27 @@ def _check_gate(gate: dict[str, Any], source: str) -> None:
           "gate.violations is not a list of objects")
     for i, v in enumerate(violations):
         for key in ("value", "limit", "baseline"):
-            _need(v.get(key) is None or _is_num(v[key]), source, f"gate.violations[{i}].{key} is not a number")
+            _need(v.get(key) is None or _is_num(v[key]), source,
+                  f"gate.violations[{i}].{key} is not a number")
     for key in ("warnings", "notes"):
-        _need(isinstance(gate.get(key, []), list) and all(isinstance(x, str) for x in gate.get(key, [])), source,
+        values = gate.get(key, [])
+        _need(isinstance(values, list) and all(isinstance(x, str) for x in values), source,
               f"gate.{key} is not a list of strings")
     for key in ("checks", "undecided"):
         n = gate.get(key, 0)
         _need(isinstance(n, int) and not isinstance(n, bool) and _count(n), source,
               f"gate.{key} is not an integer >= 0")
     for key in ("baseline", "thresholds", "incomplete"):
-        _need(gate.get(key) is None or isinstance(gate[key], str), source, f"gate.{key} is not a string or null")
+        _need(gate.get(key) is None or isinstance(gate[key], str), source,
+              f"gate.{key} is not a string or null")
 
 
 def _load(data: Any, source: str) -> ResultSet:
     _need(isinstance(data, dict), source, "the top level is not an object")
     schema = data.get("schema")
     if schema != SCHEMA:
-        raise ResultsError(f"{source}: unknown results schema {schema!r} (this version reads {SCHEMA!r})")
+        raise ResultsError(f"{source}: unknown results schema {schema!r} "
+                           f"(this version reads {SCHEMA!r})")
     _need(isinstance(data.get("runs"), list), source, "runs is missing or not a list")
     runs = [_load_run(r, i, source) for i, r in enumerate(data["runs"])]
     seen: set[str] = set()
@@ -319,7 +333,8 @@ def _load(data: Any, source: str) -> ResultSet:
     _need(isinstance(session, dict), source, "session is not an object")
     compare = data.get("compare")
     _need(compare is None or isinstance(compare, dict), source, "compare is not an object")
-    return ResultSet(runs=runs, machine=machine, commit=commit, created=str(data.get("created", "")),
+    return ResultSet(runs=runs, machine=machine, commit=commit,
+                     created=str(data.get("created", "")),
                      session=session, gate=gate, compare=compare)
 
 
@@ -332,7 +347,8 @@ def read_text(path: str | os.PathLike[str], error: type[Exception], expected: st
         try:
             os.stat(path)
         except OSError as exc:
-            raise error(f"{path}: is a broken symbolic link (to {os.readlink(path)!r}: {exc.strerror})") from None
+            raise error(f"{path}: is a broken symbolic link "
+                        f"(to {os.readlink(path)!r}: {exc.strerror})") from None
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
@@ -342,7 +358,8 @@ def read_text(path: str | os.PathLike[str], error: type[Exception], expected: st
     if stat.S_ISDIR(mode):
         raise error(f"{path}: is a directory, expected {expected}")
     if not stat.S_ISREG(mode):
-        raise error(f"{path}: is not a regular file (a FIFO, device or socket), expected {expected}")
+        raise error(f"{path}: is not a regular file (a FIFO, device or socket), "
+                    f"expected {expected}")
     try:
         return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -370,7 +387,8 @@ def loads_strict(text: str, source: str) -> Any:
     try:
         return json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
-        raise ResultsError(f"{source}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        raise ResultsError(f"{source}: not valid JSON: {exc.msg} at line {exc.lineno} "
+                           f"column {exc.colno}") from None
     except RecursionError:
         raise ResultsError(f"{source}: not a results file: nested too deeply") from None
     except ValueError as exc:  # NaN/Infinity, or an integer with more digits than Python parses
@@ -424,7 +442,8 @@ def remove_stale_temps(target: Path) -> int:
         if not (name.startswith(prefix) and name.endswith(".tmp")):
             continue
         parts = name[len(prefix):-len(".tmp")].split(".")
-        if len(parts) != 2 or not parts[0].isdigit() or int(parts[0]) == os.getpid() or _alive(int(parts[0])):
+        pid = int(parts[0]) if len(parts) == 2 and parts[0].isdigit() else None
+        if pid is None or pid == os.getpid() or _alive(pid):
             continue
         try:
             os.unlink(target.parent / name)
@@ -482,9 +501,11 @@ def write_results(path: str | os.PathLike[str], results: ResultSet) -> None:
     write_text_atomic(path, dumps_results(results))
 
 
-def baseline_file(directory: str | os.PathLike[str], device_class: str, workload: str, variant: str = "") -> Path:
+def baseline_file(directory: str | os.PathLike[str], device_class: str, workload: str,
+                  variant: str = "") -> Path:
     """Where a baseline directory keeps the results of one hardware class and workload
-    (and measurement variant, e.g. ``sync``: see :func:`pytest_opperf.identity.baseline_variant`)."""
+    (and measurement variant, e.g. ``sync``: see
+    :func:`pytest_opperf.identity.baseline_variant`)."""
     return Path(directory) / f"{device_class}-{workload}{'-' + variant if variant else ''}.json"
 
 
@@ -556,7 +577,7 @@ def _git(args: Iterable[str], cwd: str | os.PathLike[str]) -> str | None:
 
 
 def commit_info(cwd: str | os.PathLike[str] = ".") -> dict[str, Any] | None:
-    """The git commit of ``cwd``: sha, dirty flag (tracked files) and branch; ``None`` without git."""
+    """The git commit of ``cwd``: sha, dirty flag (tracked files), branch; ``None`` without git."""
     # one subprocess: porcelain v2 headers carry the sha and branch, the other lines are changes
     out = _git(["status", "--porcelain=v2", "--branch", "--untracked-files=no"], cwd)
     if out is None:

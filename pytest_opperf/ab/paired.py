@@ -137,7 +137,8 @@ __all__ = [
 Kind = Literal["time", "rate", "share", "count"]
 Verdict = Literal["regressed", "improved", "unchanged", "undecided"]
 KINDS: tuple[str, ...] = ("time", "rate", "share", "count")
-VERDICTS: tuple[str, ...] = ("regressed", "undecided", "improved", "unchanged")  # the report's order
+# the report's order
+VERDICTS: tuple[str, ...] = ("regressed", "undecided", "improved", "unchanged")
 
 EXACT_MAX_PAIRS = 300  # the signed-rank distribution is counted exactly up to this many pairs
 _CHUNK = 2_000_000  # Walsh averages held at once (16 MB)
@@ -173,8 +174,8 @@ class Paired:
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
-            raise ValueError(f"{self.key.run} {self.key.metric}: kind must be one of {', '.join(KINDS)}, "
-                             f"got {self.kind!r}")
+            raise ValueError(f"{self.key.run} {self.key.metric}: kind must be one of "
+                             f"{', '.join(KINDS)}, got {self.kind!r}")
         if len(self.base) != len(self.head):
             raise ValueError(f"{self.key.run} {self.key.metric}: base and head must pair up, got "
                              f"{len(self.base)} base and {len(self.head)} head samples")
@@ -227,7 +228,8 @@ class CompareSettings:
     alpha: float = table_key(0.05, "family-wise error rate, Bonferroni-corrected for the number of "
                              "metrics tested", 0.0, 1.0, lo_open=True, hi_open=True)
     budget_s: float = table_key(600.0, "wall-time budget of the whole A/B session (s); what is "
-                                "undecided when it is spent is reported undecided", 0.0, lo_open=True)
+                                "undecided when it is spent is reported undecided", 0.0,
+                                lo_open=True)
     min_call_ms: float = table_key(0.001, "floor of per-op metrics (call_ms): a call must grow by "
                                    "at least this many ms to count", 0.0)
     min_step_ms: float = table_key(0.05, "floor of e2e stats (step_ms): a stat's per-step total "
@@ -319,7 +321,8 @@ def _walsh_intervals(rows: Any, a: float) -> list[tuple[float, float, float]]:
         walsh = np.sort(walsh, axis=1) if total <= 5000 else np.partition(walsh, kth, axis=1)
         centre = (walsh[:, (total - 1) // 2] + walsh[:, total // 2]) * 0.5
         if d >= 0:
-            out.extend(zip(centre.tolist(), walsh[:, d].tolist(), walsh[:, total - 1 - d].tolist(), strict=True))
+            out.extend(zip(centre.tolist(), walsh[:, d].tolist(), walsh[:, total - 1 - d].tolist(),
+                           strict=True))
         else:
             out.extend((v, -math.inf, math.inf) for v in centre.tolist())
     return out
@@ -370,7 +373,8 @@ class Decision:
     def half_width(self) -> float:
         """Half the interval's width: in log units as a relative change (0.012 = +-1.2 %) for
         ratios, absolute for differences; inf when unbounded."""
-        if not (math.isfinite(self.low) and math.isfinite(self.high)) or (self.ratio and self.low <= 0):
+        finite = math.isfinite(self.low) and math.isfinite(self.high)
+        if not finite or (self.ratio and self.low <= 0):
             return math.inf
         if self.ratio:
             return math.expm1((math.log(self.high) - math.log(self.low)) / 2)
@@ -379,10 +383,11 @@ class Decision:
     def to_dict(self) -> dict[str, Any]:
         def num(v: float) -> float | None:
             return v if math.isfinite(v) else None
-        return {"run": self.key.run, "metric": self.key.metric, "kind": self.kind, "verdict": self.verdict,
-                "base": num(self.base), "head": num(self.head), "estimate": num(self.estimate),
-                "low": num(self.low), "high": num(self.high), "limit": num(self.limit), "pairs": self.pairs,
-                "statistic": self.statistic}
+        return {"run": self.key.run, "metric": self.key.metric, "kind": self.kind,
+                "verdict": self.verdict, "base": num(self.base), "head": num(self.head),
+                "estimate": num(self.estimate),
+                "low": num(self.low), "high": num(self.high), "limit": num(self.limit),
+                "pairs": self.pairs, "statistic": self.statistic}
 
 
 def _threshold(p: Paired, ms: CompareSettings, base: float) -> float:
@@ -415,13 +420,15 @@ def _level(a: float) -> str:
 
 def _count_decision(p: Paired) -> Decision:
     if not p.pairs:
-        return Decision(p.key, p.kind, "undecided", math.nan, math.nan, math.nan, -math.inf, math.inf, 0,
-                        "per-step count (exact): no pairs", 0.0)
-    (base, base_same), (head, head_same) = (most_common([round(v) for v in side]) for side in (p.base, p.head))
+        return Decision(p.key, p.kind, "undecided", math.nan, math.nan, math.nan, -math.inf,
+                        math.inf, 0, "per-step count (exact): no pairs", 0.0)
+    (base, base_same), (head, head_same) = (most_common([round(v) for v in side])
+                                            for side in (p.base, p.head))
     diff = float(head - base)
-    statistic = "per-step count (exact)" + ("" if base_same and head_same else ", most common per-step value")
-    return Decision(p.key, p.kind, "regressed" if diff else "unchanged", float(base), float(head), diff, diff,
-                    diff, p.pairs, statistic, 0.0)
+    statistic = "per-step count (exact)"
+    statistic += "" if base_same and head_same else ", most common per-step value"
+    return Decision(p.key, p.kind, "regressed" if diff else "unchanged", float(base), float(head),
+                    diff, diff, diff, p.pairs, statistic, 0.0)
 
 
 def _worse(kinds: Sequence[str], base: Any, head: Any) -> Any:
@@ -462,14 +469,15 @@ def decide(samples: Sequence[Paired], settings: CompareSettings) -> list[Decisio
             decisions[i] = _count_decision(p)
         elif not p.pairs:
             lo = 0.0 if p.kind in ("time", "rate") else -math.inf
-            decisions[i] = Decision(p.key, p.kind, "undecided", math.nan, math.nan, math.nan, lo, math.inf, 0,
-                                    "no interval: no pairs")
+            decisions[i] = Decision(p.key, p.kind, "undecided", math.nan, math.nan, math.nan, lo,
+                                    math.inf, 0, "no interval: no pairs")
         else:
             groups.setdefault(p.pairs, []).append(i)
     for n, members in groups.items():
         base = np.array([samples[i].base for i in members], dtype=np.float64)
         head = np.array([samples[i].head for i in members], dtype=np.float64)
-        base_median, head_median = np.median(base, axis=1).tolist(), np.median(head, axis=1).tolist()
+        base_median = np.median(base, axis=1).tolist()
+        head_median = np.median(head, axis=1).tolist()
         usable = []
         problems = _unusable([samples[i].kind for i in members], base, head)
         for row, (i, problem) in enumerate(zip(members, problems, strict=True)):
@@ -478,8 +486,8 @@ def decide(samples: Sequence[Paired], settings: CompareSettings) -> list[Decisio
                 usable.append(row)
                 continue
             lo = 0.0 if p.kind in ("time", "rate") else -math.inf
-            decisions[i] = Decision(p.key, p.kind, "undecided", base_median[row], head_median[row], math.nan, lo,
-                                    math.inf, n, f"no interval: {problem}")
+            decisions[i] = Decision(p.key, p.kind, "undecided", base_median[row], head_median[row],
+                                    math.nan, lo, math.inf, n, f"no interval: {problem}")
         if not usable:
             continue
         x = _worse([samples[members[r]].kind for r in usable], base[usable], head[usable])
@@ -491,20 +499,21 @@ def decide(samples: Sequence[Paired], settings: CompareSettings) -> list[Decisio
             b, h = base_median[row], head_median[row]
             c = _threshold(p, ms, b)
             verdict = rule(lo, hi, c)
-            statistic = f"Hodges-Lehmann {'ratio' if p.kind in ('time', 'rate') else 'difference'}, {test}"
+            what = "ratio" if p.kind in ("time", "rate") else "difference"
+            statistic = f"Hodges-Lehmann {what}, {test}"
             if n < ms.min_pairs:
                 verdict = "undecided"
                 statistic += f"; too few pairs ({n} < min_pairs {ms.min_pairs})"
             elif math.isinf(hi) or math.isinf(lo):
                 statistic += f"; too few pairs for a {_level(a)} interval"
             if p.kind == "time":
-                estimate, low, high, limit = math.exp(centre), math.exp(lo), math.exp(hi), math.exp(c)
+                estimate, low, high, limit = (math.exp(v) for v in (centre, lo, hi, c))
             elif p.kind == "rate":
-                estimate, low, high, limit = math.exp(-centre), math.exp(-hi), math.exp(-lo), math.exp(-c)
+                estimate, low, high, limit = (math.exp(-v) for v in (centre, hi, lo, c))
             else:
                 estimate, low, high, limit = centre, lo, hi, c
-            decisions[members[row]] = Decision(p.key, p.kind, verdict, b, h, estimate, low, high, n, statistic,
-                                               limit)
+            decisions[members[row]] = Decision(p.key, p.kind, verdict, b, h, estimate, low, high, n,
+                                               statistic, limit)
     return [d for d in decisions if d is not None]
 
 
@@ -520,19 +529,21 @@ def _decision_from_dict(d: Any, where: str, source: str) -> Decision:
     _need(isinstance(d, dict), source, f"{where} is not an object")
     for key in ("run", "metric", "statistic"):
         _need(isinstance(d.get(key), str), source, f"{where}.{key} is missing or not a string")
-    _need(d.get("kind") in KINDS, source, f"{where}.kind must be one of {', '.join(KINDS)}, got {d.get('kind')!r}")
+    _need(d.get("kind") in KINDS, source,
+          f"{where}.kind must be one of {', '.join(KINDS)}, got {d.get('kind')!r}")
     _need(d.get("verdict") in VERDICTS, source,
           f"{where}.verdict must be one of {', '.join(VERDICTS)}, got {d.get('verdict')!r}")
-    _need(isinstance(d.get("pairs"), int) and not isinstance(d["pairs"], bool) and d["pairs"] >= 0, source,
-          f"{where}.pairs is missing or not a non-negative integer")
+    _need(isinstance(d.get("pairs"), int) and not isinstance(d["pairs"], bool) and d["pairs"] >= 0,
+          source, f"{where}.pairs is missing or not a non-negative integer")
     unbounded = {"low": -math.inf, "high": math.inf}
     values = {}
     for key in ("base", "head", "estimate", "low", "high", "limit"):
         v = d.get(key)
         _need(v is None or _is_num(v), source, f"{where}.{key} is not a number or null")
         values[key] = float(v) if v is not None else unbounded.get(key, math.nan)
-    return Decision(MetricKey(d["run"], d["metric"]), d["kind"], d["verdict"], values["base"], values["head"],
-                    values["estimate"], values["low"], values["high"], d["pairs"], d["statistic"], values["limit"])
+    return Decision(MetricKey(d["run"], d["metric"]), d["kind"], d["verdict"], values["base"],
+                    values["head"], values["estimate"], values["low"], values["high"], d["pairs"],
+                    d["statistic"], values["limit"])
 
 
 @dataclass
@@ -560,17 +571,18 @@ class CompareResult:
         return math.exp(math.fsum(logs) / len(logs)) if logs else None
 
     def summary(self) -> str:
-        """``2 regressed, 150 unchanged, 3 undecided, 1 improved; geometric mean head/base 1.004``."""
+        """``2 regressed, 150 unchanged, 3 undecided, 1 improved; geometric mean head/base
+        1.004``."""
         c = self.counts()
-        text = f"{c['regressed']} regressed, {c['unchanged']} unchanged, {c['undecided']} undecided, " \
-               f"{c['improved']} improved"
+        text = ", ".join(f"{c[v]} {v}" for v in ("regressed", "unchanged", "undecided", "improved"))
         mean = self.geometric_mean()
         return text + (f"; geometric mean head/base {mean:.3f}" if mean is not None else "")
 
     def to_dict(self) -> dict[str, Any]:
         """The results JSON's ``compare`` object (fields in docs/contract-additions.md)."""
-        return {"base": self.base, "head": self.head, "summary": self.summary(), "verdicts": self.counts(),
-                "geometric_mean": self.geometric_mean(), "pairs": self.pairs, "elapsed_s": self.elapsed_s,
+        return {"base": self.base, "head": self.head, "summary": self.summary(),
+                "verdicts": self.counts(), "geometric_mean": self.geometric_mean(),
+                "pairs": self.pairs, "elapsed_s": self.elapsed_s,
                 "budget_exhausted": self.budget_exhausted, "added": list(self.added),
                 "removed": list(self.removed), "notes": list(self.notes),
                 "decisions": [d.to_dict() for d in self.decisions]}
@@ -580,25 +592,31 @@ class CompareResult:
         """A ``compare`` object read back (raises :class:`pytest_opperf.results.ResultsError`)."""
         _need(isinstance(data, dict), source, "compare is not an object")
         for key in ("base", "head"):
-            _need(isinstance(data.get(key), str), source, f"compare.{key} is missing or not a string")
+            _need(isinstance(data.get(key), str), source,
+                  f"compare.{key} is missing or not a string")
         for key in ("added", "removed", "notes"):
-            _need(isinstance(data.get(key), list) and all(isinstance(x, str) for x in data[key]), source,
-                  f"compare.{key} is missing or not a list of strings")
+            _need(isinstance(data.get(key), list) and all(isinstance(x, str) for x in data[key]),
+                  source, f"compare.{key} is missing or not a list of strings")
         _need(isinstance(data.get("pairs"), int) and not isinstance(data["pairs"], bool), source,
               "compare.pairs is missing or not an integer")
-        _need(_is_num(data.get("elapsed_s")), source, "compare.elapsed_s is missing or not a number")
+        _need(_is_num(data.get("elapsed_s")), source,
+              "compare.elapsed_s is missing or not a number")
         _need(isinstance(data.get("budget_exhausted"), bool), source,
               "compare.budget_exhausted is missing or not a boolean")
-        _need(isinstance(data.get("decisions"), list), source, "compare.decisions is missing or not a list")
-        decisions = [_decision_from_dict(d, f"compare.decisions[{i}]", source) for i, d in enumerate(data["decisions"])]
-        return cls(data["base"], data["head"], decisions, list(data["added"]), list(data["removed"]),
-                   data["pairs"], float(data["elapsed_s"]), data["budget_exhausted"], list(data["notes"]))
+        _need(isinstance(data.get("decisions"), list), source,
+              "compare.decisions is missing or not a list")
+        decisions = [_decision_from_dict(d, f"compare.decisions[{i}]", source)
+                     for i, d in enumerate(data["decisions"])]
+        return cls(data["base"], data["head"], decisions, list(data["added"]),
+                   list(data["removed"]), data["pairs"], float(data["elapsed_s"]),
+                   data["budget_exhausted"], list(data["notes"]))
 
     def violations(self) -> list[Violation]:
         """One gate violation per regressed metric."""
         from ..gate import Violation
 
-        return [Violation(d.key.run, d.key.metric, d.head, _limit_value(d), d.base, violation_message(d),
+        return [Violation(d.key.run, d.key.metric, d.head, _limit_value(d), d.base,
+                          violation_message(d),
                           d.statistic) for d in self.decisions if d.verdict == "regressed"]
 
 
@@ -617,11 +635,13 @@ def violation_message(d: Decision) -> str:
     if d.kind == "count":
         return f"{stat} runs {d.head:g} times per step, base {d.base:g} (A/B, exact)"
     if d.kind == "share":
-        return (f"Python share of the steps {d.head:.2%} vs base {d.base:.2%}: {d.estimate * 100:+.2f} points "
-                f"[{d.low * 100:+.2f}, {d.high * 100:+.2f}] (counts from +{d.limit * 100:.2f} points)")
+        return (f"Python share of the steps {d.head:.2%} vs base {d.base:.2%}: "
+                f"{d.estimate * 100:+.2f} points [{d.low * 100:+.2f}, {d.high * 100:+.2f}] "
+                f"(counts from +{d.limit * 100:.2f} points)")
     interval = f"head/base {d.estimate:.3f} [{d.low:.3f}, {d.high:.3f}]"
     if d.kind == "rate":
         return (f"{d.head:.5g} examples/sec vs base {d.base:.5g}: {interval} "
                 f"(a drop counts from {d.limit:.3f})")
     unit = "time per call" if d.key.metric.startswith("call_ms:") else "per-step time"
-    return f"{stat} median {unit} {d.head:.4g} ms vs base {d.base:.4g} ms: {interval} (counts from {d.limit:.3f})"
+    return (f"{stat} median {unit} {d.head:.4g} ms vs base {d.base:.4g} ms: {interval} "
+            f"(counts from {d.limit:.3f})")
