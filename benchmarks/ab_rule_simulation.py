@@ -3,7 +3,7 @@
 Prints, for true slowdowns of 0, 3, 5 and 10 % with 2 % and 5 % noise per
 pair, how often a metric ends regressed, and after how many pairs, under the
 rule of ``pytest_opperf.ab.paired`` ("lo > c/2") and under the simpler
-"lo > 0": the table in that module's docstring.
+"lo > 0": the table in docs/ab-statistics.md.
 
     python benchmarks/ab_rule_simulation.py [--sessions 400] [--metrics 150]
 """

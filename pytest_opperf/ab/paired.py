@@ -1,102 +1,14 @@
 """Paired A/B statistics: one decision per metric from interleaved base/head samples.
 
-Sample i of the base and sample i of the head form pair i: they were measured
-back to back on the same machine, so a drift of the machine's speed moves both
-and cancels in the pair. Each pair gives one number ``x``, signed so that a
-positive ``x`` is worse for the head:
-
-* ``time`` (per-op ms per call, an e2e stat's per-step ms): ``x = log(head/base)``;
-* ``rate`` (examples/sec): ``x = log(base/head)``;
-* ``share`` (the steady-state Python share of a step): ``x = head - base`` (absolute);
-* ``count`` (per-step op counts): no statistics, the most common per-step value of
-  each side is compared exactly; any difference is a regression.
-
-Working on log ratios makes the interval of a ratio symmetric in the log (a
-halving and a doubling are equally far from 1) and independent of the metric's
-scale.
-
-**Interval.** The Hodges-Lehmann estimate (the median of the n(n+1)/2 Walsh
-averages ``(x_i + x_j)/2``, i <= j) with the Wilcoxon signed-rank confidence
-interval: with ``T+`` the signed-rank statistic of n pairs and ``d`` the largest
-value with ``P(T+ <= d) <= a/2``, the interval runs from the (d+1)-th smallest
-Walsh average to the (d+1)-th largest, and covers the true centre with
-probability at least ``1 - a``. ``P(T+ <= d)`` is exact (the signed-rank
-distribution counted by a subset-sum recursion) up to 300 pairs and the normal
-approximation with a continuity correction beyond. The test assumes the
-distribution of ``x`` symmetric about its centre, which paired samples of
-independent noise satisfy (the difference of two equally distributed noises is
-symmetric). It needs no distribution shape beyond that and is robust to a few
-wild pairs (a scheduler hiccup on one side), unlike a t interval. With fewer
-than 1 + log2(1/a) pairs no interval exists at level ``1 - a`` (the smallest
-p-value of n pairs is 2^(1-n)): the interval is unbounded and the metric
-undecided, as it is below ``min_pairs``.
-
-**Correction.** Bonferroni: each of the K metrics tested in one call of
-:func:`decide` (counts are exact and not counted) gets the level
-``1 - alpha/K``, so that all K intervals hold together with probability at
-least ``1 - alpha``. (Holm adjusts p-values of point hypotheses, not
-intervals; the intervals are what the report shows.)
-
-**Decision rule.** ``c`` is the smallest change that counts, in ``x`` units:
-``log(1 + min_slowdown)`` for times, raised to ``log(1 + floor/base median)``
-by the absolute floor (``min_call_ms`` for ``call_ms:`` metrics, ``min_step_ms``
-for ``step_ms:`` metrics), ``-log(1 - min_slowdown)`` for rates (a 5 % drop of
-examples/sec counts, as in the gate), ``max_python_share_increase`` for the
-share. With the corrected interval ``[lo, hi]`` of ``x``:
-
-* **regressed** when ``lo > c/2`` and ``hi >= c``: the head is shown to be worse
-  by more than half of what counts, and the change may be one that counts;
-* **improved**, the mirror: ``hi < -c/2`` and ``lo <= -c``;
-* **unchanged** when ``hi < c``: any slowdown is shown to be smaller than what
-  counts (an improvement that is not shown may hide behind it);
-* **undecided** otherwise (``lo <= c/2`` and ``hi >= c``): the interval is too
-  wide; the controller gives the metric more pairs.
-
-Why ``c/2`` and not ``0`` as the significance bound of "regressed". The rule
-first considered, "regressed when ``lo > 0`` and ``hi >= c``", flags a small
-real slowdown as soon as it is significant while the interval is still wide,
-and the sequential controller keeps the first decision. Simulated sequential
-sessions (K = 150 metrics, alpha 0.05, so 99.97 % intervals of half-width
-about 3.7 sigma/sqrt(n) for a noise sigma per pair; a decision after 10, 15,
-20, ... pairs, the first verdict kept; 400 seeds;
-``python benchmarks/ab_rule_simulation.py`` prints this table):
-
-=====================  ===================  ===================
-true change, noise     "lo > 0"             "lo > c/2" (this)
-=====================  ===================  ===================
-A/A, 2 % and 5 %       0 regressed          0 regressed
-+3 %, 2 % per pair     73 % regressed       1.8 % regressed
-+3 %, 5 % per pair     79 % regressed       4.5 % regressed
-+5 %, 2 % per pair     99.75 %, 15 pairs    99.75 %, 20 pairs
-+5 %, 5 % per pair     99.75 %, 20 pairs    99.75 %, 60 pairs
-+10 %, 2 % and 5 %     100 %, 15 pairs      100 %, 15 pairs
-=====================  ===================  ===================
-
-(pairs: the median number of pairs to the decision.) With ``lo > c/2`` a
-slowdown below ``min_slowdown/2`` is flagged only when its interval misses the
-truth (probability below alpha/(2K) per metric and look), a slowdown between
-``min_slowdown/2`` and ``min_slowdown`` only when its estimate strays upward by
-about two standard errors, and once the interval's half-width is below the
-distance to 1 + ``min_slowdown`` it is unchanged. The price is paid at
-the threshold: a slowdown of exactly ``min_slowdown`` needs an interval
-half-width below c/2 (2.4 %) instead of a significant one, a few more pairs.
-For A/A the margin also absorbs the repeated looks of the sequential loop: a
-false alarm needs an interval entirely above 1 + c/2.
-
-The default floors: ``min_call_ms = 0.001`` (1 us per call: a 2 us call must
-grow by 50 % to count, a 20 us call by 5 %) and ``min_step_ms = 0.05`` (a
-stat's per-step total must grow by 50 us, 0.01 % of the small workload's 440
-ms step; a 0.04 ms softmax must more than double). Smaller absolute changes
-cost a step nothing it could feel, while their ratios are the noisiest of all
-(a microsecond call moves by tens of % when a cache line or a page fault
-lands on one side).
-
-**Sequential use.** The controller calls :func:`decide` after each block and
-gives the undecided metrics more pairs; the intervals are not widened for the
-repeated looks. The ``c/2`` margin is what keeps the error rates there:
-``tests/test_ab_paired.py`` runs that loop (150 metrics, 10 to 100 pairs) and
-finds no A/A false alarm, a 3 % slowdown regressed in 3 of 40 sessions, 5 %
-and 10 % in all.
+Sample i of the base and sample i of the head form pair i (measured back to back,
+so a drift of the machine's speed cancels in the pair). Each pair gives one number
+``x``, positive when worse for the head: ``log(head/base)`` for times,
+``log(base/head)`` for rates, ``head - base`` for the Python share; counts are
+compared exactly. Per metric: the Hodges-Lehmann estimate with the exact Wilcoxon
+signed-rank interval, Bonferroni-corrected over the metrics of one :func:`decide`,
+and the rule: regressed when ``lo > c/2`` and ``hi >= c`` (``c`` the smallest change
+that counts), improved the mirror, unchanged when ``hi < c``, else undecided. The
+rule, its reasons, the floors and the simulations behind them: docs/ab-statistics.md.
 """
 
 from __future__ import annotations
