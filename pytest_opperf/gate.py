@@ -6,46 +6,17 @@ once in :class:`Regression` and :class:`Limit` and checked by
 :mod:`pytest_opperf.keys`; the A/B ``[compare]`` table is
 :mod:`pytest_opperf.ab.paired`'s.
 
-Regression rule (defaults in :class:`Regression`). A stat is slower than its
-baseline only when all of these hold:
-
-* its median sample exceeds the baseline median by more than
-  ``max_slowdown`` (relative, default 10 %; ``op_max_slowdown`` for per-op
-  benchmarks when set),
-* and by more than a floor in ms (``min_diff_ms``, default 0.05 ms per step
-  for e2e runs, raised to ``min_step_share`` of the baseline's median step
-  when that is larger; ``op_min_diff_ms``, default 0.001 ms per call for
-  per-op benchmarks), so small stats cannot flap,
-* and the samples say the difference is real: a one-sided Mann-Whitney U
-  test (new slower than baseline) at ``alpha`` (default 0.01). With fewer
-  than ``min_samples`` (default 5) samples on either side the rank test has
-  no power, so the rule is instead conservative: twice the tolerance, and
-  every new sample slower than every baseline sample; without samples the
-  averages are compared under that same rule.
-
-Samples are per-step totals for e2e runs (the first step, which includes
-model building and startup, is dropped when there are at least two) and
-per-call round times for per-op benchmarks. Throughput fails when
-examples/sec is below baseline x (1 - ``max_slowdown``) AND the per-step
-time per example passes the same test. The Python share is
-compared step by step: it fails when the per-step Python shares after
-warm-up (wall minus executor time of each step, over wall) pass the same
-test with the absolute tolerance ``max_python_share_increase``; only runs
-without per-step samples compare the whole-window share. The whole-window
-share also holds the warm-up step (model building, startup), whose noise
-is larger than a regression of the steps, and one slow step (a scheduler
-hiccup) moves it by points where the steps' median does not. A slowdown
-confined to the warm-up step is therefore not gated.
-Per-step counts (``counts = "exact"``) must equal the baseline's: a count
-change is structural and has no noise. A baseline from other hardware gives
-a warning; the relative checks still run.
-
-A baseline that checks (almost) nothing fails: when the session measured no
-run, or fewer than ``min_baseline_share`` (default 0.5) of the session's runs
-have a run of the same id in the baseline (a wrong file, another workload, run
-ids that changed), the verdict gets one ``baseline_match`` violation saying so.
-A ``[[limit]]`` whose globs match no run, or no stat of the runs they match,
-is reported as a warning.
+The rules (written out in docs/contract-additions.md, "Thresholds file"): a
+stat is slower than its baseline when its median sample exceeds the
+baseline's by more than ``max_slowdown`` AND by more than a floor in ms AND a
+one-sided Mann-Whitney U test at ``alpha`` says so (with fewer
+than ``min_samples`` samples: twice the tolerance and every sample slower).
+Samples are per-step totals after the warm-up step for e2e runs and per-call
+round times for per-op benchmarks. Throughput and the per-step Python share
+(after warm-up; the whole window only without per-step samples) go through
+the same test; per-step counts must be equal. A baseline that matches fewer
+than ``min_baseline_share`` of the session's runs is one ``baseline_match``
+violation; a ``[[limit]]`` matching nothing is a warning.
 """
 
 from __future__ import annotations

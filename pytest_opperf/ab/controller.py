@@ -20,15 +20,11 @@ hand-over point, and then:
 
 After the first pass every metric is decided together; tests with undecided
 metrics are run again on both sides (more pairs) while the budget lasts, and
-so are tests with a metric regressed or improved in one start order only.
-Which side is started (spawned, and then given each test) first is not
-neutral: measured A/A here, the side started second ran memory-bound e2e
-stats 5-9 % faster, in every session, whatever the paths of the two
-checkouts. So each pass after the first runs in two fresh processes started
-in the other order (a *generation*; the first's order is drawn), and a change
-counts only when the pairs of each start order, on their own, show it beyond
-half the threshold: an order effect cancels by construction, and a change is
-seen in at least two processes per side.
+so are tests with a metric regressed or improved in one start order only:
+which side starts first is not neutral (A/A here: 5-9 % on memory-bound e2e
+stats), so each pass after the first runs in two fresh processes started in
+the other order (a *generation*), and a change counts only when the pairs of
+each start order show it on their own (docs/contract-additions.md, A/B).
 The head's results of each test's first visit are the session's results.
 No pytest import: the glue (``session.py``) passes callbacks.
 """
