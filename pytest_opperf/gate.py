@@ -59,6 +59,7 @@ from typing import Any
 
 from .gpu_report import steady_examples_per_sec
 from .identity import mismatch
+from .layout import listing
 from .ab.paired import CompareSettings, parse_compare
 from .results import ResultSet, RunResult, read_text, same_hardware
 from .stats import Samples, mann_whitney_u
@@ -555,14 +556,15 @@ def evaluate(results: ResultSet, thresholds: Thresholds | None = None, baseline:
                 gate.against(base, run)
         if measured_otherwise:
             verdict.warnings.append(f"{len(measured_otherwise)} run(s) measured otherwise than their baseline run, "
-                                    f"times not compared (counts still are): {', '.join(measured_otherwise)}")
+                                    f"times not compared (counts still are): {listing(measured_otherwise)}")
         if unmatched:
-            verdict.notes.append(f"{len(unmatched)} run(s) have no baseline run: {', '.join(unmatched)}")
+            verdict.notes.append(f"{len(unmatched)} run(s) have no baseline run: {listing(unmatched)}")
         _baseline_match(gate, results, baseline, baseline_name, len(results.runs) - len(unmatched))
         measured = {r.id for r in results.runs}
         missing = [r.id for r in baseline.runs if r.id not in measured]
         if missing:
-            verdict.notes.append(f"{len(missing)} baseline run(s) not measured in this session: {', '.join(missing)}")
+            verdict.notes.append(f"{len(missing)} baseline run(s) not measured in this session: "
+                                 f"{listing(missing)}")
     return verdict
 
 

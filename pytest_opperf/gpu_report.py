@@ -69,7 +69,7 @@ def compile_ms(run: Any) -> float:
 
 
 def steady_lines(run: Any) -> list[str]:
-    """A line with the steady-state throughput and the compile time, when there are any."""
+    """A line with the steady-state throughput and one with the compile time, when there are any."""
     steady = steady_examples_per_sec(run)
     parts = []
     if steady is not None:
@@ -77,4 +77,4 @@ def steady_lines(run: Any) -> list[str]:
     compiled = compile_ms(run)
     if compiled:
         parts.append(f"kernel compiles {compiled:.1f} ms ({COMPILE_STAT}, one-time work)")
-    return ["; ".join(parts)] if parts else []
+    return parts

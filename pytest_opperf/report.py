@@ -16,8 +16,9 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .gate import Verdict
+from .gate import Verdict, _after_warmup, _step_python_shares
 from .gpu_report import device_host_lines, steady_lines
+from .layout import middle, run_group, table, wrap
 from .results import SCHEMA, ResultSet, RunResult, StatResult
 from .stats import Samples
 from .timers import ordered, short_name
@@ -106,8 +107,29 @@ def _stat_rows(run: RunResult, sort: str, indent: str) -> tuple[list[str], list[
 
 
 def _shares_line(run: RunResult) -> str:
-    return (f"Python {_pct(run.python_share)} | framework overhead {_pct(run.framework_share)} | "
+    return (f"{_outside(run)} {_pct(run.python_share)} | framework overhead {_pct(run.framework_share)} | "
             f"kernels {_pct(run.kernel_share)} of wall time")
+
+
+def _outside(run: RunResult) -> str:
+    """The name of the time outside the executor: ``untimed`` where no executor stat encloses the
+    steps (it is then whatever ran inside no top-level timer, model building and startup included)."""
+    return "Python" if run.executor_stat else "untimed"
+
+
+def _steady_shares(run: RunResult) -> list[str]:
+    """The shares of the steps after warm-up, each the median of its per-step values (the gate's
+    Python share); empty with fewer than two steps."""
+    python = _step_python_shares(run)
+    steps = _after_warmup(run.step_ms)
+    if len(run.step_ms) < 2 or len(python) != len(steps):
+        return []
+    kernels = [s.samples_ms for depth, s in ordered(run.stat_map()) if depth == 0 and s.kernel
+               and s.samples_ms and len(s.samples_ms) == len(run.step_ms)]
+    kernel = [sum(k) / w for w, *k in zip(steps, *map(_after_warmup, kernels), strict=True)]
+    shares = [Samples(x).median for x in (python, [max(0.0, 1 - p - k) for p, k in zip(python, kernel, strict=True)], kernel)]
+    return [f"steady state: {_outside(run)} {_pct(shares[0])} | framework overhead {_pct(shares[1])} | "
+            f"kernels {_pct(shares[2])} (medians per step)"]
 
 
 def _run_header(run: RunResult) -> list[str]:
@@ -125,19 +147,21 @@ def _clock_note(run: RunResult) -> list[str]:
     return []
 
 
-def run_lines(run: RunResult, sort: str = "total") -> list[str]:
-    """One e2e run in the reference report's shape."""
+def _prose(lines: Sequence[str], width: int) -> list[str]:
+    """Text lines cleaned and wrapped to ``width`` (tables are fitted instead)."""
+    return [part for line in lines for part in wrap(clean(line), width)]
+
+
+def run_lines(run: RunResult, sort: str = "total", width: int = 100) -> list[str]:
+    """One e2e run in the reference report's shape, the steady state beside the whole window's
+    figures; ``width``: see :func:`pytest_opperf.layout.table`."""
     headers, rows = _stat_rows(run, sort, "  ")
-    lines = _run_header(run) + ["unit: ms"]
+    lines = _prose(_run_header(run) + steady_lines(run) + ["unit: ms"], width)  # + steady state, compiles
     if rows:
-        table = tabulate(rows, headers, tablefmt="plain", disable_numparse=True, preserve_whitespace=True,
-                         colalign=("left",) + ("right",) * (len(headers) - 1))
-        lines += table.splitlines()
-    lines.append(_shares_line(run))
-    lines += _clock_note(run)
-    lines += steady_lines(run) + device_host_lines(run)  # steady state, compiles; device span vs host enqueue
-    lines += [f"note: {n}" for n in run.notes]
-    return lines
+        lines += map(clean, table(rows, headers, ("left",) + ("right",) * (len(headers) - 1), width))
+    device = device_host_lines(run)  # device span vs host enqueue: a heading and a table
+    lines += _prose([_shares_line(run), *_steady_shares(run), *_clock_note(run), *device[:1]], width)
+    return lines + [clean(line) for line in device[1:]] + _prose([f"note: {n}" for n in run.notes], width)
 
 
 def _op_row(run: RunResult) -> list[str]:
@@ -154,8 +178,10 @@ _OP_HEADERS = ["run", "kind", "rounds", "median", "mean", "min", "max", "GFLOP/s
 
 
 def op_table_lines(runs: Sequence[RunResult], tablefmt: str = "plain",
-                   escape: Callable[[str], str] = str) -> list[str]:
-    """The compact table of per-op benchmark runs (unit: ms per call)."""
+                   escape: Callable[[str], str] = str, width: int | None = None) -> list[str]:
+    """The compact table of per-op benchmark runs (unit: ms per call). With a ``width`` (the
+    terminal), runs are grouped under a glob of their test and their kind, each row named
+    by the rest of its id, and the table fitted to ``width``."""
     if not runs:
         return []
     rows = [[escape(c) for c in _op_row(r)] for r in runs]
@@ -163,9 +189,18 @@ def op_table_lines(runs: Sequence[RunResult], tablefmt: str = "plain",
     headers = [_OP_HEADERS[i] for i in keep]
     rows = [[r[i] for i in keep] for r in rows]
     devices = sorted({f"device={r.device} timing={r.timing}" for r in runs})
-    table = tabulate(rows, headers, tablefmt=tablefmt, disable_numparse=True,
-                     colalign=("left", "left") + ("right",) * (len(headers) - 2))
-    return [f"per-op benchmarks ({', '.join(devices)}), unit: ms per call"] + table.splitlines()
+    head = [f"per-op benchmarks ({', '.join(devices)}), unit: ms per call"]
+    if width is None:
+        return head + tabulate(rows, headers, tablefmt=tablefmt, disable_numparse=True,
+                               colalign=("left", "left") + ("right",) * (len(headers) - 2)).splitlines()
+    groups: dict[tuple[str, str], list[int]] = {}  # in order of first appearance
+    for i, r in enumerate(runs):
+        groups.setdefault((run_group(r.id)[0], r.kind), []).append(i)
+    order = [i for members in groups.values() for i in members]
+    headings = [f"{g} ({kind})" if i == members[0] else None for (g, kind), members in groups.items() for i in members]
+    cells = [["  " + run_group(runs[i].id)[1], *rows[i][2:]] for i in order]
+    return head + table(cells, headers[:1] + headers[2:], ("left",) + ("right",) * (len(headers) - 2), width,
+                        [middle(h, width) if h else None for h in headings])
 
 
 def _verdict_detail(verdict: Verdict) -> str:
@@ -194,45 +229,38 @@ def verdict_line(verdict: Verdict | None) -> str:
     return f"gate: {_verdict_word(verdict)} ({_verdict_detail(verdict)})"
 
 
-def gate_lines(verdict: Verdict) -> list[str]:
-    """The ``opperf gate`` section: every violation with value, limit, baseline and statistic."""
+def gate_lines(verdict: Verdict, width: int = 100) -> list[str]:
+    """The ``opperf gate`` section: every violation on a short ``FAIL run metric`` line, then its
+    message, value, limit, baseline and statistic, wrapped to ``width``."""
     lines = []
     for v in verdict.violations:
-        lines.append(f"FAIL {v.run} {v.metric}: {v.message}")
-        lines.append(f"     value {_num(v.value)}, limit {_num(v.limit)}, baseline {_num(v.baseline)}; "
-                     f"{v.statistic}")
-    return [clean(line) for line in lines]
+        lines += wrap(clean(f"FAIL {v.run} {v.metric}"), width, " " * 5)
+        lines += wrap(clean(f"     {v.message}"), width, " " * 5)
+        lines += wrap(clean(f"     value {_num(v.value)}, limit {_num(v.limit)}, baseline {_num(v.baseline)}; "
+                            f"{v.statistic}"), width, " " * 5)
+    return lines
 
 
 def terminal_lines(results: ResultSet, verdict: Verdict | None, sort: str = "total",
-                   notes: Sequence[str] = (), sections: Sequence[tuple[str, Sequence[str]]] = ()) -> list[str]:
-    """The whole ``opperf`` terminal section; extra ``(title, lines)`` sections
-    come after the runs, each under a ``--- title ---`` line, and the verdict last."""
-    lines: list[str] = []
-    session = results.session
-    if session:
-        head = " ".join(f"{k}={session[k]}" for k in ("device", "timing", "workload") if session.get(k))
-        if head:
-            lines.append(f"session: {head}")
-    lines += [f"note: {n}" for n in notes]
-    e2e = [r for r in results.runs if r.kind == "e2e"]
+                   notes: Sequence[str] = (), sections: Sequence[tuple[str, Sequence[str]]] = (),
+                   width: int = 100) -> list[str]:
+    """The whole ``opperf`` terminal section, text wrapped and tables fitted to ``width``; extra
+    ``(title, lines)`` sections come after the runs, each under a ``--- title ---`` line (their
+    lines as given), and the verdict last."""
+    session = results.session or {}
+    head = " ".join(f"{k}={session[k]}" for k in ("device", "timing", "workload") if session.get(k))
+    lines = _prose([f"session: {head}"] * bool(head) + [f"note: {n}" for n in notes]
+                   + ["no measured runs"] * (not results.runs), width)
+    for run in (r for r in results.runs if r.kind == "e2e"):
+        lines += ["", *run_lines(run, sort, width)]
     ops = [r for r in results.runs if r.kind != "e2e"]
-    if not results.runs:
-        lines.append("no measured runs")
-    for run in e2e:
-        lines.append("")
-        lines += run_lines(run, sort)
     if ops:
-        lines.append("")
-        lines += op_table_lines(ops)
+        table_lines = op_table_lines(ops, width=width)
+        lines += ["", *_prose(table_lines[:1], width), *map(clean, table_lines[1:])]
     for title, section in sections:
-        lines += ["", f"--- {title} ---", *section]
-    lines.append("")
-    lines.append(verdict_line(verdict))
-    if verdict is not None:
-        lines += [f"warning: {w}" for w in verdict.warnings]
-        lines += [f"note: {n}" for n in verdict.notes]
-    return [clean(line) for line in lines]
+        lines += ["", *_prose([f"--- {title} ---"], width), *map(clean, section)]
+    ends = [f"warning: {w}" for w in verdict.warnings] + [f"note: {n}" for n in verdict.notes] if verdict else []
+    return lines + [""] + _prose([verdict_line(verdict), *ends], width)
 
 
 # --- markdown -----------------------------------------------------------------------

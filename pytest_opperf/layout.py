@@ -1,0 +1,91 @@
+"""Fitting the terminal report to a width: cut, wrap and list text, group run ids, fit tables.
+
+Every function takes the width as a parameter; the plugin passes the width of
+pytest's terminal writer (``COLUMNS`` when set).
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from collections.abc import Iterable, Sequence
+
+from tabulate import tabulate
+
+__all__ = ["common_prefix", "fit", "listing", "middle", "run_group", "table", "wrap"]
+
+_ELLIPSIS = "..."
+
+
+def fit(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, the cut marked."""
+    return text if len(text) <= width else text[:max(0, width - len(_ELLIPSIS))] + _ELLIPSIS
+
+
+def middle(text: str, width: int) -> str:
+    """``text`` shortened to ``width`` by dropping its middle (both ends of an id say most)."""
+    if len(text) <= width:
+        return text
+    keep = max(0, width - len(_ELLIPSIS))
+    return text[:keep // 2] + _ELLIPSIS + text[len(text) - (keep - keep // 2):]
+
+
+def wrap(text: str, width: int, indent: str = "  ") -> list[str]:
+    """``text`` on lines of at most ``width``, continuation lines indented by ``indent``."""
+    return textwrap.wrap(text, width, subsequent_indent=indent, break_on_hyphens=False) or [""]
+
+
+def listing(items: Sequence[str], limit: int = 5) -> str:
+    """``items`` joined by commas, at most ``limit`` of them, then ``... and N more``."""
+    more = f" ... and {len(items) - limit} more" if len(items) > limit else ""
+    return ", ".join(items[:limit]) + more
+
+
+def common_prefix(ids: Iterable[str]) -> str:
+    """The longest prefix of all ``ids`` that ends at a ``/`` or ``::`` boundary ("" if none)."""
+    ids = list(ids)
+    if not ids:
+        return ""
+    prefix = os.path.commonprefix(ids)
+    cut = max(prefix.rfind("/") + 1, prefix.rfind("::") + 2 if "::" in prefix else 0)
+    prefix = prefix[:cut]
+    return prefix if all(len(i) > len(prefix) for i in ids) else ""
+
+
+def run_group(run_id: str) -> tuple[str, str]:
+    """A run id as (group, rest): the group is a glob of the test
+    (``suites/test_ops.py::test_op[*]``) or of the module (``suites/test_executor.py::*``);
+    ``("", id)`` for an id with neither."""
+    if "[" in run_id and run_id.endswith("]"):
+        head, params = run_id[:-1].split("[", 1)
+        return f"{head}[*]", params
+    if "::" in run_id:
+        module, test = run_id.rsplit("::", 1)
+        return f"{module}::*", test
+    return "", run_id
+
+
+def table(rows: Sequence[Sequence[str]], headers: Sequence[str], colalign: Sequence[str],
+          width: int, headings: Sequence[str | None] = ()) -> list[str]:
+    """A plain tabulate table in at most ``width`` columns where the numbers allow it: a
+    first-column cell too wide gets a line of its own, its row's values on the next.
+    ``headings[i]``, when given, is a line put before row ``i``."""
+    def render(cells: Sequence[Sequence[str]]) -> list[str]:
+        return tabulate(cells, headers, tablefmt="plain", disable_numparse=True,
+                        preserve_whitespace=True, colalign=colalign).splitlines()
+
+    lines = render(rows)
+    over = max(map(len, lines)) - width
+    names = [r[0] for r in rows]
+    room = max(len(n) for n in [headers[0], *names]) - over
+    own = [over > 0 and len(n) > room for n in names]
+    if any(own):
+        lines = render([["" if o else r[0], *r[1:]] for r, o in zip(rows, own, strict=True)])
+    out = lines[:1]
+    for i, line in enumerate(lines[1:]):
+        if i < len(headings) and headings[i] is not None:
+            out.append(str(headings[i]))
+        if own[i]:
+            out.append(names[i])
+        out.append(line.rstrip())
+    return out
