@@ -1,7 +1,6 @@
 """Fitting the terminal report to a width: cut, wrap and list text, group run ids, fit tables.
 
-Every function takes the width as a parameter; the plugin passes the width of
-pytest's terminal writer (``COLUMNS`` when set).
+The width is a parameter: the plugin passes pytest's terminal width (``COLUMNS`` when set).
 """
 
 from __future__ import annotations
@@ -66,26 +65,21 @@ def run_group(run_id: str) -> tuple[str, str]:
 
 
 def table(rows: Sequence[Sequence[str]], headers: Sequence[str], colalign: Sequence[str],
-          width: int, headings: Sequence[str | None] = ()) -> list[str]:
+          width: int, headings: Sequence[str] = ()) -> list[str]:
     """A plain tabulate table in at most ``width`` columns where the numbers allow it: a
     first-column cell too wide gets a line of its own, its row's values on the next.
-    ``headings[i]``, when given, is a line put before row ``i``."""
+    ``headings[i]``, when not empty, is a line put before row ``i``."""
     def render(cells: Sequence[Sequence[str]]) -> list[str]:
         return tabulate(cells, headers, tablefmt="plain", disable_numparse=True,
                         preserve_whitespace=True, colalign=colalign).splitlines()
 
-    lines = render(rows)
-    over = max(map(len, lines)) - width
-    names = [r[0] for r in rows]
-    room = max(len(n) for n in [headers[0], *names]) - over
-    own = [over > 0 and len(n) > room for n in names]
+    lines, names = render(rows), [r[0] for r in rows]
+    room = max(map(len, [headers[0], *names])) + width - max(map(len, lines))
+    own = [len(n) > room for n in names]
     if any(own):
         lines = render([["" if o else r[0], *r[1:]] for r, o in zip(rows, own, strict=True)])
     out = lines[:1]
     for i, line in enumerate(lines[1:]):
-        if i < len(headings) and headings[i] is not None:
-            out.append(str(headings[i]))
-        if own[i]:
-            out.append(names[i])
-        out.append(line.rstrip())
+        heading = headings[i] if i < len(headings) else ""
+        out += [heading] * bool(heading) + [names[i]] * own[i] + [line.rstrip()]
     return out

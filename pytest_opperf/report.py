@@ -107,44 +107,40 @@ def _stat_rows(run: RunResult, sort: str, indent: str) -> tuple[list[str], list[
 
 
 def _shares_line(run: RunResult) -> str:
-    return (f"{_outside(run)} {_pct(run.python_share)} | framework overhead {_pct(run.framework_share)} | "
-            f"kernels {_pct(run.kernel_share)} of wall time")
+    return (f"{_outside(run)} {_pct(run.python_share)} | framework overhead "
+            f"{_pct(run.framework_share)} | kernels {_pct(run.kernel_share)} of wall time")
 
 
 def _outside(run: RunResult) -> str:
-    """The name of the time outside the executor: ``untimed`` where no executor stat encloses the
-    steps (it is then whatever ran inside no top-level timer, model building and startup included)."""
+    """The name of the time outside the executor: ``untimed`` where no executor stat encloses
+    the steps (it is then the time inside no top-level timer, startup included)."""
     return "Python" if run.executor_stat else "untimed"
 
 
 def _steady_shares(run: RunResult) -> list[str]:
-    """The shares of the steps after warm-up, each the median of its per-step values (the gate's
-    Python share); empty with fewer than two steps."""
-    python = _step_python_shares(run)
-    steps = _after_warmup(run.step_ms)
+    """The shares of the steps after warm-up, each the median of its per-step values (the
+    gate's Python share); empty with fewer than two steps."""
+    python, steps = _step_python_shares(run), _after_warmup(run.step_ms)
     if len(run.step_ms) < 2 or len(python) != len(steps):
         return []
-    kernels = [s.samples_ms for depth, s in ordered(run.stat_map()) if depth == 0 and s.kernel
-               and s.samples_ms and len(s.samples_ms) == len(run.step_ms)]
-    kernel = [sum(k) / w for w, *k in zip(steps, *map(_after_warmup, kernels), strict=True)]
-    shares = [Samples(x).median for x in (python, [max(0.0, 1 - p - k) for p, k in zip(python, kernel, strict=True)], kernel)]
-    return [f"steady state: {_outside(run)} {_pct(shares[0])} | framework overhead {_pct(shares[1])} | "
-            f"kernels {_pct(shares[2])} (medians per step)"]
+    kernels = [_after_warmup(s.samples_ms) for depth, s in ordered(run.stat_map()) if depth == 0
+               and s.kernel and s.samples_ms and len(s.samples_ms) == len(run.step_ms)]
+    kernel = [sum(k) / w for w, *k in zip(steps, *kernels, strict=True)]
+    framework = [max(0.0, 1 - p - k) for p, k in zip(python, kernel, strict=True)]
+    p, f, k = (_pct(Samples(x).median) for x in (python, framework, kernel))
+    return [f"steady state: {_outside(run)} {p} | framework overhead {f} | kernels {k} "
+            "(medians per step)"]
 
 
 def _run_header(run: RunResult) -> list[str]:
-    return [
-        f"{run.id}  device={run.device} timing={run.timing}",
-        f"Total examples: {run.examples}, total time: {run.wall_s:.5f} sec",
-        f"{run.examples_per_sec:.5f} examples/sec, {run.sec_per_batch:.5f} sec/batch",
-    ]
+    return [f"{run.id}  device={run.device} timing={run.timing}",
+            f"Total examples: {run.examples}, total time: {run.wall_s:.5f} sec",
+            f"{run.examples_per_sec:.5f} examples/sec, {run.sec_per_batch:.5f} sec/batch"]
 
 
 def _clock_note(run: RunResult) -> list[str]:
-    clocks = {s.clock for s in run.stats}
-    if "device" in clocks:
-        return ["clock: kernel stats on the device clock (events), other timers on the host clock"]
-    return []
+    return ["clock: kernel stats on the device clock (events), other timers on the host clock"
+            ] if any(s.clock == "device" for s in run.stats) else []
 
 
 def _prose(lines: Sequence[str], width: int) -> list[str]:
@@ -152,16 +148,20 @@ def _prose(lines: Sequence[str], width: int) -> list[str]:
     return [part for line in lines for part in wrap(clean(line), width)]
 
 
+def _right(n: int, left: int = 1) -> tuple[str, ...]:
+    return ("left",) * left + ("right",) * (n - left)
+
+
 def run_lines(run: RunResult, sort: str = "total", width: int = 100) -> list[str]:
-    """One e2e run in the reference report's shape, the steady state beside the whole window's
-    figures; ``width``: see :func:`pytest_opperf.layout.table`."""
+    """One e2e run in the reference report's shape, the steady state beside the whole
+    window's figures; ``width``: see :func:`pytest_opperf.layout.table`."""
     headers, rows = _stat_rows(run, sort, "  ")
-    lines = _prose(_run_header(run) + steady_lines(run) + ["unit: ms"], width)  # + steady state, compiles
-    if rows:
-        lines += map(clean, table(rows, headers, ("left",) + ("right",) * (len(headers) - 1), width))
+    lines = _prose(_run_header(run) + steady_lines(run) + ["unit: ms"], width)
+    lines += map(clean, table(rows, headers, _right(len(headers)), width) if rows else [])
     device = device_host_lines(run)  # device span vs host enqueue: a heading and a table
-    lines += _prose([_shares_line(run), *_steady_shares(run), *_clock_note(run), *device[:1]], width)
-    return lines + [clean(line) for line in device[1:]] + _prose([f"note: {n}" for n in run.notes], width)
+    lines += _prose([_shares_line(run), *_steady_shares(run), *_clock_note(run), *device[:1]],
+                    width)
+    return lines + [*map(clean, device[1:]), *_prose([f"note: {n}" for n in run.notes], width)]
 
 
 def _op_row(run: RunResult) -> list[str]:
@@ -170,8 +170,8 @@ def _op_row(run: RunResult) -> list[str]:
         return [run.id, run.kind, "", "", "", "", "", "", ""]
     samples = Samples(s.samples_ms) if s.samples_ms else None
     return [run.id, run.kind, str(run.batches), f"{samples.median:.4f}" if samples else "",
-            f"{s.avg_ms:.4f}", f"{s.min_ms:.4f}", f"{s.max_ms:.4f}", _rate(s.flops, s.total_ms, 1e9),
-            _rate(s.bytes, s.total_ms, 1e9)]
+            f"{s.avg_ms:.4f}", f"{s.min_ms:.4f}", f"{s.max_ms:.4f}",
+            _rate(s.flops, s.total_ms, 1e9), _rate(s.bytes, s.total_ms, 1e9)]
 
 
 _OP_HEADERS = ["run", "kind", "rounds", "median", "mean", "min", "max", "GFLOP/s", "GB/s"]
@@ -185,22 +185,22 @@ def op_table_lines(runs: Sequence[RunResult], tablefmt: str = "plain",
     if not runs:
         return []
     rows = [[escape(c) for c in _op_row(r)] for r in runs]
-    keep = [i for i, h in enumerate(_OP_HEADERS) if h not in ("GFLOP/s", "GB/s") or any(r[i] for r in rows)]
+    keep = [i for i, h in enumerate(_OP_HEADERS)
+            if h not in ("GFLOP/s", "GB/s") or any(r[i] for r in rows)]
     headers = [_OP_HEADERS[i] for i in keep]
     rows = [[r[i] for i in keep] for r in rows]
     devices = sorted({f"device={r.device} timing={r.timing}" for r in runs})
     head = [f"per-op benchmarks ({', '.join(devices)}), unit: ms per call"]
     if width is None:
         return head + tabulate(rows, headers, tablefmt=tablefmt, disable_numparse=True,
-                               colalign=("left", "left") + ("right",) * (len(headers) - 2)).splitlines()
+                               colalign=_right(len(headers), 2)).splitlines()
     groups: dict[tuple[str, str], list[int]] = {}  # in order of first appearance
     for i, r in enumerate(runs):
         groups.setdefault((run_group(r.id)[0], r.kind), []).append(i)
-    order = [i for members in groups.values() for i in members]
-    headings = [f"{g} ({kind})" if i == members[0] else None for (g, kind), members in groups.items() for i in members]
-    cells = [["  " + run_group(runs[i].id)[1], *rows[i][2:]] for i in order]
-    return head + table(cells, headers[:1] + headers[2:], ("left",) + ("right",) * (len(headers) - 2), width,
-                        [middle(h, width) if h else None for h in headings])
+    headings = [middle(f"{g} ({kind})", width) if i == members[0] else ""
+                for (g, kind), members in groups.items() for i in members]
+    cells = [["  " + run_group(runs[i].id)[1], *rows[i][2:]] for ms in groups.values() for i in ms]
+    return head + table(cells, headers[:1] + headers[2:], _right(len(headers) - 1), width, headings)
 
 
 def _verdict_detail(verdict: Verdict) -> str:
@@ -232,21 +232,19 @@ def verdict_line(verdict: Verdict | None) -> str:
 def gate_lines(verdict: Verdict, width: int = 100) -> list[str]:
     """The ``opperf gate`` section: every violation on a short ``FAIL run metric`` line, then its
     message, value, limit, baseline and statistic, wrapped to ``width``."""
-    lines = []
-    for v in verdict.violations:
-        lines += wrap(clean(f"FAIL {v.run} {v.metric}"), width, " " * 5)
-        lines += wrap(clean(f"     {v.message}"), width, " " * 5)
-        lines += wrap(clean(f"     value {_num(v.value)}, limit {_num(v.limit)}, baseline {_num(v.baseline)}; "
-                            f"{v.statistic}"), width, " " * 5)
-    return lines
+    values = "value {}, limit {}, baseline {}; {}"
+    return [line for v in verdict.violations for text in (
+        f"FAIL {v.run} {v.metric}", f"     {v.message}",
+        "     " + values.format(_num(v.value), _num(v.limit), _num(v.baseline), v.statistic))
+        for line in wrap(clean(text), width, " " * 5)]
 
 
 def terminal_lines(results: ResultSet, verdict: Verdict | None, sort: str = "total",
                    notes: Sequence[str] = (), sections: Sequence[tuple[str, Sequence[str]]] = (),
                    width: int = 100) -> list[str]:
-    """The whole ``opperf`` terminal section, text wrapped and tables fitted to ``width``; extra
-    ``(title, lines)`` sections come after the runs, each under a ``--- title ---`` line (their
-    lines as given), and the verdict last."""
+    """The whole ``opperf`` terminal section, text (but the verdict line) wrapped and tables
+    fitted to ``width``; extra ``(title, lines)`` sections come after the runs, each under a
+    ``--- title ---`` line (their lines as given), and the verdict last."""
     session = results.session or {}
     head = " ".join(f"{k}={session[k]}" for k in ("device", "timing", "workload") if session.get(k))
     lines = _prose([f"session: {head}"] * bool(head) + [f"note: {n}" for n in notes]
@@ -259,8 +257,9 @@ def terminal_lines(results: ResultSet, verdict: Verdict | None, sort: str = "tot
         lines += ["", *_prose(table_lines[:1], width), *map(clean, table_lines[1:])]
     for title, section in sections:
         lines += ["", *_prose([f"--- {title} ---"], width), *map(clean, section)]
-    ends = [f"warning: {w}" for w in verdict.warnings] + [f"note: {n}" for n in verdict.notes] if verdict else []
-    return lines + [""] + _prose([verdict_line(verdict), *ends], width)
+    ends = [f"warning: {w}" for w in verdict.warnings] if verdict else []
+    ends += [f"note: {n}" for n in verdict.notes] if verdict else []
+    return lines + ["", clean(verdict_line(verdict))] + _prose(ends, width)  # a line tools grep
 
 
 # --- markdown -----------------------------------------------------------------------
@@ -293,11 +292,11 @@ def markdown(results: ResultSet, verdict: Verdict | None, sort: str = "total",
     else:
         out.append(f"**Gate: {_verdict_word(verdict)}** ({_md(_verdict_detail(verdict))})")
     if verdict is not None and verdict.violations:
-        rows = [[_md(v.run), _md(v.metric), _num(v.value), _num(v.limit), _num(v.baseline), _md(v.message),
-                 _md(v.statistic)] for v in verdict.violations]
+        rows = [[_md(v.run), _md(v.metric), _num(v.value), _num(v.limit), _num(v.baseline),
+                 _md(v.message), _md(v.statistic)] for v in verdict.violations]
         out.append("")
-        out += tabulate(rows, ["run", "metric", "value", "limit", "baseline", "message", "statistic"],
-                        tablefmt="github", disable_numparse=True).splitlines()
+        names = ["run", "metric", "value", "limit", "baseline", "message", "statistic"]
+        out += tabulate(rows, names, tablefmt="github", disable_numparse=True).splitlines()
     if verdict is not None and (verdict.warnings or verdict.notes):
         out.append("")
         out += [f"- warning: {_md(w)}" for w in verdict.warnings]
