@@ -18,7 +18,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-__all__ = ["LAUNCH_MARGIN", "bound", "compile_ms", "device_host_lines", "steady_examples_per_sec", "steady_lines"]
+__all__ = ["LAUNCH_MARGIN", "bound", "compile_ms", "device_host_lines", "steady_examples_per_sec",
+           "steady_lines"]
 
 LAUNCH_MARGIN = 0.10
 COMPILE_STAT = "CompileTimer"
@@ -40,13 +41,15 @@ def device_host_lines(run: Any, limit: int = 15) -> list[str]:
     if not stats:
         return []
     stats.sort(key=lambda s: -s.total_ms)
-    rows = [[s.name, f"{s.avg_ms:.3f}", f"{s.host_ms / s.count:.3f}", f"{s.total_ms / s.host_ms:.2f}", bound(s)]
-            for s in stats[:limit]]
+    rows = [[s.name, f"{s.avg_ms:.3f}", f"{s.host_ms / s.count:.3f}",
+             f"{s.total_ms / s.host_ms:.2f}", bound(s)] for s in stats[:limit]]
     launch = sum(1 for s in stats if bound(s) == "launch")
-    table = tabulate(rows, ["op", "device avg", "host avg", "device/host", "bound"], tablefmt="plain",
-                     disable_numparse=True, colalign=("left", "right", "right", "right", "left"))
-    head = (f"device span vs host enqueue per call (ms): {launch} of {len(stats)} kernel stats launch-bound "
-            f"(span <= host time + {LAUNCH_MARGIN:.0%}: the span measures the launches)")
+    table = tabulate(rows, ["op", "device avg", "host avg", "device/host", "bound"],
+                     tablefmt="plain", disable_numparse=True,
+                     colalign=("left", "right", "right", "right", "left"))
+    head = (f"device span vs host enqueue per call (ms): {launch} of {len(stats)} kernel stats "
+            f"launch-bound (span <= host time + {LAUNCH_MARGIN:.0%}: the span measures the "
+            "launches)")
     more = [f"... {len(stats) - limit} more"] if len(stats) > limit else []
     return [head, *table.splitlines(), *more]
 
@@ -70,11 +73,7 @@ def compile_ms(run: Any) -> float:
 
 def steady_lines(run: Any) -> list[str]:
     """A line with the steady-state throughput and one with the compile time, when there are any."""
-    steady = steady_examples_per_sec(run)
-    parts = []
-    if steady is not None:
-        parts.append(f"steady state: {steady:.5f} examples/sec over the {len(run.step_ms) - 1} steps after warm-up")
-    compiled = compile_ms(run)
-    if compiled:
-        parts.append(f"kernel compiles {compiled:.1f} ms ({COMPILE_STAT}, one-time work)")
-    return parts
+    steady, compiled = steady_examples_per_sec(run), compile_ms(run)
+    return ([f"steady state: {steady:.5f} examples/sec over the {len(run.step_ms) - 1} steps "
+             "after warm-up"] if steady is not None else []) + (
+        [f"kernel compiles {compiled:.1f} ms ({COMPILE_STAT}, one-time work)"] if compiled else [])

@@ -23,16 +23,8 @@ from .results import SCHEMA, ResultSet, RunResult, StatResult
 from .stats import Samples
 from .timers import ordered, short_name
 
-__all__ = [
-    "SORT_KEYS",
-    "chrome_trace",
-    "gate_lines",
-    "markdown",
-    "op_table_lines",
-    "run_lines",
-    "terminal_lines",
-    "verdict_line",
-]
+__all__ = ["SORT_KEYS", "chrome_trace", "gate_lines", "markdown", "op_table_lines", "run_lines",
+           "terminal_lines", "verdict_line"]
 
 SORT_KEYS: dict[str, Callable[[StatResult], Any]] = {
     "total": lambda s: -s.total_ms,
@@ -286,11 +278,8 @@ def markdown(results: ResultSet, verdict: Verdict | None, sort: str = "total",
              sections: Sequence[tuple[str, Sequence[str]]] = ()) -> str:
     """The report as GitHub-flavoured markdown: the verdict first, then the
     tables, then extra ``(title, lines)`` sections as preformatted blocks."""
-    out = ["## opperf", ""]
-    if verdict is None:
-        out.append("**Gate: not run**")
-    else:
-        out.append(f"**Gate: {_verdict_word(verdict)}** ({_md(_verdict_detail(verdict))})")
+    out = ["## opperf", "", "**Gate: not run**" if verdict is None
+           else f"**Gate: {_verdict_word(verdict)}** ({_md(_verdict_detail(verdict))})"]
     if verdict is not None and verdict.violations:
         rows = [[_md(v.run), _md(v.metric), _num(v.value), _num(v.limit), _num(v.baseline),
                  _md(v.message), _md(v.statistic)] for v in verdict.violations]
@@ -309,8 +298,8 @@ def markdown(results: ResultSet, verdict: Verdict | None, sort: str = "total",
         rows = [[_md(c) for c in row] for row in rows]
         if rows:
             out += tabulate(rows, headers, tablefmt="github", disable_numparse=True,
-                            colalign=("left",) + ("right",) * (len(headers) - 1)).splitlines()
-        out += ["", _shares_line(run)]
+                            colalign=_right(len(headers))).splitlines()
+        out += ["", _shares_line(run) + "  ", *_steady_shares(run)]  # "  ": a line break
         out += [f"- {_md(n)}" for n in _clock_note(run) + steady_lines(run) + run.notes]
         device = device_host_lines(run)  # device span vs host enqueue, on a device clock
         if device:
@@ -319,8 +308,8 @@ def markdown(results: ResultSet, verdict: Verdict | None, sort: str = "total",
     if ops:
         lines = op_table_lines(ops, tablefmt="github", escape=_md)
         out += ["", f"### {_md(lines[0])}", ""] + lines[1:]
-    for title, lines in sections:
-        out += ["", f"### {_md(title)}", "", "```", *lines, "```"]
+    for title, section in sections:
+        out += ["", f"### {_md(title)}", "", "```", *section, "```"]
     return "\n".join(out) + "\n"
 
 
