@@ -67,8 +67,8 @@ def run_group(run_id: str) -> tuple[str, str]:
 def table(rows: Sequence[Sequence[str]], headers: Sequence[str], colalign: Sequence[str],
           width: int, headings: Sequence[str] = ()) -> list[str]:
     """A plain tabulate table in at most ``width`` columns where the numbers allow it: a
-    first-column cell too wide gets a line of its own, its row's values on the next.
-    ``headings[i]``, when not empty, is a line put before row ``i``."""
+    first-column cell too wide gets a line of its own (its middle cut to ``width`` if need
+    be), its row's values on the next. ``headings[i]``: lines put before row ``i``."""
     def render(cells: Sequence[Sequence[str]]) -> list[str]:
         return tabulate(cells, headers, tablefmt="plain", disable_numparse=True,
                         preserve_whitespace=True, colalign=colalign).splitlines()
@@ -80,6 +80,6 @@ def table(rows: Sequence[Sequence[str]], headers: Sequence[str], colalign: Seque
         lines = render([["" if o else r[0], *r[1:]] for r, o in zip(rows, own, strict=True)])
     out = lines[:1]
     for i, line in enumerate(lines[1:]):
-        heading = headings[i] if i < len(headings) else ""
-        out += [heading] * bool(heading) + [names[i]] * own[i] + [line.rstrip()]
+        heading = headings[i].splitlines() if i < len(headings) else []
+        out += heading + [middle(names[i], width)] * own[i] + [line.rstrip()]
     return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ..layout import common_prefix, fit, middle
+from ..layout import common_prefix, fit, middle, table
 from .paired import VERDICTS, CompareResult, Decision
 
 __all__ = ["markdown", "terminal_lines"]
@@ -97,32 +97,19 @@ def terminal_lines(result: CompareResult, width: int = 100) -> list[str]:
     lines.append(_header(result))
     if prefix:
         lines.append(middle(f"runs below are under {prefix}", width))
-    cells = [(2, "metric"), (0, "base"), (0, "head"), (0, "head/base"), (1, "interval"),
-             (0, "pairs")]
-    rows = {id(d): [d.key.metric, _value(d, d.base), _value(d, d.head), change(d), interval(d),
-                    f"{d.pairs}"] for d in result.decisions}
-    sizes = [max([len(title)] + [len(r[i]) for r in rows.values()])
-             for i, (_, title) in enumerate(cells)]
-    fixed = 4 + sum(sizes[1:]) + 2 * (len(sizes) - 1)
-    sizes[0] = max(len("metric"), min(sizes[0], width - fixed))
-
-    def row(values: Sequence[str]) -> str:
-        parts = [value.rjust(size) if align == 0 else value.ljust(size) for (align, _), size, value
-                 in zip(cells, sizes, values, strict=True)]
-        return ("    " + "  ".join(parts)).rstrip()
-
-    if rows:
-        lines.append(row([title for _, title in cells]))
+    rows, headings, above = [], [], []  # above: the verdict and run lines before a row
     for verdict, groups in ordered(result.decisions):
-        lines.append(f"{verdict} ({sum(len(ds) for _, ds in groups)})")
+        above.append(f"{verdict} ({sum(len(ds) for _, ds in groups)})")
         for run, decisions in groups:
-            lines.append("  " + middle(run[len(prefix):], width - 2))
+            above.append("  " + middle(run[len(prefix):], width - 2))
             for d in decisions:
-                values = rows[id(d)]
-                if len(values[0]) > sizes[0]:
-                    lines.append("    " + middle(values[0], width - 4))
-                    values = [""] + values[1:]
-                lines.append(row(values))
+                rows.append(["    " + d.key.metric, _value(d, d.base), _value(d, d.head), change(d),
+                             interval(d), f"{d.pairs}"])
+                headings.append("\n".join(above))
+                above = []
+    if rows:
+        lines += table(rows, ["    metric", "base", "head", "head/base", "interval", "pairs"],
+                       ("left", "right", "right", "right", "left", "right"), width, headings)
     for title, ids in (("added on the head side (not compared)", result.added),
                        ("removed on the head side (not compared)", result.removed)):
         if ids:
