@@ -43,8 +43,6 @@ def listing(items: Sequence[str], limit: int = 5) -> str:
 def common_prefix(ids: Iterable[str]) -> str:
     """The longest prefix of all ``ids`` that ends at a ``/`` or ``::`` boundary ("" if none)."""
     ids = list(ids)
-    if not ids:
-        return ""
     prefix = os.path.commonprefix(ids)
     cut = max(prefix.rfind("/") + 1, prefix.rfind("::") + 2 if "::" in prefix else 0)
     prefix = prefix[:cut]

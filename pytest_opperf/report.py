@@ -27,13 +27,8 @@ __all__ = ["SORT_KEYS", "chrome_trace", "gate_lines", "markdown", "op_table_line
            "terminal_lines", "verdict_line"]
 
 SORT_KEYS: dict[str, Callable[[StatResult], Any]] = {
-    "total": lambda s: -s.total_ms,
-    "avg": lambda s: -s.avg_ms,
-    "max": lambda s: -s.max_ms,
-    "min": lambda s: -s.min_ms,
-    "count": lambda s: -s.count,
-    "name": lambda s: s.name,
-}
+    "total": lambda s: -s.total_ms, "avg": lambda s: -s.avg_ms, "max": lambda s: -s.max_ms,
+    "min": lambda s: -s.min_ms, "count": lambda s: -s.count, "name": lambda s: s.name}
 
 
 # C0 controls (newline, ESC...), DEL and C1 controls: a run id or stat name read
@@ -55,9 +50,7 @@ def _pct(x: float) -> str:
 def _num(v: float | None) -> str:
     if v is None:
         return "-"
-    if isinstance(v, float) and not math.isfinite(v):
-        return str(v)
-    return f"{v:.6g}"
+    return str(v) if isinstance(v, float) and not math.isfinite(v) else f"{v:.6g}"
 
 
 def _inside(stat: StatResult, ancestor: str, stats: Mapping[str, StatResult]) -> bool:
@@ -196,11 +189,8 @@ def op_table_lines(runs: Sequence[RunResult], tablefmt: str = "plain",
 
 
 def _verdict_detail(verdict: Verdict) -> str:
-    where = []
-    if verdict.baseline:
-        where.append(f"baseline {verdict.baseline}")
-    if verdict.thresholds:
-        where.append(f"thresholds {verdict.thresholds}")
+    where = [f"{what} {name}" for what, name in (("baseline", verdict.baseline),
+                                                  ("thresholds", verdict.thresholds)) if name]
     checks = f"{verdict.checks} checks" if not verdict.violations else (
         f"{len(verdict.violations)} violation(s) in {verdict.checks} checks")
     undecided = f"; A/B: {verdict.undecided} undecided" if verdict.undecided else ""

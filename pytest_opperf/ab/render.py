@@ -47,12 +47,10 @@ def interval(d: Decision) -> str:
     if not math.isfinite(d.estimate):
         return "none"
     hw = d.half_width
-    if d.ratio:
-        if not math.isfinite(hw):
-            return "unbounded"
-        return f"[{d.low:.3f}, {d.high:.3f}] +-{hw * 100:.1f}%"
     if not math.isfinite(hw):
         return "unbounded"
+    if d.ratio:
+        return f"[{d.low:.3f}, {d.high:.3f}] +-{hw * 100:.1f}%"
     return f"[{d.low * 100:+.2f}, {d.high * 100:+.2f}]pt +-{hw * 100:.2f}pt"
 
 
@@ -77,9 +75,8 @@ def _header(result: CompareResult) -> str:
 
 def _title(result: CompareResult, width: int) -> list[str]:
     one = f"A/B: base {result.base}; head {result.head}"
-    if len(one) <= width:
-        return [one]
-    return [middle(f"A/B base: {result.base}", width), middle(f"A/B head: {result.head}", width)]
+    return [one] if len(one) <= width else [middle(f"A/B base: {result.base}", width),
+                                            middle(f"A/B head: {result.head}", width)]
 
 
 def terminal_lines(result: CompareResult, width: int = 100) -> list[str]:
