@@ -67,15 +67,19 @@ def table(rows: Sequence[Sequence[str]], headers: Sequence[str], colalign: Seque
     """A plain tabulate table in at most ``width`` columns where the numbers allow it: a
     first-column cell too wide gets a line of its own (its middle cut to ``width`` if need
     be), its row's values on the next. ``headings[i]``: lines put before row ``i``."""
-    def render(cells: Sequence[Sequence[str]]) -> list[str]:
-        return tabulate(cells, headers, tablefmt="plain", disable_numparse=True,
-                        preserve_whitespace=True, colalign=colalign).splitlines()
+    def render(cells: Sequence[Sequence[str]], pad: bool = True) -> list[str]:
+        # tabulate pads headers by 2: a table too wide does without (its headers as a row)
+        return tabulate(cells if pad else [headers, *cells], headers if pad else (),
+                        tablefmt="plain", disable_numparse=True, preserve_whitespace=True,
+                        colalign=colalign).splitlines()
 
     lines, names = render(rows), [r[0] for r in rows]
+    pad = max(map(len, lines)) <= width
+    lines = lines if pad else render(rows, pad)
     room = max(map(len, [headers[0], *names])) + width - max(map(len, lines))
     own = [len(n) > room for n in names]
     if any(own):
-        lines = render([["" if o else r[0], *r[1:]] for r, o in zip(rows, own, strict=True)])
+        lines = render([["" if o else r[0], *r[1:]] for r, o in zip(rows, own, strict=True)], pad)
     out = lines[:1]
     for i, line in enumerate(lines[1:]):
         heading = headings[i].splitlines() if i < len(headings) else []

@@ -108,8 +108,9 @@ def _steady_shares(run: RunResult) -> list[str]:
     python, steps = _step_python_shares(run), _after_warmup(run.step_ms)
     if len(run.step_ms) < 2 or len(python) != len(steps):
         return []
-    kernels = [_after_warmup(s.samples_ms) for depth, s in ordered(run.stat_map()) if depth == 0
-               and s.kernel and s.samples_ms and len(s.samples_ms) == len(run.step_ms)]
+    stats: Mapping[str, Any] = run.stat_map()  # stat results in the shape of timers.Stat
+    roots = [stats[t.name].samples_ms for depth, t in ordered(stats) if depth == 0 and t.kernel]
+    kernels = [_after_warmup(x) for x in roots if x and len(x) == len(run.step_ms)]
     kernel = [sum(k) / w for w, *k in zip(steps, *kernels, strict=True)]
     framework = [max(0.0, 1 - p - k) for p, k in zip(python, kernel, strict=True)]
     p, f, k = (_pct(Samples(x).median) for x in (python, framework, kernel))

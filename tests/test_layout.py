@@ -43,5 +43,5 @@ def test_table_puts_a_name_too_wide_on_its_own_line():
     wide = max(len(line) for line in table(ROWS, HEAD, ALIGN, 100))
     lines = table(ROWS, HEAD, ALIGN, wide - 5)
     assert all(len(line) <= wide - 5 for line in lines)
-    assert lines[1:4] == ["conv2d_grad", "        1302.84    38.7%", "  GemmTimer"]
+    assert lines[1:4] == ["conv2d_grad", "      1302.84  38.7%", "  GemmTimer"]
     assert lines[5].split() == ["relu", "43.43", "1.3%"]  # a short name stays on its row
