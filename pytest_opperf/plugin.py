@@ -1192,7 +1192,8 @@ class OpPerfSession:
             if self.compare is not None:
                 from pytest_opperf.ab import render
 
-                sections.insert(0, ("A/B: head against base", render.terminal_lines(self.compare, width)))
+                ab_lines = render.terminal_lines(self.compare, width)
+                sections.insert(0, ("A/B: head against base", ab_lines))
             for line in report.terminal_lines(self.results, self.verdict, self.settings.sort, self.notes,
                                               sections, width):
                 tr.write_line(line)
