@@ -17,16 +17,16 @@ from .paired import VERDICTS, CompareResult, Decision
 __all__ = ["markdown", "terminal_lines"]
 
 
+_FORMATS = {"time": "{:.4g} ms", "rate": "{:.4g}/s", "share": "{:.2%}"}  # else a count
+
+
 def _value(d: Decision, v: float) -> str:
-    if not math.isfinite(v):
-        return "-"
-    if d.kind == "time":
-        return f"{v:.4g} ms"
-    if d.kind == "rate":
-        return f"{v:.4g}/s"
-    if d.kind == "share":
-        return f"{v:.2%}"
-    return f"{v:g}"
+    return _FORMATS.get(d.kind, "{:g}").format(v) if math.isfinite(v) else "-"
+
+
+def _cells(d: Decision) -> list[str]:
+    """base, head, head/base, interval and pairs: the values of a decision's row."""
+    return [_value(d, d.base), _value(d, d.head), change(d), interval(d), f"{d.pairs}"]
 
 
 def change(d: Decision) -> str:
@@ -100,8 +100,7 @@ def terminal_lines(result: CompareResult, width: int = 100) -> list[str]:
         for run, decisions in groups:
             above.append("  " + middle(run[len(prefix):], width - 2))
             for d in decisions:
-                rows.append(["    " + d.key.metric, _value(d, d.base), _value(d, d.head), change(d),
-                             interval(d), f"{d.pairs}"])
+                rows.append(["    " + d.key.metric, *_cells(d)])
                 headings.append("\n".join(above))
                 above = []
     if rows:
@@ -130,9 +129,8 @@ def markdown(result: CompareResult) -> str:
         for verdict, groups in ordered(result.decisions):
             for run, decisions in groups:
                 for d in decisions:
-                    out.append(f"| {verdict} | `{_cell(run)}` | {_cell(d.key.metric)} | "
-                               f"{_value(d, d.base)} | {_value(d, d.head)} | {change(d)} | "
-                               f"{interval(d)} | {d.pairs} |")
+                    cells = [verdict, f"`{_cell(run)}`", _cell(d.key.metric), *_cells(d)]
+                    out.append(f"| {' | '.join(cells)} |")
         out.append("")
     for title, ids in (("Added on the head side (not compared)", result.added),
                        ("Removed on the head side (not compared)", result.removed)):
