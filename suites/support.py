@@ -47,9 +47,9 @@ def ablation_lines(runs: list[Any]) -> list[str]:
     if not rows:
         return []
     # headers on several lines keep the table within 100 columns; the costs are ms per step
-    lines = tabulate(rows, headers=["workload", "executor", "examples\n/sec", "Python\n%", "clone\nms",
-                                    "op\ncreation\nms", "local\nscope\nms", "executor\nms", "kernels\nms"],
-                     floatfmt=".3f").splitlines()
+    headers = ["workload", "executor", "examples\n/sec", "Python\n%", "clone\nms",
+               "op\ncreation\nms", "local\nscope\nms", "executor\nms", "kernels\nms"]
+    lines = tabulate(rows, headers=headers, floatfmt=".3f").splitlines()
     by_setting = {(r[0], r[1]): r[2] for r in rows}
     for (name, executor), eps in by_setting.items():
         faithful = by_setting.get((name, "faithful"))
