@@ -10,6 +10,7 @@ JSON Schema.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -64,7 +65,7 @@ def _compare(args: argparse.Namespace, out: TextIO) -> int:
         out.write(line + "\n")
     if not verdict.passed:
         out.write("=" * 30 + " opperf gate " + "=" * 30 + "\n")
-        for line in report.gate_lines(verdict):
+        for line in report.gate_lines(verdict, shutil.get_terminal_size().columns):
             out.write(line + "\n")
     if args.markdown:
         from pytest_opperf.results import write_text_atomic
@@ -77,11 +78,12 @@ def _compare(args: argparse.Namespace, out: TextIO) -> int:
 def _show(args: argparse.Namespace, out: TextIO) -> int:
     results = read_results(args.results)
     verdict = Verdict.from_dict(results.gate) if results.gate else None
-    for line in report.terminal_lines(results, verdict, args.sort):
+    width = shutil.get_terminal_size().columns  # COLUMNS when set
+    for line in report.terminal_lines(results, verdict, args.sort, width=width):
         out.write(line + "\n")
     if verdict is not None and not verdict.passed:
         out.write("=" * 30 + " opperf gate " + "=" * 30 + "\n")
-        for line in report.gate_lines(verdict):
+        for line in report.gate_lines(verdict, width):
             out.write(line + "\n")
     return EXIT_OK
 

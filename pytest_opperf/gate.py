@@ -33,6 +33,7 @@ from .ab.paired import CompareSettings, parse_compare
 from .gpu_report import steady_examples_per_sec
 from .identity import mismatch
 from .keys import ThresholdsError, keys, parse, table_key, type_name, unknown
+from .layout import listing
 from .results import ResultSet, RunResult, read_text, same_hardware
 from .stats import Samples, mann_whitney_u
 
@@ -469,15 +470,18 @@ def evaluate(results: ResultSet, thresholds: Thresholds | None = None, baseline:
             else:
                 gate.against(base, run)
         if measured_otherwise:
-            verdict.warnings.append(f"{len(measured_otherwise)} run(s) measured otherwise than their baseline run, "
-                                    f"times not compared (counts still are): {', '.join(measured_otherwise)}")
+            verdict.warnings.append(f"{len(measured_otherwise)} run(s) measured otherwise than "
+                                    "their baseline run, times not compared (counts still are): "
+                                    f"{listing(measured_otherwise)}")
         if unmatched:
-            verdict.notes.append(f"{len(unmatched)} run(s) have no baseline run: {', '.join(unmatched)}")
+            verdict.notes.append(f"{len(unmatched)} run(s) have no baseline run: "
+                                 f"{listing(unmatched)}")
         _baseline_match(gate, results, baseline, baseline_name, len(results.runs) - len(unmatched))
         measured = {r.id for r in results.runs}
         missing = [r.id for r in baseline.runs if r.id not in measured]
         if missing:
-            verdict.notes.append(f"{len(missing)} baseline run(s) not measured in this session: {', '.join(missing)}")
+            verdict.notes.append(f"{len(missing)} baseline run(s) not measured in this "
+                                 f"session: {listing(missing)}")
     return verdict
 
 

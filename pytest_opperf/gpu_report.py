@@ -70,13 +70,12 @@ def compile_ms(run: Any) -> float:
 
 
 def steady_lines(run: Any) -> list[str]:
-    """A line with the steady-state throughput and the compile time, when there are any."""
-    steady = steady_examples_per_sec(run)
-    parts = []
+    """A line with the steady-state throughput and one with the compile time, when there are any."""
+    steady, compiled = steady_examples_per_sec(run), compile_ms(run)
+    lines = []
     if steady is not None:
-        parts.append(f"steady state: {steady:.5f} examples/sec over the "
+        lines.append(f"steady state: {steady:.5f} examples/sec over the "
                      f"{len(run.step_ms) - 1} steps after warm-up")
-    compiled = compile_ms(run)
     if compiled:
-        parts.append(f"kernel compiles {compiled:.1f} ms ({COMPILE_STAT}, one-time work)")
-    return ["; ".join(parts)] if parts else []
+        lines.append(f"kernel compiles {compiled:.1f} ms ({COMPILE_STAT}, one-time work)")
+    return lines

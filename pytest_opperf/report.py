@@ -16,22 +16,15 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .gate import Verdict
+from .gate import Verdict, _after_warmup, _step_python_shares
 from .gpu_report import device_host_lines, steady_lines
+from .layout import middle, run_group, table, wrap
 from .results import SCHEMA, ResultSet, RunResult
 from .stats import Samples
 from .stattree import SORT_KEYS, Shares, short_name
 
-__all__ = [
-    "SORT_KEYS",
-    "chrome_trace",
-    "gate_lines",
-    "markdown",
-    "op_table_lines",
-    "run_lines",
-    "terminal_lines",
-    "verdict_line",
-]
+__all__ = ["SORT_KEYS", "chrome_trace", "gate_lines", "markdown", "op_table_lines", "run_lines",
+           "terminal_lines", "verdict_line"]
 
 # C0 controls (newline, ESC...), DEL and C1 controls: a run id or stat name read
 # from a file must not move the cursor, colour the terminal or start a new line
@@ -48,9 +41,7 @@ def clean(text: str) -> str:
 def _num(v: float | None) -> str:
     if v is None:
         return "-"
-    if isinstance(v, float) and not math.isfinite(v):
-        return str(v)
-    return f"{v:.6g}"
+    return str(v) if isinstance(v, float) and not math.isfinite(v) else f"{v:.6g}"
 
 
 def _rate(amount: float | None, ms: float, unit: float) -> str:
@@ -79,34 +70,61 @@ def _stat_rows(run: RunResult, sort: str, indent: str) -> tuple[list[str], list[
     return headers, rows
 
 
+def _shares_line(run: RunResult) -> str:
+    return Shares(run.python_share, run.framework_share, run.kernel_share).line(_outside(run))
+
+
+def _outside(run: RunResult) -> str:
+    """The name of the time outside the executor: ``untimed`` where no executor stat encloses
+    the steps (it is then the time inside no top-level timer, startup included)."""
+    return "Python" if run.executor_stat else "untimed"
+
+
+def _steady_shares(run: RunResult) -> list[str]:
+    """The shares of the steps after warm-up, each the median of its per-step values (the
+    gate's Python share); empty with fewer than two steps."""
+    python, steps = _step_python_shares(run), _after_warmup(run.step_ms)
+    if len(run.step_ms) < 2 or len(python) != len(steps):
+        return []
+    roots = [t.samples_ms for depth, t in run.stats.ordered() if depth == 0 and t.kernel]
+    kernels = [_after_warmup(x) for x in roots if x and len(x) == len(run.step_ms)]
+    kernel = [sum(k) / w for w, *k in zip(steps, *kernels, strict=True)]
+    framework = [max(0.0, 1 - p - k) for p, k in zip(python, kernel, strict=True)]
+    p, f, k = (f"{Samples(x).median:.2%}" for x in (python, framework, kernel))
+    return [f"steady state: {_outside(run)} {p} | framework overhead {f} | kernels {k} "
+            "(medians per step)"]
+
+
 def _run_header(run: RunResult) -> list[str]:
-    return [
-        f"{run.id}  device={run.device} timing={run.timing}",
-        f"Total examples: {run.examples}, total time: {run.wall_s:.5f} sec",
-        f"{run.examples_per_sec:.5f} examples/sec, {run.sec_per_batch:.5f} sec/batch",
-    ]
+    return [f"{run.id}  device={run.device} timing={run.timing}",
+            f"Total examples: {run.examples}, total time: {run.wall_s:.5f} sec",
+            f"{run.examples_per_sec:.5f} examples/sec, {run.sec_per_batch:.5f} sec/batch"]
 
 
 def _clock_note(run: RunResult) -> list[str]:
-    clocks = {s.clock for s in run.stats}
-    if "device" in clocks:
-        return ["clock: kernel stats on the device clock (events), other timers on the host clock"]
-    return []
+    return ["clock: kernel stats on the device clock (events), other timers on the host clock"
+            ] if any(s.clock == "device" for s in run.stats) else []
 
 
-def run_lines(run: RunResult, sort: str = "total") -> list[str]:
-    """One e2e run in the reference report's shape."""
+def _prose(lines: Sequence[str], width: int) -> list[str]:
+    """Text lines cleaned and wrapped to ``width`` (tables are fitted instead)."""
+    return [part for line in lines for part in wrap(clean(line), width)]
+
+
+def _right(n: int, left: int = 1) -> tuple[str, ...]:
+    return ("left",) * left + ("right",) * (n - left)
+
+
+def run_lines(run: RunResult, sort: str = "total", width: int = 100) -> list[str]:
+    """One e2e run in the reference report's shape, the steady state beside the whole
+    window's figures; ``width``: see :func:`pytest_opperf.layout.table`."""
     headers, rows = _stat_rows(run, sort, "  ")
-    lines = _run_header(run) + ["unit: ms"]
-    if rows:
-        table = tabulate(rows, headers, tablefmt="plain", disable_numparse=True, preserve_whitespace=True,
-                         colalign=("left",) + ("right",) * (len(headers) - 1))
-        lines += table.splitlines()
-    lines.append(Shares(run.python_share, run.framework_share, run.kernel_share).line())
-    lines += _clock_note(run)
-    lines += steady_lines(run) + device_host_lines(run)  # steady state, compiles; device span vs host enqueue
-    lines += [f"note: {n}" for n in run.notes]
-    return lines
+    lines = _prose(_run_header(run) + steady_lines(run) + ["unit: ms"], width)
+    lines += map(clean, table(rows, headers, _right(len(headers)), width) if rows else [])
+    device = device_host_lines(run)  # device span vs host enqueue: a heading and a table
+    lines += _prose([_shares_line(run), *_steady_shares(run), *_clock_note(run), *device[:1]],
+                    width)
+    return lines + [*map(clean, device[1:]), *_prose([f"note: {n}" for n in run.notes], width)]
 
 
 def _op_row(run: RunResult) -> list[str]:
@@ -115,34 +133,42 @@ def _op_row(run: RunResult) -> list[str]:
         return [run.id, run.kind, "", "", "", "", "", "", ""]
     samples = Samples(s.samples_ms) if s.samples_ms else None
     return [run.id, run.kind, str(run.batches), f"{samples.median:.4f}" if samples else "",
-            f"{s.avg_ms:.4f}", f"{s.min_ms:.4f}", f"{s.max_ms:.4f}", _rate(s.flops, s.total_ms, 1e9),
-            _rate(s.bytes, s.total_ms, 1e9)]
+            f"{s.avg_ms:.4f}", f"{s.min_ms:.4f}", f"{s.max_ms:.4f}",
+            _rate(s.flops, s.total_ms, 1e9), _rate(s.bytes, s.total_ms, 1e9)]
 
 
 _OP_HEADERS = ["run", "kind", "rounds", "median", "mean", "min", "max", "GFLOP/s", "GB/s"]
 
 
 def op_table_lines(runs: Sequence[RunResult], tablefmt: str = "plain",
-                   escape: Callable[[str], str] = str) -> list[str]:
-    """The compact table of per-op benchmark runs (unit: ms per call)."""
+                   escape: Callable[[str], str] = str, width: int | None = None) -> list[str]:
+    """The compact table of per-op benchmark runs (unit: ms per call). With a ``width`` (the
+    terminal), runs are grouped under a glob of their test and their kind, each row named
+    by the rest of its id, and the table fitted to ``width``."""
     if not runs:
         return []
     rows = [[escape(c) for c in _op_row(r)] for r in runs]
-    keep = [i for i, h in enumerate(_OP_HEADERS) if h not in ("GFLOP/s", "GB/s") or any(r[i] for r in rows)]
+    keep = [i for i, h in enumerate(_OP_HEADERS)
+            if h not in ("GFLOP/s", "GB/s") or any(r[i] for r in rows)]
     headers = [_OP_HEADERS[i] for i in keep]
     rows = [[r[i] for i in keep] for r in rows]
     devices = sorted({f"device={r.device} timing={r.timing}" for r in runs})
-    table = tabulate(rows, headers, tablefmt=tablefmt, disable_numparse=True,
-                     colalign=("left", "left") + ("right",) * (len(headers) - 2))
-    return [f"per-op benchmarks ({', '.join(devices)}), unit: ms per call"] + table.splitlines()
+    head = [f"per-op benchmarks ({', '.join(devices)}), unit: ms per call"]
+    if width is None:
+        return head + tabulate(rows, headers, tablefmt=tablefmt, disable_numparse=True,
+                               colalign=_right(len(headers), 2)).splitlines()
+    groups: dict[tuple[str, str], list[int]] = {}  # in order of first appearance
+    for i, r in enumerate(runs):
+        groups.setdefault((run_group(r.id)[0], r.kind), []).append(i)
+    headings = [middle(f"{g} ({kind})", width) if i == members[0] else ""
+                for (g, kind), members in groups.items() for i in members]
+    cells = [["  " + run_group(runs[i].id)[1], *rows[i][2:]] for ms in groups.values() for i in ms]
+    return head + table(cells, headers[:1] + headers[2:], _right(len(headers) - 1), width, headings)
 
 
 def _verdict_detail(verdict: Verdict) -> str:
-    where = []
-    if verdict.baseline:
-        where.append(f"baseline {verdict.baseline}")
-    if verdict.thresholds:
-        where.append(f"thresholds {verdict.thresholds}")
+    where = [f"{what} {name}" for what, name in (("baseline", verdict.baseline),
+                                                  ("thresholds", verdict.thresholds)) if name]
     checks = f"{verdict.checks} checks" if not verdict.violations else (
         f"{len(verdict.violations)} violation(s) in {verdict.checks} checks")
     undecided = f"; A/B: {verdict.undecided} undecided" if verdict.undecided else ""
@@ -163,45 +189,37 @@ def verdict_line(verdict: Verdict | None) -> str:
     return f"gate: {_verdict_word(verdict)} ({_verdict_detail(verdict)})"
 
 
-def gate_lines(verdict: Verdict) -> list[str]:
-    """The ``opperf gate`` section: every violation with value, limit, baseline and statistic."""
-    lines = []
-    for v in verdict.violations:
-        lines.append(f"FAIL {v.run} {v.metric}: {v.message}")
-        lines.append(f"     value {_num(v.value)}, limit {_num(v.limit)}, baseline {_num(v.baseline)}; "
-                     f"{v.statistic}")
-    return [clean(line) for line in lines]
+def gate_lines(verdict: Verdict, width: int = 100) -> list[str]:
+    """The ``opperf gate`` section: every violation on a short ``FAIL run metric`` line, then its
+    message, value, limit, baseline and statistic, wrapped to ``width``."""
+    values = "value {}, limit {}, baseline {}; {}"
+    return [line for v in verdict.violations for text in (
+        f"FAIL {v.run} {v.metric}", f"     {v.message}",
+        "     " + values.format(_num(v.value), _num(v.limit), _num(v.baseline), v.statistic))
+        for line in wrap(clean(text), width, " " * 5)]
 
 
 def terminal_lines(results: ResultSet, verdict: Verdict | None, sort: str = "total",
-                   notes: Sequence[str] = (), sections: Sequence[tuple[str, Sequence[str]]] = ()) -> list[str]:
-    """The whole ``opperf`` terminal section; extra ``(title, lines)`` sections
-    come after the runs, each under a ``--- title ---`` line, and the verdict last."""
-    lines: list[str] = []
-    session = results.session
-    if session:
-        head = " ".join(f"{k}={session[k]}" for k in ("device", "timing", "workload") if session.get(k))
-        if head:
-            lines.append(f"session: {head}")
-    lines += [f"note: {n}" for n in notes]
-    e2e = [r for r in results.runs if r.kind == "e2e"]
+                   notes: Sequence[str] = (), sections: Sequence[tuple[str, Sequence[str]]] = (),
+                   width: int = 100) -> list[str]:
+    """The whole ``opperf`` terminal section, text (but the verdict line) wrapped and tables
+    fitted to ``width``; extra ``(title, lines)`` sections come after the runs, each under a
+    ``--- title ---`` line (their lines as given), and the verdict last."""
+    session = results.session or {}
+    head = " ".join(f"{k}={session[k]}" for k in ("device", "timing", "workload") if session.get(k))
+    lines = _prose([f"session: {head}"] * bool(head) + [f"note: {n}" for n in notes]
+                   + ["no measured runs"] * (not results.runs), width)
+    for run in (r for r in results.runs if r.kind == "e2e"):
+        lines += ["", *run_lines(run, sort, width)]
     ops = [r for r in results.runs if r.kind != "e2e"]
-    if not results.runs:
-        lines.append("no measured runs")
-    for run in e2e:
-        lines.append("")
-        lines += run_lines(run, sort)
     if ops:
-        lines.append("")
-        lines += op_table_lines(ops)
+        table_lines = op_table_lines(ops, width=width)
+        lines += ["", *_prose(table_lines[:1], width), *map(clean, table_lines[1:])]
     for title, section in sections:
-        lines += ["", f"--- {title} ---", *section]
-    lines.append("")
-    lines.append(verdict_line(verdict))
-    if verdict is not None:
-        lines += [f"warning: {w}" for w in verdict.warnings]
-        lines += [f"note: {n}" for n in verdict.notes]
-    return [clean(line) for line in lines]
+        lines += ["", *_prose([f"--- {title} ---"], width), *map(clean, section)]
+    ends = [f"warning: {w}" for w in verdict.warnings] if verdict else []
+    ends += [f"note: {n}" for n in verdict.notes] if verdict else []
+    return lines + ["", clean(verdict_line(verdict))] + _prose(ends, width)  # a line tools grep
 
 
 # --- markdown -----------------------------------------------------------------------
@@ -228,17 +246,14 @@ def markdown(results: ResultSet, verdict: Verdict | None, sort: str = "total",
              sections: Sequence[tuple[str, Sequence[str]]] = ()) -> str:
     """The report as GitHub-flavoured markdown: the verdict first, then the
     tables, then extra ``(title, lines)`` sections as preformatted blocks."""
-    out = ["## opperf", ""]
-    if verdict is None:
-        out.append("**Gate: not run**")
-    else:
-        out.append(f"**Gate: {_verdict_word(verdict)}** ({_md(_verdict_detail(verdict))})")
+    out = ["## opperf", "", "**Gate: not run**" if verdict is None
+           else f"**Gate: {_verdict_word(verdict)}** ({_md(_verdict_detail(verdict))})"]
     if verdict is not None and verdict.violations:
-        rows = [[_md(v.run), _md(v.metric), _num(v.value), _num(v.limit), _num(v.baseline), _md(v.message),
-                 _md(v.statistic)] for v in verdict.violations]
+        rows = [[_md(v.run), _md(v.metric), _num(v.value), _num(v.limit), _num(v.baseline),
+                 _md(v.message), _md(v.statistic)] for v in verdict.violations]
         out.append("")
-        out += tabulate(rows, ["run", "metric", "value", "limit", "baseline", "message", "statistic"],
-                        tablefmt="github", disable_numparse=True).splitlines()
+        names = ["run", "metric", "value", "limit", "baseline", "message", "statistic"]
+        out += tabulate(rows, names, tablefmt="github", disable_numparse=True).splitlines()
     if verdict is not None and (verdict.warnings or verdict.notes):
         out.append("")
         out += [f"- warning: {_md(w)}" for w in verdict.warnings]
@@ -251,8 +266,8 @@ def markdown(results: ResultSet, verdict: Verdict | None, sort: str = "total",
         rows = [[_md(c) for c in row] for row in rows]
         if rows:
             out += tabulate(rows, headers, tablefmt="github", disable_numparse=True,
-                            colalign=("left",) + ("right",) * (len(headers) - 1)).splitlines()
-        out += ["", Shares(run.python_share, run.framework_share, run.kernel_share).line()]
+                            colalign=_right(len(headers))).splitlines()
+        out += ["", _shares_line(run) + "  ", *_steady_shares(run)]  # "  ": a line break
         out += [f"- {_md(n)}" for n in _clock_note(run) + steady_lines(run) + run.notes]
         device = device_host_lines(run)  # device span vs host enqueue, on a device clock
         if device:
@@ -261,8 +276,8 @@ def markdown(results: ResultSet, verdict: Verdict | None, sort: str = "total",
     if ops:
         lines = op_table_lines(ops, tablefmt="github", escape=_md)
         out += ["", f"### {_md(lines[0])}", ""] + lines[1:]
-    for title, lines in sections:
-        out += ["", f"### {_md(title)}", "", "```", *lines, "```"]
+    for title, section in sections:
+        out += ["", f"### {_md(title)}", "", "```", *section, "```"]
     return "\n".join(out) + "\n"
 
 

@@ -539,6 +539,7 @@ class OpPerfSession:
 
     def _summary(self, tr: Any) -> None:
         tr.write_sep("=", "opperf")
+        width = tr.config.get_terminal_writer().fullwidth  # COLUMNS when set
         if self.results is None:
             tr.write_line("opperf: no results (the session stopped before running tests)")
         else:
@@ -546,9 +547,10 @@ class OpPerfSession:
             if self.compare is not None:
                 from pytest_opperf.ab import render
 
-                sections.insert(0, ("A/B: head against base", render.terminal_lines(self.compare)))
+                ab_lines = render.terminal_lines(self.compare, width)
+                sections.insert(0, ("A/B: head against base", ab_lines))
             for line in report.terminal_lines(self.results, self.verdict, self.settings.sort,
-                                              self.notes, sections):
+                                              self.notes, sections, width):
                 tr.write_line(line)
         for line in self.written:
             tr.write_line(f"wrote {line}")
@@ -560,5 +562,5 @@ class OpPerfSession:
             tr.write_line(f"opperf: {line}" if line.startswith("A/B") else line, red=True)
         if self.verdict is not None and not self.verdict.passed:
             tr.write_sep("=", "opperf gate", red=True)
-            for line in report.gate_lines(self.verdict):
+            for line in report.gate_lines(self.verdict, width):
                 tr.write_line(line, red=True)

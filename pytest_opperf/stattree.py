@@ -195,6 +195,8 @@ class Shares:
         framework = max(0.0, executor_ms - kernel_ms) / wall_ms
         return cls(min(1.0, python), framework, max(0.0, kernel_ms) / wall_ms)
 
-    def line(self) -> str:
-        return (f"Python {self.python:.2%} | framework overhead {self.framework:.2%} | "
+    def line(self, outside: str = "Python") -> str:
+        """The report's shares line; ``outside`` names the first share (``untimed`` where no
+        executor stat encloses the steps)."""
+        return (f"{outside} {self.python:.2%} | framework overhead {self.framework:.2%} | "
                 f"kernels {self.kernel:.2%} of wall time")

@@ -45,7 +45,7 @@ def test_compare_flags_a_slower_stat(files, tmp_path):
     assert code == 1
     assert "gate: FAILED (1 violation(s)" in out
     assert "opperf gate" in out
-    assert "FAIL suite.py::test_train step_ms:conv2d:" in out
+    assert "FAIL suite.py::test_train step_ms:conv2d\n     conv2d median per-step time" in out
     assert "Mann-Whitney U" in out
     assert md.read_text().splitlines()[2].startswith("**Gate: FAILED**")
 

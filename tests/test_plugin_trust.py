@@ -50,7 +50,7 @@ def test_a_baseline_of_another_workload_fails_the_gate_with_one_line(pytester):
     assert result.ret == 1
     result.stdout.fnmatch_lines([
         "gate: FAILED (1 violation(s) in 1 checks; baseline */base.json)",
-        "FAIL (session) baseline_match: baseline */base.json has a run for only 0 of the session's 1 run(s) *"])
+        "FAIL (session) baseline_match", "     baseline /*"])
     assert "**Gate: FAILED**" in (pytester.path / "r.md").read_text()
 
 

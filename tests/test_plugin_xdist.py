@@ -26,7 +26,7 @@ def test_xdist_gives_one_merged_report_and_one_gate(pytester):
     ids = [f"test_m{i}.py::test_t{i}" for i in range(4)]
     for run_id in ids:
         assert out.count(f"{run_id}  device=cpu timing=host") == 1
-        assert out.count(f"FAIL {run_id} count:relu:") == 1
+        assert out.count(f"FAIL {run_id} count:relu\n") == 1
     data = json.loads((pytester.path / "merged.json").read_text())
     assert [r["id"] for r in data["runs"]] == ids  # merged in id order
     assert all(r["counts"]["relu"] == 2 for r in data["runs"])

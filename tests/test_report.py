@@ -12,6 +12,7 @@ from pytest_opperf.report import (
     op_table_lines,
     run_lines,
     terminal_lines,
+    verdict_line,
 )
 from pytest_opperf.results import ResultSet, RunResult, StatResult
 
@@ -106,8 +107,17 @@ def violation():
 
 def test_gate_lines_list_every_field():
     lines = gate_lines(Verdict(violations=[violation()]))
-    assert lines[0] == "FAIL suite::t step_ms:conv2d: conv2d median per-step time 6 ms vs 2 ms"
-    assert lines[1] == "     value 6, limit 2.2, baseline 2; Mann-Whitney U one-sided p=1e-08"
+    assert lines == ["FAIL suite::t step_ms:conv2d", "     conv2d median per-step time 6 ms vs 2 ms",
+                     "     value 6, limit 2.2, baseline 2; Mann-Whitney U one-sided p=1e-08"]
+
+
+def test_gate_lines_wrap_the_detail_to_the_width():
+    lines = gate_lines(Verdict(violations=[violation()]), width=40)
+    assert lines[:3] == ["FAIL suite::t step_ms:conv2d", "     conv2d median per-step time 6 ms vs",
+                         "     2 ms"]
+    assert all(len(line) <= 40 for line in lines)
+    assert " ".join(line.strip() for line in lines[3:]) == ("value 6, limit 2.2, baseline 2; Mann-Whitney U "
+                                                             "one-sided p=1e-08")
 
 
 def test_terminal_lines_verdicts():
@@ -161,3 +171,68 @@ def test_chrome_trace_events():
     assert {e["pid"] for e in doc["traceEvents"]} == {1}  # the run without a trace is left out
     meta = [e for e in doc["traceEvents"] if e["ph"] == "M"]
     assert meta[0]["args"] == {"name": "t"}
+
+
+def test_the_terminal_op_table_groups_runs_under_their_test():
+    runs = [op_run(f"suites/test_ops.py::test_op[conv2d-N8xC64x16x16-k3s1p{i}-o64]", "conv2d", [0.001], 4,
+                   CPU_HOST, "host") for i in range(3)]
+    runs.insert(1, op_run("suites/test_executor.py::test_program_clone", "clone", [0.002], 1, CPU_HOST, "host",
+                          kind="overhead"))
+    lines = op_table_lines(runs, width=100)
+    assert lines[1].split() == ["run", "rounds", "median", "mean", "min", "max"]
+    assert [line.split()[0] for line in lines[2:]] == [
+        "suites/test_ops.py::test_op[*]", "conv2d-N8xC64x16x16-k3s1p0-o64", "conv2d-N8xC64x16x16-k3s1p1-o64",
+        "conv2d-N8xC64x16x16-k3s1p2-o64", "suites/test_executor.py::*", "test_program_clone"]
+    assert lines[2] == "suites/test_ops.py::test_op[*] (op)" and lines[6].endswith("(overhead)")
+    narrow = op_table_lines(runs, width=60)
+    assert max(map(len, narrow[1:])) <= 60  # the heading is wrapped with the other text
+    assert "  conv2d-N8xC64x16x16-k3s1p0-o64" in narrow  # on its own line, its values on the next
+
+
+def stepped_run(**kw):
+    """Three steps of 100 ms: the first all outside the executor, the others 10 ms outside it and
+    60 ms in the kernel conv2d (of which GemmTimer 40 ms: not counted again)."""
+    stats = [s("ExecutorRunTimer", 180.0, 3, parent=None, kernel=False, samples_ms=[0.0, 90.0, 90.0]),
+             s("conv2d", 120.0, 2, samples_ms=[0.0, 60.0, 60.0]),
+             s("GemmTimer", 80.0, 2, parent="conv2d", samples_ms=[0.0, 40.0, 40.0])]
+    fields = dict(wall_s=0.3, examples=24, batches=3, step_ms=[100.0, 100.0, 100.0], step_examples=[8, 8, 8],
+                  stats=stats, python_share=0.4, framework_share=0.2, kernel_share=0.4)
+    return reference_run(**{**fields, **kw})
+
+
+def test_the_steady_state_shares_follow_the_whole_window_ones():
+    lines = run_lines(stepped_run())
+    shares = lines.index("Python 40.00% | framework overhead 20.00% | kernels 40.00% of wall time")
+    assert lines[shares + 1] == "steady state: Python 10.00% | framework overhead 30.00% | kernels 60.00% (medians per step)"
+    assert lines[3] == "steady state: 80.00000 examples/sec over the 2 steps after warm-up"
+
+
+def test_the_share_outside_timers_is_untimed_without_an_executor_stat():
+    conv, gemm = stepped_run().stats[1:]
+    conv.parent = None  # executor time: the top-level stats
+    lines = run_lines(stepped_run(executor_stat=None, stats=[conv, gemm]))
+    assert "untimed 40.00% | framework overhead 20.00% | kernels 40.00% of wall time" in lines
+    assert "steady state: untimed 40.00% | framework overhead 0.00% | kernels 60.00% (medians per step)" in lines
+    assert not any("Python" in line for line in lines)
+
+
+def test_the_terminal_section_fits_the_width():
+    many = [f"suites/test_ops.py::test_op[relu-N8xC{i}x16x16]" for i in range(160)]
+    verdict = Verdict(checks=4, baseline="ci/baselines/cpu-small.json", thresholds="ci/thresholds.toml",
+                      notes=[f"160 run(s) have no baseline run: {', '.join(many)}"], violations=[violation()])
+    ops = [op_run(i, "relu", [0.001, 0.002], 4, CPU_HOST, "host", flops=2e6, bytes=4e6) for i in many[:3]]
+    rs = ResultSet(runs=[stepped_run(), *ops], session={"device": "cpu", "timing": "host", "workload": "small"})
+    for width in (100, 80):
+        lines = terminal_lines(rs, verdict, width=width) + gate_lines(verdict, width)
+        lines.remove(verdict_line(verdict))  # never wrapped: tools grep it
+        assert max(map(len, lines)) <= width, [line for line in lines if len(line) > width]
+    assert sum("relu-N8xC" in line for line in terminal_lines(rs, verdict, width=100)) > 3  # the note wraps
+
+
+def test_the_gate_lists_at_most_five_runs_in_a_note():
+    from pytest_opperf.gate import evaluate
+
+    runs = [op_run(f"t.py::test_op[{i}]", "relu", [0.001], 1, CPU_HOST, "host") for i in range(160)]
+    notes = evaluate(ResultSet(runs=runs), baseline=ResultSet(runs=runs[:1])).notes
+    assert "159 run(s) have no baseline run: t.py::test_op[1], t.py::test_op[2], t.py::test_op[3], " \
+           "t.py::test_op[4], t.py::test_op[5] ... and 154 more" in notes

@@ -9,51 +9,24 @@ how fine the check was (``+-1.2%``: half the interval's width).
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
+from ..layout import common_prefix, fit, middle, table
 from .paired import VERDICTS, CompareResult, Decision
 
 __all__ = ["markdown", "terminal_lines"]
 
-_ELLIPSIS = "..."
 
-
-def _fit(text: str, width: int) -> str:
-    """``text`` cut to ``width`` characters, the cut marked."""
-    return text if len(text) <= width else text[:max(0, width - len(_ELLIPSIS))] + _ELLIPSIS
-
-
-def _middle(text: str, width: int) -> str:
-    """``text`` shortened to ``width`` by dropping its middle (both ends of an id say most)."""
-    if len(text) <= width:
-        return text
-    keep = max(0, width - len(_ELLIPSIS))
-    head = keep // 2
-    return text[:head] + _ELLIPSIS + text[len(text) - (keep - head):]
-
-
-def common_prefix(ids: Iterable[str]) -> str:
-    """The longest prefix of all ``ids`` that ends at a ``/`` or ``::`` boundary ("" if none)."""
-    ids = list(ids)
-    if not ids:
-        return ""
-    prefix = os.path.commonprefix(ids)
-    cut = max(prefix.rfind("/") + 1, prefix.rfind("::") + 2 if "::" in prefix else 0)
-    prefix = prefix[:cut]
-    return prefix if all(len(i) > len(prefix) for i in ids) else ""
+_FORMATS = {"time": "{:.4g} ms", "rate": "{:.4g}/s", "share": "{:.2%}"}  # else a count
 
 
 def _value(d: Decision, v: float) -> str:
-    if not math.isfinite(v):
-        return "-"
-    if d.kind == "time":
-        return f"{v:.4g} ms"
-    if d.kind == "rate":
-        return f"{v:.4g}/s"
-    if d.kind == "share":
-        return f"{v:.2%}"
-    return f"{v:g}"
+    return _FORMATS.get(d.kind, "{:g}").format(v) if math.isfinite(v) else "-"
+
+
+def _cells(d: Decision) -> list[str]:
+    """base, head, head/base, interval and pairs: the values of a decision's row."""
+    return [_value(d, d.base), _value(d, d.head), change(d), interval(d), f"{d.pairs}"]
 
 
 def change(d: Decision) -> str:
@@ -74,12 +47,10 @@ def interval(d: Decision) -> str:
     if not math.isfinite(d.estimate):
         return "none"
     hw = d.half_width
-    if d.ratio:
-        if not math.isfinite(hw):
-            return "unbounded"
-        return f"[{d.low:.3f}, {d.high:.3f}] +-{hw * 100:.1f}%"
     if not math.isfinite(hw):
         return "unbounded"
+    if d.ratio:
+        return f"[{d.low:.3f}, {d.high:.3f}] +-{hw * 100:.1f}%"
     return f"[{d.low * 100:+.2f}, {d.high * 100:+.2f}]pt +-{hw * 100:.2f}pt"
 
 
@@ -104,9 +75,8 @@ def _header(result: CompareResult) -> str:
 
 def _title(result: CompareResult, width: int) -> list[str]:
     one = f"A/B: base {result.base}; head {result.head}"
-    if len(one) <= width:
-        return [one]
-    return [_middle(f"A/B base: {result.base}", width), _middle(f"A/B head: {result.head}", width)]
+    return [one] if len(one) <= width else [middle(f"A/B base: {result.base}", width),
+                                            middle(f"A/B head: {result.head}", width)]
 
 
 def terminal_lines(result: CompareResult, width: int = 100) -> list[str]:
@@ -123,38 +93,26 @@ def terminal_lines(result: CompareResult, width: int = 100) -> list[str]:
     lines += [summary] if len(summary) <= width else [part.strip() for part in summary.split(";")]
     lines.append(_header(result))
     if prefix:
-        lines.append(_middle(f"runs below are under {prefix}", width))
-    cells = [(2, "metric"), (0, "base"), (0, "head"), (0, "head/base"), (1, "interval"), (0, "pairs")]
-    rows = {id(d): [d.key.metric, _value(d, d.base), _value(d, d.head), change(d), interval(d), f"{d.pairs}"]
-            for d in result.decisions}
-    sizes = [max([len(title)] + [len(r[i]) for r in rows.values()]) for i, (_, title) in enumerate(cells)]
-    fixed = 4 + sum(sizes[1:]) + 2 * (len(sizes) - 1)
-    sizes[0] = max(len("metric"), min(sizes[0], width - fixed))
-
-    def row(values: Sequence[str]) -> str:
-        parts = [value.rjust(size) if align == 0 else value.ljust(size)
-                 for (align, _), size, value in zip(cells, sizes, values, strict=True)]
-        return ("    " + "  ".join(parts)).rstrip()
-
-    if rows:
-        lines.append(row([title for _, title in cells]))
+        lines.append(middle(f"runs below are under {prefix}", width))
+    rows, headings, above = [], [], []  # above: the verdict and run lines before a row
     for verdict, groups in ordered(result.decisions):
-        lines.append(f"{verdict} ({sum(len(ds) for _, ds in groups)})")
+        above.append(f"{verdict} ({sum(len(ds) for _, ds in groups)})")
         for run, decisions in groups:
-            lines.append("  " + _middle(run[len(prefix):], width - 2))
+            above.append("  " + middle(run[len(prefix):], width - 2))
             for d in decisions:
-                values = rows[id(d)]
-                if len(values[0]) > sizes[0]:
-                    lines.append("    " + _middle(values[0], width - 4))
-                    values = [""] + values[1:]
-                lines.append(row(values))
+                rows.append(["    " + d.key.metric, *_cells(d)])
+                headings.append("\n".join(above))
+                above = []
+    if rows:
+        lines += table(rows, ["    metric", "base", "head", "head/base", "interval", "pairs"],
+                       ("left", "right", "right", "right", "left", "right"), width, headings)
     for title, ids in (("added on the head side (not compared)", result.added),
                        ("removed on the head side (not compared)", result.removed)):
         if ids:
             lines.append(f"{title}: {len(ids)}")
-            lines.extend("  " + _middle(i[len(prefix):], width - 2) for i in ids)
+            lines.extend("  " + middle(i[len(prefix):], width - 2) for i in ids)
     lines.extend(f"note: {n}" for n in result.notes)
-    return [_fit(line, width) for line in lines]
+    return [fit(line, width) for line in lines]
 
 
 def _cell(text: str) -> str:
@@ -171,8 +129,8 @@ def markdown(result: CompareResult) -> str:
         for verdict, groups in ordered(result.decisions):
             for run, decisions in groups:
                 for d in decisions:
-                    out.append(f"| {verdict} | `{_cell(run)}` | {_cell(d.key.metric)} | {_value(d, d.base)} | "
-                               f"{_value(d, d.head)} | {change(d)} | {interval(d)} | {d.pairs} |")
+                    cells = [verdict, f"`{_cell(run)}`", _cell(d.key.metric), *_cells(d)]
+                    out.append(f"| {' | '.join(cells)} |")
         out.append("")
     for title, ids in (("Added on the head side (not compared)", result.added),
                        ("Removed on the head side (not compared)", result.removed)):

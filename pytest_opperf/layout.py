@@ -1,0 +1,87 @@
+"""Fitting the terminal report to a width: cut, wrap and list text, group run ids, fit tables.
+
+The width is a parameter: the plugin passes pytest's terminal width (``COLUMNS`` when set).
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from collections.abc import Iterable, Sequence
+
+from tabulate import tabulate
+
+__all__ = ["common_prefix", "fit", "listing", "middle", "run_group", "table", "wrap"]
+
+_ELLIPSIS = "..."
+
+
+def fit(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, the cut marked."""
+    return text if len(text) <= width else text[:max(0, width - len(_ELLIPSIS))] + _ELLIPSIS
+
+
+def middle(text: str, width: int) -> str:
+    """``text`` shortened to ``width`` by dropping its middle (both ends of an id say most)."""
+    if len(text) <= width:
+        return text
+    keep = max(0, width - len(_ELLIPSIS))
+    return text[:keep // 2] + _ELLIPSIS + text[len(text) - (keep - keep // 2):]
+
+
+def wrap(text: str, width: int, indent: str = "  ") -> list[str]:
+    """``text`` on lines of at most ``width``, continuation lines indented by ``indent``."""
+    return textwrap.wrap(text, width, subsequent_indent=indent, break_on_hyphens=False) or [""]
+
+
+def listing(items: Sequence[str], limit: int = 5) -> str:
+    """``items`` joined by commas, at most ``limit`` of them, then ``... and N more``."""
+    more = f" ... and {len(items) - limit} more" if len(items) > limit else ""
+    return ", ".join(items[:limit]) + more
+
+
+def common_prefix(ids: Iterable[str]) -> str:
+    """The longest prefix of all ``ids`` that ends at a ``/`` or ``::`` boundary ("" if none)."""
+    ids = list(ids)
+    prefix = os.path.commonprefix(ids)
+    cut = max(prefix.rfind("/") + 1, prefix.rfind("::") + 2 if "::" in prefix else 0)
+    prefix = prefix[:cut]
+    return prefix if all(len(i) > len(prefix) for i in ids) else ""
+
+
+def run_group(run_id: str) -> tuple[str, str]:
+    """A run id as (group, rest): the group is a glob of the test
+    (``suites/test_ops.py::test_op[*]``) or of the module (``suites/test_executor.py::*``);
+    ``("", id)`` for an id with neither."""
+    if "[" in run_id and run_id.endswith("]"):
+        head, params = run_id[:-1].split("[", 1)
+        return f"{head}[*]", params
+    if "::" in run_id:
+        module, test = run_id.rsplit("::", 1)
+        return f"{module}::*", test
+    return "", run_id
+
+
+def table(rows: Sequence[Sequence[str]], headers: Sequence[str], colalign: Sequence[str],
+          width: int, headings: Sequence[str] = ()) -> list[str]:
+    """A plain tabulate table in at most ``width`` columns where the numbers allow it: a
+    first-column cell too wide gets a line of its own (its middle cut to ``width`` if need
+    be), its row's values on the next. ``headings[i]``: lines put before row ``i``."""
+    def render(cells: Sequence[Sequence[str]], pad: bool = True) -> list[str]:
+        # tabulate pads headers by 2: a table too wide does without (its headers as a row)
+        return tabulate(cells if pad else [headers, *cells], headers if pad else (),
+                        tablefmt="plain", disable_numparse=True, preserve_whitespace=True,
+                        colalign=colalign).splitlines()
+
+    lines, names = render(rows), [r[0] for r in rows]
+    pad = max(map(len, lines)) <= width
+    lines = lines if pad else render(rows, pad)
+    room = max(map(len, [headers[0], *names])) + width - max(map(len, lines))
+    own = [len(n) > room for n in names]
+    if any(own):
+        lines = render([["" if o else r[0], *r[1:]] for r, o in zip(rows, own, strict=True)], pad)
+    out = lines[:1]
+    for i, line in enumerate(lines[1:]):
+        heading = headings[i].splitlines() if i < len(headings) else []
+        out += heading + [middle(names[i], width)] * own[i] + [line.rstrip()]
+    return out
