@@ -58,7 +58,7 @@ from .recorded import ForwardHooks
 
 __all__ = ["ACCOUNTING_NOTE", "GROUPINGS", "MECHANISMS", "Profile", "profile"]
 
-ACCOUNTING_NOTE = ("torch: executor time is the time inside top-level aten operators; Python is "
+ACCOUNTING_NOTE = ("torch: executor time is the time inside top-level aten operators; untimed is "
                    "what runs around them (nn.Module calls, hooks, optimizer loops, data handling)")
 GROUPINGS = ("op", "module")
 MECHANISMS = ("auto", "profiler", "dispatch")
