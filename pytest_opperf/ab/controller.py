@@ -24,7 +24,7 @@ so are tests with a metric regressed or improved in one start order only:
 which side starts first is not neutral (A/A here: 5-9 % on memory-bound e2e
 stats), so each pass after the first runs in two fresh processes started in
 the other order (a *generation*), and a change counts only when the pairs of
-each start order show it on their own (docs/contract-additions.md, A/B).
+each start order decide it on their own (docs/contract-additions.md, A/B).
 The head's results of each test's first visit are the session's results.
 No pytest import: the glue (``session.py``) passes callbacks.
 """
@@ -351,21 +351,22 @@ class Controller:
         return changed and not self._both_orders(d)
 
     def _both_orders(self, d: paired.Decision) -> bool:
-        """Whether the pairs of each start order, on their own, put the estimate beyond half the
-        threshold in the direction of ``d``'s verdict."""
-        samples, orders = self.samples.get(d.key), self._orders.get(d.key, [])
-        if samples is None:
-            return False
+        """Whether the pairs of each start order, on their own, give ``d``'s verdict at the
+        session's corrected level: a false alarm then needs two independent ones."""
         for first in ("base", "head"):
-            rows = [i for i, o in enumerate(orders) if o == first]
-            if len(rows) < MIN_ORDER_PAIRS:
-                return False
-            part = paired.Paired(d.key, d.kind, [samples.base[i] for i in rows],
-                                 [samples.head[i] for i in rows])
-            estimate = paired.decide([part], self.settings)[0].estimate
-            if not _beyond_half(d, estimate):
+            part = self._order_part(d.key, first)
+            if part is None or part.pairs < MIN_ORDER_PAIRS or self._alone(part) != d.verdict:
                 return False
         return True
+
+    def _order_part(self, key: paired.MetricKey, first: str) -> paired.Paired | None:
+        """The pairs of ``key`` measured with ``first`` started first."""
+        samples, orders = self.samples.get(key), self._orders.get(key, [])
+        if samples is None:
+            return None
+        rows = [i for i, o in enumerate(orders) if o == first]
+        return paired.Paired(key, samples.kind, [samples.base[i] for i in rows],
+                             [samples.head[i] for i in rows])
 
     def _confirmed(self, d: paired.Decision) -> paired.Decision:
         """A change seen in one start order only (the budget ran out first) is undecided."""
@@ -534,15 +535,18 @@ class Controller:
             if done >= MAX_VISIT_PAIRS or (done >= MIN_PAIRS and self.clock() >= deadline):
                 break
             look = done >= MIN_PAIRS and (done - MIN_PAIRS) % CHECK_EVERY == 0
-            if look and self._decided(target):
+            # decided: the pairs of this start order on their own (what a change needs)
+            part = self._order_part(key, self._first) if look else None
+            if part is not None and self._alone(part) != "undecided":
                 break
 
-    def _decided(self, target: paired.Paired) -> bool:
+    def _alone(self, target: paired.Paired) -> str:
+        """``target``'s verdict at the session's corrected level."""
         # decide() corrects for the number of Paired it is given: the others, empty, stand
         # for the rest of the session's metrics, so this look uses the session's level.
         family = [target] + [paired.Paired(paired.MetricKey("", f"#{i}"), "time")
                              for i in range(self._family_size() - 1)]
-        return paired.decide(family, self.settings)[0].verdict != "undecided"
+        return paired.decide(family, self.settings)[0].verdict
 
     def _bench_alone(self, nodeid: str, side: Side) -> None:
         doing = f"benchmarking {nodeid} (on the {side.name} side only)"
@@ -550,15 +554,3 @@ class Controller:
         for _ in range(1 + MIN_PAIRS):
             self._block(side, rounds, iterations, doing)
 
-
-def _beyond_half(d: paired.Decision, estimate: float) -> bool:
-    """Whether ``estimate`` (of ``d``'s kind) lies beyond half of ``d``'s threshold in the
-    direction of its verdict: for ratios the geometric half, for differences the half."""
-    worse = d.verdict == "regressed"
-    if d.kind == "share":
-        half = d.limit / 2
-        return estimate > half if worse else estimate < -half
-    half = math.sqrt(d.limit)  # exp(c/2): times count from exp(c) > 1, rates from exp(-c) < 1
-    slower = estimate > half if d.kind == "time" else estimate < half
-    faster = estimate < 1 / half if d.kind == "time" else estimate > 1 / half
-    return slower if worse else faster
