@@ -51,17 +51,27 @@ def test_benchmarks_become_op_runs(pytester):
     (s,) = relu["stats"]
     assert (s["name"], s["count"], len(s["samples_ms"])) == ("relu", 12, 12)
     assert all(0.5 <= x < 5.0 for x in s["samples_ms"])
-    assert s["total_ms"] == pytest.approx(sum(s["samples_ms"]), rel=1e-4)  # samples stored to 5 digits
+    assert s["total_ms"] == pytest.approx(
+        sum(s["samples_ms"]), rel=1e-4
+    )  # samples stored to 5 digits
     assert s["flops"] == 12 * 2048 and s["bytes"] == 12 * 16384
     assert (relu["batches"], relu["examples"], relu["counts"]) == (12, 12, {})
     (c,) = clone["stats"]
     assert (c["name"], c["count"], len(c["samples_ms"])) == ("ProgramCloneTimer", 12, 6)
     assert clone["config"]["benchmark"] == {"rounds": 6, "iterations": 2}
-    result.stdout.fnmatch_lines([
-        "per-op benchmarks (device=cpu timing=host), unit: ms per call",
-        "run * rounds * median * mean * min * max * GFLOP/s * GB/s",
-        "test_ops.py::* (op)", "  test_relu * 12 *", "test_ops.py::* (overhead)", "  test_clone * 6 *"])
-    result.stdout.fnmatch_lines(["*benchmark: 2 tests*"])  # pytest-benchmark still reports its own table
+    result.stdout.fnmatch_lines(
+        [
+            "per-op benchmarks (device=cpu timing=host), unit: ms per call",
+            "run * rounds * median * mean * min * max * GFLOP/s * GB/s",
+            "test_ops.py::* (op)",
+            "  test_relu * 12 *",
+            "test_ops.py::* (overhead)",
+            "  test_clone * 6 *",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        ["*benchmark: 2 tests*"]
+    )  # pytest-benchmark still reports its own table
     out = result.stdout.str()
     assert out.index("benchmark: 2 tests") < out.index("= opperf =")  # and the verdict comes last
 
@@ -151,7 +161,9 @@ def test_gpu_timer_goes_through_pytest_benchmark(pytester, timing):
             print("TIMER", request.node.get_closest_marker("benchmark").kwargs["timer"].__name__)
             print("CALLS", len(conftest.SYNCS) - before[0], len(conftest.CLOCK.calls) - before[1])
     """)
-    result = pytester.runpytest("-s", "--opperf", f"--opperf-timing={timing}", "--opperf-json=r.json")
+    result = pytester.runpytest(
+        "-s", "--opperf", f"--opperf-timing={timing}", "--opperf-json=r.json"
+    )
     result.assert_outcomes(passed=1)
     (run,) = json.loads((pytester.path / "r.json").read_text())["runs"]
     samples = run["stats"][0]["samples_ms"]
@@ -161,5 +173,7 @@ def test_gpu_timer_goes_through_pytest_benchmark(pytester, timing):
         assert samples == [pytest.approx(0.001)] * 4
         assert (run["timing"], run["stats"][0]["clock"]) == ("events", "device")
     else:
-        result.stdout.fnmatch_lines(["*TIMER opperf_sync_timer", "CALLS 8 0"])  # a sync before and after each round
+        result.stdout.fnmatch_lines(
+            ["*TIMER opperf_sync_timer", "CALLS 8 0"]
+        )  # a sync before and after each round
         assert len(samples) == 4 and run["timing"] == "sync"

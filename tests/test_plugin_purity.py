@@ -31,4 +31,6 @@ def test_no_framework_or_cupy_import(path):
         else:
             continue
         for name in names:
-            assert name.split(".")[0] not in ("reference_framework", "cupy"), f"{path.name}: import {name}"
+            assert name.split(".")[0] not in ("reference_framework", "cupy"), (
+                f"{path.name}: import {name}"
+            )
