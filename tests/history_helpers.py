@@ -34,8 +34,8 @@ def postgres_url() -> str:
     )
 
 
-@pytest.fixture
-def pg_schema_url():
+@pytest.fixture(name="pg_schema_url")
+def pg_schema_url_fixture():
     """A URL whose connections use a schema of their own, dropped afterwards."""
     psycopg = pytest.importorskip("psycopg")
     url = postgres_url()
@@ -48,8 +48,8 @@ def pg_schema_url():
         conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_source(request, tmp_path):
+@pytest.fixture(name="store_source", params=["sqlite", "postgresql"])
+def store_source_fixture(request, tmp_path):
     if request.param == "sqlite":
         return str(tmp_path / "history.sqlite")
     return request.getfixturevalue("pg_schema_url")

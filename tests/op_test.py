@@ -71,7 +71,7 @@ def _env(names: Mapping[str, list[str]], values: Mapping[str, Any]) -> dict[str,
     env = {}
     for slot, ns in names.items():
         vs = values[slot] if isinstance(values[slot], list) else [values[slot]]
-        env.update(zip(ns, vs))
+        env.update(zip(ns, vs, strict=True))
     return env
 
 
@@ -101,7 +101,7 @@ def analytic_grads(op_type: str, inputs: Mapping[str, Any], attrs: Mapping[str, 
             vals = outs.get(slot)
             if vals is None:
                 continue
-            env.update(zip(ns, vals if isinstance(vals, list) else [vals]))
+            env.update(zip(ns, vals if isinstance(vals, list) else [vals], strict=True))
     return env
 
 

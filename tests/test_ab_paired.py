@@ -53,7 +53,10 @@ def with_aa(metric, others=149, n=None, seed=1000):
     ]
 
 
-def one(samples, settings=CompareSettings()):
+DEFAULTS = CompareSettings()
+
+
+def one(samples, settings=DEFAULTS):
     return decide(samples, settings)[0]
 
 

@@ -115,7 +115,7 @@ def _check_arguments(expression: str, args: Sequence[object]) -> None:
         f"{expression}: {len(args)} arguments for {len(declared)} parameters"
     )
     index_type = np.int64 if index == "long long" else np.int32
-    for i, (arg, decl) in enumerate(zip(args, declared)):
+    for i, (arg, decl) in enumerate(zip(args, declared, strict=True)):
         if decl.endswith("*"):
             ok = (
                 isinstance(arg, np.ndarray)

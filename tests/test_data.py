@@ -34,9 +34,9 @@ def test_the_dataset_is_deterministic_per_seed():
     other = take(rf.dataset.flowers.train(image_size=16, seed=4), 20)
     reader = rf.dataset.flowers.train(image_size=16, seed=3)
     assert take(reader, 20)[5][0].tobytes() == take(reader, 20)[5][0].tobytes()  # every pass alike
-    for (a, la), (b, lb) in zip(first, again):
+    for (a, la), (b, lb) in zip(first, again, strict=True):
         assert la == lb and np.array_equal(a, b)
-    assert not all(np.array_equal(a, b) for (a, _), (b, _) in zip(first, other))
+    assert not all(np.array_equal(a, b) for (a, _), (b, _) in zip(first, other, strict=True))
 
 
 def test_classes_are_learnable_noise_is_not_too_strong():

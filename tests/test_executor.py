@@ -119,8 +119,8 @@ def test_switches_remove_their_overhead_and_keep_results(scope, name):
             )
             for n in (2, 3, 2)
         ]
-    for g, w in zip(got, want):
-        for a, b in zip(g, w):
+    for g, w in zip(got, want, strict=True):
+        for a, b in zip(g, w, strict=True):
             np.testing.assert_array_equal(a, b)
     counts = {name: s.count for name, s in table.items()}
     ops_per_run = 6 + 1 + 2

@@ -37,7 +37,7 @@ def site(tmp_path_factory):
     root = tmp_path_factory.mktemp("dashboard")
     source = str(root / "h.sqlite")
     with Store(source, create=True) as store:
-        for i, (level, op) in enumerate(zip(LEVELS, OP_MS)):
+        for i, (level, op) in enumerate(zip(LEVELS, OP_MS, strict=True)):
             store.append(
                 session(
                     conv_ms=level, op_ms=op, sha=_sha(i), created=f"2026-11-01T{i:02d}:00:00+00:00"

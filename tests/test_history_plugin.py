@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_opperf.history.store import Store
-from tests.history_helpers import pg_schema_url, store_source  # noqa: F401
+from tests.history_helpers import pg_schema_url_fixture, store_source_fixture  # noqa: F401
 from tests.opperf_suites import NO_TRACEBACK, assert_one_line_usage_error, e2e
 
 pytest_plugins = ["pytester"]

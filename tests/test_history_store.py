@@ -19,7 +19,12 @@ from pytest_opperf.history.store import (
     check_target,
     redact,
 )
-from tests.history_helpers import op_run, pg_schema_url, session, store_source  # noqa: F401
+from tests.history_helpers import (  # noqa: F401 (fixtures)
+    op_run,
+    pg_schema_url_fixture,
+    session,
+    store_source_fixture,
+)
 
 
 def test_a_session_round_trips_with_per_step_medians_and_counts(store_source):

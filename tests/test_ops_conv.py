@@ -204,9 +204,9 @@ def test_results_are_fresh_arrays_and_inputs_stay_untouched(name):
         {"Input": other, "Filter": w * 3, "Output@GRAD": np.full_like(dy, 2.0)},
         attrs,
     )
-    for got, want in zip([y, grads["Input@GRAD"], grads["Filter@GRAD"]], saved):
+    for got, want in zip([y, grads["Input@GRAD"], grads["Filter@GRAD"]], saved, strict=True):
         np.testing.assert_array_equal(got, want)
-    for got, want in zip((x1, w, dy), keep):
+    for got, want in zip((x1, w, dy), keep, strict=True):
         np.testing.assert_array_equal(got, want)
 
 

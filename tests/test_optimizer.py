@@ -43,7 +43,7 @@ def test_minimize_adds_one_rate_one_velocity_and_one_momentum_op_per_trainable_p
     assert len(rates) == 1
     rate = main.global_block().var(rates.pop())
     assert rate.persistable and rate.shape == (1,)
-    for op, (param, grad) in zip(ops, pairs):
+    for op, (param, grad) in zip(ops, pairs, strict=True):
         velocity = main.global_block().var(op.input("Velocity")[0])
         assert op.input("Param") == op.output("ParamOut") == [param.name]
         assert op.input("Grad") == [grad.name] and op.output("VelocityOut") == [velocity.name]
@@ -73,7 +73,7 @@ def test_each_step_is_v_mu_plus_g_then_p_minus_lr_v(classifier):
         before = {p.name: scope.find_var(p.name).value.copy() for p, _ in pairs}
         out = exe.run(main, feed=feed, fetch_list=[loss] + [g for _, g in pairs])
         losses.append(out[0][0])
-        for (p, _), g in zip(pairs, out[1:]):
+        for (p, _), g in zip(pairs, out[1:], strict=True):
             velocity[p.name] = mu * velocity[p.name] + g
             np.testing.assert_allclose(
                 scope.find_var(p.name).value,

@@ -335,13 +335,16 @@ def test_batch_norm_and_gradient_split_bitwise_equal(split_all, shape):
     serial, split = _serial_and_split("batch_norm", _bn_inputs(shape))
     _assert_same("batch_norm", serial, split)
     x = _bn_inputs(shape)()["X"]
-    grad_inputs = lambda: {  # noqa: E731
-        "X": x,
-        "Scale": _randn(shape[1], seed=1),
-        "SavedMean": serial["SavedMean"],
-        "SavedVariance": serial["SavedVariance"],
-        "Y@GRAD": _strided(_randn(*shape, seed=5)),
-    }
+
+    def grad_inputs():
+        return {
+            "X": x,
+            "Scale": _randn(shape[1], seed=1),
+            "SavedMean": serial["SavedMean"],
+            "SavedVariance": serial["SavedVariance"],
+            "Y@GRAD": _strided(_randn(*shape, seed=5)),
+        }
+
     _assert_same("batch_norm_grad", *_serial_and_split("batch_norm_grad", grad_inputs))
 
 

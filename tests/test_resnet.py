@@ -99,14 +99,16 @@ def test_stage_stride_sits_on_the_bottlenecks_3x3_conv():
     filters = [main.global_block().var(op.input("Filter")[0]).shape for op in convs]
     strided = [
         (f[2], op.attrs["strides"][0])
-        for op, f in zip(convs, filters)
+        for op, f in zip(convs, filters, strict=True)
         if op.attrs["strides"] != [1, 1]
     ]
     # the stem (7x7), then per stage 2-4 the 3x3 conv and the 1x1 projection
     assert strided == [(7, 2), (3, 2), (1, 2), (3, 2), (1, 2), (3, 2), (1, 2)]
     # a projection is the second conv to read a block's input (the first is the 1x1 reduce)
     inputs = [op.input("Input")[0] for op in convs]
-    projections = [f for i, (f, x) in enumerate(zip(filters, inputs)) if inputs.index(x) != i]
+    projections = [
+        f for i, (f, x) in enumerate(zip(filters, inputs, strict=True)) if inputs.index(x) != i
+    ]
     assert [p[:3] for p in projections] == [
         (256, 64, 1),
         (512, 256, 1),
@@ -163,7 +165,7 @@ def test_whole_network_gradients_match_finite_differences():
                 exe.run(forward, feed=feed, fetch_list=[loss], use_program_cache=True)[0][0]
             )
 
-        for name, got in zip(names, grads):
+        for name, got in zip(names, grads, strict=True):
             array = feed["data"] if name == "data" else scope.find_var(name).value
             assert got.shape == array.shape, name
             idx = sample_indices(array.size, 3, seed=len(name))

@@ -1,19 +1,19 @@
 """Results JSON: round trip, refusal of unknown schemas and malformed files, atomic writes."""
 
 import json
-from dataclasses import replace
 import os
 import stat
 import subprocess
+from dataclasses import replace
 
 import pytest
 
 from pytest_opperf.device import DeviceInfo
 from pytest_opperf.results import (
     SCHEMA,
-    StatResult,
     ResultsError,
     ResultSet,
+    StatResult,
     baseline_file,
     commit_info,
     machine_info,

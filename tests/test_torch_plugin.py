@@ -10,13 +10,14 @@ import sys
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
-
 from pytest_opperf.device import CPU_HOST
 from pytest_opperf.measure import op_run
-from pytest_opperf.torch import op_flops, pytest_opperf_select_device
-from pytest_opperf.torch.device import device_class
 from tests.opperf_suites import inner_run_env  # noqa: F401
+
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
+
+from pytest_opperf.torch import op_flops, pytest_opperf_select_device  # noqa: E402 (needs torch: after the importorskip)
+from pytest_opperf.torch.device import device_class  # noqa: E402 (needs torch: after the importorskip)
 
 pytest_plugins = ["pytester"]
 
