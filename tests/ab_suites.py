@@ -40,7 +40,8 @@ def trace_side():
     if where:
         import pytest_opperf
         with open(os.path.join(where, SIDE), "w") as f:
-            f.write(reference_framework.__file__ + "\\n" + os.path.realpath(pytest_opperf.__file__) + "\\n")
+            f.write(reference_framework.__file__ + "\\n")
+            f.write(os.path.realpath(pytest_opperf.__file__) + "\\n")
 
 
 def busy(n):
@@ -76,7 +77,10 @@ def test_e2e(opperf):
             run.step(examples=4)
 """
 
-FRAMEWORK = '"""A stand-in for the framework under test: the side must import its own copy."""\nVERSION = "{version}"\n'
+FRAMEWORK = (
+    '"""A stand-in for the framework under test: the side must import its own copy."""\n'
+    'VERSION = "{version}"\n'
+)
 
 
 def suite(n: int = 3000, steps: int = 4, hook: str = "pass") -> str:

@@ -30,7 +30,8 @@ def postgres_url() -> str:
             "tests need (ci/postgres.sh)"
         )
     pytest.skip(
-        f"no PostgreSQL server: set {PG_ENV}=postgresql://... (.ci/run starts one with ci/postgres.sh)"
+        f"no PostgreSQL server: set {PG_ENV}=postgresql://... "
+        "(.ci/run starts one with ci/postgres.sh)"
     )
 
 

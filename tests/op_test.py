@@ -161,7 +161,8 @@ def check_grad(op_type: str, inputs: Mapping[str, Any], attrs: Mapping[str, Any]
         got = env.get(grad_var_name(slot))
         assert got is not None, f"{op_type}: the gradient ops did not produce {grad_var_name(slot)}"
         assert np.shape(got) == np.shape(inputs[slot]), (
-            f"{op_type}: {grad_var_name(slot)} has shape {np.shape(got)}, input has {np.shape(inputs[slot])}"
+            f"{op_type}: {grad_var_name(slot)} has shape {np.shape(got)}, "
+            f"input has {np.shape(inputs[slot])}"
         )
         idx, want = numeric_grad(op_type, inputs, attrs, out_grads, slot, eps, max_elements, seed)
         np.testing.assert_allclose(

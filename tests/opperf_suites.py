@@ -1,12 +1,12 @@
-"""Synthetic suites for the plugin tests: timed regions advance a fake clock, so no framework is needed.
+"""Synthetic suites for the plugin tests: timed regions advance a fake clock, no framework needed.
 
 Per step: ExecutorRunTimer (CreateOpTimer, conv2d with Im2ColTimer inside, relu),
 then ``PYTHON_MS`` outside the executor (the "Python" part of the step).
 
 ``nap(ms)`` advances the clock the timers and the measured window read
 (``perf_counter_ns`` of ``pytest_opperf.timers`` and ``.measure``, patched for
-the test) by exactly ``ms``, and each reading by 1 us: every time in the results is known in advance, so
-no assertion depends on how busy the machine is (``-n 16``, a shared CI box).
+the test) by exactly ``ms``, and each reading by 1 us: every time in the results is known in
+advance, so no assertion depends on how busy the machine is (``-n 16``, a shared CI box).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The base side's checkout: revisions and directories, the temporary worktree, the base interpreter."""
+"""The base side's checkout: revisions and directories, the temporary worktree, its interpreter."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The controller and its pieces: the protocol, paired e2e samples, side arguments, the step hand-over.
+"""The controller and its pieces: the protocol, paired e2e samples, side arguments, step hand-over.
 
 The controller is driven against fake sides (small scripts speaking the
 protocol with fixed numbers), so that what it does with the answers holds by
@@ -173,7 +173,8 @@ while True:
             log.write(f"{side} {msg['rounds']} {msg['iterations']} {os.getpid()} {n % 2}\\n")
             log.flush()
             noise = 1 + 0.01 * ((blocks * 7) % 5 - 2)  # a fixed pattern, the same on both sides
-            channel.send({"ev": "block", "per_call_s": [conf["ms"][side] * factor * noise / 1e3] * msg["rounds"]})
+            per_call_s = conf["ms"][side] * factor * noise / 1e3
+            channel.send({"ev": "block", "per_call_s": [per_call_s] * msg["rounds"]})
         else:
             break
     runs.append(op_run(nodeid, "op", [0.001], 1, CPU_HOST, "host"))

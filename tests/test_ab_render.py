@@ -230,7 +230,8 @@ def test_markdown_section():
         "| improved",
     ] + ["| unchanged"] * 2
     assert rows[0] == (
-        "| regressed | `suites/test_ops.py::test_op[conv2d-N8xC3x64x64-k7s2p3-o64]` | call_ms:conv2d "
+        "| regressed | `suites/test_ops.py::test_op[conv2d-N8xC3x64x64-k7s2p3-o64]` "
+        "| call_ms:conv2d "
         "| 2.208 ms | 2.43 ms | 1.100 | [1.090, 1.110] +-0.9% | 40 |"
     )
     assert "- `suites/test_ops.py::test_op[new-op]`" in lines and "- note: a \\| b" in lines

@@ -1,4 +1,5 @@
-"""Bad results and thresholds files: one line, exit 4, never a hang or a traceback; files written as users expect."""
+"""Bad results and thresholds files: one line, exit 4, never a hang or a traceback; files written
+as users expect."""
 
 from __future__ import annotations
 
@@ -219,7 +220,8 @@ def test_run_ids_with_newlines_ansi_and_html_are_escaped_in_show_and_markdown(tm
     back = read_results(path)
     md = report.markdown(back, Verdict.from_dict(back.gate), "total")
     assert "\x1b" not in md and "\n**Gate: PASSED**" not in md.split("\n", 3)[3]
-    heading = "### `x.py::t\\n**Gate: PASSED**\\x1b[32m <img src=x>`"  # a code span: shown as it is, no HTML
+    # a code span: shown as it is, no HTML
+    heading = "### `x.py::t\\n**Gate: PASSED**\\x1b[32m <img src=x>`"
     assert md.count("<img") == 1 and heading in md.splitlines()
     assert "- note about x.py::t\\n**Gate: PASSED**\\x1b[32m &lt;img src=x&gt;" in md.splitlines()
 

@@ -125,7 +125,8 @@ def _check_arguments(expression: str, args: Sequence[object]) -> None:
         else:
             ok = type(arg) is {"I": index_type, "int": np.int32}[decl]
         assert ok, (
-            f"{expression}: argument {i} is {type(arg).__name__} {getattr(arg, 'dtype', '')}, declared {decl}"
+            f"{expression}: argument {i} is {type(arg).__name__} {getattr(arg, 'dtype', '')}, "
+            f"declared {decl}"
         )
 
 

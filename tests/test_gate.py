@@ -416,8 +416,8 @@ def test_limit_globs_that_match_nothing_are_warned_about():
     assert v.passed and v.checks == 1
     assert v.warnings == [
         "[[limit]] #1 (run = 'suites/*') matches no run of this session: it checked nothing",
-        "[[limit]] #2 (run = '*', stat = 'conv2D') matches no stat of the runs it matches: its stat limits "
-        "checked nothing",
+        "[[limit]] #2 (run = '*', stat = 'conv2D') matches no stat of the runs it matches: "
+        "its stat limits checked nothing",
     ]
 
 

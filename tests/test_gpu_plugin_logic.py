@@ -22,8 +22,8 @@ from tests.opperf_factories import e2e_run, results, stat
 
 
 def _warm_up_heavy_run():
-    # 32 examples per step; a 20 s first step (startup, compiles), then 0.5 s steps: 64 examples/sec steady,
-    # 320 / 24.5 s = 13 examples/sec over the whole window
+    # 32 examples per step; a 20 s first step (startup, compiles), then 0.5 s steps:
+    # 64 examples/sec steady, 320 / 24.5 s = 13 examples/sec over the whole window
     return e2e_run("suites/test_resnet50.py::test_train[full]", stats={"conv2d": [1.0] * 10},
                    step_ms=[20_000.0] + [500.0] * 9)
 
@@ -298,8 +298,8 @@ def test_throttling_is_found_in_the_counters_the_reasons_and_the_clocks():
         "0000:3B:00.0", FakeNvml(sm=1410, violation=(2_500_000_000, 0), reasons=0x4 | 0x1)
     )
     assert gpu_env.throttling(start, end) == [
-        "the GPU was held back by its power limit for 2500 ms during the session (NVML violation counter): its "
-        "timings are slower than its clocks allow",
+        "the GPU was held back by its power limit for 2500 ms during the session "
+        "(NVML violation counter): its timings are slower than its clocks allow",
         "at the end of the session the GPU's clocks were held back: sw_power_cap",
         "the GPU's SM clock fell from 1980 MHz at the start of the session to 1410 MHz at the end",
     ]

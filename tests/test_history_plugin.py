@@ -1,4 +1,5 @@
-"""--opperf-history: the session appended after the gate; bad targets found early; failures exit 4."""
+"""--opperf-history: the session appended after the gate; bad targets found early; failures
+exit 4."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The history store on SQLite and PostgreSQL alike: round trip, all-or-nothing, concurrency, migrations."""
+"""The history store on SQLite and PostgreSQL alike: round trip, all-or-nothing, concurrency,
+migrations."""
 
 from __future__ import annotations
 
@@ -212,7 +213,8 @@ def test_the_sqlite_store_needs_no_optional_library(tmp_path):
         f"assert main(['history', 'import', {str(tmp_path / 'r.json')!r}, '--into', "
         f"{str(tmp_path / 'h.sqlite')!r}]) == 0\n"
         f"assert main(['history', {str(tmp_path / 'h.sqlite')!r}]) == 0\n"
-        f"assert main(['dashboard', {str(tmp_path / 'h.sqlite')!r}, '--out', {str(tmp_path / 'd')!r}]) == 4\n"
+        f"assert main(['dashboard', {str(tmp_path / 'h.sqlite')!r}, "
+        f"'--out', {str(tmp_path / 'd')!r}]) == 4\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -223,8 +225,10 @@ def test_the_history_modules_do_not_import_pytest():
     code = (
         "import sys\n"
         "import pytest_opperf.history.store, pytest_opperf.history.changepoints, "
-        "pytest_opperf.history.trends, pytest_opperf.history.dashboard, pytest_opperf.history.commands\n"
-        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('pytest', '_pytest', 'reference_framework'))\n"
+        "pytest_opperf.history.trends, pytest_opperf.history.dashboard, "
+        "pytest_opperf.history.commands\n"
+        "bad = sorted(m for m in sys.modules "
+        "if m.split('.')[0] in ('pytest', '_pytest', 'reference_framework'))\n"
         "assert not bad, bad\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

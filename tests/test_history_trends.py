@@ -133,7 +133,8 @@ def test_history_import_then_trends_with_the_commit_of_the_step(tmp_path):
     )
     assert row.split()[2:] == ["2", "2", "2.6*", "2.6", "2.6", "2.6"]
     assert (
-        f"  suite.py::test_train step_ms:conv2d: stepped at {step} ({_stamp(8)}): 2 -> 2.6 (+30.0%, worse)"
+        f"  suite.py::test_train step_ms:conv2d: stepped at {step} ({_stamp(8)}): "
+        "2 -> 2.6 (+30.0%, worse)"
         in lines
     )
     assert "examples_per_sec" not in out  # --stat selects

@@ -14,7 +14,9 @@ EPS = 1e-5
 
 
 def ref_batch_norm(x, scale, bias, mean, var, momentum=0.9, epsilon=EPS, is_test=False):
-    """Textbook batch normalisation in float64: (Y, new running mean, new running var, batch mean, 1/std)."""
+    """Textbook batch normalisation in float64.
+
+    Returns (Y, new running mean, new running var, batch mean, 1/std)."""
     x = x.astype(np.float64)
     axes = (0,) + tuple(range(2, x.ndim))
     bshape = (1, -1) + (1,) * (x.ndim - 2)

@@ -295,21 +295,22 @@ BAD_SHAPES = [
         (1, 4, 5, 5),
         (3, 2, 3, 3),
         {"groups": 2},
-        "conv2d: Filter's output channels must be divisible by attribute 'groups', given 3 output channels and groups=2",
+        "conv2d: Filter's output channels must be divisible by attribute 'groups', "
+        "given 3 output channels and groups=2",
     ),
     (
         (1, 1, 3, 4),
         (1, 1, 5, 3),
         {"paddings": [0, 0]},
-        "conv2d: the kernel height (dilated: 5) must not exceed the padded input height 3, given Filter [1, 1, 5, 3], "
-        "Input [1, 1, 3, 4], paddings [0, 0], dilations [1, 1]",
+        "conv2d: the kernel height (dilated: 5) must not exceed the padded input height 3, "
+        "given Filter [1, 1, 5, 3], Input [1, 1, 3, 4], paddings [0, 0], dilations [1, 1]",
     ),
     (
         (1, 1, 6, 6),
         (1, 1, 3, 3),
         {"dilations": [1, 4]},
-        "conv2d: the kernel width (dilated: 9) must not exceed the padded input width 6, given Filter [1, 1, 3, 3], "
-        "Input [1, 1, 6, 6], paddings [0, 0], dilations [1, 4]",
+        "conv2d: the kernel width (dilated: 9) must not exceed the padded input width 6, "
+        "given Filter [1, 1, 3, 3], Input [1, 1, 6, 6], paddings [0, 0], dilations [1, 4]",
     ),
     (
         (1, 3, 5, 5, 1),

@@ -250,14 +250,14 @@ BAD = [
     ),
     (
         {"ksize": [2, 2], "paddings": [1, 2]},
-        "pool2d: attribute 'paddings' must be smaller than ksize [2, 2] in each dimension (so every window holds "
-        "an input cell), given [1, 2]",
+        "pool2d: attribute 'paddings' must be smaller than ksize [2, 2] in each dimension "
+        "(so every window holds an input cell), given [1, 2]",
     ),
     ({}, "pool2d: attribute 'ksize' is required and was not given"),
     (
         {"ksize": [6, 2]},
-        "pool2d: ksize's height 6 must not exceed the padded input height 5, given ksize [6, 2], X [1, 2, 5, 5], "
-        "paddings [0, 0]",
+        "pool2d: ksize's height 6 must not exceed the padded input height 5, "
+        "given ksize [6, 2], X [1, 2, 5, 5], paddings [0, 0]",
     ),
 ]
 

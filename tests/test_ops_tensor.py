@@ -1,4 +1,5 @@
-"""Creation and conversion ops: fill_constant, fill_zeros_like, cast, gaussian_random, uniform_random."""
+"""Creation and conversion ops: fill_constant, fill_zeros_like, cast, gaussian_random,
+uniform_random."""
 
 from __future__ import annotations
 

@@ -165,7 +165,8 @@ def test_blas_is_held_to_one_thread_while_splitting_and_released_after():
 
 
 def _gamma(terms: int, dtype: Any) -> float:
-    """Higham's gamma_n = n u / (1 - n u): the relative error bound of a sum of ``terms`` rounded products."""
+    """Higham's gamma_n = n u / (1 - n u): the relative error bound of a sum of ``terms`` rounded
+    products."""
     u = float(np.finfo(dtype).eps) / 2
     return terms * u / (1 - terms * u)
 

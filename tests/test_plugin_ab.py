@@ -211,8 +211,10 @@ def test_a_broken_base_fails_the_session_in_one_line(pytester, traces, fault):
     assert "Traceback" not in out
     expected = {
         "fails": "FAIL test_a.py::test_a ab:base",  # the message on the next line(s)
-        "dies": "opperf: A/B aborted: the base side exited with status 9 while running test_a.py::test_a",
-        "hangs": "opperf: A/B aborted: the base side hangs: no answer in 2 s while running test_a.py::test_a",
+        "dies": "opperf: A/B aborted: the base side exited with status 9 "
+        "while running test_a.py::test_a",
+        "hangs": "opperf: A/B aborted: the base side hangs: no answer in 2 s "
+        "while running test_a.py::test_a",
     }
     lines = [line for line in out.splitlines() if line.startswith(expected[fault][:40])]
     assert len(lines) == 1 and lines[0].startswith(expected[fault]), out

@@ -105,7 +105,8 @@ def test_without_opperf_the_target_runs_once(pytester):
         calls = []
         def test_x(opperf_benchmark):
             assert opperf_benchmark(calls.append, 1) is None
-            assert opperf_benchmark.pedantic(lambda a, b: a + b, setup=lambda: ((1, 2), {}), rounds=50) == 3
+            pedantic = opperf_benchmark.pedantic
+            assert pedantic(lambda a, b: a + b, setup=lambda: ((1, 2), {}), rounds=50) == 3
             assert calls == [1]
     """)
     result = pytester.runpytest()
@@ -144,8 +145,8 @@ CLOCK = Clock()
 SYNCS = []
 
 def pytest_opperf_select_device(config, requested):
-    return DeviceInfo(name="cuda:0 (Fake)", is_gpu=True, clock=CLOCK, synchronize=lambda: SYNCS.append(1),
-                      device_class="fake")
+    return DeviceInfo(name="cuda:0 (Fake)", is_gpu=True, clock=CLOCK,
+                      synchronize=lambda: SYNCS.append(1), device_class="fake")
 """
 
 
@@ -168,7 +169,8 @@ def test_gpu_timer_goes_through_pytest_benchmark(pytester, timing):
     (run,) = json.loads((pytester.path / "r.json").read_text())["runs"]
     samples = run["stats"][0]["samples_ms"]
     if timing == "events":
-        # each round is read between two timer calls: 1 us between the opening and the closing marker
+        # each round is read between two timer calls: 1 us between the opening and the closing
+        # marker
         result.stdout.fnmatch_lines(["*TIMER opperf_event_timer", "CALLS 0 *"])
         assert samples == [pytest.approx(0.001)] * 4
         assert (run["timing"], run["stats"][0]["clock"]) == ("events", "device")

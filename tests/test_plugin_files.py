@@ -1,4 +1,5 @@
-"""Files the plugin writes: results JSON, atomic saves that survive a kill, markdown, Chrome trace."""
+"""Files the plugin writes: results JSON, atomic saves that survive a kill, markdown, Chrome
+trace."""
 
 import json
 import signal
@@ -175,7 +176,8 @@ def test_chrome_trace_loads_and_nests(pytester):
             assert {"name", "ph", "ts", "dur", "pid", "tid"} <= set(e)
         step = next(e for e in complete if e["cat"] == "step")
         regions = [e for e in complete if e is not step]
-        # one step: one of each region (test_train traces step 2, after warm-up; test_other its only step)
+        # one step: one of each region (test_train traces step 2, after warm-up; test_other its
+        # only step)
         assert sorted(e["name"] for e in regions) == [
             "CreateOpTimer",
             "ExecutorRunTimer",

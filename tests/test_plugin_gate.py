@@ -37,8 +37,10 @@ def test_three_times_slower_region_is_flagged(pytester):
         [
             "*= opperf gate =*",
             "FAIL test_suite.py::test_train step_ms:relu",
-            "     relu median per-step time * ms vs baseline * ms (+*%, tolerance +10%, floor 0.05 ms)",
-            "     value *, limit *, baseline *; Mann-Whitney U one-sided p=* (alpha 0.01, n=7 vs 7), median * -> *",
+            "     relu median per-step time * ms vs baseline * ms "
+            "(+*%, tolerance +10%, floor 0.05 ms)",
+            "     value *, limit *, baseline *; "
+            "Mann-Whitney U one-sided p=* (alpha 0.01, n=7 vs 7), median * -> *",
         ]
     )
     violations = json.loads((pytester.path / "new.json").read_text())["gate"]["violations"]

@@ -54,8 +54,10 @@ def test_op(opperf_benchmark):
         Clock.now += 50_000  # 50 us on the device
     opperf_benchmark.describe(stat="relu")
     opperf_benchmark(op)
-    with open(f"seen-{{os.environ.get('PYTEST_XDIST_WORKER', 'main')}}-{{os.getpid()}}.txt", "a") as f:
-        f.write(f"{{os.environ.get('CUDA_VISIBLE_DEVICES')}} {{LOG.count('flush')}} {{LOG.count('call')}}\\n")
+    worker = os.environ.get('PYTEST_XDIST_WORKER', 'main')
+    with open(f"seen-{{worker}}-{{os.getpid()}}.txt", "a") as f:
+        visible = os.environ.get('CUDA_VISIBLE_DEVICES')
+        f.write(f"{{visible}} {{LOG.count('flush')}} {{LOG.count('call')}}\\n")
 """
 
 
@@ -132,8 +134,10 @@ def test_nvtx_ranges_name_the_ops_and_steps(pytester):
 def test_ranges_seen():
     import nvtx
     names = [e[1] for e in nvtx.EVENTS if e[0] in ("push", "start")]
-    assert names[:6] == ["step 1", "ExecutorRunTimer", "CreateOpTimer", "conv2d", "Im2ColTimer", "relu"]
-    assert ("start", "step 3") in nvtx.EVENTS and nvtx.EVENTS.count(("pop",)) == names.count("relu") * 5
+    assert names[:6] == ["step 1", "ExecutorRunTimer", "CreateOpTimer", "conv2d", "Im2ColTimer",
+                         "relu"]
+    assert ("start", "step 3") in nvtx.EVENTS
+    assert nvtx.EVENTS.count(("pop",)) == names.count("relu") * 5
 """,
     )
     pytester.syspathinsert()  # the fake nvtx module, importable when the plugin configures

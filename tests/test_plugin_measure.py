@@ -1,4 +1,5 @@
-"""A synthetic suite of sleeps through the plugin: counts, parents, shares, JSON, hooks, device clocks."""
+"""A synthetic suite of sleeps through the plugin: counts, parents, shares, JSON, hooks, device
+clocks."""
 
 import json
 

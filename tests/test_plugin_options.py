@@ -97,8 +97,9 @@ from pytest_opperf.device import DeviceInfo
 def pytest_opperf_select_device(config, requested):
     if requested == "cpu":
         return DeviceInfo(note="cpu asked for")
-    return DeviceInfo(name="cuda:0 (Fake)", is_gpu=True, synchronize=lambda: None, device_class="fake-gpu",
-                      gpu_model="Fake", driver="1.0", cuda="13.0", note="fake GPU")
+    return DeviceInfo(name="cuda:0 (Fake)", is_gpu=True, synchronize=lambda: None,
+                      device_class="fake-gpu", gpu_model="Fake", driver="1.0", cuda="13.0",
+                      note="fake GPU")
 """
 
 

@@ -1,4 +1,5 @@
-"""Dependency rules: pure modules never import pytest; the plugin never imports the framework or cupy."""
+"""Dependency rules: pure modules never import pytest; the plugin never imports the framework or
+cupy."""
 
 import ast
 import subprocess

@@ -1,4 +1,5 @@
-"""Suite-facing additions: report sections from a hook, the session's settings at collection time."""
+"""Suite-facing additions: report sections from a hook, the session's settings at collection
+time."""
 
 from tests.opperf_suites import e2e, inner_run_env  # noqa: F401
 
@@ -10,7 +11,8 @@ from pytest_opperf.plugin import session_info
 def pytest_generate_tests(metafunc):
     if "workload" in metafunc.fixturenames:
         info = session_info(metafunc.config)
-        metafunc.parametrize("workload", [info.workload], ids=[f"{info.workload}-{info.device.name}"])
+        ids = [f"{info.workload}-{info.device.name}"]
+        metafunc.parametrize("workload", [info.workload], ids=ids)
 
 def pytest_opperf_report_sections(config, results):
     return [("ablation", [f"{run.id}: {run.batches} steps" for run in results.runs])]

@@ -175,7 +175,8 @@ def test_save_to_a_new_directory_with_a_trailing_slash(pytester):
     "body, message",
     [
         (
-            'with opperf.measure(config={"lr": float("nan")}) as run:\n        run.step(examples=1)',
+            'with opperf.measure(config={"lr": float("nan")}) as run:\n'
+            "        run.step(examples=1)",
             "opperf.measure: run 'test_x.py::test_x': config['lr'] is nan, which JSON cannot hold",
         ),
         (
@@ -184,14 +185,16 @@ def test_save_to_a_new_directory_with_a_trailing_slash(pytester):
         ),
         (
             'with opperf.measure() as run:\n        run.add_work("conv2d", flops=float("inf"))',
-            "run 'test_x.py::test_x': add_work('conv2d', flops=...) expects a finite number >= 0, given inf",
+            "run 'test_x.py::test_x': add_work('conv2d', flops=...) "
+            "expects a finite number >= 0, given inf",
         ),
         (
             "with opperf.measure() as run:\n        run.step(examples=-5)",
             "step(examples=...) expects an int >= 0, given -5",
         ),
         (
-            'with opperf.measure(name="x"):\n        pass\n    with opperf.measure(name="x"):\n        pass',
+            'with opperf.measure(name="x"):\n        pass\n'
+            '    with opperf.measure(name="x"):\n        pass',
             "name 'x' is already used by another window of this test",
         ),
         (
@@ -231,10 +234,10 @@ def test_regions_on_other_threads_and_exits_out_of_order_are_said_in_the_report(
     result = pytester.runpytest("--opperf")
     result.stdout.fnmatch_lines(
         [
-            "note: 1 region(s) timed on other threads while this window was open are not recorded (only the "
-            "window's own thread is): backward x1",
-            "note: 1 region exit(s) out of order (first: 'a' closed while 'b' was still open inside it); stats first "
-            "seen after it may have the wrong parent",
+            "note: 1 region(s) timed on other threads while this window was open "
+            "are not recorded (only the window's own thread is): backward x1",
+            "note: 1 region exit(s) out of order (first: 'a' closed while 'b' was still open "
+            "inside it); stats first seen after it may have the wrong parent",
         ]
     )
 

@@ -1,4 +1,4 @@
-"""pytest-xdist: workers hand their runs over; the controller merges, reports once and gates once."""
+"""pytest-xdist: workers hand their runs over; the controller merges, reports once, gates once."""
 
 import json
 

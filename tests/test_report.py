@@ -99,7 +99,8 @@ def test_run_lines_have_the_reference_shape():
 def test_nested_stats_are_indented_under_their_kernel_parent():
     lines = run_lines(reference_run())
     names = [line.split()[0] for line in lines[5:12]]
-    # by total: ExecutorRunTimer, conv2d_grad, conv2d (+ its children), ProgramCloneTimer, CreateOpTimer
+    # by total: ExecutorRunTimer, conv2d_grad, conv2d (+ its children), ProgramCloneTimer,
+    # CreateOpTimer
     assert names == ["ExecutorRunTimer", "conv2d_grad", "conv2d", "GemmTimer", "Im2ColTimer",
                      "ProgramCloneTimer", "CreateOpTimer"]
     gemm = next(line for line in lines if "GemmTimer" in line)
@@ -322,7 +323,8 @@ def test_the_steady_state_shares_follow_the_whole_window_ones():
     shares = lines.index("Python 40.00% | framework overhead 20.00% | kernels 40.00% of wall time")
     assert (
         lines[shares + 1]
-        == "steady state: Python 10.00% | framework overhead 30.00% | kernels 60.00% (medians per step)"
+        == "steady state: Python 10.00% | framework overhead 30.00% | kernels 60.00% "
+        "(medians per step)"
     )
     assert lines[3] == "steady state: 80.00000 examples/sec over the 2 steps after warm-up"
 
@@ -333,8 +335,8 @@ def test_the_share_outside_timers_is_untimed_without_an_executor_stat():
     lines = run_lines(stepped_run(executor_stat=None, stats=[conv, gemm]))
     assert "untimed 40.00% | framework overhead 20.00% | kernels 40.00% of wall time" in lines
     assert (
-        "steady state: untimed 40.00% | framework overhead 0.00% | kernels 60.00% (medians per step)"
-        in lines
+        "steady state: untimed 40.00% | framework overhead 0.00% | kernels 60.00% "
+        "(medians per step)" in lines
     )
     assert not any("Python" in line for line in lines)
 

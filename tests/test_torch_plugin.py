@@ -45,8 +45,8 @@ from pytest_opperf.torch import benchmark_op, profile
 
 def test_train(opperf):
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
-                          nn.Flatten(), nn.Linear(4 * 4 * 4, 5))
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                          nn.MaxPool2d(2), nn.Flatten(), nn.Linear(4 * 4 * 4, 5))
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x, y = torch.randn(2, 3, 8, 8), torch.tensor([1, 3])
     with opperf.measure() as run, profile():
@@ -58,8 +58,8 @@ def test_train(opperf):
 
 
 def test_conv(opperf_benchmark):
-    benchmark_op(opperf_benchmark, torch.nn.functional.conv2d, torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3),
-                 stat="conv2d")
+    benchmark_op(opperf_benchmark, torch.nn.functional.conv2d, torch.randn(2, 3, 8, 8),
+                 torch.randn(4, 3, 3, 3), stat="conv2d")
 
 
 def test_relu(opperf_benchmark):
@@ -152,9 +152,11 @@ def test_op_flops_come_from_torchs_counter() -> None:
 
 def test_import_pytest_opperf_does_not_import_torch() -> None:
     code = (
-        "import sys, pytest_opperf, pytest_opperf.plugin, pytest_opperf.measure, pytest_opperf.torch\n"
+        "import sys, pytest_opperf, pytest_opperf.plugin, pytest_opperf.measure, "
+        "pytest_opperf.torch\n"
         "from pytest_opperf.torch import pytest_opperf_select_device\n"
-        "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))\n"
+        "assert 'torch' not in sys.modules, "
+        "sorted(m for m in sys.modules if m.startswith('torch'))\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -624,7 +624,8 @@ def test_ops_of_the_traced_step_become_trace_events_nested_under_their_regions()
     file_samples(
         table, samples, marks, starts, regions, steps=2, trace=(1000, 2000), trace_events=events
     )
-    # the traced step is 1000..2000: its ops, at their times from its start, one level below their region
+    # the traced step is 1000..2000: its ops, at their times from its start, one level below
+    # their region
     assert events == [
         ("aten::addmm", 200, 50, 1),
         ("aten::copy_", 210, 5, 2),
