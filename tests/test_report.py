@@ -1,6 +1,7 @@
 """Renderers: the terminal report in the reference report's shape, gate lines, markdown, trace."""
 
 import json
+from dataclasses import replace
 
 from pytest_opperf.device import CPU_HOST
 from pytest_opperf.gate import Verdict, Violation
@@ -331,7 +332,7 @@ def test_the_steady_state_shares_follow_the_whole_window_ones():
 
 def test_the_share_outside_timers_is_untimed_without_an_executor_stat():
     conv, gemm = stepped_run().stats[1:]
-    conv.parent = None  # executor time: the top-level stats
+    conv = replace(conv, parent=None)  # executor time: the top-level stats
     lines = run_lines(stepped_run(executor_stat=None, stats=[conv, gemm]))
     assert "untimed 40.00% | framework overhead 20.00% | kernels 40.00% of wall time" in lines
     assert (
