@@ -84,7 +84,7 @@ def test_a_torch_suite_gets_its_stat_table_with_no_glue(pytester: pytest.Pyteste
         "note: no GPU (torch * is a CPU build): fell back to CPU",
         "test_suite.py::test_train  device=cpu timing=host",
         "aten::convolution_backward *",
-        "Python *% | framework overhead 0.00% | kernels *% of wall time",
+        "untimed *% | framework overhead 0.00% | kernels *% of wall time",
         "note: torch: executor time is the time inside top-level aten operators*",
     ])
     runs = {r["id"]: r for r in json.loads(pytester.path.joinpath("out.json").read_text())["runs"]}
