@@ -13,7 +13,7 @@ import os
 import subprocess
 from pathlib import Path
 
-SUITE = '''
+SUITE = """
 import os
 import time
 
@@ -40,7 +40,8 @@ def trace_side():
     if where:
         import pytest_opperf
         with open(os.path.join(where, SIDE), "w") as f:
-            f.write(reference_framework.__file__ + "\\n" + os.path.realpath(pytest_opperf.__file__) + "\\n")
+            f.write(reference_framework.__file__ + "\\n")
+            f.write(os.path.realpath(pytest_opperf.__file__) + "\\n")
 
 
 def busy(n):
@@ -74,9 +75,12 @@ def test_e2e(opperf):
             busy(N)
             mark("-")
             run.step(examples=4)
-'''
+"""
 
-FRAMEWORK = '"""A stand-in for the framework under test: the side must import its own copy."""\nVERSION = "{version}"\n'
+FRAMEWORK = (
+    '"""A stand-in for the framework under test: the side must import its own copy."""\n'
+    'VERSION = "{version}"\n'
+)
 
 
 def suite(n: int = 3000, steps: int = 4, hook: str = "pass") -> str:
@@ -86,7 +90,9 @@ def suite(n: int = 3000, steps: int = 4, hook: str = "pass") -> str:
 def git(cwd: Path, *args: str) -> str:
     env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
                GIT_COMMITTER_EMAIL="t@t")
-    done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True
+    )
     return done.stdout.strip()
 
 
@@ -100,17 +106,26 @@ def write(root: Path, files: dict[str, str]) -> None:
 def make_repo(root: Path, base: dict[str, str], head: dict[str, str] | None = None) -> str:
     """A git repository in ``root``: ``base`` committed (its sha returned), then ``head`` written
     over it in the working tree, uncommitted (the head is the working tree)."""
-    files = {"pytest.ini": "[pytest]\n", "reference_framework/__init__.py": FRAMEWORK.format(version="base")}
+    files = {
+        "pytest.ini": "[pytest]\n",
+        "reference_framework/__init__.py": FRAMEWORK.format(version="base"),
+    }
     write(root, {**files, **base})
     git(root, "init", "-q", ".")
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "base")
-    write(root, {"reference_framework/__init__.py": FRAMEWORK.format(version="head"), **(head or {})})
+    write(
+        root, {"reference_framework/__init__.py": FRAMEWORK.format(version="head"), **(head or {})}
+    )
     return git(root, "rev-parse", "HEAD")
 
 
 def worktrees(root: Path) -> list[str]:
-    return [line for line in git(root, "worktree", "list", "--porcelain").splitlines() if line.startswith("worktree ")]
+    return [
+        line
+        for line in git(root, "worktree", "list", "--porcelain").splitlines()
+        if line.startswith("worktree ")
+    ]
 
 
 def alive(pid: int) -> bool:

@@ -84,11 +84,15 @@ class FakeArray(np.ndarray):
         cp = _the_fake()
         for a in (*inputs, *kwargs.get("out", ())):
             if isinstance(a, FakeArray) and a._dev != cp.current:
-                raise PeerAccessError(f"{ufunc.__name__}: an array of cuda:{a._dev} used on cuda:{cp.current}")
+                raise PeerAccessError(
+                    f"{ufunc.__name__}: an array of cuda:{a._dev} used on cuda:{cp.current}"
+                )
         plain = [a.view(np.ndarray) if isinstance(a, FakeArray) else a for a in inputs]
         outs = kwargs.pop("out", None)
         if outs is not None:
-            kwargs["out"] = tuple(o.view(np.ndarray) if isinstance(o, FakeArray) else o for o in outs)
+            kwargs["out"] = tuple(
+                o.view(np.ndarray) if isinstance(o, FakeArray) else o for o in outs
+            )
         result = getattr(ufunc, method)(*plain, **kwargs)
         if outs is not None:
             return outs[0] if len(outs) == 1 else outs
@@ -137,7 +141,9 @@ class FakeRandomState:
 
     def _check(self) -> None:
         if _the_fake().current != self.device:
-            raise RuntimeError(f"a generator of cuda:{self.device} used on cuda:{_the_fake().current}")
+            raise RuntimeError(
+                f"a generator of cuda:{self.device} used on cuda:{_the_fake().current}"
+            )
 
     def standard_normal(self, size: Any, dtype: Any = float) -> FakeArray:
         self._check()
@@ -220,7 +226,11 @@ class FakeCupy(types.ModuleType):
         return _on_current(np.arange(*args, **kwargs))
 
     def ascontiguousarray(self, a: Any, dtype: Any = None) -> FakeArray:
-        if isinstance(a, FakeArray) and a.flags.c_contiguous and (dtype is None or a.dtype == dtype):
+        if (
+            isinstance(a, FakeArray)
+            and a.flags.c_contiguous
+            and (dtype is None or a.dtype == dtype)
+        ):
             return a  # cupy returns the array itself, on its device
         return self.asarray(np.ascontiguousarray(a, dtype=dtype))
 
@@ -229,8 +239,11 @@ class FakeCupy(types.ModuleType):
         if callable(attr) and not isinstance(attr, (type, np.ufunc)):
             def on_device(*args: Any, **kwargs: Any) -> Any:
                 result = attr(*args, **kwargs)
-                return _on_current(result) if isinstance(result, np.ndarray) and not isinstance(result, FakeArray) \
+                return (
+                    _on_current(result)
+                    if isinstance(result, np.ndarray) and not isinstance(result, FakeArray)
                     else result
+                )
             return on_device
         return attr
 
@@ -250,7 +263,12 @@ def install(monkeypatch: Any, devices: int = 2) -> FakeCupy:
     fake = FakeCupy(devices)
     _FAKE.append(fake)
     monkeypatch.setitem(sys.modules, "cupy", fake)
-    caches = (backend.cupy_or_none, backend._gpu_problem, backend._random_state, cuda_kernels._function)
+    caches = (
+        backend.cupy_or_none,
+        backend._gpu_problem,
+        backend._random_state,
+        cuda_kernels._function,
+    )
     for cached in caches:
         cached.cache_clear()
 

@@ -25,13 +25,18 @@ def postgres_url() -> str:
     if url:
         return url
     if os.environ.get("CI") == "true":
-        pytest.fail(f"{PG_ENV} is not set under CI=true: .ci/run starts the PostgreSQL server the history "
-                    "tests need (ci/postgres.sh)")
-    pytest.skip(f"no PostgreSQL server: set {PG_ENV}=postgresql://... (.ci/run starts one with ci/postgres.sh)")
+        pytest.fail(
+            f"{PG_ENV} is not set under CI=true: .ci/run starts the PostgreSQL server the history "
+            "tests need (ci/postgres.sh)"
+        )
+    pytest.skip(
+        f"no PostgreSQL server: set {PG_ENV}=postgresql://... "
+        "(.ci/run starts one with ci/postgres.sh)"
+    )
 
 
-@pytest.fixture
-def pg_schema_url():
+@pytest.fixture(name="pg_schema_url")
+def pg_schema_url_fixture():
     """A URL whose connections use a schema of their own, dropped afterwards."""
     psycopg = pytest.importorskip("psycopg")
     url = postgres_url()
@@ -44,8 +49,8 @@ def pg_schema_url():
         conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_source(request, tmp_path):
+@pytest.fixture(name="store_source", params=["sqlite", "postgresql"])
+def store_source_fixture(request, tmp_path):
     if request.param == "sqlite":
         return str(tmp_path / "history.sqlite")
     return request.getfixturevalue("pg_schema_url")
@@ -54,25 +59,60 @@ def store_source(request, tmp_path):
 def op_run(run_id: str, call_ms: list[float], stat: str = "conv2d") -> RunResult:
     rounds = len(call_ms)
     total = sum(call_ms)
-    s = StatResult(name=stat, parent=None, count=rounds, total_ms=total, avg_ms=total / rounds, min_ms=min(call_ms),
-                   max_ms=max(call_ms), samples_ms=list(call_ms), kernel=True)
-    return RunResult(id=run_id, kind="op", config={}, device="cpu", timing="host", wall_s=total / 1e3,
-                     examples=rounds, batches=rounds, examples_per_sec=rounds / (total / 1e3),
-                     sec_per_batch=total / rounds / 1e3, python_share=0.0, stats=[s], counts={})
+    s = StatResult(
+        name=stat,
+        parent=None,
+        count=rounds,
+        total_ms=total,
+        avg_ms=total / rounds,
+        min_ms=min(call_ms),
+        max_ms=max(call_ms),
+        samples_ms=list(call_ms),
+        kernel=True,
+    )
+    return RunResult(
+        id=run_id,
+        kind="op",
+        config={},
+        device="cpu",
+        timing="host",
+        wall_s=total / 1e3,
+        examples=rounds,
+        batches=rounds,
+        examples_per_sec=rounds / (total / 1e3),
+        sec_per_batch=total / rounds / 1e3,
+        python_share=0.0,
+        stats=[s],
+        counts={},
+    )
 
 
-def session(conv_ms: float = 2.0, sha: str | None = "a" * 40, dirty: bool = False, created: str | None = None,
-            device_class: str = "cpu", workload: str = "small", passed: bool = True, steps: int = 6,
-            op_ms: float = 0.5) -> ResultSet:
+def session(
+    conv_ms: float = 2.0,
+    sha: str | None = "a" * 40,
+    dirty: bool = False,
+    created: str | None = None,
+    device_class: str = "cpu",
+    workload: str = "small",
+    passed: bool = True,
+    steps: int = 6,
+    op_ms: float = 0.5,
+) -> ResultSet:
     """A session of one e2e run (conv2d at ``conv_ms`` per step after a slow warm-up step,
     relu at 1 ms) and one per-op benchmark at ``op_ms`` per call."""
     e2e = e2e_run(stats={"conv2d": [conv_ms * 5] + [conv_ms] * (steps - 1), "relu": [1.0] * steps},
                   step_ms=[10.0 * conv_ms] * steps, counts={"conv2d": 53, "relu": 49})
-    results = ResultSet(runs=[e2e, op_run("suite.py::test_op[conv2d]", [op_ms] * 5)],
-                        machine={"cpu": "x", "device_class": device_class},
-                        commit={"sha": sha, "dirty": dirty, "branch": "main"} if sha else None,
-                        session={"device": "cpu", "device_class": device_class, "workload": workload,
-                                 "timing": "host"})
+    results = ResultSet(
+        runs=[e2e, op_run("suite.py::test_op[conv2d]", [op_ms] * 5)],
+        machine={"cpu": "x", "device_class": device_class},
+        commit={"sha": sha, "dirty": dirty, "branch": "main"} if sha else None,
+        session={
+            "device": "cpu",
+            "device_class": device_class,
+            "workload": workload,
+            "timing": "host",
+        },
+    )
     if created is not None:
         results.created = created
     results.gate = {"passed": passed, "violations": []}

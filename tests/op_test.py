@@ -20,8 +20,9 @@ import reference_framework as rf
 from reference_framework.backend import to_host
 from reference_framework.registry import OpSpec, get_op_def, grad_var_name
 
-_skip_without_gpu = pytest.mark.skipif(not rf.gpu_available(),
-                                       reason=f"needs a usable CUDA GPU: {rf.backend.gpu_unavailable_reason()}")
+_skip_without_gpu = pytest.mark.skipif(
+    not rf.gpu_available(), reason=f"needs a usable CUDA GPU: {rf.backend.gpu_unavailable_reason()}"
+)
 
 
 def requires_gpu(test: Any) -> Any:
@@ -31,14 +32,19 @@ def requires_gpu(test: Any) -> Any:
 
 def _copy(inputs: Mapping[str, Any]) -> dict[str, Any]:
     """Fresh copies, so in-place ops cannot change the caller's arrays."""
-    return {k: [np.array(a) for a in v] if isinstance(v, list) else np.array(v) for k, v in inputs.items()}
+    return {
+        k: [np.array(a) for a in v] if isinstance(v, list) else np.array(v)
+        for k, v in inputs.items()
+    }
 
 
 def run(op_type: str, inputs: Mapping[str, Any], attrs: Mapping[str, Any] | None = None,
         place: Any = None) -> dict[str, Any]:
     """``run_op`` on copies of the inputs, outputs brought back to numpy."""
     outs = rf.run_op(op_type, _copy(inputs), attrs, place)
-    return {k: [to_host(a) for a in v] if isinstance(v, list) else to_host(v) for k, v in outs.items()}
+    return {
+        k: [to_host(a) for a in v] if isinstance(v, list) else to_host(v) for k, v in outs.items()
+    }
 
 
 def check_output(op_type: str, inputs: Mapping[str, Any], attrs: Mapping[str, Any] | None,
@@ -47,20 +53,25 @@ def check_output(op_type: str, inputs: Mapping[str, Any], attrs: Mapping[str, An
     outs = run(op_type, inputs, attrs, place)
     for slot, want in expected.items():
         got = outs[slot]
-        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=f"{op_type} output {slot}")
+        np.testing.assert_allclose(
+            got, want, rtol=rtol, atol=atol, err_msg=f"{op_type} output {slot}"
+        )
         assert np.asarray(got).shape == np.asarray(want).shape, f"{op_type} output {slot} shape"
     return outs
 
 
 def _names(inputs: Mapping[str, Any]) -> dict[str, list[str]]:
-    return {k: [f"{k}#{i}" for i in range(len(v))] if isinstance(v, list) else [k] for k, v in inputs.items()}
+    return {
+        k: [f"{k}#{i}" for i in range(len(v))] if isinstance(v, list) else [k]
+        for k, v in inputs.items()
+    }
 
 
 def _env(names: Mapping[str, list[str]], values: Mapping[str, Any]) -> dict[str, Any]:
     env = {}
     for slot, ns in names.items():
         vs = values[slot] if isinstance(values[slot], list) else [values[slot]]
-        env.update(zip(ns, vs))
+        env.update(zip(ns, vs, strict=True))
     return env
 
 
@@ -78,14 +89,19 @@ def analytic_grads(op_type: str, inputs: Mapping[str, Any], attrs: Mapping[str, 
         env.update({grad_var_name(n): np.array(g) for n in out_names[slot]})
     assert opdef.grad is not None, f"{op_type} has no gradient maker"
     for spec in opdef.grad(desc):
-        ins = {s: [env[n] for n in ns] if get_op_def(spec.type).input_slots[s].duplicable else env[ns[0]]
-               for s, ns in spec.inputs.items() if all(n in env for n in ns)}
+        ins = {
+            s: [env[n] for n in ns]
+            if get_op_def(spec.type).input_slots[s].duplicable
+            else env[ns[0]]
+            for s, ns in spec.inputs.items()
+            if all(n in env for n in ns)
+        }
         outs = run(spec.type, ins, spec.attrs)
         for slot, ns in spec.outputs.items():
             vals = outs.get(slot)
             if vals is None:
                 continue
-            env.update(zip(ns, vals if isinstance(vals, list) else [vals]))
+            env.update(zip(ns, vals if isinstance(vals, list) else [vals], strict=True))
     return env
 
 
@@ -132,7 +148,11 @@ def check_grad(op_type: str, inputs: Mapping[str, Any], attrs: Mapping[str, Any]
     if outputs is None:
         outputs = [s.name for s in opdef.outputs if grad_var_name(s.name) in read]
     if wrt is None:
-        wrt = [k for k, v in inputs.items() if not isinstance(v, list) and np.issubdtype(v.dtype, np.floating)]
+        wrt = [
+            k
+            for k, v in inputs.items()
+            if not isinstance(v, list) and np.issubdtype(v.dtype, np.floating)
+        ]
     fwd = run(op_type, inputs, attrs)
     rng = np.random.default_rng(seed + 1)
     out_grads = {s: rng.standard_normal(np.shape(fwd[s])) for s in outputs}
@@ -141,7 +161,14 @@ def check_grad(op_type: str, inputs: Mapping[str, Any], attrs: Mapping[str, Any]
         got = env.get(grad_var_name(slot))
         assert got is not None, f"{op_type}: the gradient ops did not produce {grad_var_name(slot)}"
         assert np.shape(got) == np.shape(inputs[slot]), (
-            f"{op_type}: {grad_var_name(slot)} has shape {np.shape(got)}, input has {np.shape(inputs[slot])}")
+            f"{op_type}: {grad_var_name(slot)} has shape {np.shape(got)}, "
+            f"input has {np.shape(inputs[slot])}"
+        )
         idx, want = numeric_grad(op_type, inputs, attrs, out_grads, slot, eps, max_elements, seed)
-        np.testing.assert_allclose(np.asarray(got, dtype=np.float64).reshape(-1)[idx], want, rtol=rtol, atol=atol,
-                                   err_msg=f"{op_type}: gradient of {slot}")
+        np.testing.assert_allclose(
+            np.asarray(got, dtype=np.float64).reshape(-1)[idx],
+            want,
+            rtol=rtol,
+            atol=atol,
+            err_msg=f"{op_type}: gradient of {slot}",
+        )

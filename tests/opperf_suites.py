@@ -1,12 +1,12 @@
-"""Synthetic suites for the plugin tests: timed regions advance a fake clock, so no framework is needed.
+"""Synthetic suites for the plugin tests: timed regions advance a fake clock, no framework needed.
 
 Per step: ExecutorRunTimer (CreateOpTimer, conv2d with Im2ColTimer inside, relu),
 then ``PYTHON_MS`` outside the executor (the "Python" part of the step).
 
 ``nap(ms)`` advances the clock the timers and the measured window read
 (``perf_counter_ns`` of ``pytest_opperf.timers`` and ``.measure``, patched for
-the test) by exactly ``ms``, and each reading by 1 us: every time in the results is known in advance, so
-no assertion depends on how busy the machine is (``-n 16``, a shared CI box).
+the test) by exactly ``ms``, and each reading by 1 us: every time in the results is known in
+advance, so no assertion depends on how busy the machine is (``-n 16``, a shared CI box).
 """
 
 from __future__ import annotations
@@ -66,7 +66,9 @@ def {name}(opperf):
 
 def e2e(name: str = "test_train", steps: int = 8, relu_ms: float = 1.0, relu_calls: int = 1,
         python_ms: float = 3.0) -> str:
-    return E2E.format(name=name, steps=steps, relu_ms=relu_ms, relu_calls=relu_calls, python_ms=python_ms)
+    return E2E.format(
+        name=name, steps=steps, relu_ms=relu_ms, relu_calls=relu_calls, python_ms=python_ms
+    )
 
 
 NO_TRACEBACK = ("Traceback", "INTERNALERROR")
@@ -103,4 +105,6 @@ def inner_run_env(pytester, monkeypatch):
     for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
         monkeypatch.delenv(name, raising=False)
     # after pytester, which clears it
-    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:hypothesispytest -W ignore::pytest.PytestAssertRewriteWarning")
+    monkeypatch.setenv(
+        "PYTEST_ADDOPTS", "-p no:hypothesispytest -W ignore::pytest.PytestAssertRewriteWarning"
+    )

@@ -1,4 +1,4 @@
-"""The base side's checkout: revisions and directories, the temporary worktree, the base interpreter."""
+"""The base side's checkout: revisions and directories, the temporary worktree, its interpreter."""
 
 from __future__ import annotations
 
@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from pytest_opperf.ab.checkout import CompareError, Workspace, check_python, resolve_base, side_environment
+from pytest_opperf.ab.checkout import (
+    CompareError,
+    Workspace,
+    check_python,
+    resolve_base,
+    side_environment,
+)
 from tests.ab_suites import git, make_repo, worktrees
 
 
@@ -46,11 +52,15 @@ def test_a_sha_prefix_is_labelled_by_itself_and_a_rootdir_below_the_toplevel_is_
 
 def test_bad_revisions_and_directories_are_named(repo, tmp_path):
     root, _ = repo
-    with pytest.raises(CompareError, match=r"^'nope' is neither a directory nor a revision of the repository "):
+    with pytest.raises(
+        CompareError, match=r"^'nope' is neither a directory nor a revision of the repository "
+    ):
         resolve_base("nope", root, root, [])
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(CompareError, match=r"is no checkout of this project: it has no suites, pytest.ini"):
+    with pytest.raises(
+        CompareError, match=r"is no checkout of this project: it has no suites, pytest.ini"
+    ):
         resolve_base(str(empty), root, root, ["suites", "pytest.ini"])
     with pytest.raises(CompareError, match=r"is the head's own rootdir"):
         resolve_base(".", root, root, [])
@@ -65,7 +75,11 @@ def test_a_directory_is_used_as_it_is(repo, tmp_path):
     clone = tmp_path / "clone"
     git(root, "clone", "-q", str(root), str(clone))
     base = resolve_base("../clone", root, root, ["suites"])
-    assert (base.mode, base.directory, base.label) == ("dir", clone.resolve(), f"DIR {clone.resolve()}")
+    assert (base.mode, base.directory, base.label) == (
+        "dir",
+        clone.resolve(),
+        f"DIR {clone.resolve()}",
+    )
     workspace = Workspace(base)
     assert workspace.prepare(Path(__file__).parent) == clone.resolve()
     workspace.close()
@@ -80,7 +94,9 @@ def test_the_base_interpreter_must_run_and_import_pytest(tmp_path):
     fake = tmp_path / "python"
     fake.write_text("#!/bin/sh\necho 'ModuleNotFoundError: No module named pytest' >&2\nexit 1\n")
     fake.chmod(0o755)
-    with pytest.raises(CompareError, match=r"cannot import pytest: ModuleNotFoundError: No module named pytest$"):
+    with pytest.raises(
+        CompareError, match=r"cannot import pytest: ModuleNotFoundError: No module named pytest$"
+    ):
         check_python(str(fake), tmp_path)
 
 

@@ -1,4 +1,4 @@
-"""The controller and its pieces: the protocol, paired e2e samples, side arguments, the step hand-over.
+"""The controller and its pieces: the protocol, paired e2e samples, side arguments, step hand-over.
 
 The controller is driven against fake sides (small scripts speaking the
 protocol with fixed numbers), so that what it does with the answers holds by
@@ -38,30 +38,79 @@ def test_channel_sends_lines_and_names_timeouts_and_eof():
 
 
 def _run(step_ms, relu, executor, counts, examples=4):
-    stats = [StatResult("ExecutorRunTimer", None, len(step_ms), sum(executor), 0, 0, 0, samples_ms=executor),
-             StatResult("relu", "ExecutorRunTimer", len(step_ms), sum(relu), 0, 0, 0, samples_ms=relu)]
-    return RunResult("t.py::test_e2e", "e2e", {}, "cpu", "host", sum(step_ms) / 1e3, examples * len(step_ms),
-                     len(step_ms), 0.0, 0.0, 0.0, stats, counts, executor_stat="ExecutorRunTimer",
-                     step_ms=step_ms, step_examples=[examples] * len(step_ms))
+    stats = [
+        StatResult(
+            "ExecutorRunTimer", None, len(step_ms), sum(executor), 0, 0, 0, samples_ms=executor
+        ),
+        StatResult("relu", "ExecutorRunTimer", len(step_ms), sum(relu), 0, 0, 0, samples_ms=relu),
+    ]
+    return RunResult(
+        "t.py::test_e2e",
+        "e2e",
+        {},
+        "cpu",
+        "host",
+        sum(step_ms) / 1e3,
+        examples * len(step_ms),
+        len(step_ms),
+        0.0,
+        0.0,
+        0.0,
+        stats,
+        counts,
+        executor_stat="ExecutorRunTimer",
+        step_ms=step_ms,
+        step_examples=[examples] * len(step_ms),
+    )
 
 
 def test_e2e_samples_pair_steps_after_warm_up_and_counts_exactly():
-    base = _run([100.0, 10.0, 10.0, 10.0], [50.0, 4.0, 4.0, 4.0], [60.0, 8.0, 8.0, 8.0], {"relu": 1})
+    base = _run(
+        [100.0, 10.0, 10.0, 10.0], [50.0, 4.0, 4.0, 4.0], [60.0, 8.0, 8.0, 8.0], {"relu": 1}
+    )
     head = _run([90.0, 20.0, 10.0], [40.0, 8.0, 4.0], [50.0, 16.0, 9.0], {"relu": 2, "extra": 1})
     got = {s.metric: s for s in e2e_samples(base, head)}
-    assert set(got) == {"step_ms:ExecutorRunTimer", "step_ms:relu", "examples_per_sec", "python_share",
-                        "count:relu", "count:extra"}
-    assert (got["step_ms:relu"].base, got["step_ms:relu"].head) == ([4.0, 4.0], [8.0, 4.0])  # 3 steps, warm-up out
-    assert got["examples_per_sec"].base == [400.0, 400.0] and got["examples_per_sec"].head == [200.0, 400.0]
-    assert got["python_share"].base == pytest.approx([0.2, 0.2]) and got["python_share"].head == pytest.approx(
-        [0.2, 0.1])
+    assert set(got) == {
+        "step_ms:ExecutorRunTimer",
+        "step_ms:relu",
+        "examples_per_sec",
+        "python_share",
+        "count:relu",
+        "count:extra",
+    }
+    assert (got["step_ms:relu"].base, got["step_ms:relu"].head) == (
+        [4.0, 4.0],
+        [8.0, 4.0],
+    )  # 3 steps, warm-up out
+    assert got["examples_per_sec"].base == [400.0, 400.0] and got["examples_per_sec"].head == [
+        200.0,
+        400.0,
+    ]
+    assert got["python_share"].base == pytest.approx([0.2, 0.2]) and got[
+        "python_share"
+    ].head == pytest.approx([0.2, 0.1])
     assert (got["count:relu"].base, got["count:relu"].head) == ([1.0], [2.0])
-    assert (got["count:extra"].base, got["count:extra"].head, got["count:extra"].kind) == ([0.0], [1.0], "count")
+    assert (got["count:extra"].base, got["count:extra"].head, got["count:extra"].kind) == (
+        [0.0],
+        [1.0],
+        "count",
+    )
 
 
 def test_side_arguments_leave_out_the_controllers_options():
-    args = ["suites/", "--opperf", "--opperf-compare", "HEAD~1", "--opperf-json=x.json", "-k", "conv",
-            "--opperf-workload", "tiny", "--benchmark-quiet", "--opperf-compare-python=/p"]
+    args = [
+        "suites/",
+        "--opperf",
+        "--opperf-compare",
+        "HEAD~1",
+        "--opperf-json=x.json",
+        "-k",
+        "conv",
+        "--opperf-workload",
+        "tiny",
+        "--benchmark-quiet",
+        "--opperf-compare-python=/p",
+    ]
     assert _strip_options(args) == ["suites/", "-k", "conv", "--benchmark-quiet"]
 
 
@@ -88,7 +137,7 @@ def test_a_step_hand_over_is_left_out_of_the_window(monkeypatch):
     assert result.wall_s == pytest.approx(0.03) and result.examples_per_sec == pytest.approx(200.0)
 
 
-FAKE_SIDE = '''
+FAKE_SIDE = """
 import json, os, sys
 from pytest_opperf.ab.protocol import Channel
 from pytest_opperf.measure import op_run
@@ -128,25 +177,39 @@ while True:
             log.write(f"{side} {msg['rounds']} {msg['iterations']} {os.getpid()} {n % 2}\\n")
             log.flush()
             noise = 1 + 0.01 * ((blocks * 7) % 5 - 2)  # a fixed pattern, the same on both sides
-            channel.send({"ev": "block", "per_call_s": [conf["ms"][side] * factor * process_factor * noise / 1e3] * msg["rounds"]})
+            per_call_s = conf["ms"][side] * factor * process_factor * noise / 1e3
+            channel.send({"ev": "block", "per_call_s": [per_call_s] * msg["rounds"]})
         else:
             break
     runs.append(op_run(nodeid, "op", [0.001], 1, CPU_HOST, "host"))
     channel.send({"ev": "done", "nodeid": nodeid, "failed": False, "reports": [],
                   "results": ResultSet(runs=runs).to_dict()})
-'''
+"""
 
 
-def controller(tmp_path: Path, ms: dict[str, float], ids: dict[str, list[str]], budget_s: float = 600.0,
-               **extra) -> Controller:
+def controller(
+    tmp_path: Path,
+    ms: dict[str, float],
+    ids: dict[str, list[str]],
+    budget_s: float = 600.0,
+    **extra,
+) -> Controller:
     script = tmp_path / "fake_side.py"
     script.write_text(FAKE_SIDE)
     conf = {"ms": ms, "ids": ids, "log": str(tmp_path / "blocks.log"), **extra}
     env = {**__import__("os").environ, "FAKE": json.dumps(conf)}
     specs = [SideSpec(name, [sys.executable, str(script)], tmp_path, env, tmp_path / f"{name}.log")
              for name in ("base", "head")]
-    return Controller(specs[0], specs[1], paired.CompareSettings(budget_s=budget_s), "REV x", "head",
-                      timeout_s=30, seed=1, warmup_s=0.0)  # one warm-up pair
+    return Controller(
+        specs[0],
+        specs[1],
+        paired.CompareSettings(budget_s=budget_s),
+        "REV x",
+        "head",
+        timeout_s=30,
+        seed=1,
+        warmup_s=0.0,
+    )  # one warm-up pair
 
 
 def test_the_controller_pairs_blocks_in_random_order_stops_once_decided_and_confirms(tmp_path):
@@ -160,7 +223,9 @@ def test_the_controller_pairs_blocks_in_random_order_stops_once_decided_and_conf
     finally:
         c.close()
     decisions = {(d.key.run, d.key.metric): d for d in result.decisions}
-    assert list(decisions) == [("t::a", "call_ms:op")]  # the added test runs on the head alone, unpaired
+    assert list(decisions) == [
+        ("t::a", "call_ms:op")
+    ]  # the added test runs on the head alone, unpaired
     d = decisions["t::a", "call_ms:op"]
     assert d.verdict == "regressed" and d.estimate == pytest.approx(2.0, rel=0.02)
     # decided at the first look of each run of the test; a regression is confirmed by a second run
@@ -169,18 +234,31 @@ def test_the_controller_pairs_blocks_in_random_order_stops_once_decided_and_conf
     assert len(lines) == 2 * (2 + 2 * MIN_PAIRS) + 1 + MIN_PAIRS  # + the added test, alone
     # 4 iterations of a 1 ms round: 2 rounds make the 8 ms block; the same block on both sides
     assert {" ".join(line.split()[1:3]) for line in lines} == {"2 4"}
-    paired_lines = [line.split()[0] for line in lines[2:2 + 2 * MIN_PAIRS]]  # after one warm-up pair
+    paired_lines = [
+        line.split()[0] for line in lines[2 : 2 + 2 * MIN_PAIRS]
+    ]  # after one warm-up pair
     orders = [tuple(paired_lines[i:i + 2]) for i in range(0, len(paired_lines), 2)]
-    assert set(orders) == {("base", "head"), ("head", "base")}  # randomised per pair, both orders seen
-    assert result.added == ["t::new"] and result.removed == ["t::gone"] and result.pairs == 2 * MIN_PAIRS
+    assert set(orders) == {
+        ("base", "head"),
+        ("head", "base"),
+    }  # randomised per pair, both orders seen
+    assert (
+        result.added == ["t::new"]
+        and result.removed == ["t::gone"]
+        and result.pairs == 2 * MIN_PAIRS
+    )
 
 
 def test_a_side_that_dies_is_named_with_its_status(tmp_path):
-    c = controller(tmp_path, {"base": 1.0, "head": 1.0}, {"base": ["t::a"], "head": ["t::a"]}, die="base")
+    c = controller(
+        tmp_path, {"base": 1.0, "head": 1.0}, {"base": ["t::a"], "head": ["t::a"]}, die="base"
+    )
     try:
         c.start()
         processes = [side.process for side in c.sides.values()]
-        with pytest.raises(SideFailure, match=r"^the base side exited with status 5 while running t::a$"):
+        with pytest.raises(
+            SideFailure, match=r"^the base side exited with status 5 while running t::a$"
+        ):
             c.run()
     finally:
         c.close(grace_s=1)
@@ -188,7 +266,9 @@ def test_a_side_that_dies_is_named_with_its_status(tmp_path):
 
 
 def test_a_change_not_confirmed_by_a_second_run_is_undecided(tmp_path):
-    c = controller(tmp_path, {"base": 1.0, "head": 2.0}, {"base": ["t::a"], "head": ["t::a"]}, budget_s=1e-6)
+    c = controller(
+        tmp_path, {"base": 1.0, "head": 2.0}, {"base": ["t::a"], "head": ["t::a"]}, budget_s=1e-6
+    )
     try:
         c.start()
         result = c.run()
@@ -196,7 +276,9 @@ def test_a_change_not_confirmed_by_a_second_run_is_undecided(tmp_path):
         c.close()
     (d,) = result.decisions
     assert d.verdict == "undecided" and d.pairs == MIN_PAIRS and result.budget_exhausted
-    assert d.statistic.endswith("; regressed, but not in the pairs of each start order of the sides on their own")
+    assert d.statistic.endswith(
+        "; regressed, but not in the pairs of each start order of the sides on their own"
+    )
 
 
 def _blocks(tmp_path: Path) -> list[tuple[str, int, int]]:
@@ -219,7 +301,10 @@ def test_the_start_order_of_the_sides_cannot_make_a_regression(tmp_path, head_ms
     (d,) = result.decisions
     assert d.verdict == ("unchanged" if head_ms == 1.0 else "regressed")
     blocks = _blocks(tmp_path)
-    for side in ("base", "head"):  # each side's pairs come from two processes, started second in one only
+    for side in (
+        "base",
+        "head",
+    ):  # each side's pairs come from two processes, started second in one only
         assert len({pid for s, pid, _ in blocks if s == side}) >= 2
         assert {second for s, _, second in blocks if s == side} == {0, 1}
     assert "2 generation(s) of side processes" in result.notes[-1]

@@ -47,11 +47,16 @@ def pairs(kind, ratio, noise, n, seed=0, metric="call_ms:conv2d", run=RUN, scale
 def with_aa(metric, others=149, n=None, seed=1000):
     """``metric`` among ``others`` A/A metrics, so the correction is a realistic session's."""
     n = n or metric.pairs
-    return [metric] + [pairs("time", 1.0, 0.02, n, seed=seed + i, metric=f"call_ms:op{i}", run=f"run{i}")
-                       for i in range(others)]
+    return [metric] + [
+        pairs("time", 1.0, 0.02, n, seed=seed + i, metric=f"call_ms:op{i}", run=f"run{i}")
+        for i in range(others)
+    ]
 
 
-def one(samples, settings=CompareSettings()):
+DEFAULTS = CompareSettings()
+
+
+def one(samples, settings=DEFAULTS):
     return decide(samples, settings)[0]
 
 
@@ -136,8 +141,12 @@ def test_three_percent_slowdown_is_not_regressed_once_the_interval_is_narrow():
     assert d.high < 1.05  # ...and shown to be smaller than what counts
     assert d.half_width < 0.01
     # with min_slowdown 0.02 the same 3 % counts
-    assert one(with_aa(pairs("time", 1.03, 0.02, 200), n=200), CompareSettings(min_slowdown=0.02)).verdict \
+    assert (
+        one(
+            with_aa(pairs("time", 1.03, 0.02, 200), n=200), CompareSettings(min_slowdown=0.02)
+        ).verdict
         == "regressed"
+    )
 
 
 def sessions(settings, count, metrics=150, n=20):
@@ -186,10 +195,16 @@ def test_python_share_is_compared_as_a_difference():
     up = one(with_aa(pairs("share", 1.0, 0.005, 20, metric="python_share", scale=0.10, shift=0.02)))
     assert up.verdict == "regressed" and up.kind == "share"
     assert up.estimate == pytest.approx(0.02, abs=0.003) and up.low > 0.005 and up.limit == 0.01
-    small = one(with_aa(pairs("share", 1.0, 0.002, 60, metric="python_share", scale=0.10, shift=0.004), n=60))
+    small = one(
+        with_aa(
+            pairs("share", 1.0, 0.002, 60, metric="python_share", scale=0.10, shift=0.004), n=60
+        )
+    )
     assert small.verdict == "unchanged" and small.high < 0.01
     # a 2-point increase of a 40 % share is 2 points, not 5 %: the difference is absolute
-    big = one(with_aa(pairs("share", 1.0, 0.005, 20, metric="python_share", scale=0.40, shift=0.02)))
+    big = one(
+        with_aa(pairs("share", 1.0, 0.005, 20, metric="python_share", scale=0.40, shift=0.02))
+    )
     assert big.verdict == "regressed"
 
 
@@ -211,7 +226,9 @@ def test_throughput_five_percent_lower_is_regressed():
     d = one(with_aa(pairs("rate", 0.95, 0.01, 30, metric="examples_per_sec", scale=18.0)))
     assert d.verdict == "regressed" and d.estimate < 1 and d.high < 1
     assert d.limit == pytest.approx(0.95)
-    assert one(with_aa(pairs("rate", 1.0, 0.01, 30, metric="examples_per_sec"))).verdict == "unchanged"
+    assert (
+        one(with_aa(pairs("rate", 1.0, 0.01, 30, metric="examples_per_sec"))).verdict == "unchanged"
+    )
 
 
 def test_improvements_are_reported():
@@ -224,7 +241,11 @@ def test_improvements_are_reported():
 def test_floors_keep_microsecond_calls_unchanged():
     # a 2 us call 20 % slower: 0.4 us, below the 1 us floor -> counts only from +50 %
     tiny = one(with_aa(pairs("time", 1.20, 0.02, 60, scale=0.002), n=60))
-    assert tiny.verdict == "unchanged" and tiny.low > 1.1 and tiny.limit == pytest.approx(1.5, rel=0.02)
+    assert (
+        tiny.verdict == "unchanged"
+        and tiny.low > 1.1
+        and tiny.limit == pytest.approx(1.5, rel=0.02)
+    )
     # the same 20 % on a 1 ms call counts
     assert one(with_aa(pairs("time", 1.20, 0.02, 60, scale=1.0), n=60)).verdict == "regressed"
     # e2e stats use min_step_ms: a 0.04 ms/step softmax 50 % slower is 0.02 ms
@@ -257,7 +278,9 @@ def test_unusable_samples_are_undecided_with_the_reason():
 
 
 def test_decide_is_deterministic_in_order_and_corrects_for_tested_metrics():
-    samples = [pairs("time", 1.0, 0.02, n, seed=n, metric=f"call_ms:op{n}") for n in (12, 30, 12, 45)]
+    samples = [
+        pairs("time", 1.0, 0.02, n, seed=n, metric=f"call_ms:op{n}") for n in (12, 30, 12, 45)
+    ]
     samples.append(Paired(MetricKey(RUN, "count:conv2d"), "count", [1.0] * 3, [1.0] * 3))
     first, again = decide(samples, CompareSettings()), decide(samples, CompareSettings())
     assert first == again
@@ -284,17 +307,40 @@ def test_paired_validation():
 def test_compare_defaults_and_every_key():
     assert parse_thresholds({}).compare == CompareSettings()
     keys = table_keys(CompareSettings)
-    assert set(keys) == {"min_slowdown", "max_python_share_increase", "alpha", "budget_s", "min_call_ms",
-                         "min_step_ms", "min_pairs"}
+    assert set(keys) == {
+        "min_slowdown",
+        "max_python_share_increase",
+        "alpha",
+        "budget_s",
+        "min_call_ms",
+        "min_step_ms",
+        "min_pairs",
+    }
     assert keys["min_slowdown"].default == 0.05 == CompareSettings().min_slowdown
     assert CompareSettings().max_python_share_increase == 0.01
-    table = {"min_slowdown": 0.1, "max_python_share_increase": 0.02, "alpha": 0.01, "budget_s": 300,
-             "min_call_ms": 0.002, "min_step_ms": 0.1, "min_pairs": 20,
-             "override": [{"run": "suites/test_ops.py::*", "stat": "momentum", "min_slowdown": 0.2}]}
+    table = {
+        "min_slowdown": 0.1,
+        "max_python_share_increase": 0.02,
+        "alpha": 0.01,
+        "budget_s": 300,
+        "min_call_ms": 0.002,
+        "min_step_ms": 0.1,
+        "min_pairs": 20,
+        "override": [{"run": "suites/test_ops.py::*", "stat": "momentum", "min_slowdown": 0.2}],
+    }
     s = parse_thresholds({"compare": table}, "t.toml").compare
-    assert (s.min_slowdown, s.max_python_share_increase, s.alpha, s.budget_s, s.min_call_ms, s.min_step_ms,
-            s.min_pairs) == (0.1, 0.02, 0.01, 300.0, 0.002, 0.1, 20)
-    assert s.overrides == (Override(run="suites/test_ops.py::*", stat="momentum", min_slowdown=0.2),)
+    assert (
+        s.min_slowdown,
+        s.max_python_share_increase,
+        s.alpha,
+        s.budget_s,
+        s.min_call_ms,
+        s.min_step_ms,
+        s.min_pairs,
+    ) == (0.1, 0.02, 0.01, 300.0, 0.002, 0.1, 20)
+    assert s.overrides == (
+        Override(run="suites/test_ops.py::*", stat="momentum", min_slowdown=0.2),
+    )
 
 
 def test_overrides_apply_by_glob_last_one_wins():
@@ -302,7 +348,9 @@ def test_overrides_apply_by_glob_last_one_wins():
                                    Override(run="ab", stat="conv*", min_slowdown=0.3)))
     assert s.for_metric(MetricKey("ab", "call_ms:conv2d")).min_slowdown == 0.3
     assert s.for_metric(MetricKey("ab", "call_ms:conv2d")).min_pairs == 30
-    assert s.for_metric(MetricKey("ab", "examples_per_sec")).min_slowdown == 0.2  # no stat: not matched by stat
+    assert (
+        s.for_metric(MetricKey("ab", "examples_per_sec")).min_slowdown == 0.2
+    )  # no stat: not matched by stat
     assert s.for_metric(MetricKey("b", "call_ms:conv2d")).min_slowdown == 0.05
     noisy = pairs("time", 1.10, 0.02, 40, run="ab")
     assert one([noisy], s).verdict == "unchanged"  # 10 % is below the override's 30 %
@@ -326,18 +374,35 @@ def test_compare_values_are_range_checked(key, bad, message):
     with pytest.raises(ThresholdsError, match=r"^t\.toml: .*" + message):
         parse_thresholds({"compare": {key: bad}}, "t.toml")
     if key != "alpha" and key != "budget_s":  # per-run values: the same check in an override
-        with pytest.raises(ThresholdsError, match=r"\[\[compare.override\]\] #1 " + message.split("] ", 1)[-1]):
+        with pytest.raises(
+            ThresholdsError, match=r"\[\[compare.override\]\] #1 " + message.split("] ", 1)[-1]
+        ):
             parse_thresholds({"compare": {"override": [{"run": "x", key: bad}]}}, "t.toml")
 
 
-@pytest.mark.parametrize(("table", "message"), [
-    ({"min_slowdow": 0.1}, r"t.toml: unknown key 'min_slowdow' in \[compare\] \(known keys: min_slowdown, "),
-    ({"override": [{"run": "x", "alpha": 0.1}]}, r"unknown key 'alpha' in \[\[compare.override\]\] #1"),
-    ({"override": [{"run": "x"}]}, r"\[\[compare.override\]\] #1 sets nothing \(give one of min_slowdown"),
-    ({"override": [{"stat": 3, "min_pairs": 4}]}, r"#1 stat must be a string, got 3 \(integer\)"),
-    ({"override": {"run": "x"}}, r"compare.override must be an array of tables"),
-    ({"override": ["x"]}, r"\[\[compare.override\]\] #1 must be a table, got string"),
-])
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        (
+            {"min_slowdow": 0.1},
+            r"t.toml: unknown key 'min_slowdow' in \[compare\] \(known keys: min_slowdown, ",
+        ),
+        (
+            {"override": [{"run": "x", "alpha": 0.1}]},
+            r"unknown key 'alpha' in \[\[compare.override\]\] #1",
+        ),
+        (
+            {"override": [{"run": "x"}]},
+            r"\[\[compare.override\]\] #1 sets nothing \(give one of min_slowdown",
+        ),
+        (
+            {"override": [{"stat": 3, "min_pairs": 4}]},
+            r"#1 stat must be a string, got 3 \(integer\)",
+        ),
+        ({"override": {"run": "x"}}, r"compare.override must be an array of tables"),
+        ({"override": ["x"]}, r"\[\[compare.override\]\] #1 must be a table, got string"),
+    ],
+)
 def test_compare_table_errors(table, message):
     with pytest.raises(ThresholdsError, match=message):
         parse_thresholds({"compare": table}, "t.toml")
@@ -347,8 +412,10 @@ def test_compare_table_errors(table, message):
 
 def test_compare_in_a_thresholds_file(tmp_path):
     path = tmp_path / "t.toml"
-    path.write_text("[compare]\nmin_slowdown = 0.1\n\n[[compare.override]]\nrun = 'suites/*'\nstat = 'relu'\n"
-                    "min_slowdown = 0.25\n")
+    path.write_text(
+        "[compare]\nmin_slowdown = 0.1\n\n[[compare.override]]\nrun = 'suites/*'\nstat = 'relu'\n"
+        "min_slowdown = 0.25\n"
+    )
     t = load_thresholds(path)
     assert t.compare.min_slowdown == 0.1 and t.compare.overrides[0].stat == "relu"
     assert parse_compare({}, "x") == CompareSettings()
@@ -364,18 +431,37 @@ def result():
                pairs("time", 1.30, 0.05, 4, seed=3, metric="call_ms:mul"),
                pairs("share", 1.0, 0.005, 20, seed=4, metric="python_share", scale=0.1, shift=0.02),
                Paired(MetricKey(RUN, "count:conv2d"), "count", [53.0] * 4, [54.0] * 4)]
-    return CompareResult("REV abc1234 (origin/main)", "working tree", decide(samples, CompareSettings()),
-                         added=["suites/test_new.py::test_x"], removed=[], pairs=104, elapsed_s=12.5,
-                         budget_exhausted=True, notes=["a note"])
+    return CompareResult(
+        "REV abc1234 (origin/main)",
+        "working tree",
+        decide(samples, CompareSettings()),
+        added=["suites/test_new.py::test_x"],
+        removed=[],
+        pairs=104,
+        elapsed_s=12.5,
+        budget_exhausted=True,
+        notes=["a note"],
+    )
 
 
 def test_summary_line():
     r = result()
-    assert [d.verdict for d in r.decisions] == ["regressed", "unchanged", "improved", "undecided", "regressed",
-                                               "regressed"]
+    assert [d.verdict for d in r.decisions] == [
+        "regressed",
+        "unchanged",
+        "improved",
+        "undecided",
+        "regressed",
+        "regressed",
+    ]
     mean = math.exp(sum(math.log(d.estimate) for d in r.decisions[:4]) / 4)
-    assert r.summary() == f"3 regressed, 1 unchanged, 1 undecided, 1 improved; geometric mean head/base {mean:.3f}"
-    assert CompareResult("a", "b", []).summary() == "0 regressed, 0 unchanged, 0 undecided, 0 improved"
+    assert (
+        r.summary()
+        == f"3 regressed, 1 unchanged, 1 undecided, 1 improved; geometric mean head/base {mean:.3f}"
+    )
+    assert (
+        CompareResult("a", "b", []).summary() == "0 regressed, 0 unchanged, 0 undecided, 0 improved"
+    )
 
 
 def test_to_dict_is_strict_json_and_round_trips():
@@ -387,19 +473,43 @@ def test_to_dict_is_strict_json_and_round_trips():
     assert (undecided["low"], undecided["high"], undecided["verdict"]) == (0.0, None, "undecided")
     back = CompareResult.from_dict(data, "r.json")
     assert back == r
-    empty = Decision(MetricKey(RUN, "call_ms:x"), "time", "undecided", math.nan, math.nan, math.nan, 0.0,
-                     math.inf, 0, "no interval: no pairs")
-    again = CompareResult.from_dict(json.loads(json.dumps(CompareResult("a", "b", [empty]).to_dict())))
+    empty = Decision(
+        MetricKey(RUN, "call_ms:x"),
+        "time",
+        "undecided",
+        math.nan,
+        math.nan,
+        math.nan,
+        0.0,
+        math.inf,
+        0,
+        "no interval: no pairs",
+    )
+    again = CompareResult.from_dict(
+        json.loads(json.dumps(CompareResult("a", "b", [empty]).to_dict()))
+    )
     assert math.isnan(again.decisions[0].base) and again.decisions[0].high == math.inf
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    (lambda d: d.pop("head"), r"r.json: malformed compare object: compare.head is missing or not a string"),
-    (lambda d: d.update(pairs="3"), r"compare.pairs is missing or not an integer"),
-    (lambda d: d["decisions"][0].update(verdict="bad"), r"compare.decisions\[0\].verdict must be one of"),
-    (lambda d: d["decisions"][1].update(low="x"), r"compare.decisions\[1\].low is not a number or null"),
-    (lambda d: d.update(added=[1]), r"compare.added is missing or not a list of strings"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda d: d.pop("head"),
+            r"r.json: malformed compare object: compare.head is missing or not a string",
+        ),
+        (lambda d: d.update(pairs="3"), r"compare.pairs is missing or not an integer"),
+        (
+            lambda d: d["decisions"][0].update(verdict="bad"),
+            r"compare.decisions\[0\].verdict must be one of",
+        ),
+        (
+            lambda d: d["decisions"][1].update(low="x"),
+            r"compare.decisions\[1\].low is not a number or null",
+        ),
+        (lambda d: d.update(added=[1]), r"compare.added is missing or not a list of strings"),
+    ],
+)
 def test_from_dict_names_what_is_wrong(change, message):
     data = result().to_dict()
     change(data)
@@ -410,13 +520,19 @@ def test_from_dict_names_what_is_wrong(change, message):
 def test_violations_one_per_regressed_metric():
     r = result()
     v = r.violations()
-    assert [(x.run, x.metric) for x in v] == [(RUN, "call_ms:conv2d"), (RUN, "python_share"), (RUN, "count:conv2d")]
+    assert [(x.run, x.metric) for x in v] == [
+        (RUN, "call_ms:conv2d"),
+        (RUN, "python_share"),
+        (RUN, "count:conv2d"),
+    ]
     assert all(isinstance(x, Violation) for x in v)
     conv = r.decisions[0]
     assert (v[0].value, v[0].baseline, v[0].statistic) == (conv.head, conv.base, conv.statistic)
     assert v[0].limit == pytest.approx(conv.base * 1.05)
-    assert v[0].message == (f"conv2d median time per call {conv.head:.4g} ms vs base {conv.base:.4g} ms: "
-                            f"head/base {conv.estimate:.3f} [{conv.low:.3f}, {conv.high:.3f}] (counts from 1.050)")
+    assert v[0].message == (
+        f"conv2d median time per call {conv.head:.4g} ms vs base {conv.base:.4g} ms: "
+        f"head/base {conv.estimate:.3f} [{conv.low:.3f}, {conv.high:.3f}] (counts from 1.050)"
+    )
     assert v[1].message.startswith("Python share of the steps") and "points [" in v[1].message
     assert v[2].message == "conv2d runs 54 times per step, base 53 (A/B, exact)"
     assert v[2].limit == 53.0
@@ -428,7 +544,9 @@ def test_the_docs_list_every_compare_key_with_its_default_and_range():
     docs = (Path(__file__).parent.parent / "docs" / "contract-additions.md").read_text()
     for key, spec in table_keys(CompareSettings).items():
         row = f"| `{key}` | {spec.default} | {spec.range} | {spec.doc}"
-        assert row.replace("(call_ms)", "(`call_ms`)").replace("(step_ms)", "(`step_ms`)") in docs, key
+        assert (
+            row.replace("(call_ms)", "(`call_ms`)").replace("(step_ms)", "(`step_ms`)") in docs
+        ), key
 
 
 def test_ci_thresholds_compare_table():
@@ -452,8 +570,15 @@ def sequential_sessions(ratio, count, metrics=150, noise=0.02, start=10, block=5
         head[0] *= ratio
         n = [start] * metrics
         while True:
-            samples = [Paired(MetricKey(f"run{m}", f"call_ms:op{m}"), "time", base[m, :n[m]].tolist(),
-                              head[m, :n[m]].tolist()) for m in range(metrics)]
+            samples = [
+                Paired(
+                    MetricKey(f"run{m}", f"call_ms:op{m}"),
+                    "time",
+                    base[m, : n[m]].tolist(),
+                    head[m, : n[m]].tolist(),
+                )
+                for m in range(metrics)
+            ]
             ds = decide(samples, CompareSettings())
             grow = [m for m, d in enumerate(ds) if d.verdict == "undecided" and n[m] < most]
             if not grow:

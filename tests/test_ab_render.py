@@ -12,26 +12,105 @@ STAT = "Hodges-Lehmann ratio, Wilcoxon signed-rank 99.97% CI (Bonferroni, 150 me
 
 
 def dec(run, metric, verdict, base, head, est, low, high, kind="time", pairs=40, limit=1.05):
-    return Decision(MetricKey(run, metric), kind, verdict, base, head, est, low, high, pairs, STAT, limit)
+    return Decision(
+        MetricKey(run, metric), kind, verdict, base, head, est, low, high, pairs, STAT, limit
+    )
 
 
 def result(**kw):
     decisions = [
-        dec(f"{OPS}[relu-N8xC64x32x32]", "call_ms:relu", "unchanged", 0.198, 0.199, 1.004, 0.992, 1.016),
-        dec(f"{OPS}[conv2d-N8xC3x64x64-k7s2p3-o64]", "call_ms:conv2d", "regressed", 2.208, 2.43, 1.1, 1.09, 1.11),
-        dec(f"{OPS}[mul-N8xC2048x1x1-2048x102]", "call_ms:mul", "undecided", 0.076, 0.08, 1.05, 0.0, math.inf,
-            pairs=6),
-        dec(f"{OPS}[pool2d-N8xC64x32x32-max-k3s2p1]", "call_ms:pool2d", "improved", 1.486, 1.3, 0.875, 0.86, 0.89),
-        dec("suites/test_resnet50.py::test_train[small]", "python_share", "regressed", 0.07, 0.09, 0.02, 0.015,
-            0.025, kind="share", pairs=12, limit=0.01),
-        dec("suites/test_resnet50.py::test_train[small]", "count:conv2d", "regressed", 53, 54, 1, 1, 1,
-            kind="count", pairs=9, limit=0.0),
-        dec("suites/test_resnet50.py::test_train[small]", "examples_per_sec", "unchanged", 18.2, 18.1, 0.995,
-            0.98, 1.01, kind="rate", pairs=30, limit=0.95),
+        dec(
+            f"{OPS}[relu-N8xC64x32x32]",
+            "call_ms:relu",
+            "unchanged",
+            0.198,
+            0.199,
+            1.004,
+            0.992,
+            1.016,
+        ),
+        dec(
+            f"{OPS}[conv2d-N8xC3x64x64-k7s2p3-o64]",
+            "call_ms:conv2d",
+            "regressed",
+            2.208,
+            2.43,
+            1.1,
+            1.09,
+            1.11,
+        ),
+        dec(
+            f"{OPS}[mul-N8xC2048x1x1-2048x102]",
+            "call_ms:mul",
+            "undecided",
+            0.076,
+            0.08,
+            1.05,
+            0.0,
+            math.inf,
+            pairs=6,
+        ),
+        dec(
+            f"{OPS}[pool2d-N8xC64x32x32-max-k3s2p1]",
+            "call_ms:pool2d",
+            "improved",
+            1.486,
+            1.3,
+            0.875,
+            0.86,
+            0.89,
+        ),
+        dec(
+            "suites/test_resnet50.py::test_train[small]",
+            "python_share",
+            "regressed",
+            0.07,
+            0.09,
+            0.02,
+            0.015,
+            0.025,
+            kind="share",
+            pairs=12,
+            limit=0.01,
+        ),
+        dec(
+            "suites/test_resnet50.py::test_train[small]",
+            "count:conv2d",
+            "regressed",
+            53,
+            54,
+            1,
+            1,
+            1,
+            kind="count",
+            pairs=9,
+            limit=0.0,
+        ),
+        dec(
+            "suites/test_resnet50.py::test_train[small]",
+            "examples_per_sec",
+            "unchanged",
+            18.2,
+            18.1,
+            0.995,
+            0.98,
+            1.01,
+            kind="rate",
+            pairs=30,
+            limit=0.95,
+        ),
     ]
-    values = dict(base="REV abc1234 (origin/main)", head="working tree", decisions=decisions,
-                  added=["suites/test_ops.py::test_op[new-op]"], removed=["suites/test_ops.py::test_op[gone]"],
-                  pairs=300, elapsed_s=184.2, budget_exhausted=True, notes=["base side: 2 tests skipped"])
+    values = dict(
+        base="REV abc1234 (origin/main)",
+        head="working tree",
+        decisions=decisions,
+        added=["suites/test_ops.py::test_op[new-op]"],
+        removed=["suites/test_ops.py::test_op[gone]"],
+        pairs=300,
+        elapsed_s=184.2,
+        budget_exhausted=True,
+        notes=["base side: 2 tests skipped"],
+    )
     values.update(kw)
     return CompareResult(**values)
 
@@ -44,37 +123,77 @@ def test_terminal_section():
     assert lines[3] == "runs below are under suites/"
     text = "\n".join(lines)
     # regressed first, then undecided, improved, unchanged
-    heads = [line for line in lines if line.split(" (")[0] in ("regressed", "undecided", "improved", "unchanged")]
+    heads = [
+        line
+        for line in lines
+        if line.split(" (")[0] in ("regressed", "undecided", "improved", "unchanged")
+    ]
     assert heads == ["regressed (3)", "undecided (1)", "improved (1)", "unchanged (2)"]
     order = [text.index(f"call_ms:{op}") for op in ("conv2d", "mul", "pool2d", "relu")]
     assert order == sorted(order)
     relu = next(line for line in lines if "call_ms:relu" in line)
     # the unchanged metric shows its interval and how fine it is
-    assert "0.198 ms" in relu and "1.004" in relu and "[0.992, 1.016] +-1.2%" in relu and relu.endswith("40")
+    assert (
+        "0.198 ms" in relu
+        and "1.004" in relu
+        and "[0.992, 1.016] +-1.2%" in relu
+        and relu.endswith("40")
+    )
     assert "+2.00pt" in text and "[+1.50, +2.50]pt +-0.50pt" in text
-    assert next(line for line in lines if "count:conv2d" in line).split()[1:5] == ["53", "54", "+1", "exact"]
+    assert next(line for line in lines if "count:conv2d" in line).split()[1:5] == [
+        "53",
+        "54",
+        "+1",
+        "exact",
+    ]
     assert "unbounded" in next(line for line in lines if "call_ms:mul" in line)
     assert "  test_ops.py::test_op[conv2d-N8xC3x64x64-k7s2p3-o64]" in lines
-    assert lines[-5:] == ["added on the head side (not compared): 1", "  test_ops.py::test_op[new-op]",
-                          "removed on the head side (not compared): 1", "  test_ops.py::test_op[gone]",
-                          "note: base side: 2 tests skipped"]
+    assert lines[-5:] == [
+        "added on the head side (not compared): 1",
+        "  test_ops.py::test_op[new-op]",
+        "removed on the head side (not compared): 1",
+        "  test_ops.py::test_op[gone]",
+        "note: base side: 2 tests skipped",
+    ]
 
 
 @pytest.mark.parametrize("width", [100, 80, 60])
 def test_nothing_is_wider_than_the_width(width):
     long_run = "suites/" + "very_long_directory_name/" * 6 + "test_x.py::test_op[" + "x" * 80 + "]"
-    long = result(base="DIR /" + "d" * 150, decisions=result().decisions + [
-        dec(long_run, "step_ms:conv2d_grad/Col2ImTimer/with/a/much/longer/name", "unchanged", 33.5, 33.6, 1.003,
-            0.99, 1.017)], added=[long_run + "-new"])
+    long = result(
+        base="DIR /" + "d" * 150,
+        decisions=result().decisions
+        + [
+            dec(
+                long_run,
+                "step_ms:conv2d_grad/Col2ImTimer/with/a/much/longer/name",
+                "unchanged",
+                33.5,
+                33.6,
+                1.003,
+                0.99,
+                1.017,
+            )
+        ],
+        added=[long_run + "-new"],
+    )
     lines = terminal_lines(long, width=width)
     assert max(len(line) for line in lines) <= width
-    assert lines[0].startswith("A/B base: DIR /ddd") and "..." in lines[0] and lines[1] == "A/B head: working tree"
+    assert (
+        lines[0].startswith("A/B base: DIR /ddd")
+        and "..." in lines[0]
+        and lines[1] == "A/B head: working tree"
+    )
     # a metric name too long for its column gets a line of its own, whole when it fits the width
     name = "step_ms:conv2d_grad/Col2ImTimer/with/a/much/longer/name"
     at = next(i for i, line in enumerate(lines) if "Col2Im" in line)
-    assert lines[at] == "    " + name if width > len(name) + 4 else lines[at].endswith("longer/name")
+    assert (
+        lines[at] == "    " + name if width > len(name) + 4 else lines[at].endswith("longer/name")
+    )
     assert "33.5 ms" in lines[at + 1] and "33.6 ms" in lines[at + 1]
-    assert any(line.startswith("  very_long") and "..." in line and line.endswith("x]") for line in lines)
+    assert any(
+        line.startswith("  very_long") and "..." in line and line.endswith("x]") for line in lines
+    )
 
 
 def test_default_width_is_100():
@@ -94,7 +213,10 @@ def test_interval_text():
     d = dec("r", "call_ms:x", "unchanged", 1, 1, 1.0, 0.99, 1.0101)
     assert interval(d) == "[0.990, 1.010] +-1.0%"
     assert interval(dec("r", "call_ms:x", "undecided", 1, 1, 1.0, 0.0, math.inf)) == "unbounded"
-    assert interval(dec("r", "call_ms:x", "undecided", math.nan, math.nan, math.nan, 0.0, math.inf)) == "none"
+    assert (
+        interval(dec("r", "call_ms:x", "undecided", math.nan, math.nan, math.nan, 0.0, math.inf))
+        == "none"
+    )
 
 
 def test_markdown_section():
@@ -103,9 +225,14 @@ def test_markdown_section():
     assert lines[0] == "### A/B comparison"
     assert f"**{result().summary()}**" in lines
     rows = [line for line in lines if line.startswith("| ") and not line.startswith("| verdict")]
-    assert [r.split(" | ")[0] for r in rows] == ["| regressed"] * 3 + ["| undecided", "| improved"] + \
-        ["| unchanged"] * 2
-    assert rows[0] == ("| regressed | `suites/test_ops.py::test_op[conv2d-N8xC3x64x64-k7s2p3-o64]` | call_ms:conv2d "
-                       "| 2.208 ms | 2.43 ms | 1.100 | [1.090, 1.110] +-0.9% | 40 |")
+    assert [r.split(" | ")[0] for r in rows] == ["| regressed"] * 3 + [
+        "| undecided",
+        "| improved",
+    ] + ["| unchanged"] * 2
+    assert rows[0] == (
+        "| regressed | `suites/test_ops.py::test_op[conv2d-N8xC3x64x64-k7s2p3-o64]` "
+        "| call_ms:conv2d "
+        "| 2.208 ms | 2.43 ms | 1.100 | [1.090, 1.110] +-0.9% | 40 |"
+    )
     assert "- `suites/test_ops.py::test_op[new-op]`" in lines and "- note: a \\| b" in lines
     assert md.endswith("\n") and not md.endswith("\n\n")

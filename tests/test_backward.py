@@ -31,13 +31,24 @@ if PAIR not in registered_ops():
     register(OpDef(PAIR, inputs=["X"], outputs=["A", "B"], kernel=_pair,
                    infer_shape=lambda shapes, attrs: {"A": shapes["X"], "B": shapes["X"]},
                    grad=make_grad(PAIR + "_grad", grads_of=["A", "B"], grads_for=["X"])))
-    register(OpDef(PAIR + "_grad", inputs=["A@GRAD", "B@GRAD"], outputs=[optional("X@GRAD")], kernel=_pair_grad))
+    register(
+        OpDef(
+            PAIR + "_grad",
+            inputs=["A@GRAD", "B@GRAD"],
+            outputs=[optional("X@GRAD")],
+            kernel=_pair_grad,
+        )
+    )
 
 
 @pytest.fixture
 def programs():
     main, startup = rf.Program(), rf.Program()
-    with rf.unique_name_guard(), rf.program_guard(main, startup), rf.scope_guard(rf.Scope()) as scope:
+    with (
+        rf.unique_name_guard(),
+        rf.program_guard(main, startup),
+        rf.scope_guard(rf.Scope()) as scope,
+    ):
         yield main, scope
 
 
@@ -93,7 +104,11 @@ def test_loss_gradient_is_seeded_with_ones(programs):
     seed = main.global_block().ops[n]
     assert seed.type == "fill_constant"
     assert seed.outputs == {"Out": [loss.name + "@GRAD"]}
-    assert seed.attrs["shape"] == [1] and seed.attrs["value"] == 1.0 and seed.attrs["dtype"] == "float64"
+    assert (
+        seed.attrs["shape"] == [1]
+        and seed.attrs["value"] == 1.0
+        and seed.attrs["dtype"] == "float64"
+    )
 
 
 def test_variable_read_twice_gets_renamed_writes_and_a_sum_before_its_reader(programs):
@@ -106,7 +121,9 @@ def test_variable_read_twice_gets_renamed_writes_and_a_sum_before_its_reader(pro
     rf.append_backward(loss)
     ops = main.global_block().ops
     grad = z.name + "@GRAD"
-    writers = [i for i, op in enumerate(ops) for n in op.output_arg_names if n.startswith(grad + RENAME)]
+    writers = [
+        i for i, op in enumerate(ops) for n in op.output_arg_names if n.startswith(grad + RENAME)
+    ]
     written = sorted(n for op in ops for n in op.output_arg_names if n.startswith(grad + RENAME))
     assert written == [f"{grad}{RENAME}{k}" for k in range(3)]  # div's Y, add's X and Y
     sums = [i for i, op in enumerate(ops) if op.type == "sum"]

@@ -1,4 +1,5 @@
-"""Bad results and thresholds files: one line, exit 4, never a hang or a traceback; files written as users expect."""
+"""Bad results and thresholds files: one line, exit 4, never a hang or a traceback; files written
+as users expect."""
 
 from __future__ import annotations
 
@@ -15,7 +16,13 @@ import pytest
 
 from pytest_opperf import cli, report
 from pytest_opperf.gate import ThresholdsError, Verdict, load_thresholds
-from pytest_opperf.results import ResultsError, dumps_results, read_results, write_results, write_text_atomic
+from pytest_opperf.results import (
+    ResultsError,
+    dumps_results,
+    read_results,
+    write_results,
+    write_text_atomic,
+)
 from tests.opperf_factories import e2e_run, results
 from tests.opperf_suites import assert_one_line_usage_error, e2e, inner_run_env  # noqa: F401
 
@@ -42,12 +49,24 @@ def write_doc(tmp_path, text: str):
     return path
 
 
-@pytest.mark.parametrize("text, message", [
-    ('{"schema": "opperf/1", "runs": [], "x": NaN}', "not valid JSON: NaN is not a number JSON allows"),
-    ('{"schema": "opperf/1", "runs": [], "x": -Infinity}', "-Infinity is not a number JSON allows"),
-    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
-    ('{"schema": "opperf/1", "runs": [], "x": ' + "9" * 5000 + "}", "not valid JSON: Exceeds the limit"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            '{"schema": "opperf/1", "runs": [], "x": NaN}',
+            "not valid JSON: NaN is not a number JSON allows",
+        ),
+        (
+            '{"schema": "opperf/1", "runs": [], "x": -Infinity}',
+            "-Infinity is not a number JSON allows",
+        ),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        (
+            '{"schema": "opperf/1", "runs": [], "x": ' + "9" * 5000 + "}",
+            "not valid JSON: Exceeds the limit",
+        ),
+    ],
+)
 def test_unparsable_documents_are_one_line(tmp_path, text, message):
     with pytest.raises(ResultsError) as info:
         read_results(write_doc(tmp_path, text))
@@ -77,7 +96,9 @@ def test_invalid_values_are_rejected_naming_the_field(tmp_path, path, value, mes
     text = json.dumps(doc).replace('"BIG"', "1e999")  # a float literal that parses to inf
     with pytest.raises(ResultsError) as info:
         read_results(write_doc(tmp_path, text))
-    assert "malformed results file" in str(info.value) and message in str(info.value), str(info.value)
+    assert "malformed results file" in str(info.value) and message in str(info.value), str(
+        info.value
+    )
 
 
 def test_duplicate_run_ids_and_stat_names_are_rejected(tmp_path):
@@ -121,8 +142,11 @@ def test_broken_and_looping_links_and_fifos_are_errors_not_missing_files(tmp_pat
     broken.symlink_to(tmp_path / "gone.json")
     loop.symlink_to(loop)
     os.mkfifo(fifo)
-    for path, message in ((broken, "is a broken symbolic link (to"), (loop, "Too many levels of symbolic links"),
-                          (fifo, "is not a regular file (a FIFO, device or socket)")):
+    for path, message in (
+        (broken, "is a broken symbolic link (to"),
+        (loop, "Too many levels of symbolic links"),
+        (fifo, "is not a regular file (a FIFO, device or socket)"),
+    ):
         with pytest.raises(ResultsError) as info:
             read_results(path)  # a FIFO must not block
         assert message in str(info.value)
@@ -164,7 +188,9 @@ def test_writing_to_a_fifo_writes_into_it_and_leaves_it_a_fifo(tmp_path):
 
 
 def test_temp_files_of_killed_writers_are_cleaned_by_the_next_save(tmp_path):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     pid = int(dead.stdout)
     stale = tmp_path / f".base.json.{pid}.0123abcd.tmp"
     stale.write_text("x" * 1000)
@@ -194,7 +220,8 @@ def test_run_ids_with_newlines_ansi_and_html_are_escaped_in_show_and_markdown(tm
     back = read_results(path)
     md = report.markdown(back, Verdict.from_dict(back.gate), "total")
     assert "\x1b" not in md and "\n**Gate: PASSED**" not in md.split("\n", 3)[3]
-    heading = "### `x.py::t\\n**Gate: PASSED**\\x1b[32m <img src=x>`"  # a code span: shown as it is, no HTML
+    # a code span: shown as it is, no HTML
+    heading = "### `x.py::t\\n**Gate: PASSED**\\x1b[32m <img src=x>`"
     assert md.count("<img") == 1 and heading in md.splitlines()
     assert "- note about x.py::t\\n**Gate: PASSED**\\x1b[32m &lt;img src=x&gt;" in md.splitlines()
 
@@ -229,15 +256,34 @@ def test_an_exit_out_of_order_is_counted_and_does_not_reparent_later_stats():
         inner.__exit__(None, None, None)
         with timers.timer("d"):
             pass
-    assert (table.misnested, table.first_misnested) == (2, "'a' closed while 'b' was still open inside it")
+    assert (table.misnested, table.first_misnested) == (
+        2,
+        "'a' closed while 'b' was still open inside it",
+    )
     assert (table["c"].parent, table["d"].parent) == (None, None)  # not the closed 'a' or 'b'
 
 
 def test_chrome_trace_gives_nested_kernel_regions_the_kernel_category():
-    run = e2e_run("a", stats={"ExecutorRunTimer": [3.0], "conv2d": [2.0], "conv2d/GemmTimer": [1.0]})
+    run = e2e_run(
+        "a", stats={"ExecutorRunTimer": [3.0], "conv2d": [2.0], "conv2d/GemmTimer": [1.0]}
+    )
     run.stats = [replace(run.stats[0], kernel=False), *run.stats[1:]]
-    run.trace = {"step": 1, "dur_ns": 4000, "events": [("ExecutorRunTimer", 0, 3000, 0), ("conv2d", 100, 2000, 1),
-                                                         ("GemmTimer", 200, 1000, 2)]}
-    events = [e for e in report.chrome_trace(results(run))["traceEvents"] if e.get("cat") not in (None, "step")]
-    assert {e["name"]: e["cat"] for e in events} == {"ExecutorRunTimer": "framework", "conv2d": "kernel",
-                                                     "GemmTimer": "kernel"}
+    run.trace = {
+        "step": 1,
+        "dur_ns": 4000,
+        "events": [
+            ("ExecutorRunTimer", 0, 3000, 0),
+            ("conv2d", 100, 2000, 1),
+            ("GemmTimer", 200, 1000, 2),
+        ],
+    }
+    events = [
+        e
+        for e in report.chrome_trace(results(run))["traceEvents"]
+        if e.get("cat") not in (None, "step")
+    ]
+    assert {e["name"]: e["cat"] for e in events} == {
+        "ExecutorRunTimer": "framework",
+        "conv2d": "kernel",
+        "GemmTimer": "kernel",
+    }

@@ -7,15 +7,42 @@ import pytest
 
 import reference_framework as rf
 from pytest_opperf import timers
-from reference_framework.benchmark import WORKLOADS, BenchmarkConfig, main, python_share, run_benchmark
+from reference_framework.benchmark import (
+    WORKLOADS,
+    BenchmarkConfig,
+    main,
+    python_share,
+    run_benchmark,
+)
 
 # The reference report's Stat= counts over its 80 iterations (startup included).
 REPORT_COUNTS = {
-    "conv2d_grad": 4240, "conv2d": 4240, "batch_norm_grad": 4240, "batch_norm": 4240, "sum": 1440,
-    "relu_grad": 3920, "relu": 3920, "elementwise_add_grad": 1360, "elementwise_add": 1360, "momentum": 12880,
-    "pool2d_grad": 160, "pool2d": 160, "cast": 320, "mul": 80, "mul_grad": 80, "accuracy": 80, "top_k": 80,
-    "softmax": 80, "softmax_grad": 80, "cross_entropy": 80, "cross_entropy_grad": 80, "elementwise_div": 80,
-    "mean": 80, "mean_grad": 80, "feed": 160, "fetch": 240,
+    "conv2d_grad": 4240,
+    "conv2d": 4240,
+    "batch_norm_grad": 4240,
+    "batch_norm": 4240,
+    "sum": 1440,
+    "relu_grad": 3920,
+    "relu": 3920,
+    "elementwise_add_grad": 1360,
+    "elementwise_add": 1360,
+    "momentum": 12880,
+    "pool2d_grad": 160,
+    "pool2d": 160,
+    "cast": 320,
+    "mul": 80,
+    "mul_grad": 80,
+    "accuracy": 80,
+    "top_k": 80,
+    "softmax": 80,
+    "softmax_grad": 80,
+    "cross_entropy": 80,
+    "cross_entropy_grad": 80,
+    "elementwise_div": 80,
+    "mean": 80,
+    "mean_grad": 80,
+    "feed": 160,
+    "fetch": 240,
 }
 REPORT_ITERATIONS = 80
 
@@ -25,8 +52,10 @@ def tiny_run():
     """The tiny workload, recorded, with the table's counts after every batch."""
     snapshots = []
     with timers.recording() as table:
-        result = run_benchmark(WORKLOADS["tiny"],
-                               on_batch=lambda n: snapshots.append((n, {k: s.count for k, s in table.items()})))
+        result = run_benchmark(
+            WORKLOADS["tiny"],
+            on_batch=lambda n: snapshots.append((n, {k: s.count for k, s in table.items()})),
+        )
     return result, table, snapshots
 
 
@@ -82,7 +111,13 @@ def test_the_loop_learns_the_synthetic_dataset():
 
 def test_workloads():
     tiny, small, full = WORKLOADS["tiny"], WORKLOADS["small"], WORKLOADS["full"]
-    assert (full.batch_size, full.image_size, full.iterations, full.class_dim, full.depth) == (32, 224, 80, 102, 50)
+    assert (full.batch_size, full.image_size, full.iterations, full.class_dim, full.depth) == (
+        32,
+        224,
+        80,
+        102,
+        50,
+    )
     assert (small.batch_size, small.image_size, small.iterations) == (8, 64, 10)
     assert (tiny.batch_size, tiny.image_size, tiny.iterations, tiny.depth) == (4, 32, 3, 50)
     for config in WORKLOADS.values():  # the report's executor: every overhead on

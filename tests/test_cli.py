@@ -25,8 +25,12 @@ def files(tmp_path):
     same = tmp_path / "same.json"
     slow = tmp_path / "slow.json"
     write_results(base, results(e2e_run(stats={"conv2d": noisy(2.0), "relu": noisy(1.0, seed=9)})))
-    write_results(same, results(e2e_run(stats={"conv2d": noisy(2.0, seed=1), "relu": noisy(1.0, seed=8)})))
-    write_results(slow, results(e2e_run(stats={"conv2d": noisy(6.0, seed=2), "relu": noisy(1.0, seed=7)})))
+    write_results(
+        same, results(e2e_run(stats={"conv2d": noisy(2.0, seed=1), "relu": noisy(1.0, seed=8)}))
+    )
+    write_results(
+        slow, results(e2e_run(stats={"conv2d": noisy(6.0, seed=2), "relu": noisy(1.0, seed=7)}))
+    )
     return base, same, slow
 
 
@@ -58,11 +62,17 @@ def test_compare_applies_thresholds(files, tmp_path):
     assert code == 1 and "avg_ms:conv2d" in out
 
 
-@pytest.mark.parametrize("setup, message", [
-    (lambda p: p.write_text("{broken"), "not valid JSON"),
-    (lambda p: p.write_text('{"schema": "opperf/0", "runs": []}'), "unknown results schema 'opperf/0'"),
-    (lambda p: None, "no such file"),
-])
+@pytest.mark.parametrize(
+    "setup, message",
+    [
+        (lambda p: p.write_text("{broken"), "not valid JSON"),
+        (
+            lambda p: p.write_text('{"schema": "opperf/0", "runs": []}'),
+            "unknown results schema 'opperf/0'",
+        ),
+        (lambda p: None, "no such file"),
+    ],
+)
 def test_compare_unreadable_baseline_is_exit_4(files, tmp_path, setup, message):
     _, same, _ = files
     bad = tmp_path / "bad.json"

@@ -43,13 +43,30 @@ def _instantiating(code: str, name_expressions: Sequence[str]) -> str:
     return f"{code}\nvoid* const opperf_instances[] = {{\n{table}  nullptr}};\n"
 
 
-def compile_cuda(code: str, name_expressions: Sequence[str], workdir: Path, arch: str = "sm_90") -> str:
+def compile_cuda(
+    code: str, name_expressions: Sequence[str], workdir: Path, arch: str = "sm_90"
+) -> str:
     """The PTX of ``code`` with every name expression instantiated."""
     src, ptx = workdir / "kernels.cu", workdir / "kernels.ptx"
     src.write_text(_instantiating(code, name_expressions))
-    result = subprocess.run([NVCC, f"-arch={arch}", "--ptx", "-std=c++14", "-Werror", "all-warnings",
-                             "-diag-suppress", "177", str(src), "-o", str(ptx)],  # 177: the unused table
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            NVCC,
+            f"-arch={arch}",
+            "--ptx",
+            "-std=c++14",
+            "-Werror",
+            "all-warnings",
+            "-diag-suppress",
+            "177",
+            str(src),
+            "-o",
+            str(ptx),
+        ],  # 177: the unused table
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if result.returncode != 0:
         raise CompileError(result.stdout + result.stderr)
     return ptx.read_text()
@@ -60,7 +77,9 @@ def compile_cuda(code: str, name_expressions: Sequence[str], workdir: Path, arch
 def test_every_source_compiles_with_nvcc(source: KernelSource, tmp_path):
     ptx = compile_cuda(source.code, source.name_expressions, tmp_path)
     entries = re.findall(r"^\.visible \.entry (\w+)\(", ptx, re.MULTILINE)
-    assert len(entries) == len(source.name_expressions) == 8  # 2 kernels x float/double x int/long long
+    assert (
+        len(entries) == len(source.name_expressions) == 8
+    )  # 2 kernels x float/double x int/long long
 
 
 @needs_nvcc
@@ -92,14 +111,23 @@ def _check_arguments(expression: str, args: Sequence[object]) -> None:
     name, ctype, index = re.fullmatch(r"(\w+)<(\w+), ([\w ]+)>", expression).groups()
     source = next(s for s in cuda_kernels.sources() if expression in s.name_expressions)
     declared = kernel_parameters(source)[name]
-    assert len(args) == len(declared), f"{expression}: {len(args)} arguments for {len(declared)} parameters"
+    assert len(args) == len(declared), (
+        f"{expression}: {len(args)} arguments for {len(declared)} parameters"
+    )
     index_type = np.int64 if index == "long long" else np.int32
-    for i, (arg, decl) in enumerate(zip(args, declared)):
+    for i, (arg, decl) in enumerate(zip(args, declared, strict=True)):
         if decl.endswith("*"):
-            ok = isinstance(arg, np.ndarray) and arg.dtype == _CTYPES[ctype] and arg.flags.c_contiguous
+            ok = (
+                isinstance(arg, np.ndarray)
+                and arg.dtype == _CTYPES[ctype]
+                and arg.flags.c_contiguous
+            )
         else:
             ok = type(arg) is {"I": index_type, "int": np.int32}[decl]
-        assert ok, f"{expression}: argument {i} is {type(arg).__name__} {getattr(arg, 'dtype', '')}, declared {decl}"
+        assert ok, (
+            f"{expression}: argument {i} is {type(arg).__name__} {getattr(arg, 'dtype', '')}, "
+            f"declared {decl}"
+        )
 
 
 class _RecordingModule:
@@ -139,13 +167,17 @@ def test_launchers_pass_the_declared_argument_types(recorded, monkeypatch, dtype
         monkeypatch.setattr(cuda_kernels, "_INT32_INDEX_LIMIT", 0)
     _run_every_launcher(dtype)
     ctype, index = _CTYPES_NAMES[np.dtype(dtype)], "long long" if wide else "int"
-    assert recorded == [f"{k}<{ctype}, {index}>" for k in ("im2col", "col2im", "pool_forward", "pool_backward")]
+    assert recorded == [
+        f"{k}<{ctype}, {index}>" for k in ("im2col", "col2im", "pool_forward", "pool_backward")
+    ]
 
 
 def test_the_signature_check_catches_a_swapped_argument():
     with pytest.raises(AssertionError, match="argument 2"):
-        _check_arguments("im2col<float, int>", [np.ones(1, np.float32), np.ones(1, np.float32), np.int64(1),
-                                                *[np.int32(1)] * 13])
+        _check_arguments(
+            "im2col<float, int>",
+            [np.ones(1, np.float32), np.ones(1, np.float32), np.int64(1), *[np.int32(1)] * 13],
+        )
 
 
 class _CountingModule:
@@ -169,14 +201,20 @@ def test_each_kernel_instance_is_looked_up_once_and_timed_as_compile_time(monkey
                 _run_every_launcher(np.float32)
     finally:
         cuda_kernels._function.cache_clear()
-    assert module.lookups == [f"{k}<float, int>" for k in ("im2col", "col2im", "pool_forward", "pool_backward")]
+    assert module.lookups == [
+        f"{k}<float, int>" for k in ("im2col", "col2im", "pool_forward", "pool_backward")
+    ]
     compile_stat = table["CompileTimer"]
     assert (compile_stat.count, compile_stat.parent, compile_stat.kernel) == (4, None, False)
 
 
 def test_launchers_refuse_other_dtypes(recorded):
-    with pytest.raises(rf.OpError, match="im2col: the CUDA kernel takes float32 or float64 arrays, given float16"):
-        cuda_kernels.im2col(np.ones((1, 1, 3, 3), np.float16), (1, 1), (1, 1), (0, 0), (1, 1), (3, 3))
+    with pytest.raises(
+        rf.OpError, match="im2col: the CUDA kernel takes float32 or float64 arrays, given float16"
+    ):
+        cuda_kernels.im2col(
+            np.ones((1, 1, 3, 3), np.float16), (1, 1), (1, 1), (0, 0), (1, 1), (3, 3)
+        )
 
 
 # --- the kernels, emulated on the host -----------------------------------------
@@ -195,7 +233,9 @@ def _emulation_source() -> tuple[str, dict[str, str]]:
     """C++ with one ``extern "C"`` entry per kernel instance running its whole grid."""
     parts, entries = [_HARNESS], {}
     for source in cuda_kernels.sources():
-        parts.append(f"namespace {source.name} {{\n{source.code}\n}}")  # the sources share helper names
+        parts.append(
+            f"namespace {source.name} {{\n{source.code}\n}}"
+        )  # the sources share helper names
         params = kernel_parameters(source)
         for expression in source.name_expressions:
             name, ctype, index = re.fullmatch(r"(\w+)<(\w+), ([\w ]+)>", expression).groups()
@@ -223,8 +263,12 @@ class _EmulatedModule:
 
         def launch(grid, block, args):
             _check_arguments(expression, args)
-            values = [ctypes.c_void_p(a.ctypes.data) if isinstance(a, np.ndarray) else
-                      (ctypes.c_int64 if isinstance(a, np.int64) else ctypes.c_int32)(int(a)) for a in args]
+            values = [
+                ctypes.c_void_p(a.ctypes.data)
+                if isinstance(a, np.ndarray)
+                else (ctypes.c_int64 if isinstance(a, np.int64) else ctypes.c_int32)(int(a))
+                for a in args
+            ]
             pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
             entry(pointers, ctypes.c_uint(grid[0]), ctypes.c_uint(block[0]))
         return launch
@@ -237,8 +281,21 @@ def emulation(tmp_path_factory):
     code, entries = _emulation_source()
     workdir = tmp_path_factory.mktemp("cuda_emulation")
     (workdir / "kernels.cpp").write_text(code)
-    result = subprocess.run([CXX, "-std=c++14", "-O1", "-shared", "-fPIC", "-o", str(workdir / "kernels.so"),
-                             str(workdir / "kernels.cpp")], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            CXX,
+            "-std=c++14",
+            "-O1",
+            "-shared",
+            "-fPIC",
+            "-o",
+            str(workdir / "kernels.so"),
+            str(workdir / "kernels.cpp"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     return _EmulatedModule(ctypes.CDLL(str(workdir / "kernels.so")), entries)
 
@@ -278,8 +335,12 @@ def test_im2col_and_col2im_kernels_match_the_numpy_code(x_shape, w_shape, attrs,
     np.testing.assert_array_equal(cuda_kernels.im2col(x, *args), conv._im2col(x, g))
     dcol = rng.standard_normal((g.k, g.p)).astype(dtype)
     want = conv._col2im(dcol, g)
-    np.testing.assert_allclose(cuda_kernels.col2im(dcol, x_shape, *args), want, rtol=1e-6 if dtype == np.float32
-                               else 1e-13, atol=1e-6 if dtype == np.float32 else 1e-13)
+    np.testing.assert_allclose(
+        cuda_kernels.col2im(dcol, x_shape, *args),
+        want,
+        rtol=1e-6 if dtype == np.float32 else 1e-13,
+        atol=1e-6 if dtype == np.float32 else 1e-13,
+    )
 
 
 POOL_CASES = [  # (X shape, ksize, strides, paddings)
@@ -298,8 +359,17 @@ POOL_CASES = [  # (X shape, ksize, strides, paddings)
 def test_pool_kernels_match_the_numpy_code(x_shape, ksize, strides, paddings, pooling_type, ties):
     rng = np.random.default_rng(1)
     # ties: few distinct values, so windows hold repeated maxima
-    x = rng.integers(-2, 2, x_shape).astype(np.float32) if ties else rng.standard_normal(x_shape).astype(np.float32)
-    attrs = {"pooling_type": pooling_type, "ksize": list(ksize), "strides": list(strides), "paddings": list(paddings)}
+    x = (
+        rng.integers(-2, 2, x_shape).astype(np.float32)
+        if ties
+        else rng.standard_normal(x_shape).astype(np.float32)
+    )
+    attrs = {
+        "pooling_type": pooling_type,
+        "ksize": list(ksize),
+        "strides": list(strides),
+        "paddings": list(paddings),
+    }
     out = rf.run_op("pool2d", {"X": x}, attrs)["Out"]
     is_max = pooling_type == "max"
     got = cuda_kernels.pool2d_forward(x, is_max, ksize, strides, paddings, out.shape[2:])

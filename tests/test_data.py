@@ -34,9 +34,9 @@ def test_the_dataset_is_deterministic_per_seed():
     other = take(rf.dataset.flowers.train(image_size=16, seed=4), 20)
     reader = rf.dataset.flowers.train(image_size=16, seed=3)
     assert take(reader, 20)[5][0].tobytes() == take(reader, 20)[5][0].tobytes()  # every pass alike
-    for (a, la), (b, lb) in zip(first, again):
+    for (a, la), (b, lb) in zip(first, again, strict=True):
         assert la == lb and np.array_equal(a, b)
-    assert not all(np.array_equal(a, b) for (a, _), (b, _) in zip(first, other))
+    assert not all(np.array_equal(a, b) for (a, _), (b, _) in zip(first, other, strict=True))
 
 
 def test_classes_are_learnable_noise_is_not_too_strong():
@@ -71,7 +71,11 @@ def numbers(n):
 
 def test_shuffle_permutes_within_each_buffer_including_the_last_partial_one():
     out = list(rf.reader.shuffle(numbers(8), buf_size=3, seed=0)())
-    assert sorted(out[0:3]) == [0, 1, 2] and sorted(out[3:6]) == [3, 4, 5] and sorted(out[6:]) == [6, 7]
+    assert (
+        sorted(out[0:3]) == [0, 1, 2]
+        and sorted(out[3:6]) == [3, 4, 5]
+        and sorted(out[6:]) == [6, 7]
+    )
     big = list(rf.reader.shuffle(numbers(100), buf_size=100, seed=0)())
     assert sorted(big) == list(range(100)) and big != list(range(100))
 
@@ -86,7 +90,10 @@ def test_shuffle_is_reproducible_with_a_seed_and_differs_between_passes():
 
 def test_batch_yields_the_last_partial_batch_unless_drop_last():
     assert list(rf.batch(numbers(10), batch_size=4)()) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
-    assert list(rf.batch(numbers(10), batch_size=4, drop_last=True)()) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert list(rf.batch(numbers(10), batch_size=4, drop_last=True)()) == [
+        [0, 1, 2, 3],
+        [4, 5, 6, 7],
+    ]
     assert list(rf.batch(numbers(8), batch_size=4)()) == [[0, 1, 2, 3], [4, 5, 6, 7]]
 
 
@@ -98,8 +105,10 @@ def test_reader_sizes_are_checked():
 
 
 def test_the_reference_pipeline_batches_the_dataset():
-    reader = rf.batch(rf.reader.shuffle(rf.dataset.flowers.train(image_size=8, seed=0), buf_size=5120, seed=0),
-                      batch_size=32)
+    reader = rf.batch(
+        rf.reader.shuffle(rf.dataset.flowers.train(image_size=8, seed=0), buf_size=5120, seed=0),
+        batch_size=32,
+    )
     batches = list(reader())
     assert len(batches) == -(-len(list(rf.dataset.flowers.train(image_size=8)())) // 32)
     assert all(len(b) == 32 for b in batches[:-1]) and 1 <= len(batches[-1]) <= 32

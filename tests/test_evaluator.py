@@ -52,7 +52,14 @@ def test_pass_accuracy_is_correct_over_total_since_reset(setup, k):
 def test_states_and_the_ops_of_main_reset_and_eval(setup):
     main, startup, scores, label = setup
     acc = rf.evaluator.Accuracy(input=scores, label=label)
-    assert [op.type for op in main.global_block().ops] == ["top_k", "accuracy", "cast", "sum", "cast", "sum"]
+    assert [op.type for op in main.global_block().ops] == [
+        "top_k",
+        "accuracy",
+        "cast",
+        "sum",
+        "cast",
+        "sum",
+    ]
     assert len(acc.states) == 2 and len(acc.metrics) == 1
     for state in acc.states:
         assert state.persistable and state.dtype == "int64" and state.shape == (1,)
@@ -60,8 +67,14 @@ def test_states_and_the_ops_of_main_reset_and_eval(setup):
     sums = [op for op in main.global_block().ops if op.type == "sum"]
     assert {op.output("Out")[0] for op in sums} == {s.name for s in acc.states}
     assert all(op.output("Out")[0] in op.input("X") for op in sums)  # state += batch count
-    inits = [op for op in startup.global_block().ops if op.output("Out")[0] in {s.name for s in acc.states}]
-    assert len(inits) == 2 and all(op.type == "fill_constant" and op.attrs["value"] == 0 for op in inits)
+    inits = [
+        op
+        for op in startup.global_block().ops
+        if op.output("Out")[0] in {s.name for s in acc.states}
+    ]
+    assert len(inits) == 2 and all(
+        op.type == "fill_constant" and op.attrs["value"] == 0 for op in inits
+    )
 
     exe = rf.Executor(rf.CPUPlace())
     exe.run(startup)
@@ -73,6 +86,7 @@ def test_states_and_the_ops_of_main_reset_and_eval(setup):
         acc.reset(exe)
     assert {n: reset_table[n].count for n in ("ExecutorRunTimer", "fill_constant")} == {
         "ExecutorRunTimer": 1, "fill_constant": 2}
-    assert {n: eval_table[n].count for n in ("ExecutorRunTimer", "cast", "elementwise_div", "fetch")} == {
-        "ExecutorRunTimer": 1, "cast": 2, "elementwise_div": 1, "fetch": 1}
+    assert {
+        n: eval_table[n].count for n in ("ExecutorRunTimer", "cast", "elementwise_div", "fetch")
+    } == {"ExecutorRunTimer": 1, "cast": 2, "elementwise_div": 1, "fetch": 1}
     assert "top_k" not in eval_table  # a fresh program: nothing of main runs again

@@ -29,13 +29,17 @@ def chain_program(k: int) -> tuple[rf.Program, rf.Program]:
         prev = "x"
         for i in range(k - 1):
             out = b.create_var(name=f"h{i}")
-            b.append_op(type="elementwise_add", inputs={"X": [prev], "Y": ["b"]}, outputs={"Out": [out]})
+            b.append_op(
+                type="elementwise_add", inputs={"X": [prev], "Y": ["b"]}, outputs={"Out": [out]}
+            )
             prev = out.name
         b.create_var(name="loss")
         b.append_op(type="mean", inputs={"X": [prev]}, outputs={"Out": ["loss"]})
         s = startup.global_block()
         s.create_parameter(name="b", shape=[3])
-        s.append_op(type="fill_constant", outputs={"Out": ["b"]}, attrs={"shape": [3], "value": 1.0})
+        s.append_op(
+            type="fill_constant", outputs={"Out": ["b"]}, attrs={"shape": [3], "value": 1.0}
+        )
     return main, startup
 
 
@@ -103,19 +107,27 @@ def test_switches_remove_their_overhead_and_keep_results(scope, name):
     main, startup = chain_program(6)
     reference = rf.Executor(rf.CPUPlace())
     reference.run(startup)
-    want = [reference.run(main, feed={"x": x_batch(n)}, fetch_list=["loss", "h4"]) for n in (2, 3, 2)]
+    want = [
+        reference.run(main, feed={"x": x_batch(n)}, fetch_list=["loss", "h4"]) for n in (2, 3, 2)
+    ]
 
     exe = rf.Executor(rf.CPUPlace(), **exe_kwargs)
     with timers.recording() as table:
-        got = [exe.run(main, feed={"x": x_batch(n)}, fetch_list=["loss", "h4"], use_program_cache=use_cache)
-               for n in (2, 3, 2)]
-    for g, w in zip(got, want):
-        for a, b in zip(g, w):
+        got = [
+            exe.run(
+                main, feed={"x": x_batch(n)}, fetch_list=["loss", "h4"], use_program_cache=use_cache
+            )
+            for n in (2, 3, 2)
+        ]
+    for g, w in zip(got, want, strict=True):
+        for a, b in zip(g, w, strict=True):
             np.testing.assert_array_equal(a, b)
     counts = {name: s.count for name, s in table.items()}
     ops_per_run = 6 + 1 + 2
     assert counts["ProgramCloneTimer"] == (1 if use_cache else 3)  # the cache clones once to fill
-    assert counts.get("CreateOpTimer", 0) == (ops_per_run if exe_kwargs.get("cache_ops") else 3 * ops_per_run)
+    assert counts.get("CreateOpTimer", 0) == (
+        ops_per_run if exe_kwargs.get("cache_ops") else 3 * ops_per_run
+    )
     reuse = exe_kwargs.get("reuse_local_scope", False)
     assert counts["CreateLocalScopeTimer"] == (1 if reuse else 3)
     assert counts.get("DeleteLocalScopeTimer", 0) == (0 if reuse else 3)
@@ -130,7 +142,9 @@ def test_caches_follow_program_changes(scope):
     first, = exe.run(main, feed={"x": x_batch()}, fetch_list=["loss"], use_program_cache=True)
     b = main.global_block()
     b.create_var(name="loss2")
-    b.append_op(type="elementwise_add", inputs={"X": ["loss"], "Y": ["loss"]}, outputs={"Out": ["loss2"]})
+    b.append_op(
+        type="elementwise_add", inputs={"X": ["loss"], "Y": ["loss"]}, outputs={"Out": ["loss2"]}
+    )
     second, = exe.run(main, feed={"x": x_batch()}, fetch_list=["loss2"], use_program_cache=True)
     assert second[0] == pytest.approx(2 * first[0])
 
@@ -160,14 +174,36 @@ def test_persistables_outlive_runs_and_temporaries_do_not(scope):
 @pytest.mark.parametrize(
     "feed, fetch, error, message",
     [
-        ({"y": x_batch()}, ["loss"], rf.FeedError, r"feed: variable 'y' is not in the program; its inputs are \['x'\]"),
-        ({"x": x_batch().astype("float64")}, ["loss"], rf.FeedError,
-         r"feed 'x': expected dtype float32, given float64"),
-        ({"x": np.zeros((2, 3, 1), "float32")}, ["loss"], rf.FeedError,
-         r"feed 'x': expected shape \[-1, 3\] \(-1: any size\), given \[2, 3, 1\]"),
-        ({"x": np.zeros((2, 4), "float32")}, ["loss"], rf.FeedError,
-         r"expected shape \[-1, 3\] \(-1: any size\), given \[2, 4\]"),
-        ({"x": x_batch()}, ["nope"], rf.FetchError, r"fetch: variable 'nope' is not in the program"),
+        (
+            {"y": x_batch()},
+            ["loss"],
+            rf.FeedError,
+            r"feed: variable 'y' is not in the program; its inputs are \['x'\]",
+        ),
+        (
+            {"x": x_batch().astype("float64")},
+            ["loss"],
+            rf.FeedError,
+            r"feed 'x': expected dtype float32, given float64",
+        ),
+        (
+            {"x": np.zeros((2, 3, 1), "float32")},
+            ["loss"],
+            rf.FeedError,
+            r"feed 'x': expected shape \[-1, 3\] \(-1: any size\), given \[2, 3, 1\]",
+        ),
+        (
+            {"x": np.zeros((2, 4), "float32")},
+            ["loss"],
+            rf.FeedError,
+            r"expected shape \[-1, 3\] \(-1: any size\), given \[2, 4\]",
+        ),
+        (
+            {"x": x_batch()},
+            ["nope"],
+            rf.FetchError,
+            r"fetch: variable 'nope' is not in the program",
+        ),
         ({"x": x_batch()}, [3], rf.FetchError, r"fetch_list takes variables or names, given 3"),
     ],
 )

@@ -16,8 +16,12 @@ def prog():
 
 
 def add_op(block, x="x", y="y", out="z"):
-    return block.append_op(type="elementwise_add", inputs={"X": [x], "Y": [y]}, outputs={"Out": [out]},
-                           attrs={"axis": -1})
+    return block.append_op(
+        type="elementwise_add",
+        inputs={"X": [x], "Y": [y]},
+        outputs={"Out": [out]},
+        attrs={"axis": -1},
+    )
 
 
 def test_create_var_and_infer_shape(prog):
@@ -44,25 +48,64 @@ def test_dtype_names_are_normalised_and_checked(prog):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(type="elementwise_ad"), r"unknown op type 'elementwise_ad'.*did you mean 'elementwise_add'"),
-        (dict(type="elementwise_add", inputs={"X": ["x"]}, outputs={"Out": ["z"]}),
-         r"elementwise_add: input slot 'Y' is required; given inputs \['X'\]"),
-        (dict(type="elementwise_add", inputs={"X": ["x"], "Y": ["y"], "W": ["y"]}, outputs={"Out": ["z"]}),
-         r"unknown input slot 'W'; elementwise_add has inputs \['X', 'Y'\]"),
-        (dict(type="elementwise_add", inputs={"X": ["x", "y"], "Y": ["y"]}, outputs={"Out": ["z"]}),
-         r"input slot 'X' takes one variable, given 2"),
-        (dict(type="elementwise_add", inputs={"X": ["x"], "Y": ["nope"]}, outputs={"Out": ["z"]}),
-         r"input slot 'Y' names variable 'nope', which is not in block 0"),
-        (dict(type="elementwise_add", inputs={"X": ["x"], "Y": ["y"]}, outputs={"Out": ["z"]},
-              attrs={"axes": 1}), r"unknown attribute 'axes'; elementwise_add takes \['axis'\]"),
-        (dict(type="elementwise_add", inputs={"X": ["x"], "Y": ["y"]}, outputs={"Out": ["z"]},
-              attrs={"axis": "1"}), r"attribute 'axis' expects an int, given '1'"),
-        (dict(type="fill_constant", outputs={"Out": ["z"]}),
-         r"fill_constant: attribute 'shape' is required and was not given"),
-        (dict(type="fill_constant", outputs={"Out": ["z"]}, attrs={"shape": [2, 0]}),
-         r"fill_constant: attribute 'shape' expects a list of ints each >= 1, given \[2, 0\]"),
-        (dict(type="elementwise_add", inputs={"X": ["x"], "Y": ["w"]}, outputs={"Out": ["z"]}),
-         r"Y's shape \[3\] must equal X's dims from axis 1"),
+        (
+            dict(type="elementwise_ad"),
+            r"unknown op type 'elementwise_ad'.*did you mean 'elementwise_add'",
+        ),
+        (
+            dict(type="elementwise_add", inputs={"X": ["x"]}, outputs={"Out": ["z"]}),
+            r"elementwise_add: input slot 'Y' is required; given inputs \['X'\]",
+        ),
+        (
+            dict(
+                type="elementwise_add",
+                inputs={"X": ["x"], "Y": ["y"], "W": ["y"]},
+                outputs={"Out": ["z"]},
+            ),
+            r"unknown input slot 'W'; elementwise_add has inputs \['X', 'Y'\]",
+        ),
+        (
+            dict(
+                type="elementwise_add", inputs={"X": ["x", "y"], "Y": ["y"]}, outputs={"Out": ["z"]}
+            ),
+            r"input slot 'X' takes one variable, given 2",
+        ),
+        (
+            dict(
+                type="elementwise_add", inputs={"X": ["x"], "Y": ["nope"]}, outputs={"Out": ["z"]}
+            ),
+            r"input slot 'Y' names variable 'nope', which is not in block 0",
+        ),
+        (
+            dict(
+                type="elementwise_add",
+                inputs={"X": ["x"], "Y": ["y"]},
+                outputs={"Out": ["z"]},
+                attrs={"axes": 1},
+            ),
+            r"unknown attribute 'axes'; elementwise_add takes \['axis'\]",
+        ),
+        (
+            dict(
+                type="elementwise_add",
+                inputs={"X": ["x"], "Y": ["y"]},
+                outputs={"Out": ["z"]},
+                attrs={"axis": "1"},
+            ),
+            r"attribute 'axis' expects an int, given '1'",
+        ),
+        (
+            dict(type="fill_constant", outputs={"Out": ["z"]}),
+            r"fill_constant: attribute 'shape' is required and was not given",
+        ),
+        (
+            dict(type="fill_constant", outputs={"Out": ["z"]}, attrs={"shape": [2, 0]}),
+            r"fill_constant: attribute 'shape' expects a list of ints each >= 1, given \[2, 0\]",
+        ),
+        (
+            dict(type="elementwise_add", inputs={"X": ["x"], "Y": ["w"]}, outputs={"Out": ["z"]}),
+            r"Y's shape \[3\] must equal X's dims from axis 1",
+        ),
     ],
 )
 def test_operator_validation_messages(prog, kwargs, message):

@@ -52,7 +52,9 @@ def test_section_7_example_parses(tmp_path):
     path = tmp_path / "t.toml"
     path.write_text(SECTION_7)
     t = load_thresholds(path)
-    assert t.regression == Regression(max_slowdown=0.10, max_python_share_increase=0.02, counts="exact")
+    assert t.regression == Regression(
+        max_slowdown=0.10, max_python_share_increase=0.02, counts="exact"
+    )
     assert [(lim.run, lim.stat, lim.min_examples_per_sec, lim.max_python_share, lim.max_avg_ms)
             for lim in t.limits] == [("suites/test_resnet50.py::*", None, 40.0, 0.25, None),
                                      ("*", "conv2d*", None, None, 5.0)]
@@ -63,23 +65,41 @@ def test_integer_is_a_fine_float():
     assert parse_thresholds({"regression": {"max_slowdown": 1}}).regression.max_slowdown == 1.0
 
 
-@pytest.mark.parametrize("doc, message", [
-    ({"regresion": {}}, "unknown key 'regresion' in the top level"),
-    ({"regression": {"max_slowdwn": 0.1}}, "unknown key 'max_slowdwn' in [regression]"),
-    ({"limit": [{"run": "*", "max_avg": 1.0}]}, "unknown key 'max_avg' in [[limit]] #1"),
-    ({"regression": {"max_slowdown": "0.1"}}, "[regression] max_slowdown must be a number, got '0.1' (string)"),
-    ({"regression": {"max_slowdown": True}}, "max_slowdown must be a number, got True (boolean)"),
-    ({"regression": {"min_samples": 2.5}}, "min_samples must be an integer"),
-    ({"regression": {"counts": "loose"}}, "counts must be 'exact' or 'ignore', got 'loose'"),
-    ({"regression": {"max_slowdown": -0.1}}, "max_slowdown must be in"),
-    ({"regression": {"alpha": 0.0}}, "[regression] alpha must be in (0, 1], got 0.0"),
-    ({"regression": []}, "[regression] must be a table"),
-    ({"limit": {"run": "*"}}, "limit must be an array of tables"),
-    ({"limit": [{"run": "*"}]}, "[[limit]] #1 sets no limit"),
-    ({"limit": [{"run": 3, "max_avg_ms": 1.0}]}, "[[limit]] #1 run must be a string, got 3 (integer)"),
-    ({"limit": [{"stat": "conv*", "min_examples_per_sec": 1.0}]}, "min_examples_per_sec limits a run"),
-    ({"limit": [{"max_avg_ms": -1.0}]}, "[[limit]] #1 max_avg_ms must be in [0, inf), got -1.0"),
-])
+@pytest.mark.parametrize(
+    "doc, message",
+    [
+        ({"regresion": {}}, "unknown key 'regresion' in the top level"),
+        ({"regression": {"max_slowdwn": 0.1}}, "unknown key 'max_slowdwn' in [regression]"),
+        ({"limit": [{"run": "*", "max_avg": 1.0}]}, "unknown key 'max_avg' in [[limit]] #1"),
+        (
+            {"regression": {"max_slowdown": "0.1"}},
+            "[regression] max_slowdown must be a number, got '0.1' (string)",
+        ),
+        (
+            {"regression": {"max_slowdown": True}},
+            "max_slowdown must be a number, got True (boolean)",
+        ),
+        ({"regression": {"min_samples": 2.5}}, "min_samples must be an integer"),
+        ({"regression": {"counts": "loose"}}, "counts must be 'exact' or 'ignore', got 'loose'"),
+        ({"regression": {"max_slowdown": -0.1}}, "max_slowdown must be in"),
+        ({"regression": {"alpha": 0.0}}, "[regression] alpha must be in (0, 1], got 0.0"),
+        ({"regression": []}, "[regression] must be a table"),
+        ({"limit": {"run": "*"}}, "limit must be an array of tables"),
+        ({"limit": [{"run": "*"}]}, "[[limit]] #1 sets no limit"),
+        (
+            {"limit": [{"run": 3, "max_avg_ms": 1.0}]},
+            "[[limit]] #1 run must be a string, got 3 (integer)",
+        ),
+        (
+            {"limit": [{"stat": "conv*", "min_examples_per_sec": 1.0}]},
+            "min_examples_per_sec limits a run",
+        ),
+        (
+            {"limit": [{"max_avg_ms": -1.0}]},
+            "[[limit]] #1 max_avg_ms must be in [0, inf), got -1.0",
+        ),
+    ],
+)
 def test_bad_thresholds_name_key_and_file(doc, message):
     with pytest.raises(ThresholdsError) as info:
         parse_thresholds(doc, "ci/t.toml")
@@ -130,18 +150,35 @@ def test_significant_but_within_tolerance_is_not_flagged():
 def test_step_share_floor_and_op_tolerance():
     # e2e: +30 % on a 1 ms stat of 100 ms steps is 0.3 ms, below 1 % of the step
     base = e2e_run(stats={"relu": noisy(1.0), "conv2d": noisy(50.0)}, step_ms=[100.0] * 20)
-    new = e2e_run(stats={"relu": noisy(1.3, seed=1), "conv2d": noisy(65.0, seed=1)}, step_ms=[100.0] * 20)
+    new = e2e_run(
+        stats={"relu": noisy(1.3, seed=1), "conv2d": noisy(65.0, seed=1)}, step_ms=[100.0] * 20
+    )
     loose = Thresholds(regression=Regression(max_slowdown=0.25, min_step_share=0.01))
     (x,) = evaluate(results(new), loose, results(base)).violations
     assert x.metric == "step_ms:conv2d" and "floor 1 ms" in x.message
-    assert {v.metric for v in evaluate(results(new), Thresholds(regression=Regression(max_slowdown=0.25)),
-                                       results(base)).violations} == {"step_ms:conv2d", "step_ms:relu"}
+    assert {
+        v.metric
+        for v in evaluate(
+            results(new), Thresholds(regression=Regression(max_slowdown=0.25)), results(base)
+        ).violations
+    } == {"step_ms:conv2d", "step_ms:relu"}
     # per-op benchmarks: their own tolerance, the e2e one left alone
-    ops_base = op_run("ops.py::test_relu", "relu", [ms / 1e3 for ms in noisy(1.0, n=50)], 10, CPU_HOST, "host")
-    ops_new = op_run("ops.py::test_relu", "relu", [ms / 1e3 for ms in noisy(1.4, n=50, seed=1)], 10, CPU_HOST,
-                     "host")
-    assert evaluate(results(ops_new), Thresholds(regression=Regression(max_slowdown=0.25, op_max_slowdown=0.5)),
-                    results(ops_base)).passed
+    ops_base = op_run(
+        "ops.py::test_relu", "relu", [ms / 1e3 for ms in noisy(1.0, n=50)], 10, CPU_HOST, "host"
+    )
+    ops_new = op_run(
+        "ops.py::test_relu",
+        "relu",
+        [ms / 1e3 for ms in noisy(1.4, n=50, seed=1)],
+        10,
+        CPU_HOST,
+        "host",
+    )
+    assert evaluate(
+        results(ops_new),
+        Thresholds(regression=Regression(max_slowdown=0.25, op_max_slowdown=0.5)),
+        results(ops_base),
+    ).passed
     assert not evaluate(results(ops_new), Thresholds(regression=Regression(max_slowdown=0.25)),
                         results(ops_base)).passed
 
@@ -174,13 +211,25 @@ def test_few_samples_use_separation_and_twice_the_tolerance():
 
 
 def test_absolute_limits():
-    run = e2e_run("suites/test_resnet50.py::test_train", stats={"conv2d": [6.0] * 10, "relu": [9.0] * 10},
-                  step_ms=[1000.0] * 10, python_share=0.3)
-    t = parse_thresholds({"limit": [
-        {"run": "suites/test_resnet50.py::*", "min_examples_per_sec": 40.0, "max_python_share": 0.25},
-        {"stat": "conv2d*", "max_avg_ms": 5.0},
-        {"run": "other::*", "max_total_ms": 0.0},
-    ]})
+    run = e2e_run(
+        "suites/test_resnet50.py::test_train",
+        stats={"conv2d": [6.0] * 10, "relu": [9.0] * 10},
+        step_ms=[1000.0] * 10,
+        python_share=0.3,
+    )
+    t = parse_thresholds(
+        {
+            "limit": [
+                {
+                    "run": "suites/test_resnet50.py::*",
+                    "min_examples_per_sec": 40.0,
+                    "max_python_share": 0.25,
+                },
+                {"stat": "conv2d*", "max_avg_ms": 5.0},
+                {"run": "other::*", "max_total_ms": 0.0},
+            ]
+        }
+    )
     v = evaluate(results(run), t)
     assert sorted((x.metric, x.value, x.limit) for x in v.violations) == [
         ("avg_ms:conv2d", 6.0, 5.0), ("examples_per_sec", pytest.approx(32.0), 40.0),
@@ -200,7 +249,9 @@ def test_regressions_against_baseline():
     metrics = {x.metric: x for x in v.violations}
     assert set(metrics) == {"step_ms:conv2d", "examples_per_sec"}
     conv = metrics["step_ms:conv2d"]
-    assert conv.baseline == pytest.approx(2.0, rel=0.05) and conv.value == pytest.approx(6.0, rel=0.05)
+    assert conv.baseline == pytest.approx(2.0, rel=0.05) and conv.value == pytest.approx(
+        6.0, rel=0.05
+    )
     assert conv.limit == pytest.approx(conv.baseline * 1.1)
     assert "Mann-Whitney" in conv.statistic
     assert metrics["examples_per_sec"].value < metrics["examples_per_sec"].limit
@@ -219,8 +270,10 @@ def test_aa_noise_never_flags():
     for seed in range(50):
         base = e2e_run(stats={"conv2d": noisy(2.0, seed=seed), "relu": noisy(0.3, seed=seed + 100)},
                        step_ms=noisy(10.0, seed=seed + 200))
-        new = e2e_run(stats={"conv2d": noisy(2.0, seed=seed + 300), "relu": noisy(0.3, seed=seed + 400)},
-                      step_ms=noisy(10.0, seed=seed + 500))
+        new = e2e_run(
+            stats={"conv2d": noisy(2.0, seed=seed + 300), "relu": noisy(0.3, seed=seed + 400)},
+            step_ms=noisy(10.0, seed=seed + 500),
+        )
         alarms += len(evaluate(results(new), None, results(base)).violations)
     assert alarms == 0
 
@@ -236,8 +289,12 @@ def share_run(executor_ms, step_ms=None):
 
 def test_python_share_tolerance_is_absolute():
     base = share_run(noisy(8.0))  # Python share 0.2
-    assert evaluate(results(share_run(noisy(7.85, seed=1))), None, results(base)).passed  # +1.5 points
-    v = evaluate(results(share_run(noisy(7.6, seed=1))), None, results(base))  # +4 points, every step
+    assert evaluate(
+        results(share_run(noisy(7.85, seed=1))), None, results(base)
+    ).passed  # +1.5 points
+    v = evaluate(
+        results(share_run(noisy(7.6, seed=1))), None, results(base)
+    )  # +4 points, every step
     (x,) = v.violations
     assert (x.metric, x.baseline) == ("python_share", pytest.approx(0.2, abs=0.01))
     assert x.value == pytest.approx(0.24, abs=0.01) and x.limit == pytest.approx(x.baseline + 0.02)
@@ -261,8 +318,12 @@ def test_a_steady_state_python_share_regression_is_caught_whatever_the_warm_up_d
     assert new.python_share < base.python_share
     tight = Thresholds(regression=Regression(max_python_share_increase=0.005))
     (x,) = evaluate(results(new), tight, results(base)).violations
-    assert x.metric == "python_share" and x.statistic.startswith("per-step Python share: Mann-Whitney U")
-    assert x.value == pytest.approx(0.02, abs=0.002) and x.baseline == pytest.approx(0.01, abs=0.002)
+    assert x.metric == "python_share" and x.statistic.startswith(
+        "per-step Python share: Mann-Whitney U"
+    )
+    assert x.value == pytest.approx(0.02, abs=0.002) and x.baseline == pytest.approx(
+        0.01, abs=0.002
+    )
     assert evaluate(results(new), None, results(base)).passed  # within the default 2 points
 
 
@@ -291,8 +352,12 @@ def test_throughput_needs_the_steps_to_agree():
 
 
 def test_other_hardware_warns_and_still_checks():
-    base = results(e2e_run(stats={"conv2d": noisy(1.0)}), machine={"cpu": "A", "device_class": "cpu"})
-    new = results(e2e_run(stats={"conv2d": noisy(3.0, seed=1)}), machine={"cpu": "B", "device_class": "cpu"})
+    base = results(
+        e2e_run(stats={"conv2d": noisy(1.0)}), machine={"cpu": "A", "device_class": "cpu"}
+    )
+    new = results(
+        e2e_run(stats={"conv2d": noisy(3.0, seed=1)}), machine={"cpu": "B", "device_class": "cpu"}
+    )
     v = evaluate(new, None, base, "b.json")
     assert "from other hardware (cpu 'A' vs 'B')" in v.warnings[0]
     assert [x.metric for x in v.violations] == ["step_ms:conv2d"]
@@ -310,17 +375,28 @@ def test_a_baseline_that_matches_no_run_fails_the_gate():
                  results(e2e_run("suite.py::test_train[small]")), "b.json")
     (x,) = v.violations
     assert (x.run, x.metric, x.value, x.limit) == ("(session)", "baseline_match", 0.0, 0.5)
-    assert x.message.startswith("baseline b.json has a run for only 0 of the session's 1 run(s) (at least 50% "
-                                "expected): a wrong baseline, another workload or suite, or run ids that changed")
-    assert "'suite.py::test_train[tiny]' is not in it; its ids look like 'suite.py::test_train[small]'" in x.message
+    assert x.message.startswith(
+        "baseline b.json has a run for only 0 of the session's 1 run(s) (at least 50% "
+        "expected): a wrong baseline, another workload or suite, or run ids that changed"
+    )
+    assert (
+        "'suite.py::test_train[tiny]' is not in it; its ids look like 'suite.py::test_train[small]'"
+        in x.message
+    )
     assert "\n" not in x.message
 
 
 def test_a_baseline_that_matches_too_few_runs_fails_and_the_share_is_configurable():
-    new = results(*(e2e_run(f"torchsuite/t.py::test_{i}") for i in range(3)), e2e_run("t.py::test_0"))
+    new = results(
+        *(e2e_run(f"torchsuite/t.py::test_{i}") for i in range(3)), e2e_run("t.py::test_0")
+    )
     base = results(*(e2e_run(f"t.py::test_{i}") for i in range(3)))
     (x,) = evaluate(new, None, base, "b.json").violations
-    assert x.metric == "baseline_match" and x.value == 0.25 and "only 1 of the session's 4 run(s)" in x.message
+    assert (
+        x.metric == "baseline_match"
+        and x.value == 0.25
+        and "only 1 of the session's 4 run(s)" in x.message
+    )
     lenient = Thresholds(Regression(min_baseline_share=0.2))
     assert evaluate(new, lenient, base, "b.json").passed
 
@@ -340,13 +416,17 @@ def test_limit_globs_that_match_nothing_are_warned_about():
     assert v.passed and v.checks == 1
     assert v.warnings == [
         "[[limit]] #1 (run = 'suites/*') matches no run of this session: it checked nothing",
-        "[[limit]] #2 (run = '*', stat = 'conv2D') matches no stat of the runs it matches: its stat limits "
-        "checked nothing"]
+        "[[limit]] #2 (run = '*', stat = 'conv2D') matches no stat of the runs it matches: "
+        "its stat limits checked nothing",
+    ]
 
 
 def test_a_python_share_limit_above_one_is_rejected():
-    with pytest.raises(ThresholdsError, match=r"\[\[limit\]\] #1 max_python_share is a share of wall time and "
-                                              r"must be in \[0, 1\], got 5.0"):
+    with pytest.raises(
+        ThresholdsError,
+        match=r"\[\[limit\]\] #1 max_python_share is a share of wall time and "
+        r"must be in \[0, 1\], got 5.0",
+    ):
         parse_thresholds({"limit": [{"max_python_share": 5}]})
     assert parse_thresholds({"limit": [{"max_python_share": 1}]}).limits[0].max_python_share == 1.0
 
@@ -361,11 +441,25 @@ def test_an_averages_fallback_does_not_leak_into_later_messages():
 
 
 def test_op_runs_use_call_samples_and_the_op_floor():
-    base = op_run("ops.py::test_relu", "relu", [s / 1e3 for s in noisy(0.010, n=200)], 10, CPU_HOST, "host")
-    slow = op_run("ops.py::test_relu", "relu", [s / 1e3 for s in noisy(0.030, n=200, seed=1)], 10, CPU_HOST,
-                  "host")
-    same = op_run("ops.py::test_relu", "relu", [s / 1e3 for s in noisy(0.010, n=200, seed=2)], 10, CPU_HOST,
-                  "host")
+    base = op_run(
+        "ops.py::test_relu", "relu", [s / 1e3 for s in noisy(0.010, n=200)], 10, CPU_HOST, "host"
+    )
+    slow = op_run(
+        "ops.py::test_relu",
+        "relu",
+        [s / 1e3 for s in noisy(0.030, n=200, seed=1)],
+        10,
+        CPU_HOST,
+        "host",
+    )
+    same = op_run(
+        "ops.py::test_relu",
+        "relu",
+        [s / 1e3 for s in noisy(0.010, n=200, seed=2)],
+        10,
+        CPU_HOST,
+        "host",
+    )
     (x,) = evaluate(results(slow), None, results(base)).violations
     assert x.metric == "call_ms:relu" and x.value == pytest.approx(0.030, rel=0.05)
     assert evaluate(results(same), None, results(base)).passed
@@ -374,7 +468,9 @@ def test_op_runs_use_call_samples_and_the_op_floor():
 
 
 def test_verdict_round_trip():
-    v = evaluate(results(e2e_run(counts={"relu": 2})), None, results(e2e_run(counts={"relu": 1})), "b.json")
+    v = evaluate(
+        results(e2e_run(counts={"relu": 2})), None, results(e2e_run(counts={"relu": 1})), "b.json"
+    )
     back = Verdict.from_dict(v.to_dict())
     assert back.violations == v.violations and back.baseline == "b.json" and not back.passed
     assert v.to_dict()["passed"] is False

@@ -16,7 +16,15 @@ import pytest
 
 ROOT = Path(__file__).parent.parent
 SCRIPT = ROOT / "ci" / "gpu-check.sh"
-STEPS = ["host-facts", "pip-freeze", "cuda-facts", "gpu-tests", "suites", "ops-sync", "timing-agreement"]
+STEPS = [
+    "host-facts",
+    "pip-freeze",
+    "cuda-facts",
+    "gpu-tests",
+    "suites",
+    "ops-sync",
+    "timing-agreement",
+]
 GATING = {"gpu-tests", "suites"}
 
 
@@ -25,7 +33,10 @@ def test_the_script_parses():
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed (apt-get install shellcheck)")
+@pytest.mark.skipif(
+    shutil.which("shellcheck") is None,
+    reason="shellcheck is not installed (apt-get install shellcheck)",
+)
 def test_shellcheck_finds_nothing():
     result = subprocess.run(["shellcheck", str(SCRIPT)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout
@@ -36,19 +47,31 @@ def test_every_command_of_weight_runs_as_a_bounded_step():
     assert "set -e" not in text  # a failed step must not stop the rest
     assert re.search(r'timeout -s INT -k \d+ "\$limit" "\$@"', text)
     for line in text.splitlines():
-        if re.search(r'\$PY"? -m (pytest|pip)|ci/timing_agreement.py', line) and "command -v" not in line:
+        if (
+            re.search(r'\$PY"? -m (pytest|pip)|ci/timing_agreement.py', line)
+            and "command -v" not in line
+        ):
             assert line.lstrip().startswith("step "), f"not a bounded step: {line}"
     for name in STEPS:
         assert re.search(rf'^step {name} (yes|no) (\d+|"\$[A-Z_]+") ', text, re.M), name
     # never changes the GPU: nvidia-smi only queries
-    assert not re.search(r"nvidia-smi\s+(-pm|-ac|-rac|-lgc|-rgc|-pl|-e |-c |--lock|--reset|-r\b)", text)
+    assert not re.search(
+        r"nvidia-smi\s+(-pm|-ac|-rac|-lgc|-rgc|-pl|-e |-c |--lock|--reset|-r\b)", text
+    )
 
 
 def _dry(tmp_path, **env):
     out = tmp_path / "out"
-    full_env = {**os.environ, "GPU_CHECK_DRY": "1", "OUT": str(out), "PYTHON": sys.executable, **env}
-    result = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=full_env, capture_output=True, text=True,
-                            timeout=600)
+    full_env = {
+        **os.environ,
+        "GPU_CHECK_DRY": "1",
+        "OUT": str(out),
+        "PYTHON": sys.executable,
+        **env,
+    }
+    result = subprocess.run(
+        ["bash", str(SCRIPT)], cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=600
+    )
     rows = [line.split("\t") for line in (out / "steps.tsv").read_text().splitlines()[1:]]
     return result, out, {r[0]: r for r in rows}
 

@@ -32,7 +32,10 @@ def test_nvrtc_missing_means_no_gpu_with_the_reason(cp):
     cp.nvrtc_error = "CUDA_ERROR_FILE_NOT_FOUND: libnvrtc.so.12: cannot open shared object file"
     assert not backend.gpu_available()
     reason = backend.gpu_unavailable_reason()
-    assert reason.startswith("cupy cannot compile and run a raw CUDA kernel (NVRTC)") and "libnvrtc.so.12" in reason
+    assert (
+        reason.startswith("cupy cannot compile and run a raw CUDA kernel (NVRTC)")
+        and "libnvrtc.so.12" in reason
+    )
 
 
 def test_cupys_own_kernels_failing_means_no_gpu(cp):
@@ -51,7 +54,9 @@ def test_no_device_and_no_driver(cp):
 
 
 def test_a_place_beyond_the_visible_devices_is_an_error(cp):
-    with pytest.raises(RuntimeError, match=r"cuda:2 was asked for, but the visible CUDA devices are cuda:0..cuda:1"):
+    with pytest.raises(
+        RuntimeError, match=r"cuda:2 was asked for, but the visible CUDA devices are cuda:0..cuda:1"
+    ):
         backend.array_module(rf.CUDAPlace(2))
 
 
@@ -61,8 +66,13 @@ def test_the_suites_fall_back_to_the_cpu_with_the_reason(cp):
     cp.nvrtc_error = "nvrtc: libnvrtc.so not found"
     device = pytest_opperf_select_device(config=None, requested="auto")
     assert not device.is_gpu
-    assert device.note.startswith("no GPU (cupy cannot compile and run a raw CUDA kernel") and "libnvrtc" in device.note
-    with pytest.raises(pytest.UsageError, match="--opperf-device=gpu: no usable GPU here: cupy cannot compile"):
+    assert (
+        device.note.startswith("no GPU (cupy cannot compile and run a raw CUDA kernel")
+        and "libnvrtc" in device.note
+    )
+    with pytest.raises(
+        pytest.UsageError, match="--opperf-device=gpu: no usable GPU here: cupy cannot compile"
+    ):
         pytest_opperf_select_device(config=None, requested="gpu")
 
 
@@ -107,11 +117,15 @@ def test_the_executor_runs_a_program_on_device_one(cp):
     scope = rf.Scope()
     exe = rf.Executor(rf.CUDAPlace(1))
     exe.run(startup, scope=scope)
-    (value,) = exe.run(main, feed={"x": np.ones((4, 3), np.float32)}, fetch_list=[loss], scope=scope)
+    (value,) = exe.run(
+        main, feed={"x": np.ones((4, 3), np.float32)}, fetch_list=[loss], scope=scope
+    )
     assert np.isfinite(value).all() and cp.current == 0
     launched_on = {entry[1] for entry in cp.log if entry[0] in ("random_state",)}
     assert launched_on == {1}  # the initialisers drew on device 1
-    params = [scope.find_var(v.name).value for v in startup.global_block().vars.values() if v.persistable]
+    params = [
+        scope.find_var(v.name).value for v in startup.global_block().vars.values() if v.persistable
+    ]
     assert params and all(isinstance(p, fake_cupy.FakeArray) and p.device.id == 1 for p in params)
 
 
@@ -146,13 +160,18 @@ def test_the_raw_kernels_launch_where_their_arrays_are(cp, monkeypatch):
         cuda_kernels.im2col(x, (3, 3), (1, 1), (1, 1), (1, 1), (4, 4))
     assert launches == [("im2col<float, int>", 1)]
     # device 0 current: the output is allocated there, and the kernel refuses the mix of devices
-    with pytest.raises(rf.OpError, match=r"im2col: the CUDA kernel takes arrays of one device, given devices \[0, 1\]"):
+    with pytest.raises(
+        rf.OpError,
+        match=r"im2col: the CUDA kernel takes arrays of one device, given devices \[0, 1\]",
+    ):
         cuda_kernels.im2col(x, (3, 3), (1, 1), (1, 1), (1, 1), (4, 4))
     # arrays all of device 1, device 0 current: launched on device 1
     with cp.cuda.Device(1):
         col = cp.asarray(np.ones((9, 16), np.float32))
         out = cp.asarray(np.ones((1, 1, 4, 4), np.float32))
-    cuda_kernels._launch("conv", "col2im", np.float32, 16, (1, 1, 4, 4, 4, 4), (3, 3, 1, 1, 1, 1, 1, 1), (col, out))
+    cuda_kernels._launch(
+        "conv", "col2im", np.float32, 16, (1, 1, 4, 4, 4, 4), (3, 3, 1, 1, 1, 1, 1, 1), (col, out)
+    )
     assert launches[-1] == ("col2im<float, int>", 1) and cp.current == 0
 
 
@@ -161,11 +180,20 @@ def test_the_raw_kernels_launch_where_their_arrays_are(cp, monkeypatch):
 
 def test_random_ops_reuse_one_generator_per_device_and_seeds_repeat(cp):
     place = rf.CUDAPlace(1)
-    draws = [rf.run_op("gaussian_random", {}, {"shape": [3, 4], "seed": 7}, place=place)["Out"] for _ in range(3)]
-    uniform = rf.run_op("uniform_random", {}, {"shape": [5], "seed": 7, "min": -2.0, "max": 2.0}, place=place)["Out"]
-    assert [e for e in cp.log if e[0] == "random_state"] == [("random_state", 1)]  # one generator, on device 1
+    draws = [
+        rf.run_op("gaussian_random", {}, {"shape": [3, 4], "seed": 7}, place=place)["Out"]
+        for _ in range(3)
+    ]
+    uniform = rf.run_op(
+        "uniform_random", {}, {"shape": [5], "seed": 7, "min": -2.0, "max": 2.0}, place=place
+    )["Out"]
+    assert [e for e in cp.log if e[0] == "random_state"] == [
+        ("random_state", 1)
+    ]  # one generator, on device 1
     assert all(d.device.id == 1 and d.dtype == np.float32 for d in draws)
-    np.testing.assert_array_equal(draws[0].get(), draws[2].get())  # a seed gives the same values every call
+    np.testing.assert_array_equal(
+        draws[0].get(), draws[2].get()
+    )  # a seed gives the same values every call
     assert uniform.dtype == np.float32 and (-2 <= uniform.get()).all() and (uniform.get() < 2).all()
     other = rf.run_op("gaussian_random", {}, {"shape": [3, 4], "seed": 8}, place=place)["Out"]
     assert not np.array_equal(other.get(), draws[0].get())
@@ -182,11 +210,15 @@ def test_the_suites_describe_a_gpu_fully(cp):
     from suites.conftest import pytest_opperf_select_device
 
     device = pytest_opperf_select_device(config=None, requested="gpu")
-    assert device.is_gpu and device.name == "cuda:0 (Fake GPU)" and device.device_class == "fake-gpu"
+    assert (
+        device.is_gpu and device.name == "cuda:0 (Fake GPU)" and device.device_class == "fake-gpu"
+    )
     assert device.pci_bus_id == "0000:01:00.0"
     other = device.new_clock()
     assert isinstance(other, backend.CudaEventClock) and other is not device.clock
-    assert not any(e[0] == "memset" for e in cp.log)  # the flush buffer is made at the first flush only
+    assert not any(
+        e[0] == "memset" for e in cp.log
+    )  # the flush buffer is made at the first flush only
     device.flush_cache()
     device.flush_cache()
     assert [e for e in cp.log if e[0] == "memset"] == [("memset", 0, 64 * 2**20)] * 2

@@ -22,8 +22,8 @@ from tests.opperf_factories import e2e_run, results, stat
 
 
 def _warm_up_heavy_run():
-    # 32 examples per step; a 20 s first step (startup, compiles), then 0.5 s steps: 64 examples/sec steady,
-    # 320 / 24.5 s = 13 examples/sec over the whole window
+    # 32 examples per step; a 20 s first step (startup, compiles), then 0.5 s steps:
+    # 64 examples/sec steady, 320 / 24.5 s = 13 examples/sec over the whole window
     return e2e_run("suites/test_resnet50.py::test_train[full]", stats={"conv2d": [1.0] * 10},
                    step_ms=[20_000.0] + [500.0] * 9)
 
@@ -32,9 +32,13 @@ def test_the_throughput_limit_applies_to_the_steps_after_warm_up():
     run = _warm_up_heavy_run()
     assert run.examples_per_sec == pytest.approx(320 / 24.5)
     assert steady_examples_per_sec(run) == pytest.approx(64.0)
-    limit = parse_thresholds({"limit": [{"run": "suites/test_resnet50.py::*", "min_examples_per_sec": 53.5}]})
+    limit = parse_thresholds(
+        {"limit": [{"run": "suites/test_resnet50.py::*", "min_examples_per_sec": 53.5}]}
+    )
     assert evaluate(results(run), limit).passed
-    strict = parse_thresholds({"limit": [{"run": "suites/test_resnet50.py::*", "min_examples_per_sec": 70.0}]})
+    strict = parse_thresholds(
+        {"limit": [{"run": "suites/test_resnet50.py::*", "min_examples_per_sec": 70.0}]}
+    )
     (v,) = evaluate(results(run), strict).violations
     assert v.value == pytest.approx(64.0) and v.statistic == "absolute limit on the steady state"
     assert "examples/sec in the steps after warm-up is below the limit 70" in v.message
@@ -43,7 +47,9 @@ def test_the_throughput_limit_applies_to_the_steps_after_warm_up():
 def test_a_single_step_run_is_limited_on_its_whole_window():
     run = e2e_run("t::a", stats={"conv2d": [1.0]}, step_ms=[1000.0])
     assert steady_examples_per_sec(run) is None
-    (v,) = evaluate(results(run), parse_thresholds({"limit": [{"min_examples_per_sec": 40.0}]})).violations
+    (v,) = evaluate(
+        results(run), parse_thresholds({"limit": [{"min_examples_per_sec": 40.0}]})
+    ).violations
     assert v.value == pytest.approx(32.0) and v.statistic == "absolute limit"
 
 
@@ -61,24 +67,35 @@ def test_the_report_gives_the_steady_state_and_the_compile_time():
 
 def test_baseline_files_are_named_by_the_measurement():
     assert baseline_variant("events") == baseline_variant("host") == ""
-    assert baseline_variant("sync") == "sync" and baseline_variant("events", l2_flush=True) == "cold"
-    assert baseline_file("ci/baselines", "nvidia-h200", "full", baseline_variant("sync", True)).name == \
-        "nvidia-h200-full-sync-cold.json"
+    assert (
+        baseline_variant("sync") == "sync" and baseline_variant("events", l2_flush=True) == "cold"
+    )
+    assert (
+        baseline_file("ci/baselines", "nvidia-h200", "full", baseline_variant("sync", True)).name
+        == "nvidia-h200-full-sync-cold.json"
+    )
     assert baseline_file("ci/baselines", "cpu", "small").name == "cpu-small.json"
 
 
 def test_a_sync_baseline_is_not_compared_with_an_events_run():
     base = e2e_run("t::a", stats={"conv2d": [1.0] * 10}, counts={"conv2d": 1})
     base.timing = "sync"
-    new = e2e_run("t::a", stats={"conv2d": [5.0] * 10}, counts={"conv2d": 2})  # 5x slower, one more op
+    new = e2e_run(
+        "t::a", stats={"conv2d": [5.0] * 10}, counts={"conv2d": 2}
+    )  # 5x slower, one more op
     new.timing = "events"
     assert mismatch(base, new) == "timing events vs baseline sync"
     v = evaluate(results(new), parse_thresholds({}), results(base), "base.json")
     assert [x.metric for x in v.violations] == ["count:conv2d"]  # counts still compared, times not
-    assert any("measured otherwise than their baseline run, times not compared" in w and "t::a (timing events vs "
-               "baseline sync)" in w for w in v.warnings)
+    assert any(
+        "measured otherwise than their baseline run, times not compared" in w
+        and "t::a (timing events vs baseline sync)" in w
+        for w in v.warnings
+    )
     new.timing = "sync"  # the same measurement: the slowdown is found
-    assert "step_ms:conv2d" in [x.metric for x in evaluate(results(new), parse_thresholds({}), results(base)).violations]
+    assert "step_ms:conv2d" in [
+        x.metric for x in evaluate(results(new), parse_thresholds({}), results(base)).violations
+    ]
 
 
 def test_cold_and_warm_per_op_runs_are_different_measurements():
@@ -90,14 +107,25 @@ def test_cold_and_warm_per_op_runs_are_different_measurements():
 
 def test_another_driver_or_clock_setting_is_other_hardware():
     def machine(driver, app_clock):
-        return {"cpu": "x", "device_class": "nvidia-h200", "gpu": {"model": "NVIDIA H200", "driver": "d"},
-                "gpu_env": {"start": {"driver": driver, "applications_sm_clock_mhz": app_clock, "ecc": "on"}}}
+        return {
+            "cpu": "x",
+            "device_class": "nvidia-h200",
+            "gpu": {"model": "NVIDIA H200", "driver": "d"},
+            "gpu_env": {
+                "start": {"driver": driver, "applications_sm_clock_mhz": app_clock, "ecc": "on"}
+            },
+        }
 
     assert same_hardware(machine("550.54", 1980), machine("550.54", 1980)) is None
-    assert same_hardware(machine("550.54", 1980), machine("560.10", 1980)) == "gpu driver '550.54' vs '560.10'"
+    assert (
+        same_hardware(machine("550.54", 1980), machine("560.10", 1980))
+        == "gpu driver '550.54' vs '560.10'"
+    )
     assert "gpu applications_sm_clock_mhz 1980 vs 1410" in same_hardware(machine("550.54", 1980),
                                                                          machine("550.54", 1410))
-    assert same_hardware(machine("550.54", 1980), {"cpu": "x", "device_class": "nvidia-h200"}) is None  # old file
+    assert (
+        same_hardware(machine("550.54", 1980), {"cpu": "x", "device_class": "nvidia-h200"}) is None
+    )  # old file
 
 
 # --- device span beside host enqueue ----------------------------------------------------
@@ -107,11 +135,16 @@ def test_launch_bound_when_the_span_is_no_longer_than_the_enqueue():
     quick = stat("relu", [1.0] * 4, clock="device", host_ms=3.8)  # span 4.0 ms, host 3.8 ms
     heavy = stat("conv2d", [10.0] * 4, clock="device", host_ms=2.0)  # span 40 ms, host 2 ms
     assert bound(quick) == "launch" and bound(heavy) == "device"
-    assert bound(stat("x", [1.0], clock="host")) is None and bound(stat("y", [1.0], clock="device")) is None
+    assert (
+        bound(stat("x", [1.0], clock="host")) is None
+        and bound(stat("y", [1.0], clock="device")) is None
+    )
     run = e2e_run(stats={})
     run.stats = [quick, heavy]
     lines = device_host_lines(run)
-    assert lines[0].startswith("device span vs host enqueue per call (ms): 1 of 2 kernel stats launch-bound")
+    assert lines[0].startswith(
+        "device span vs host enqueue per call (ms): 1 of 2 kernel stats launch-bound"
+    )
     assert lines[2].split() == ["conv2d", "10.000", "0.500", "20.00", "device"]
     assert lines[3].split() == ["relu", "1.000", "0.950", "1.05", "launch"]
     from pytest_opperf.report import markdown
@@ -226,31 +259,50 @@ class FakeNvml:
 def test_a_snapshot_reads_the_gpu_and_changes_nothing():
     nvml = FakeNvml(ecc=(1, 0))
     snap = gpu_env.snapshot("0000:3B:00.0", nvml)
-    assert snap == {"name": "NVIDIA H200", "driver": "550.54.15", "cuda_driver": "12.4", "sm_clock_mhz": 1980,
-                    "mem_clock_mhz": 2619, "max_sm_clock_mhz": 1980, "applications_sm_clock_mhz": None,
-                    "applications_mem_clock_mhz": None, "power_limit_w": 700.0, "temperature_c": 41,
-                    "ecc": "on (pending off)", "mig": "off", "clock_reasons": [],
-                    "violation_ns": {"power": 0, "thermal": 0}}
+    assert snap == {
+        "name": "NVIDIA H200",
+        "driver": "550.54.15",
+        "cuda_driver": "12.4",
+        "sm_clock_mhz": 1980,
+        "mem_clock_mhz": 2619,
+        "max_sm_clock_mhz": 1980,
+        "applications_sm_clock_mhz": None,
+        "applications_mem_clock_mhz": None,
+        "power_limit_w": 700.0,
+        "temperature_c": 41,
+        "ecc": "on (pending off)",
+        "mig": "off",
+        "clock_reasons": [],
+        "violation_ns": {"power": 0, "thermal": 0},
+    }
     assert nvml.calls == ["init", "shutdown"]
 
 
 def test_a_snapshot_says_why_it_has_no_facts(monkeypatch):
     monkeypatch.setattr(gpu_env, "nvml_module", lambda: None)
-    assert gpu_env.snapshot("0000:3B:00.0") == {"error": "nvidia-ml-py is not installed (pip install "
-                                                         "'pytest-opperf[gpu]')"}
-    assert gpu_env.snapshot(None, FakeNvml()) == {"error": "the device has no PCI bus id to find it in NVML"}
-    assert gpu_env.snapshot("0000:99:00.0", FakeNvml()) == {"error": "NVML has no GPU at PCI bus id 0000:99:00.0"}
+    assert gpu_env.snapshot("0000:3B:00.0") == {
+        "error": "nvidia-ml-py is not installed (pip install 'pytest-opperf[gpu]')"
+    }
+    assert gpu_env.snapshot(None, FakeNvml()) == {
+        "error": "the device has no PCI bus id to find it in NVML"
+    }
+    assert gpu_env.snapshot("0000:99:00.0", FakeNvml()) == {
+        "error": "NVML has no GPU at PCI bus id 0000:99:00.0"
+    }
 
 
 def test_throttling_is_found_in_the_counters_the_reasons_and_the_clocks():
     start = gpu_env.snapshot("0000:3B:00.0", FakeNvml())
     assert gpu_env.throttling(start, gpu_env.snapshot("0000:3B:00.0", FakeNvml())) == []
-    end = gpu_env.snapshot("0000:3B:00.0", FakeNvml(sm=1410, violation=(2_500_000_000, 0), reasons=0x4 | 0x1))
+    end = gpu_env.snapshot(
+        "0000:3B:00.0", FakeNvml(sm=1410, violation=(2_500_000_000, 0), reasons=0x4 | 0x1)
+    )
     assert gpu_env.throttling(start, end) == [
-        "the GPU was held back by its power limit for 2500 ms during the session (NVML violation counter): its "
-        "timings are slower than its clocks allow",
+        "the GPU was held back by its power limit for 2500 ms during the session "
+        "(NVML violation counter): its timings are slower than its clocks allow",
         "at the end of the session the GPU's clocks were held back: sw_power_cap",
-        "the GPU's SM clock fell from 1980 MHz at the start of the session to 1410 MHz at the end"]
+        "the GPU's SM clock fell from 1980 MHz at the start of the session to 1410 MHz at the end",
+    ]
     assert gpu_env.throttling({"error": "x"}, end) == []
 
 
@@ -277,14 +329,23 @@ class FakeNvtx:
 
 def test_nvtx_ranges_around_every_region_and_step():
     nvtx = FakeNvtx()
-    run = Run("t::n", "e2e", {}, DeviceInfo(), "events", "ExecutorRunTimer", annotate=NvtxRanges(nvtx))
+    run = Run(
+        "t::n", "e2e", {}, DeviceInfo(), "events", "ExecutorRunTimer", annotate=NvtxRanges(nvtx)
+    )
     with measure_window(run):
         with timers.timer("ExecutorRunTimer"), timers.timer("conv2d", kernel=True):
             pass
         run.step(examples=1)
-    assert nvtx.events == [("start", "step 1"), ("push", "ExecutorRunTimer", "opperf"), ("push", "conv2d", "opperf"),
-                           ("pop", "opperf"), ("pop", "opperf"), ("end", "step 1"), ("start", "step 2"),
-                           ("end", "step 2")]
+    assert nvtx.events == [
+        ("start", "step 1"),
+        ("push", "ExecutorRunTimer", "opperf"),
+        ("push", "conv2d", "opperf"),
+        ("pop", "opperf"),
+        ("pop", "opperf"),
+        ("end", "step 1"),
+        ("start", "step 2"),
+        ("end", "step 2"),
+    ]
     assert run.result.stat("conv2d").count == 1
 
 
@@ -313,8 +374,12 @@ def test_the_loop_calibrates_iterations_and_runs_until_max_time():
         calls.append(1)
         clock.t += 1e-6  # 1 us per call
 
-    rounds, iterations = time_rounds(call, clock, LoopSettings(min_rounds=3, max_time=0.001, min_time=4e-6,
-                                                               warmup_rounds=1), clock=clock)
+    rounds, iterations = time_rounds(
+        call,
+        clock,
+        LoopSettings(min_rounds=3, max_time=0.001, min_time=4e-6, warmup_rounds=1),
+        clock=clock,
+    )
     assert iterations == 4  # 1, 2 us rounds are below 4 us
     assert all(r == pytest.approx(1e-6) for r in rounds)
     assert len(rounds) >= 3 and sum(rounds) * iterations >= 0.001 - 1e-5
@@ -332,8 +397,13 @@ def test_with_a_flush_each_round_is_one_call_after_it_and_the_flush_is_not_timed
         order.append("call")
         clock.t += 2e-3
 
-    rounds, iterations = time_rounds(call, clock, LoopSettings(min_rounds=5, max_time=0.0, warmup_rounds=1),
-                                     before_round=flush, clock=clock)
+    rounds, iterations = time_rounds(
+        call,
+        clock,
+        LoopSettings(min_rounds=5, max_time=0.0, warmup_rounds=1),
+        before_round=flush,
+        clock=clock,
+    )
     assert iterations == 1 and rounds == [pytest.approx(2e-3)] * 5
     assert order == ["flush", "call"] * 6  # one warm-up round, five timed
 
@@ -386,14 +456,18 @@ def _window_with_a_benchmark_inside(device_info, device):
 def test_a_benchmark_inside_a_window_times_on_its_own_pool():
     device = _Device()
     clock = PooledClock(device)
-    info = DeviceInfo(name="cuda:0", is_gpu=True, clock=clock, new_clock=lambda: PooledClock(device))
+    info = DeviceInfo(
+        name="cuda:0", is_gpu=True, clock=clock, new_clock=lambda: PooledClock(device)
+    )
     assert _window_with_a_benchmark_inside(info, device) == pytest.approx(5.0)
 
 
 def test_one_shared_pool_would_lose_the_windows_events():
     device = _Device()
     shared = DeviceInfo(name="cuda:0", is_gpu=True, clock=PooledClock(device))  # no new_clock
-    assert _window_with_a_benchmark_inside(shared, device) != pytest.approx(5.0)  # the defect new_clock avoids
+    assert _window_with_a_benchmark_inside(shared, device) != pytest.approx(
+        5.0
+    )  # the defect new_clock avoids
 
 
 # --- per-GPU workers: the pure part ----------------------------------------------------------
@@ -404,8 +478,13 @@ def test_the_visible_gpus_come_from_cuda_visible_devices_first():
 
     never = (lambda: pytest.fail("probed although CUDA_VISIBLE_DEVICES was set"),)
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2, 3"}, never) == ["2", "3"]
-    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "GPU-8f1c,GPU-77aa"}, never) == ["GPU-8f1c", "GPU-77aa"]
-    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "1,-1,0"}, never) == ["1"]  # CUDA stops at an invalid entry
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "GPU-8f1c,GPU-77aa"}, never) == [
+        "GPU-8f1c",
+        "GPU-77aa",
+    ]
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "1,-1,0"}, never) == [
+        "1"
+    ]  # CUDA stops at an invalid entry
     with pytest.raises(GpuWorkersError, match="CUDA_VISIBLE_DEVICES='-1' hides every GPU"):
         visible_gpus({"CUDA_VISIBLE_DEVICES": "-1"}, never)
     assert visible_gpus({}, (lambda: None, lambda: ["0", "1", "2", "3"])) == ["0", "1", "2", "3"]
@@ -414,14 +493,26 @@ def test_the_visible_gpus_come_from_cuda_visible_devices_first():
 
 
 def test_each_worker_gets_its_own_gpu_before_cuda_starts():
-    from pytest_opperf.xdist_gpu import ENV_LIST, GpuWorkersError, assign, different_models, set_worker_device
+    from pytest_opperf.xdist_gpu import (
+        ENV_LIST,
+        GpuWorkersError,
+        assign,
+        different_models,
+        set_worker_device,
+    )
 
     assert [assign(f"gw{i}", ["3", "5"]) for i in range(3)] == ["3", "5", "3"]
     with pytest.raises(GpuWorkersError, match="unexpected xdist worker id 'main'"):
         assign("main", ["0"])
     env = {ENV_LIST: "3,5", "PYTEST_XDIST_WORKER": "gw1", "CUDA_VISIBLE_DEVICES": "3,5"}
     assert set_worker_device(env) == "5" and env["CUDA_VISIBLE_DEVICES"] == "5"
-    untouched = {"PYTEST_XDIST_WORKER": "gw1", "CUDA_VISIBLE_DEVICES": "3,5"}  # not a per-GPU session
+    untouched = {
+        "PYTEST_XDIST_WORKER": "gw1",
+        "CUDA_VISIBLE_DEVICES": "3,5",
+    }  # not a per-GPU session
     assert set_worker_device(untouched) is None and untouched["CUDA_VISIBLE_DEVICES"] == "3,5"
     assert different_models({"gw0": {"gpu_model": "H200"}, "gw1": {"gpu_model": "H200"}}) is None
-    assert different_models({"gw1": {"gpu_model": "A100"}, "gw0": {"gpu_model": "H200"}}) == "gw0: H200, gw1: A100"
+    assert (
+        different_models({"gw1": {"gpu_model": "A100"}, "gw0": {"gpu_model": "H200"}})
+        == "gw0: H200, gw1: A100"
+    )

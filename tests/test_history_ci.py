@@ -19,7 +19,9 @@ SCRIPT = Path(__file__).resolve().parent.parent / "ci" / "history.sh"
 
 
 def _git(*args: str, cwd: Path | None = None) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout
 
 
 def test_each_push_appends_and_replaces_the_branch_commit(tmp_path):
@@ -33,15 +35,23 @@ def test_each_push_appends_and_replaces_the_branch_commit(tmp_path):
     for i in range(2):
         results = tmp_path / f"r{i}.json"
         write_results(results, session(conv_ms=2.0 + i, sha=f"{i:02x}" + "0" * 38))
-        done = subprocess.run(["bash", str(SCRIPT), str(results), str(tmp_path / f"site{i}")], env=env,
-                              capture_output=True, text=True, cwd=SCRIPT.parent.parent)
+        done = subprocess.run(
+            ["bash", str(SCRIPT), str(results), str(tmp_path / f"site{i}")],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=SCRIPT.parent.parent,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         assert (tmp_path / f"site{i}" / "index.html").stat().st_size > 1_000_000
     log = _git("--git-dir", str(remote), "log", "--format=%P|%s", "opperf-history").splitlines()
     assert len(log) == 1 and log[0].startswith("|")  # one commit, without parents
     copy = tmp_path / "copy.sqlite"
-    packed = subprocess.run(["git", "--git-dir", str(remote), "show", "opperf-history:opperf-history.sqlite.gz"],
-                            check=True, capture_output=True).stdout
+    packed = subprocess.run(
+        ["git", "--git-dir", str(remote), "show", "opperf-history:opperf-history.sqlite.gz"],
+        check=True,
+        capture_output=True,
+    ).stdout
     copy.write_bytes(gzip.decompress(packed))
     with Store(str(copy)) as store:
         assert [s.sha[:2] for s in store.load().sessions] == ["00", "01"]

@@ -22,7 +22,10 @@ from tests.history_helpers import session
 ARTIFACTS = Path(__file__).resolve().parent.parent / ".opperf" / "test-artifacts"
 LEVELS = [2.0] * 8 + [2.6] * 4  # conv2d ms per step: a step at the 9th commit
 OP_MS = [0.5 + 0.01 * i for i in range(len(LEVELS))]
-COMPARE = {"summary": "1 regressed, 150 unchanged", "metrics": [{"run": "suite.py::test_train", "ratio": 1.3}]}
+COMPARE = {
+    "summary": "1 regressed, 150 unchanged",
+    "metrics": [{"run": "suite.py::test_train", "ratio": 1.3}],
+}
 
 
 def _sha(i: int) -> str:
@@ -34,9 +37,13 @@ def site(tmp_path_factory):
     root = tmp_path_factory.mktemp("dashboard")
     source = str(root / "h.sqlite")
     with Store(source, create=True) as store:
-        for i, (level, op) in enumerate(zip(LEVELS, OP_MS)):
-            store.append(session(conv_ms=level, op_ms=op, sha=_sha(i), created=f"2026-11-01T{i:02d}:00:00+00:00"),
-                         COMPARE if i == len(LEVELS) - 1 else None)
+        for i, (level, op) in enumerate(zip(LEVELS, OP_MS, strict=True)):
+            store.append(
+                session(
+                    conv_ms=level, op_ms=op, sha=_sha(i), created=f"2026-11-01T{i:02d}:00:00+00:00"
+                ),
+                COMPARE if i == len(LEVELS) - 1 else None,
+            )
     out = io.StringIO()
     assert main(["dashboard", source, "--out", str(root / "site")], out, io.StringIO()) == 0
     page = root / "site" / "index.html"
@@ -46,7 +53,9 @@ def site(tmp_path_factory):
 
 def test_the_page_is_self_contained(site):
     text = site.read_text(encoding="utf-8")
-    assert not re.findall(r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)\s*=", text)  # nothing to fetch
+    assert not re.findall(
+        r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)\s*=", text
+    )  # nothing to fetch
     assert "Plotly.newPlot" in text and text.count("plotly.js v") >= 1  # plotly.js inline
     assert "1 regressed, 150 unchanged" in text  # the latest A/B result
     assert text.count('<option value="') == 3  # searchable: step_ms conv2d, relu; call_ms conv2d
@@ -55,8 +64,10 @@ def test_the_page_is_self_contained(site):
 def _browser():
     chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
     if not chromium or not driver:
-        pytest.skip("Chromium is not installed (apt-get install chromium chromium-driver; .ci/run does): "
-                    "the dashboard's browser test needs it")
+        pytest.skip(
+            "Chromium is not installed (apt-get install chromium chromium-driver; .ci/run does): "
+            "the dashboard's browser test needs it"
+        )
     webdriver = pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.chrome.service import Service
 
@@ -84,7 +95,9 @@ def test_the_charts_hold_the_stored_points_in_a_browser(site):
     try:
         browser.get(site.as_uri())
         deadline = time.monotonic() + 30
-        while browser.execute_script("return document.querySelectorAll('.js-plotly-plot').length") < 5:
+        while (
+            browser.execute_script("return document.querySelectorAll('.js-plotly-plot').length") < 5
+        ):
             assert time.monotonic() < deadline, "the charts were not drawn"
             time.sleep(0.1)
         assert _errors(browser) == []
@@ -93,10 +106,14 @@ def test_the_charts_hold_the_stored_points_in_a_browser(site):
         eps = _traces(browser, "examples_per_sec-0")["suite.py::test_train"]
         assert eps["x"] == labels
         # 6 steps of 32 examples, each step 10 x conv2d ms of wall time
-        assert eps["y"] == pytest.approx([192 / (6 * 10 * level / 1e3) for level in LEVELS], rel=1e-4)  # 5 digits
+        assert eps["y"] == pytest.approx(
+            [192 / (6 * 10 * level / 1e3) for level in LEVELS], rel=1e-4
+        )  # 5 digits
 
         top = _traces(browser, "top-0-0")
-        assert top["conv2d"]["y"] == pytest.approx(LEVELS) and top["relu"]["y"] == pytest.approx([1.0] * 12)
+        assert top["conv2d"]["y"] == pytest.approx(LEVELS) and top["relu"]["y"] == pytest.approx(
+            [1.0] * 12
+        )
         assert top["conv2d: change points"] == {"x": [labels[8]], "y": [2.6]}
         assert "relu: change points" not in top
 

@@ -1,11 +1,12 @@
-"""--opperf-history: the session appended after the gate; bad targets found early; failures exit 4."""
+"""--opperf-history: the session appended after the gate; bad targets found early; failures
+exit 4."""
 
 from __future__ import annotations
 
 import pytest
 
 from pytest_opperf.history.store import Store
-from tests.history_helpers import pg_schema_url, store_source  # noqa: F401
+from tests.history_helpers import pg_schema_url_fixture, store_source_fixture  # noqa: F401
 from tests.opperf_suites import NO_TRACEBACK, assert_one_line_usage_error, e2e
 
 pytest_plugins = ["pytester"]
@@ -14,7 +15,9 @@ pytest_plugins = ["pytester"]
 def test_each_session_is_appended_with_its_verdict(pytester, store_source):
     pytester.makepyfile(test_suite=e2e(steps=3))
     for _ in range(2):
-        result = pytester.runpytest("--opperf", f"--opperf-history={store_source}", "-p", "no:cacheprovider")
+        result = pytester.runpytest(
+            "--opperf", f"--opperf-history={store_source}", "-p", "no:cacheprovider"
+        )
         assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(["wrote history: * (session 2)"])
     with Store(store_source) as store:
@@ -24,13 +27,17 @@ def test_each_session_is_appended_with_its_verdict(pytester, store_source):
     names = {st.name for st in history.stats}
     assert {"ExecutorRunTimer", "conv2d", "relu", "conv2d/Im2ColTimer"} <= names
     conv = [st for st in history.stats if st.name == "conv2d"]
-    assert all(st.step_count == 1 and 1.5 < st.value < 50 for st in conv)  # ~2 ms of sleeps per step
+    assert all(
+        st.step_count == 1 and 1.5 < st.value < 50 for st in conv
+    )  # ~2 ms of sleeps per step
 
 
 def test_a_failed_gate_is_stored_as_failed(pytester, tmp_path):
     pytester.makepyfile(test_suite=e2e(steps=3))
     pytester.makefile(".toml", limits='[[limit]]\nstat = "conv2d"\nmax_avg_ms = 0.001\n')
-    result = pytester.runpytest("--opperf", "--opperf-history=h.sqlite", "--opperf-thresholds=limits.toml")
+    result = pytester.runpytest(
+        "--opperf", "--opperf-history=h.sqlite", "--opperf-thresholds=limits.toml"
+    )
     assert result.ret == 1
     with Store(str(pytester.path / "h.sqlite")) as store:
         (stored,) = store.load().sessions
@@ -58,7 +65,9 @@ def test_bad_targets_are_usage_errors_before_tests_run(pytester, target, fragmen
     result = pytester.runpytest("--opperf", f"--opperf-history={target}")
     assert_one_line_usage_error(result, fragment)
     if target.startswith("nowhere"):
-        assert_one_line_usage_error(result, "/nowhere/h.sqlite: directory ", "/nowhere does not exist")
+        assert_one_line_usage_error(
+            result, "/nowhere/h.sqlite: directory ", "/nowhere does not exist"
+        )
     assert "passed" not in result.stdout.str()
 
 
@@ -72,7 +81,11 @@ def test_an_unreachable_server_is_one_line_exit_4_and_the_other_files_are_writte
     for marker in NO_TRACEBACK:
         assert marker not in text
     errors = [line for line in text.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and "postgresql://opperf:***@127.0.0.1:1/h" in errors[0] and "refused" in errors[0]
+    assert (
+        len(errors) == 1
+        and "postgresql://opperf:***@127.0.0.1:1/h" in errors[0]
+        and "refused" in errors[0]
+    )
     assert "secret" not in text
     assert (pytester.path / "r.json").exists()
     result.stdout.fnmatch_lines(["wrote json: */r.json"])
@@ -84,13 +97,19 @@ def test_an_unusable_history_file_is_one_line_exit_4_and_the_other_files_are_wri
     pytester.makepyfile(test_suite=e2e(steps=2))
     result = pytester.runpytest("--opperf", "--opperf-history=h.sqlite", "--opperf-markdown=r.md")
     assert result.ret == 4
-    result.stdout.fnmatch_lines(["error: --opperf-history h.sqlite: *h.sqlite: file is not a database"])
+    result.stdout.fnmatch_lines(
+        ["error: --opperf-history h.sqlite: *h.sqlite: file is not a database"]
+    )
     assert (pytester.path / "r.md").exists()
 
 
 def test_an_interrupted_session_appends_nothing(pytester):
-    pytester.makepyfile(test_suite=e2e(steps=2) + "\n\ndef test_stop():\n    raise KeyboardInterrupt\n")
+    pytester.makepyfile(
+        test_suite=e2e(steps=2) + "\n\ndef test_stop():\n    raise KeyboardInterrupt\n"
+    )
     result = pytester.runpytest("--opperf", "--opperf-history=h.sqlite", no_reraise_ctrlc=True)
     assert result.ret == 2
-    result.stdout.fnmatch_lines(["note: --opperf-history h.sqlite: not appended, the session was interrupted"])
+    result.stdout.fnmatch_lines(
+        ["note: --opperf-history h.sqlite: not appended, the session was interrupted"]
+    )
     assert not (pytester.path / "h.sqlite").exists()

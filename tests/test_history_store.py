@@ -1,4 +1,5 @@
-"""The history store on SQLite and PostgreSQL alike: round trip, all-or-nothing, concurrency, migrations."""
+"""The history store on SQLite and PostgreSQL alike: round trip, all-or-nothing, concurrency,
+migrations."""
 
 from __future__ import annotations
 
@@ -11,8 +12,20 @@ from multiprocessing import get_context
 import pytest
 
 from pytest_opperf.history import store as history_store
-from pytest_opperf.history.store import MIGRATIONS, SAMPLES_KEPT, HistoryError, Store, check_target, redact
-from tests.history_helpers import op_run, pg_schema_url, session, store_source  # noqa: F401
+from pytest_opperf.history.store import (
+    MIGRATIONS,
+    SAMPLES_KEPT,
+    HistoryError,
+    Store,
+    check_target,
+    redact,
+)
+from tests.history_helpers import (  # noqa: F401 (fixtures)
+    op_run,
+    pg_schema_url_fixture,
+    session,
+    store_source_fixture,
+)
 
 
 def test_a_session_round_trips_with_per_step_medians_and_counts(store_source):
@@ -23,8 +36,14 @@ def test_a_session_round_trips_with_per_step_medians_and_counts(store_source):
         history = store.load()
     assert [s.id for s in history.sessions] == [sid]
     s = history.sessions[0]
-    assert (s.sha, s.branch, s.dirty, s.device_class, s.workload, s.timing) == ("a" * 40, "main", False, "cpu",
-                                                                               "small", "host")
+    assert (s.sha, s.branch, s.dirty, s.device_class, s.workload, s.timing) == (
+        "a" * 40,
+        "main",
+        False,
+        "cpu",
+        "small",
+        "host",
+    )
     assert s.commit_time == "2026-11-30T09:00:00+00:00"  # stored in UTC, so that times sort as text
     assert s.gate_passed is True and s.compare == compare and s.runs == 2
     stats = {(st.run, st.name): st for st in history.stats}
@@ -76,7 +95,9 @@ def test_an_interrupted_append_writes_nothing(store_source, monkeypatch, interru
         monkeypatch.undo()
         assert calls == ["suite.py::test_train"]
         history = store.load()
-        assert len(history.sessions) == 1 and len(history.runs) == 2  # nothing of the second session
+        assert (
+            len(history.sessions) == 1 and len(history.runs) == 2
+        )  # nothing of the second session
         assert store.append(session(conv_ms=2.0)) is not None  # and the store is still usable
 
 
@@ -108,7 +129,9 @@ def test_migrations_bring_an_older_store_up_to_date(store_source):
     with Store(store_source, migrations=extra) as store:
         assert store.version == len(extra)
         assert len(store.load().sessions) == 1
-    with pytest.raises(HistoryError, match=r"schema version 2 is newer than this pytest-opperf's \(1\)"):
+    with pytest.raises(
+        HistoryError, match=r"schema version 2 is newer than this pytest-opperf's \(1\)"
+    ):
         Store(store_source)
 
 
@@ -161,7 +184,9 @@ def test_targets_are_checked_before_a_session(tmp_path):
         check_target(str(tmp_path / "nowhere" / "h.sqlite"))
     with pytest.raises(HistoryError, match="is a directory"):
         check_target(str(tmp_path))
-    with pytest.raises(HistoryError, match="expected a path .* or a postgresql:// URL, got scheme 'mysql'"):
+    with pytest.raises(
+        HistoryError, match="expected a path .* or a postgresql:// URL, got scheme 'mysql'"
+    ):
         check_target("mysql://db/history")
     assert redact("postgresql://u:pw@h:5/db") == "postgresql://u:***@h:5/db"
     assert redact("postgresql://h/db") == "postgresql://h/db"
@@ -169,7 +194,10 @@ def test_targets_are_checked_before_a_session(tmp_path):
 
 def test_a_missing_driver_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg raises ImportError
-    with pytest.raises(history_store.MissingExtra, match=r"needs psycopg 3 \(pip install 'pytest-opperf\[history\]'\)"):
+    with pytest.raises(
+        history_store.MissingExtra,
+        match=r"needs psycopg 3 \(pip install 'pytest-opperf\[history\]'\)",
+    ):
         check_target("postgresql://h/db")
 
 
@@ -185,7 +213,8 @@ def test_the_sqlite_store_needs_no_optional_library(tmp_path):
         f"assert main(['history', 'import', {str(tmp_path / 'r.json')!r}, '--into', "
         f"{str(tmp_path / 'h.sqlite')!r}]) == 0\n"
         f"assert main(['history', {str(tmp_path / 'h.sqlite')!r}]) == 0\n"
-        f"assert main(['dashboard', {str(tmp_path / 'h.sqlite')!r}, '--out', {str(tmp_path / 'd')!r}]) == 4\n"
+        f"assert main(['dashboard', {str(tmp_path / 'h.sqlite')!r}, "
+        f"'--out', {str(tmp_path / 'd')!r}]) == 4\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -193,10 +222,14 @@ def test_the_sqlite_store_needs_no_optional_library(tmp_path):
 
 
 def test_the_history_modules_do_not_import_pytest():
-    code = ("import sys\n"
-            "import pytest_opperf.history.store, pytest_opperf.history.changepoints, "
-            "pytest_opperf.history.trends, pytest_opperf.history.dashboard, pytest_opperf.history.commands\n"
-            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('pytest', '_pytest', 'reference_framework'))\n"
-            "assert not bad, bad\n")
+    code = (
+        "import sys\n"
+        "import pytest_opperf.history.store, pytest_opperf.history.changepoints, "
+        "pytest_opperf.history.trends, pytest_opperf.history.dashboard, "
+        "pytest_opperf.history.commands\n"
+        "bad = sorted(m for m in sys.modules "
+        "if m.split('.')[0] in ('pytest', '_pytest', 'reference_framework'))\n"
+        "assert not bad, bad\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

@@ -72,10 +72,16 @@ def test_trends_group_by_hardware_and_merge_the_sessions_of_a_commit(tmp_path):
     source = str(tmp_path / "h.sqlite")
     with Store(source, create=True) as store:
         store.append(session(conv_ms=2.0, sha="1" * 40, created=_stamp(0)))
-        store.append(session(conv_ms=4.0, sha="1" * 40, created=_stamp(1)))  # same commit: median 3.0
-        store.append(session(conv_ms=9.0, sha="1" * 40, dirty=True, created=_stamp(2)))  # a point of its own
+        store.append(
+            session(conv_ms=4.0, sha="1" * 40, created=_stamp(1))
+        )  # same commit: median 3.0
+        store.append(
+            session(conv_ms=9.0, sha="1" * 40, dirty=True, created=_stamp(2))
+        )  # a point of its own
         store.append(session(conv_ms=5.0, sha="2" * 40, created=_stamp(3)))
-        store.append(session(conv_ms=7.0, sha="2" * 40, created=_stamp(4), device_class="nvidia-h200"))
+        store.append(
+            session(conv_ms=7.0, sha="2" * 40, created=_stamp(4), device_class="nvidia-h200")
+        )
         history = store.load()
     cpu, gpu = build(history)
     assert (cpu.device_class, gpu.device_class) == ("cpu", "nvidia-h200")
@@ -84,7 +90,13 @@ def test_trends_group_by_hardware_and_merge_the_sessions_of_a_commit(tmp_path):
     assert conv.values == [3.0, 9.0, 5.0]
     assert [s.values for s in gpu.series if s.metric == "step_ms:conv2d"] == [[7.0]]
     metrics = {s.metric for s in cpu.series}
-    assert {"examples_per_sec", "python_share", "step_ms:conv2d", "step_ms:relu", "call_ms:conv2d"} <= metrics
+    assert {
+        "examples_per_sec",
+        "python_share",
+        "step_ms:conv2d",
+        "step_ms:relu",
+        "call_ms:conv2d",
+    } <= metrics
 
 
 def run_cli(*argv):
@@ -114,10 +126,17 @@ def test_history_import_then_trends_with_the_commit_of_the_step(tmp_path):
     lines = out.splitlines()
     assert lines[0] == f"history {source}: 12 session(s) in 1 group(s) (device class / workload)"
     step = _sha(8)[:8]
-    row = next(line for line in lines if "step_ms:conv2d" in line and line.startswith("suite.py::test_train"))
+    row = next(
+        line
+        for line in lines
+        if "step_ms:conv2d" in line and line.startswith("suite.py::test_train")
+    )
     assert row.split()[2:] == ["2", "2", "2.6*", "2.6", "2.6", "2.6"]
-    assert (f"  suite.py::test_train step_ms:conv2d: stepped at {step} ({_stamp(8)}): 2 -> 2.6 (+30.0%, worse)"
-            in lines)
+    assert (
+        f"  suite.py::test_train step_ms:conv2d: stepped at {step} ({_stamp(8)}): "
+        "2 -> 2.6 (+30.0%, worse)"
+        in lines
+    )
     assert "examples_per_sec" not in out  # --stat selects
     code, out, _ = run_cli("history", source, "--run", "*test_op*", "--stat", "*")
     assert "call_ms:conv2d" in out and "test_train" not in out.split("trend over")[1]
@@ -146,6 +165,8 @@ def test_a_bad_file_stores_nothing_of_an_import(tmp_path):
     write_results(good, session())
     bad = tmp_path / "bad.json"
     bad.write_text('{"schema": "opperf/9", "runs": []}')
-    code, _, err = run_cli("history", "import", str(good), str(bad), "--into", str(tmp_path / "h.sqlite"))
+    code, _, err = run_cli(
+        "history", "import", str(good), str(bad), "--into", str(tmp_path / "h.sqlite")
+    )
     assert code == 4 and "unknown results schema 'opperf/9'" in err
     assert not (tmp_path / "h.sqlite").exists()

@@ -61,7 +61,10 @@ def _pyproject_lines() -> list[str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     lines = list(project["dependencies"])
     for extra, deps in project["optional-dependencies"].items():
-        lines += [f"{d}; extra == '{extra}'" if ";" not in d else f"{d} and extra == '{extra}'" for d in deps]
+        lines += [
+            f"{d}; extra == '{extra}'" if ";" not in d else f"{d} and extra == '{extra}'"
+            for d in deps
+        ]
     return lines
 
 

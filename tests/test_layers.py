@@ -47,7 +47,11 @@ def test_conv2d_emits_one_conv_and_a_seeded_normal_filter(progs):
     y = layers.conv2d(x, num_filters=64, filter_size=7, stride=2, padding=3)
     assert types(main) == ["conv2d"]
     op = main.global_block().ops[0]
-    assert op.attrs["strides"] == [2, 2] and op.attrs["paddings"] == [3, 3] and op.attrs["dilations"] == [1, 1]
+    assert (
+        op.attrs["strides"] == [2, 2]
+        and op.attrs["paddings"] == [3, 3]
+        and op.attrs["dilations"] == [1, 1]
+    )
     w = main.global_block().var(op.input("Filter")[0])
     assert isinstance(w, rf.Parameter) and w.trainable and w.shape == (64, 3, 7, 7)
     assert [p.name for p in main.global_block().all_parameters()] == [w.name]  # no bias
@@ -55,7 +59,11 @@ def test_conv2d_emits_one_conv_and_a_seeded_normal_filter(progs):
     init, = startup.global_block().ops
     std = math.sqrt(2.0 / (7 * 7 * 3))
     assert init.type == "gaussian_random" and init.output("Out") == [w.name]
-    assert init.attrs["mean"] == 0.0 and init.attrs["std"] == pytest.approx(std) and init.attrs["seed"] != 0
+    assert (
+        init.attrs["mean"] == 0.0
+        and init.attrs["std"] == pytest.approx(std)
+        and init.attrs["seed"] != 0
+    )
     weights = run_startup(startup).find_var(w.name).value
     assert weights.shape == (64, 3, 7, 7) and weights.dtype == np.float32
     assert abs(weights.std() / std - 1) < 0.03 and abs(weights.mean()) < 0.03 * std
@@ -81,7 +89,9 @@ def test_batch_norm_parameters_state_and_activation(progs):
         assert not isinstance(state, rf.Parameter) and state.persistable and state.stop_gradient
     assert bn.output("MeanOut") == [mean.name] and bn.output("VarianceOut") == [variance.name]
     assert all(v.shape == (5,) for v in (scale, bias, mean, variance))
-    assert bn.attrs["is_test"] is False and bn.attrs["momentum"] == 0.9 and bn.attrs["epsilon"] == 1e-5
+    assert (
+        bn.attrs["is_test"] is False and bn.attrs["momentum"] == 0.9 and bn.attrs["epsilon"] == 1e-5
+    )
     assert y.shape == (-1, 5, 4, 4)
     run_startup(startup)
     for var, fill in ((scale, 1.0), (bias, 0.0), (mean, 0.0), (variance, 1.0)):
@@ -108,9 +118,18 @@ def test_fc_is_mul_plus_bias_plus_act_with_a_xavier_weight(progs):
     y = layers.fc(x, size=10, act="softmax")
     assert types(main) == ["mul", "elementwise_add", "softmax"]
     mul, add, _ = main.global_block().ops
-    assert mul.attrs["x_num_col_dims"] == 1 and mul.attrs["y_num_col_dims"] == 1 and add.attrs["axis"] == 1
+    assert (
+        mul.attrs["x_num_col_dims"] == 1
+        and mul.attrs["y_num_col_dims"] == 1
+        and add.attrs["axis"] == 1
+    )
     w, b = main.global_block().all_parameters()
-    assert w.shape == (64, 10) and b.shape == (10,) and mul.input("Y") == [w.name] and add.input("Y") == [b.name]
+    assert (
+        w.shape == (64, 10)
+        and b.shape == (10,)
+        and mul.input("Y") == [w.name]
+        and add.input("Y") == [b.name]
+    )
     assert y.shape == (-1, 10)
     limit = math.sqrt(6.0 / (64 + 10))
     init_w, init_b = startup.global_block().ops
@@ -155,9 +174,13 @@ def test_cross_entropy_mean_and_accuracy_against_numpy(progs):
     assert loss.shape == (1,) and acc.shape == (1,)
     p = np.array([[0.1, 0.2, 0.3, 0.4], [0.7, 0.1, 0.1, 0.1], [0.25, 0.25, 0.4, 0.1]], np.float32)
     lab = np.array([[3], [3], [0]], np.int64)
-    got_loss, got_acc = rf.Executor(rf.CPUPlace()).run(main, feed={"p": p, "label": lab}, fetch_list=[loss, acc])
+    got_loss, got_acc = rf.Executor(rf.CPUPlace()).run(
+        main, feed={"p": p, "label": lab}, fetch_list=[loss, acc]
+    )
     np.testing.assert_allclose(got_loss, [-np.log(p[[0, 1, 2], [3, 3, 0]]).mean()], rtol=1e-6)
-    np.testing.assert_allclose(got_acc, [2 / 3])  # rows 0 and 2 have their label in the top 2, row 1 not
+    np.testing.assert_allclose(
+        got_acc, [2 / 3]
+    )  # rows 0 and 2 have their label in the top 2, row 1 not
 
 
 def test_small_layers_compute_what_they_say(progs):
@@ -171,7 +194,9 @@ def test_small_layers_compute_what_they_say(progs):
     r = layers.relu(layers.elementwise_add(x, y))
     xs = np.array([[1.0, -2.0, 3.5]], np.float32)
     ys = np.array([[2.0, 4.0, -0.5]], np.float32)
-    outs = rf.Executor(rf.CPUPlace()).run(main, feed={"x": xs, "y": ys}, fetch_list=[total, ratio, ints, ones, r])
+    outs = rf.Executor(rf.CPUPlace()).run(
+        main, feed={"x": xs, "y": ys}, fetch_list=[total, ratio, ints, ones, r]
+    )
     np.testing.assert_allclose(outs[0], 2 * xs + ys)
     np.testing.assert_allclose(outs[1], xs / ys)
     assert outs[2].dtype == np.int32 and outs[2].tolist() == [[1, -2, 3]]
@@ -185,7 +210,9 @@ def test_names_are_unique_and_repeatable():
         with rf.unique_name_guard(), rf.program_guard(main, startup):
             x = layers.data("x", [2, 8, 8])
             layers.conv2d(layers.conv2d(x, 4, 3), 4, 3)
-        return list(main.global_block().vars), [tuple(op.attrs.items()) for op in startup.global_block().ops]
+        return list(main.global_block().vars), [
+            tuple(op.attrs.items()) for op in startup.global_block().ops
+        ]
 
     names, inits = build()
     assert len(names) == len(set(names))

@@ -50,7 +50,9 @@ def test_gradient_reads_out_not_x():
 
 
 def test_gradient_shape_mismatch():
-    with pytest.raises(rf.OpError, match=r"relu_grad: Out@GRAD must have Out's shape \[2, 3\], given \[3, 2\]"):
+    with pytest.raises(
+        rf.OpError, match=r"relu_grad: Out@GRAD must have Out's shape \[2, 3\], given \[3, 2\]"
+    ):
         run("relu_grad", {"Out": np.ones((2, 3)), "Out@GRAD": np.ones((3, 2))})
 
 
@@ -60,7 +62,10 @@ def test_infer_shape_and_cost():
     assert grad.infer_shape({"Out": [(-1, 8)], "Out@GRAD": [(-1, 8)]}, {}) == {"X@GRAD": [(-1, 8)]}
     n = 8 * 64 * 56 * 56
     assert relu.cost({"X": [(8, 64, 56, 56)]}, {}, 4) == (float(n), 8.0 * n)
-    assert grad.cost({"Out": [(8, 64, 56, 56)], "Out@GRAD": [(8, 64, 56, 56)]}, {}, 4) == (float(n), 12.0 * n)
+    assert grad.cost({"Out": [(8, 64, 56, 56)], "Out@GRAD": [(8, 64, 56, 56)]}, {}, 4) == (
+        float(n),
+        12.0 * n,
+    )
 
 
 @requires_gpu
@@ -70,5 +75,7 @@ def test_gpu_matches_cpu():
     place = rf.CUDAPlace(0)
     out = run("relu", {"X": x}, place=place)["Out"]
     np.testing.assert_array_equal(out, run("relu", {"X": x})["Out"])
-    np.testing.assert_array_equal(run("relu_grad", {"Out": out, "Out@GRAD": dout}, place=place)["X@GRAD"],
-                                  run("relu_grad", {"Out": out, "Out@GRAD": dout})["X@GRAD"])
+    np.testing.assert_array_equal(
+        run("relu_grad", {"Out": out, "Out@GRAD": dout}, place=place)["X@GRAD"],
+        run("relu_grad", {"Out": out, "Out@GRAD": dout})["X@GRAD"],
+    )

@@ -14,7 +14,9 @@ EPS = 1e-5
 
 
 def ref_batch_norm(x, scale, bias, mean, var, momentum=0.9, epsilon=EPS, is_test=False):
-    """Textbook batch normalisation in float64: (Y, new running mean, new running var, batch mean, 1/std)."""
+    """Textbook batch normalisation in float64.
+
+    Returns (Y, new running mean, new running var, batch mean, 1/std)."""
     x = x.astype(np.float64)
     axes = (0,) + tuple(range(2, x.ndim))
     bshape = (1, -1) + (1,) * (x.ndim - 2)
@@ -27,7 +29,13 @@ def ref_batch_norm(x, scale, bias, mean, var, momentum=0.9, epsilon=EPS, is_test
     y = (x - mu.reshape(bshape)) * (inv_std * scale).reshape(bshape) + bias.reshape(bshape)
     if is_test:
         return y, mean, var, mu, inv_std
-    return y, mean * momentum + mu * (1 - momentum), var * momentum + v * (1 - momentum), mu, inv_std
+    return (
+        y,
+        mean * momentum + mu * (1 - momentum),
+        var * momentum + v * (1 - momentum),
+        mu,
+        inv_std,
+    )
 
 
 def bn_inputs(shape, dtype=np.float64, seed=0):
@@ -69,7 +77,9 @@ def test_running_statistics_are_updated_in_place():
     x_before = ins["X"].copy()
     mean0, var0 = ins["Mean"].copy(), ins["Variance"].copy()
     outs = rf.run_op("batch_norm", ins, {"momentum": 0.7})
-    _, want_mean, want_var, _, _ = ref_batch_norm(ins["X"], ins["Scale"], ins["Bias"], mean0, var0, momentum=0.7)
+    _, want_mean, want_var, _, _ = ref_batch_norm(
+        ins["X"], ins["Scale"], ins["Bias"], mean0, var0, momentum=0.7
+    )
     assert outs["MeanOut"] is ins["Mean"]
     assert outs["VarianceOut"] is ins["Variance"]
     np.testing.assert_allclose(ins["Mean"], want_mean, rtol=1e-5, atol=1e-6)
@@ -117,8 +127,14 @@ def test_variance_is_two_pass_accurate_for_a_large_mean_in_float32():
 
 @pytest.mark.parametrize("shape", [(2, 3, 3, 4), (5, 3)])
 def test_gradient(shape):
-    check_grad("batch_norm", bn_inputs(shape, seed=5), {"epsilon": 1e-3}, wrt=["X", "Scale", "Bias"],
-               rtol=1e-5, atol=1e-7)
+    check_grad(
+        "batch_norm",
+        bn_inputs(shape, seed=5),
+        {"epsilon": 1e-3},
+        wrt=["X", "Scale", "Bias"],
+        rtol=1e-5,
+        atol=1e-7,
+    )
 
 
 def test_gradient_outputs_dtype_and_values_in_float32():
@@ -128,11 +144,21 @@ def test_gradient_outputs_dtype_and_values_in_float32():
     grads = {}
     for name, ins, g in (("64", ins64, dy), ("32", ins32, dy.astype(np.float32))):
         fwd = run("batch_norm", ins)
-        grads[name] = run("batch_norm_grad", {"X": ins["X"], "Scale": ins["Scale"], "SavedMean": fwd["SavedMean"],
-                                              "SavedVariance": fwd["SavedVariance"], "Y@GRAD": g})
+        grads[name] = run(
+            "batch_norm_grad",
+            {
+                "X": ins["X"],
+                "Scale": ins["Scale"],
+                "SavedMean": fwd["SavedMean"],
+                "SavedVariance": fwd["SavedVariance"],
+                "Y@GRAD": g,
+            },
+        )
     for slot in ("X@GRAD", "Scale@GRAD", "Bias@GRAD"):
         assert grads["32"][slot].dtype == np.float32, slot
-        np.testing.assert_allclose(grads["32"][slot], grads["64"][slot], rtol=1e-4, atol=1e-4, err_msg=slot)
+        np.testing.assert_allclose(
+            grads["32"][slot], grads["64"][slot], rtol=1e-4, atol=1e-4, err_msg=slot
+        )
 
 
 def test_float32_forward_agrees_with_float64():
@@ -152,8 +178,11 @@ def test_gradient_op_keeps_only_what_backward_needs_and_shapes_chain():
         block.create_var(name=name, shape=shape)
     for name in ("y", "sm", "sv"):
         block.create_var(name=name)
-    op = block.append_op("batch_norm", {"X": "x", "Scale": "s", "Bias": "b", "Mean": "m", "Variance": "v"},
-                         {"Y": "y", "MeanOut": "m", "VarianceOut": "v", "SavedMean": "sm", "SavedVariance": "sv"})
+    op = block.append_op(
+        "batch_norm",
+        {"X": "x", "Scale": "s", "Bias": "b", "Mean": "m", "Variance": "v"},
+        {"Y": "y", "MeanOut": "m", "VarianceOut": "v", "SavedMean": "sm", "SavedVariance": "sv"},
+    )
     (spec,) = opdef.grad(op)
     assert spec.type == "batch_norm_grad"
     assert spec.inputs == {"X": ["x"], "Scale": ["s"], "SavedMean": ["sm"], "SavedVariance": ["sv"],
@@ -166,11 +195,24 @@ def test_gradient_op_keeps_only_what_backward_needs_and_shapes_chain():
 def test_infer_shape_and_cost():
     opdef = get_op_def("batch_norm")
     stats = [(64,)]
-    shapes = {"X": [(-1, 64, 56, 56)], "Scale": stats, "Bias": stats, "Mean": stats, "Variance": stats}
+    shapes = {
+        "X": [(-1, 64, 56, 56)],
+        "Scale": stats,
+        "Bias": stats,
+        "Mean": stats,
+        "Variance": stats,
+    }
     out = opdef.infer_shape(shapes, opdef.complete_attrs({}))
-    assert out == {"Y": [(-1, 64, 56, 56)], "MeanOut": stats, "VarianceOut": stats, "SavedMean": stats,
-                   "SavedVariance": stats}
-    with pytest.raises(rf.OpError, match=r"batch_norm: Scale must have shape \[64\] \(X's channels\), given \[32\]"):
+    assert out == {
+        "Y": [(-1, 64, 56, 56)],
+        "MeanOut": stats,
+        "VarianceOut": stats,
+        "SavedMean": stats,
+        "SavedVariance": stats,
+    }
+    with pytest.raises(
+        rf.OpError, match=r"batch_norm: Scale must have shape \[64\] \(X's channels\), given \[32\]"
+    ):
         opdef.infer_shape({**shapes, "Scale": [(32,)]}, opdef.complete_attrs({}))
     n, batch8 = 8 * 64 * 56 * 56, {**shapes, "X": [(8, 64, 56, 56)]}
     assert opdef.cost(batch8, opdef.complete_attrs({}), 4) == (6.0 * n, (2 * n + 8 * 64) * 4.0)
@@ -186,21 +228,43 @@ def test_infer_shape_and_cost():
 
 def test_bad_inputs_and_attributes():
     ins = bn_inputs((2, 3, 4, 4), np.float32)
-    with pytest.raises(rf.OpError, match=r"batch_norm: X must be 4-D NCHW or 2-D \[N, C\], given shape \[2, 3, 4\]"):
+    with pytest.raises(
+        rf.OpError, match=r"batch_norm: X must be 4-D NCHW or 2-D \[N, C\], given shape \[2, 3, 4\]"
+    ):
         run("batch_norm", {**ins, "X": ins["X"][..., 0]})
-    with pytest.raises(rf.OpError, match=r"batch_norm: Variance must have shape \[3\] \(X's channels\), given \[4\]"):
+    with pytest.raises(
+        rf.OpError,
+        match=r"batch_norm: Variance must have shape \[3\] \(X's channels\), given \[4\]",
+    ):
         run("batch_norm", {**ins, "Variance": np.ones(4, np.float32)})
-    with pytest.raises(rf.OpError, match=r"batch_norm: attribute 'momentum' expects a value in \[0, 1\], given 1.5"):
+    with pytest.raises(
+        rf.OpError, match=r"batch_norm: attribute 'momentum' expects a value in \[0, 1\], given 1.5"
+    ):
         run("batch_norm", ins, {"momentum": 1.5})
-    with pytest.raises(rf.OpError, match=r"batch_norm: attribute 'epsilon' expects a positive value, given 0.0"):
+    with pytest.raises(
+        rf.OpError, match=r"batch_norm: attribute 'epsilon' expects a positive value, given 0.0"
+    ):
         run("batch_norm", ins, {"epsilon": 0.0})
-    with pytest.raises(rf.OpError, match=r"batch_norm: attribute 'is_test' expects a bool, given 'yes'"):
+    with pytest.raises(
+        rf.OpError, match=r"batch_norm: attribute 'is_test' expects a bool, given 'yes'"
+    ):
         run("batch_norm", ins, {"is_test": "yes"})
     fwd = run("batch_norm", ins)
-    with pytest.raises(rf.OpError, match=r"batch_norm_grad: Y@GRAD must have X's shape \[2, 3, 4, 4\], "
-                                         r"given \[2, 3, 4, 5\]"):
-        run("batch_norm_grad", {"X": ins["X"], "Scale": ins["Scale"], "SavedMean": fwd["SavedMean"],
-                                "SavedVariance": fwd["SavedVariance"], "Y@GRAD": np.ones((2, 3, 4, 5), np.float32)})
+    with pytest.raises(
+        rf.OpError,
+        match=r"batch_norm_grad: Y@GRAD must have X's shape \[2, 3, 4, 4\], "
+        r"given \[2, 3, 4, 5\]",
+    ):
+        run(
+            "batch_norm_grad",
+            {
+                "X": ins["X"],
+                "Scale": ins["Scale"],
+                "SavedMean": fwd["SavedMean"],
+                "SavedVariance": fwd["SavedVariance"],
+                "Y@GRAD": np.ones((2, 3, 4, 5), np.float32),
+            },
+        )
 
 
 @requires_gpu
@@ -212,7 +276,9 @@ def test_gpu_forward_backward_and_in_place_match_cpu():
     cpu = run("batch_norm", ins)
     assert outs["MeanOut"] is dev["Mean"] and outs["VarianceOut"] is dev["Variance"]
     for slot in ("Y", "MeanOut", "VarianceOut", "SavedMean", "SavedVariance"):
-        np.testing.assert_allclose(to_host(outs[slot]), cpu[slot], rtol=1e-5, atol=1e-5, err_msg=slot)
+        np.testing.assert_allclose(
+            to_host(outs[slot]), cpu[slot], rtol=1e-5, atol=1e-5, err_msg=slot
+        )
     dy = np.random.default_rng(10).standard_normal(ins["X"].shape).astype(np.float32)
     g_in = {"X": ins["X"], "Scale": ins["Scale"], "SavedMean": cpu["SavedMean"],
             "SavedVariance": cpu["SavedVariance"], "Y@GRAD": dy}

@@ -31,8 +31,22 @@ def inputs(xs, ys, seed=0):
 @pytest.mark.parametrize("xs, ys, axis, yb", BROADCASTS)
 def test_add_and_div_forward(xs, ys, axis, yb):
     x, y = inputs(xs, ys)
-    check_output("elementwise_add", {"X": x, "Y": y}, {"axis": axis}, {"Out": x + y.reshape(yb)}, rtol=0, atol=0)
-    check_output("elementwise_div", {"X": x, "Y": y}, {"axis": axis}, {"Out": x / y.reshape(yb)}, rtol=1e-15, atol=0)
+    check_output(
+        "elementwise_add",
+        {"X": x, "Y": y},
+        {"axis": axis},
+        {"Out": x + y.reshape(yb)},
+        rtol=0,
+        atol=0,
+    )
+    check_output(
+        "elementwise_div",
+        {"X": x, "Y": y},
+        {"axis": axis},
+        {"Out": x / y.reshape(yb)},
+        rtol=1e-15,
+        atol=0,
+    )
 
 
 @pytest.mark.parametrize("op", ["elementwise_add", "elementwise_div"])
@@ -53,7 +67,9 @@ def test_y_gradient_sums_the_broadcast_dims(xs, ys, axis, yb):
     out = x / y.reshape(yb)
     div = run("elementwise_div_grad", {"Y": y, "Out": out, "Out@GRAD": dout}, {"axis": axis})
     np.testing.assert_allclose(div["X@GRAD"], dout / y.reshape(yb), rtol=1e-12)
-    np.testing.assert_allclose(div["Y@GRAD"], (-dout * x / y.reshape(yb) ** 2).sum(axis=dims).reshape(ys), rtol=1e-10)
+    np.testing.assert_allclose(
+        div["Y@GRAD"], (-dout * x / y.reshape(yb) ** 2).sum(axis=dims).reshape(ys), rtol=1e-10
+    )
 
 
 def test_add_x_gradient_is_out_gradient_itself():
@@ -67,7 +83,9 @@ def test_float32_agrees_with_float64(op):
     x, y = inputs((4, 8, 5, 5), (8,), seed=4)
     out32 = run(op, {"X": x.astype(np.float32), "Y": y.astype(np.float32)}, {"axis": 1})["Out"]
     assert out32.dtype == np.float32
-    np.testing.assert_allclose(out32, run(op, {"X": x, "Y": y}, {"axis": 1})["Out"], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(
+        out32, run(op, {"X": x, "Y": y}, {"axis": 1})["Out"], rtol=1e-6, atol=1e-7
+    )
     dout = np.random.default_rng(5).standard_normal(x.shape)
     grad_ins = {"Y": y, "Out": run(op, {"X": x, "Y": y}, {"axis": 1})["Out"], "Out@GRAD": dout}
     if op == "elementwise_add":
@@ -96,15 +114,23 @@ def test_bad_axes_are_named(op, xs, ys, axis, start):
 
 def test_infer_shape_and_cost():
     add = get_op_def("elementwise_add")
-    assert add.infer_shape({"X": [(-1, 64, 56, 56)], "Y": [(64,)]}, {"axis": 1}) == {"Out": [(-1, 64, 56, 56)]}
+    assert add.infer_shape({"X": [(-1, 64, 56, 56)], "Y": [(64,)]}, {"axis": 1}) == {
+        "Out": [(-1, 64, 56, 56)]
+    }
     assert add.infer_shape({"X": [(-1, 10)], "Y": [(-1, 10)]}, {"axis": -1}) == {"Out": [(-1, 10)]}
     with pytest.raises(rf.OpError, match=r"Y's shape \[10\] must equal X's dims from axis 1"):
         add.infer_shape({"X": [(-1, 64, 56, 56)], "Y": [(10,)]}, {"axis": 1})
     for grad in ("elementwise_add_grad", "elementwise_div_grad"):
         shapes = {"Y": [(64,)], "Out": [(-1, 64, 56, 56)], "Out@GRAD": [(-1, 64, 56, 56)]}
-        assert get_op_def(grad).infer_shape(shapes, {"axis": 1}) == {"X@GRAD": [(-1, 64, 56, 56)], "Y@GRAD": [(64,)]}
+        assert get_op_def(grad).infer_shape(shapes, {"axis": 1}) == {
+            "X@GRAD": [(-1, 64, 56, 56)],
+            "Y@GRAD": [(64,)],
+        }
     n = 8 * 64 * 56 * 56
-    assert add.cost({"X": [(8, 64, 56, 56)], "Y": [(64,)]}, {"axis": 1}, 4) == (float(n), 4.0 * (2 * n + 64))
+    assert add.cost({"X": [(8, 64, 56, 56)], "Y": [(64,)]}, {"axis": 1}, 4) == (
+        float(n),
+        4.0 * (2 * n + 64),
+    )
 
 
 @requires_gpu

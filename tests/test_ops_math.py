@@ -13,7 +13,9 @@ from tests.op_test import check_grad, check_output, requires_gpu, run
 @pytest.mark.parametrize("shape", [(5,), (3, 4), (2, 3, 4, 5)])
 def test_mean_forward(shape):
     x = np.random.default_rng(0).standard_normal(shape)
-    check_output("mean", {"X": x}, None, {"Out": np.array([np.sum(x) / x.size])}, rtol=1e-12, atol=1e-15)
+    check_output(
+        "mean", {"X": x}, None, {"Out": np.array([np.sum(x) / x.size])}, rtol=1e-12, atol=1e-15
+    )
 
 
 def test_mean_gradient():
@@ -60,15 +62,20 @@ def test_sum_leaves_its_inputs_untouched():
 def test_sum_shape_mismatch():
     with pytest.raises(rf.OpError, match=r"sum: every X must have shape \[2, 3\], given \[3, 2\]"):
         run("sum", {"X": [np.ones((2, 3)), np.ones((2, 3)), np.ones((3, 2))]})
-    with pytest.raises(rf.OpError, match=r"sum: input slot 'X' is duplicable and takes a list of arrays, "
-                                         r"given ndarray"):
+    with pytest.raises(
+        rf.OpError,
+        match=r"sum: input slot 'X' is duplicable and takes a list of arrays, "
+        r"given ndarray",
+    ):
         rf.run_op("sum", {"X": np.ones(3)})
 
 
 def test_infer_shape_and_cost():
     mean, sum_ = get_op_def("mean"), get_op_def("sum")
     assert mean.infer_shape({"X": [(-1, 1)]}, {}) == {"Out": [(1,)]}
-    assert get_op_def("mean_grad").infer_shape({"X": [(-1, 1)], "Out@GRAD": [(1,)]}, {}) == {"X@GRAD": [(-1, 1)]}
+    assert get_op_def("mean_grad").infer_shape({"X": [(-1, 1)], "Out@GRAD": [(1,)]}, {}) == {
+        "X@GRAD": [(-1, 1)]
+    }
     assert sum_.infer_shape({"X": [(-1, 8), (-1, 8), (-1, 8)]}, {}) == {"Out": [(-1, 8)]}
     assert mean.cost({"X": [(32, 1)]}, {}, 4) == (32.0, 128.0)
     assert sum_.cost({"X": [(4, 8)] * 3}, {}, 4) == (64.0, 512.0)
@@ -78,6 +85,8 @@ def test_infer_shape_and_cost():
 def test_gpu_matches_cpu():
     x = np.random.default_rng(3).standard_normal((16, 8)).astype(np.float32)
     place = rf.CUDAPlace(0)
-    np.testing.assert_allclose(run("mean", {"X": x}, place=place)["Out"], run("mean", {"X": x})["Out"], rtol=1e-6)
+    np.testing.assert_allclose(
+        run("mean", {"X": x}, place=place)["Out"], run("mean", {"X": x})["Out"], rtol=1e-6
+    )
     xs = [x, 2 * x, 3 * x]
     np.testing.assert_allclose(run("sum", {"X": xs}, place=place)["Out"], 6 * x, rtol=1e-6)

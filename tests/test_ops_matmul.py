@@ -45,7 +45,11 @@ def test_gradient(xs, ys, xn, yn):
 
 def test_float32_agrees_with_float64():
     rng = np.random.default_rng(2)
-    x, y, dout = rng.standard_normal((8, 2048)), rng.standard_normal((2048, 102)), rng.standard_normal((8, 102))
+    x, y, dout = (
+        rng.standard_normal((8, 2048)),
+        rng.standard_normal((2048, 102)),
+        rng.standard_normal((8, 102)),
+    )
     x32, y32, d32 = x.astype(np.float32), y.astype(np.float32), dout.astype(np.float32)
     out32 = run("mul", {"X": x32, "Y": y32})["Out"]
     assert out32.dtype == np.float32
@@ -67,33 +71,53 @@ def test_gradient_values_by_hand():
 
 def test_mismatched_dims_are_named():
     x, y = np.ones((2, 3, 4)), np.ones((10, 5))
-    with pytest.raises(rf.OpError, match=r"mul: X flattened to \[2, 12\] and Y flattened to \[10, 5\] do not "
-                                         r"multiply: X's columns \(12\) must equal Y's rows \(10\) \(X shape "
-                                         r"\[2, 3, 4\], Y shape \[10, 5\], x_num_col_dims=1, y_num_col_dims=1\)"):
+    with pytest.raises(
+        rf.OpError,
+        match=r"mul: X flattened to \[2, 12\] and Y flattened to \[10, 5\] do not "
+        r"multiply: X's columns \(12\) must equal Y's rows \(10\) \(X shape "
+        r"\[2, 3, 4\], Y shape \[10, 5\], x_num_col_dims=1, y_num_col_dims=1\)",
+    ):
         run("mul", {"X": x, "Y": y})
-    with pytest.raises(rf.OpError, match=r"mul: attribute 'x_num_col_dims' must be in \[1, 2\] for X of shape "
-                                         r"\[2, 3, 4\], given 3"):
+    with pytest.raises(
+        rf.OpError,
+        match=r"mul: attribute 'x_num_col_dims' must be in \[1, 2\] for X of shape "
+        r"\[2, 3, 4\], given 3",
+    ):
         run("mul", {"X": x, "Y": y}, {"x_num_col_dims": 3})
-    with pytest.raises(rf.OpError, match=r"mul: attribute 'y_num_col_dims' expects an int >= 1, given 0"):
+    with pytest.raises(
+        rf.OpError, match=r"mul: attribute 'y_num_col_dims' expects an int >= 1, given 0"
+    ):
         run("mul", {"X": x, "Y": y}, {"y_num_col_dims": 0})
-    with pytest.raises(rf.OpError, match=r"mul_grad: Out@GRAD must have Out's shape \[2, 5\], given \[5, 2\]"):
+    with pytest.raises(
+        rf.OpError, match=r"mul_grad: Out@GRAD must have Out's shape \[2, 5\], given \[5, 2\]"
+    ):
         run("mul_grad", {"X": np.ones((2, 4)), "Y": np.ones((4, 5)), "Out@GRAD": np.ones((5, 2))})
 
 
 def test_infer_shape_and_cost():
     mul, grad = get_op_def("mul"), get_op_def("mul_grad")
     attrs = mul.complete_attrs({})
-    assert mul.infer_shape({"X": [(-1, 2048, 1, 1)], "Y": [(2048, 102)]}, attrs) == {"Out": [(-1, 102)]}
-    assert mul.infer_shape({"X": [(-1, 3, 4)], "Y": [(4, 5)]}, mul.complete_attrs({"x_num_col_dims": 2})) == {
-        "Out": [(-1, 3, 5)]}
-    with pytest.raises(rf.OpError, match=r"mul: X of shape \[-1, 2048\] flattened at x_num_col_dims=1 has 2048 "
-                                         r"columns, but Y of shape \[1024, 10\] flattened at y_num_col_dims=1 "
-                                         r"has 1024 rows"):
+    assert mul.infer_shape({"X": [(-1, 2048, 1, 1)], "Y": [(2048, 102)]}, attrs) == {
+        "Out": [(-1, 102)]
+    }
+    assert mul.infer_shape(
+        {"X": [(-1, 3, 4)], "Y": [(4, 5)]}, mul.complete_attrs({"x_num_col_dims": 2})
+    ) == {"Out": [(-1, 3, 5)]}
+    with pytest.raises(
+        rf.OpError,
+        match=r"mul: X of shape \[-1, 2048\] flattened at x_num_col_dims=1 has 2048 "
+        r"columns, but Y of shape \[1024, 10\] flattened at y_num_col_dims=1 "
+        r"has 1024 rows",
+    ):
         mul.infer_shape({"X": [(-1, 2048)], "Y": [(1024, 10)]}, attrs)
-    assert grad.infer_shape({"X": [(-1, 2048)], "Y": [(2048, 102)], "Out@GRAD": [(-1, 102)]}, attrs) == {
-        "X@GRAD": [(-1, 2048)], "Y@GRAD": [(2048, 102)]}
+    assert grad.infer_shape(
+        {"X": [(-1, 2048)], "Y": [(2048, 102)], "Out@GRAD": [(-1, 102)]}, attrs
+    ) == {"X@GRAD": [(-1, 2048)], "Y@GRAD": [(2048, 102)]}
     shapes = {"X": [(32, 2048)], "Y": [(2048, 102)]}
-    assert mul.cost(shapes, attrs, 4) == (2.0 * 32 * 2048 * 102, 4.0 * (32 * 2048 + 2048 * 102 + 32 * 102))
+    assert mul.cost(shapes, attrs, 4) == (
+        2.0 * 32 * 2048 * 102,
+        4.0 * (32 * 2048 + 2048 * 102 + 32 * 102),
+    )
     assert grad.cost(shapes, attrs, 4) == (4.0 * 32 * 2048 * 102,
                                            4.0 * (2 * (32 * 2048 + 2048 * 102) + 32 * 102))
 
@@ -101,11 +125,18 @@ def test_infer_shape_and_cost():
 @requires_gpu
 def test_gpu_matches_cpu():
     rng = np.random.default_rng(3)
-    x, y = rng.standard_normal((8, 64, 1, 1)).astype(np.float32), rng.standard_normal((64, 10)).astype(np.float32)
+    x, y = (
+        rng.standard_normal((8, 64, 1, 1)).astype(np.float32),
+        rng.standard_normal((64, 10)).astype(np.float32),
+    )
     dout = rng.standard_normal((8, 10)).astype(np.float32)
     place = rf.CUDAPlace(0)
-    np.testing.assert_allclose(run("mul", {"X": x, "Y": y}, place=place)["Out"], run("mul", {"X": x, "Y": y})["Out"],
-                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        run("mul", {"X": x, "Y": y}, place=place)["Out"],
+        run("mul", {"X": x, "Y": y})["Out"],
+        rtol=1e-4,
+        atol=1e-5,
+    )
     g_gpu = run("mul_grad", {"X": x, "Y": y, "Out@GRAD": dout}, place=place)
     g_cpu = run("mul_grad", {"X": x, "Y": y, "Out@GRAD": dout})
     for slot in ("X@GRAD", "Y@GRAD"):

@@ -13,14 +13,24 @@ from tests.op_test import requires_gpu
 
 def momentum_inputs(shape=(3, 4), dtype=np.float32, seed=0):
     rng = np.random.default_rng(seed)
-    return {"Param": rng.standard_normal(shape).astype(dtype), "Grad": rng.standard_normal(shape).astype(dtype),
-            "Velocity": rng.standard_normal(shape).astype(dtype), "LearningRate": np.array([0.1], dtype)}
+    return {
+        "Param": rng.standard_normal(shape).astype(dtype),
+        "Grad": rng.standard_normal(shape).astype(dtype),
+        "Velocity": rng.standard_normal(shape).astype(dtype),
+        "LearningRate": np.array([0.1], dtype),
+    }
 
 
 def test_plain_step_by_hand_in_place():
-    p, g, v = np.array([1.0, -2.0], np.float32), np.array([0.5, 1.0], np.float32), np.array([2.0, 0.0], np.float32)
+    p, g, v = (
+        np.array([1.0, -2.0], np.float32),
+        np.array([0.5, 1.0], np.float32),
+        np.array([2.0, 0.0], np.float32),
+    )
     lr = np.array([0.1], np.float32)
-    outs = rf.run_op("momentum", {"Param": p, "Grad": g, "Velocity": v, "LearningRate": lr}, {"mu": 0.9})
+    outs = rf.run_op(
+        "momentum", {"Param": p, "Grad": g, "Velocity": v, "LearningRate": lr}, {"mu": 0.9}
+    )
     # v = 0.9 * [2, 0] + [0.5, 1] = [2.3, 1.0]; p = [1, -2] - 0.1 * v = [0.77, -2.1]
     assert outs["ParamOut"] is p and outs["VelocityOut"] is v
     np.testing.assert_allclose(v, [2.3, 1.0], rtol=1e-6)
@@ -29,7 +39,11 @@ def test_plain_step_by_hand_in_place():
 
 
 def test_nesterov_step_by_hand_in_place():
-    p, g, v = np.array([1.0, -2.0], np.float32), np.array([0.5, 1.0], np.float32), np.array([2.0, 0.0], np.float32)
+    p, g, v = (
+        np.array([1.0, -2.0], np.float32),
+        np.array([0.5, 1.0], np.float32),
+        np.array([2.0, 0.0], np.float32),
+    )
     lr = np.array([0.1], np.float32)
     outs = rf.run_op("momentum", {"Param": p, "Grad": g, "Velocity": v, "LearningRate": lr},
                      {"mu": 0.9, "use_nesterov": True})
@@ -74,31 +88,57 @@ def test_bad_inputs_and_attributes():
     ins = momentum_inputs()
     with pytest.raises(rf.OpError, match=r"momentum: attribute 'mu' is required and was not given"):
         rf.run_op("momentum", ins)
-    with pytest.raises(rf.OpError, match=r"momentum: attribute 'mu' expects a number >= 0, given -0.5"):
+    with pytest.raises(
+        rf.OpError, match=r"momentum: attribute 'mu' expects a number >= 0, given -0.5"
+    ):
         rf.run_op("momentum", ins, {"mu": -0.5})
-    with pytest.raises(rf.OpError, match=r"momentum: attribute 'mu' expects a number >= 0, given 'fast'"):
+    with pytest.raises(
+        rf.OpError, match=r"momentum: attribute 'mu' expects a number >= 0, given 'fast'"
+    ):
         rf.run_op("momentum", ins, {"mu": "fast"})
-    with pytest.raises(rf.OpError, match=r"momentum: Grad must have Param's shape \[3, 4\], given \[4, 3\]"):
+    with pytest.raises(
+        rf.OpError, match=r"momentum: Grad must have Param's shape \[3, 4\], given \[4, 3\]"
+    ):
         rf.run_op("momentum", {**ins, "Grad": np.ones((4, 3), np.float32)}, {"mu": 0.9})
-    with pytest.raises(rf.OpError, match=r"momentum: Velocity must have Param's shape \[3, 4\], given \[3\]"):
+    with pytest.raises(
+        rf.OpError, match=r"momentum: Velocity must have Param's shape \[3, 4\], given \[3\]"
+    ):
         rf.run_op("momentum", {**ins, "Velocity": np.ones(3, np.float32)}, {"mu": 0.9})
-    with pytest.raises(rf.OpError, match=r"momentum: Velocity must have Param's dtype float32, given float64"):
+    with pytest.raises(
+        rf.OpError, match=r"momentum: Velocity must have Param's dtype float32, given float64"
+    ):
         rf.run_op("momentum", {**ins, "Velocity": np.ones((3, 4))}, {"mu": 0.9})
-    with pytest.raises(rf.OpError, match=r"momentum: LearningRate must hold one value \(shape \[1\]\), "
-                                         r"given shape \[2\]"):
+    with pytest.raises(
+        rf.OpError,
+        match=r"momentum: LearningRate must hold one value \(shape \[1\]\), "
+        r"given shape \[2\]",
+    ):
         rf.run_op("momentum", {**ins, "LearningRate": np.ones(2, np.float32)}, {"mu": 0.9})
 
 
 def test_infer_shape_and_cost():
     op = get_op_def("momentum")
-    shapes = {"Param": [(64, 3, 7, 7)], "Grad": [(64, 3, 7, 7)], "Velocity": [(64, 3, 7, 7)], "LearningRate": [(1,)]}
+    shapes = {
+        "Param": [(64, 3, 7, 7)],
+        "Grad": [(64, 3, 7, 7)],
+        "Velocity": [(64, 3, 7, 7)],
+        "LearningRate": [(1,)],
+    }
     attrs = op.complete_attrs({"mu": 0.9})
-    assert op.infer_shape(shapes, attrs) == {"ParamOut": [(64, 3, 7, 7)], "VelocityOut": [(64, 3, 7, 7)]}
-    with pytest.raises(rf.OpError, match=r"momentum: Grad must have Param's shape \[64, 3, 7, 7\], given \[64\]"):
+    assert op.infer_shape(shapes, attrs) == {
+        "ParamOut": [(64, 3, 7, 7)],
+        "VelocityOut": [(64, 3, 7, 7)],
+    }
+    with pytest.raises(
+        rf.OpError, match=r"momentum: Grad must have Param's shape \[64, 3, 7, 7\], given \[64\]"
+    ):
         op.infer_shape({**shapes, "Grad": [(64,)]}, attrs)
     n = 64 * 3 * 7 * 7
     assert op.cost(shapes, attrs, 4) == (4.0 * n, 20.0 * n)
-    assert op.cost(shapes, op.complete_attrs({"mu": 0.9, "use_nesterov": True}), 4) == (6.0 * n, 20.0 * n)
+    assert op.cost(shapes, op.complete_attrs({"mu": 0.9, "use_nesterov": True}), 4) == (
+        6.0 * n,
+        20.0 * n,
+    )
 
 
 @requires_gpu
@@ -111,4 +151,6 @@ def test_gpu_in_place_matches_cpu():
         rf.run_op("momentum", ins, {"mu": 0.9, "use_nesterov": nesterov})
         assert outs["ParamOut"] is dev["Param"] and outs["VelocityOut"] is dev["Velocity"]
         np.testing.assert_allclose(cp.asnumpy(dev["Param"]), ins["Param"], rtol=1e-6, atol=1e-7)
-        np.testing.assert_allclose(cp.asnumpy(dev["Velocity"]), ins["Velocity"], rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(
+            cp.asnumpy(dev["Velocity"]), ins["Velocity"], rtol=1e-6, atol=1e-7
+        )

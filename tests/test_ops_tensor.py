@@ -1,4 +1,5 @@
-"""Creation and conversion ops: fill_constant, fill_zeros_like, cast, gaussian_random, uniform_random."""
+"""Creation and conversion ops: fill_constant, fill_zeros_like, cast, gaussian_random,
+uniform_random."""
 
 from __future__ import annotations
 
@@ -18,13 +19,21 @@ def test_fill_constant(dtype, value):
 
 
 def test_fill_constant_bad_attributes():
-    with pytest.raises(rf.OpError, match=r"fill_constant: attribute 'shape' is required and was not given"):
+    with pytest.raises(
+        rf.OpError, match=r"fill_constant: attribute 'shape' is required and was not given"
+    ):
         run("fill_constant", {})
-    with pytest.raises(rf.OpError, match=r"fill_constant: attribute 'shape' expects a list of ints each >= 1, "
-                                         r"given \[2, 0\]"):
+    with pytest.raises(
+        rf.OpError,
+        match=r"fill_constant: attribute 'shape' expects a list of ints each >= 1, "
+        r"given \[2, 0\]",
+    ):
         run("fill_constant", {}, {"shape": [2, 0]})
-    with pytest.raises(rf.OpError, match=r"fill_constant: attribute 'dtype' expects a numpy dtype name such as "
-                                         r"'float32', given 'floaty'"):
+    with pytest.raises(
+        rf.OpError,
+        match=r"fill_constant: attribute 'dtype' expects a numpy dtype name such as "
+        r"'float32', given 'floaty'",
+    ):
         run("fill_constant", {}, {"shape": [2], "dtype": "floaty"})
 
 
@@ -36,8 +45,10 @@ def test_fill_zeros_like(dtype):
     np.testing.assert_array_equal(out, np.zeros((2, 3)))
 
 
-@pytest.mark.parametrize("src, dst", [("float32", "int64"), ("int64", "float32"), ("float32", "float64"),
-                                      ("float64", "float32")])
+@pytest.mark.parametrize(
+    "src, dst",
+    [("float32", "int64"), ("int64", "float32"), ("float32", "float64"), ("float64", "float32")],
+)
 def test_cast(src, dst):
     x = np.array([[1.75, -2.5], [3.0, 0.25]]).astype(src)
     out = run("cast", {"X": x}, {"in_dtype": src, "out_dtype": dst})["Out"]
@@ -46,9 +57,13 @@ def test_cast(src, dst):
 
 
 def test_cast_in_dtype_mismatch():
-    with pytest.raises(rf.OpError, match=r"cast: attribute 'in_dtype' is float64, but X has dtype float32"):
+    with pytest.raises(
+        rf.OpError, match=r"cast: attribute 'in_dtype' is float64, but X has dtype float32"
+    ):
         run("cast", {"X": np.ones(2, np.float32)}, {"in_dtype": "float64", "out_dtype": "int64"})
-    with pytest.raises(rf.OpError, match=r"cast: attribute 'out_dtype' is required and was not given"):
+    with pytest.raises(
+        rf.OpError, match=r"cast: attribute 'out_dtype' is required and was not given"
+    ):
         run("cast", {"X": np.ones(2, np.float32)}, {"in_dtype": "float32"})
 
 
@@ -80,12 +95,19 @@ def test_uniform_random_seeded_moments_bounds_shape_dtype():
 
 
 def test_random_bad_attributes():
-    with pytest.raises(rf.OpError, match=r"uniform_random: attribute 'min' \(1.0\) must be below 'max' \(1.0\)"):
+    with pytest.raises(
+        rf.OpError, match=r"uniform_random: attribute 'min' \(1.0\) must be below 'max' \(1.0\)"
+    ):
         run("uniform_random", {}, {"shape": [2], "min": 1.0, "max": 1.0})
-    with pytest.raises(rf.OpError, match=r"gaussian_random: attribute 'shape' expects a list of ints each >= 1, "
-                                         r"given \[-1, 3\]"):
+    with pytest.raises(
+        rf.OpError,
+        match=r"gaussian_random: attribute 'shape' expects a list of ints each >= 1, "
+        r"given \[-1, 3\]",
+    ):
         run("gaussian_random", {}, {"shape": [-1, 3]})
-    with pytest.raises(rf.OpError, match=r"gaussian_random: attribute 'seed' expects an int, given 1.5"):
+    with pytest.raises(
+        rf.OpError, match=r"gaussian_random: attribute 'seed' expects an int, given 1.5"
+    ):
         run("gaussian_random", {}, {"shape": [2], "seed": 1.5})
 
 
@@ -100,12 +122,18 @@ def test_infer_shape():
 @requires_gpu
 def test_gpu_creation_ops():
     place = rf.CUDAPlace(0)
-    out = run("fill_constant", {}, {"shape": [3], "value": 2.0, "dtype": "int64"}, place=place)["Out"]
+    out = run("fill_constant", {}, {"shape": [3], "value": 2.0, "dtype": "int64"}, place=place)[
+        "Out"
+    ]
     np.testing.assert_array_equal(out, [2, 2, 2])
     attrs = {"shape": [1000], "seed": 5}
     a = run("gaussian_random", {}, attrs, place=place)["Out"]
     np.testing.assert_array_equal(a, run("gaussian_random", {}, attrs, place=place)["Out"])
     assert a.dtype == np.float32 and abs(a.mean()) < 0.2
-    c = run("cast", {"X": np.array([1.5, -2.5], np.float32)}, {"in_dtype": "float32", "out_dtype": "int64"},
-            place=place)["Out"]
+    c = run(
+        "cast",
+        {"X": np.array([1.5, -2.5], np.float32)},
+        {"in_dtype": "float32", "out_dtype": "int64"},
+        place=place,
+    )["Out"]
     np.testing.assert_array_equal(c, [1, -2])

@@ -17,7 +17,9 @@ def classifier():
         x = layers.data("x", [5], "float64")
         label = layers.data("label", [1], "int64")
         frozen = main.global_block().create_parameter("frozen", [5], "float64", trainable=False)
-        startup.global_block().create_var(name="frozen", shape=[5], dtype="float64", persistable=True)
+        startup.global_block().create_var(
+            name="frozen", shape=[5], dtype="float64", persistable=True
+        )
         startup.global_block().append_op("fill_constant", outputs={"Out": ["frozen"]},
                                          attrs={"shape": [5], "value": 0.5, "dtype": "float64"})
         probs = layers.fc(layers.elementwise_add(x, frozen), size=3, act="softmax")
@@ -29,7 +31,9 @@ def momentum_ops(main: rf.Program) -> list[rf.Operator]:
     return [op for op in main.global_block().ops if op.type == "momentum"]
 
 
-def test_minimize_adds_one_rate_one_velocity_and_one_momentum_op_per_trainable_parameter(classifier):
+def test_minimize_adds_one_rate_one_velocity_and_one_momentum_op_per_trainable_parameter(
+    classifier,
+):
     main, startup, loss = classifier
     ops, pairs = rf.optimizer.Momentum(learning_rate=0.1, momentum=0.9).minimize(loss)
     trainable = [p.name for p in main.global_block().all_parameters() if p.trainable]
@@ -39,11 +43,13 @@ def test_minimize_adds_one_rate_one_velocity_and_one_momentum_op_per_trainable_p
     assert len(rates) == 1
     rate = main.global_block().var(rates.pop())
     assert rate.persistable and rate.shape == (1,)
-    for op, (param, grad) in zip(ops, pairs):
+    for op, (param, grad) in zip(ops, pairs, strict=True):
         velocity = main.global_block().var(op.input("Velocity")[0])
         assert op.input("Param") == op.output("ParamOut") == [param.name]
         assert op.input("Grad") == [grad.name] and op.output("VelocityOut") == [velocity.name]
-        assert velocity.persistable and velocity.shape == param.shape and velocity.dtype == param.dtype
+        assert (
+            velocity.persistable and velocity.shape == param.shape and velocity.dtype == param.dtype
+        )
         assert op.attrs == {"mu": 0.9, "use_nesterov": False}
     inits = {op.output("Out")[0]: op for op in startup.global_block().ops}
     assert inits[rate.name].type == "fill_constant" and inits[rate.name].attrs["value"] == 0.1
@@ -67,10 +73,15 @@ def test_each_step_is_v_mu_plus_g_then_p_minus_lr_v(classifier):
         before = {p.name: scope.find_var(p.name).value.copy() for p, _ in pairs}
         out = exe.run(main, feed=feed, fetch_list=[loss] + [g for _, g in pairs])
         losses.append(out[0][0])
-        for (p, _), g in zip(pairs, out[1:]):
+        for (p, _), g in zip(pairs, out[1:], strict=True):
             velocity[p.name] = mu * velocity[p.name] + g
-            np.testing.assert_allclose(scope.find_var(p.name).value, before[p.name] - lr * velocity[p.name],
-                                       rtol=1e-12, atol=1e-15, err_msg=p.name)
+            np.testing.assert_allclose(
+                scope.find_var(p.name).value,
+                before[p.name] - lr * velocity[p.name],
+                rtol=1e-12,
+                atol=1e-15,
+                err_msg=p.name,
+            )
     assert losses[-1] < losses[0]
     np.testing.assert_array_equal(scope.find_var("frozen").value, np.full(5, 0.5))
 

@@ -60,7 +60,9 @@ def test_run_parts_stays_serial_when_off_small_not_numpy_or_nested(monkeypatch, 
     whole = [slice(0, 6)]
 
     def spans(**kw) -> list[slice]:
-        return _parallel.run_parts(lambda s: s, 6, kw.get("nbytes", 1), *kw.get("arrays", [np.zeros(1)]))
+        return _parallel.run_parts(
+            lambda s: s, 6, kw.get("nbytes", 1), *kw.get("arrays", [np.zeros(1)])
+        )
 
     _parallel.set_num_threads(1)
     assert spans() == whole
@@ -98,11 +100,15 @@ def test_thread_count_follows_the_environment(monkeypatch):
         assert _parallel.num_threads() == 3
         monkeypatch.delenv("OPPERF_NUM_THREADS")
         _parallel.set_num_threads(None)
-        usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        usable = (
+            len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        )
         assert _parallel.num_threads() == usable
         for bad in ("0", "two", "-1"):
             monkeypatch.setenv("OPPERF_NUM_THREADS", bad)
-            with pytest.raises(ValueError, match=f"OPPERF_NUM_THREADS expects an int >= 1.*given '{bad}'"):
+            with pytest.raises(
+                ValueError, match=f"OPPERF_NUM_THREADS expects an int >= 1.*given '{bad}'"
+            ):
                 _parallel.set_num_threads(None)
         with pytest.raises(ValueError, match="given 0"):
             _parallel.set_num_threads(0)
@@ -134,7 +140,9 @@ def test_elementwise_and_assign_match_numpy_on_odd_and_strided_arrays(split_all)
 
 def _blas_threads() -> list[int]:
     threadpoolctl = pytest.importorskip("threadpoolctl")
-    threads = [lib["num_threads"] for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas"]
+    threads = [
+        lib["num_threads"] for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas"
+    ]
     if not threads:
         pytest.skip("threadpoolctl finds no BLAS library in this process")
     return threads
@@ -157,12 +165,15 @@ def test_blas_is_held_to_one_thread_while_splitting_and_released_after():
 
 
 def _gamma(terms: int, dtype: Any) -> float:
-    """Higham's gamma_n = n u / (1 - n u): the relative error bound of a sum of ``terms`` rounded products."""
+    """Higham's gamma_n = n u / (1 - n u): the relative error bound of a sum of ``terms`` rounded
+    products."""
     u = float(np.finfo(dtype).eps) / 2
     return terms * u / (1 - terms * u)
 
 
-def assert_within_rounding(got: np.ndarray, want: np.ndarray, abs_sum: np.ndarray, terms: int, what: str = "") -> None:
+def assert_within_rounding(
+    got: np.ndarray, want: np.ndarray, abs_sum: np.ndarray, terms: int, what: str = ""
+) -> None:
     """``got`` and ``want`` are two roundings of the same sums of at most ``terms``
     products whose absolute values sum to ``abs_sum``: each lies within
     gamma_terms * abs_sum of the exact sum, whatever order or blocking the BLAS
@@ -171,8 +182,10 @@ def assert_within_rounding(got: np.ndarray, want: np.ndarray, abs_sum: np.ndarra
     bound = 2 * _gamma(terms, want.dtype) * abs_sum.astype(np.float64)
     diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
     bad = ~(diff <= bound)
-    assert not bad.any(), (f"{what}: {int(bad.sum())} of {got.size} values differ by more than the rounding bound, "
-                           f"e.g. {got[bad][0]!r} against {want[bad][0]!r}")
+    assert not bad.any(), (
+        f"{what}: {int(bad.sum())} of {got.size} values differ by more than the rounding bound, "
+        f"e.g. {got[bad][0]!r} against {want[bad][0]!r}"
+    )
 
 
 def _gemm_operands(m: int, k: int, n: int, a_t: bool, b_t: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -258,15 +271,47 @@ def _strided(a: np.ndarray) -> np.ndarray:
 ELEMENTWISE_CASES = [
     ("relu", lambda: {"X": _randn(5, 3, 7, 4)}, None),
     ("relu", lambda: {"X": _strided(_randn(5, 3, 7, 4))}, None),
-    ("relu_grad", lambda: {"Out": np.maximum(_randn(5, 3, 7), 0), "Out@GRAD": _strided(_randn(5, 3, 7, seed=1))}, None),
+    (
+        "relu_grad",
+        lambda: {
+            "Out": np.maximum(_randn(5, 3, 7), 0),
+            "Out@GRAD": _strided(_randn(5, 3, 7, seed=1)),
+        },
+        None,
+    ),
     ("sum", lambda: {"X": [_randn(5, 9), _randn(5, 9, seed=1)]}, None),
-    ("sum", lambda: {"X": [_randn(3, 5, 9), _strided(_randn(3, 5, 9, seed=1)), _randn(3, 5, 9, seed=2)]}, None),
-    ("elementwise_add", lambda: {"X": _randn(5, 4, 3, 3), "Y": _strided(_randn(5, 4, 3, 3, seed=1))}, {"axis": -1}),
-    ("momentum", lambda: {"Param": _randn(7, 5), "Grad": _randn(7, 5, seed=1), "Velocity": _randn(7, 5, seed=2),
-                          "LearningRate": np.array([0.1], np.float32)}, {"mu": 0.9}),
-    ("momentum", lambda: {"Param": _randn(3, 5, 3, 3), "Grad": _strided(_randn(3, 5, 3, 3, seed=1)),
-                          "Velocity": _randn(3, 5, 3, 3, seed=2), "LearningRate": np.array([0.1], np.float32)},
-     {"mu": 0.9, "use_nesterov": True}),
+    (
+        "sum",
+        lambda: {
+            "X": [_randn(3, 5, 9), _strided(_randn(3, 5, 9, seed=1)), _randn(3, 5, 9, seed=2)]
+        },
+        None,
+    ),
+    (
+        "elementwise_add",
+        lambda: {"X": _randn(5, 4, 3, 3), "Y": _strided(_randn(5, 4, 3, 3, seed=1))},
+        {"axis": -1},
+    ),
+    (
+        "momentum",
+        lambda: {
+            "Param": _randn(7, 5),
+            "Grad": _randn(7, 5, seed=1),
+            "Velocity": _randn(7, 5, seed=2),
+            "LearningRate": np.array([0.1], np.float32),
+        },
+        {"mu": 0.9},
+    ),
+    (
+        "momentum",
+        lambda: {
+            "Param": _randn(3, 5, 3, 3),
+            "Grad": _strided(_randn(3, 5, 3, 3, seed=1)),
+            "Velocity": _randn(3, 5, 3, 3, seed=2),
+            "LearningRate": np.array([0.1], np.float32),
+        },
+        {"mu": 0.9, "use_nesterov": True},
+    ),
 ]
 
 
@@ -277,8 +322,13 @@ def test_elementwise_kernels_split_bitwise_equal(split_all, op, make_inputs, att
 
 def _bn_inputs(shape: tuple[int, ...]) -> Callable[[], dict[str, Any]]:
     c = shape[1]
-    return lambda: {"X": _randn(*shape) * 3 + 2, "Scale": _randn(c, seed=1), "Bias": _randn(c, seed=2),
-                    "Mean": _randn(c, seed=3), "Variance": np.abs(_randn(c, seed=4)) + 1}
+    return lambda: {
+        "X": _randn(*shape) * 3 + 2,
+        "Scale": _randn(c, seed=1),
+        "Bias": _randn(c, seed=2),
+        "Mean": _randn(c, seed=3),
+        "Variance": np.abs(_randn(c, seed=4)) + 1,
+    }
 
 
 @pytest.mark.parametrize("shape", [(5, 3, 4, 7), (3, 4), (7, 2, 1, 3)])
@@ -286,8 +336,16 @@ def test_batch_norm_and_gradient_split_bitwise_equal(split_all, shape):
     serial, split = _serial_and_split("batch_norm", _bn_inputs(shape))
     _assert_same("batch_norm", serial, split)
     x = _bn_inputs(shape)()["X"]
-    grad_inputs = lambda: {"X": x, "Scale": _randn(shape[1], seed=1), "SavedMean": serial["SavedMean"],  # noqa: E731
-                           "SavedVariance": serial["SavedVariance"], "Y@GRAD": _strided(_randn(*shape, seed=5))}
+
+    def grad_inputs():
+        return {
+            "X": x,
+            "Scale": _randn(shape[1], seed=1),
+            "SavedMean": serial["SavedMean"],
+            "SavedVariance": serial["SavedVariance"],
+            "Y@GRAD": _strided(_randn(*shape, seed=5)),
+        }
+
     _assert_same("batch_norm_grad", *_serial_and_split("batch_norm_grad", grad_inputs))
 
 
@@ -301,7 +359,9 @@ CONV_ATTRS = [
 ]
 
 
-def _assert_conv_within_rounding(op: str, serial: dict, split: dict, abs_sums: dict, terms: int) -> None:
+def _assert_conv_within_rounding(
+    op: str, serial: dict, split: dict, abs_sums: dict, terms: int
+) -> None:
     for slot in serial:
         assert_within_rounding(split[slot], serial[slot], abs_sums[slot], terms, f"{op} {slot}")
 
@@ -322,14 +382,22 @@ def test_conv2d_and_gradient_split_equal_within_rounding(split_all, attrs):
     serial, split = _serial_and_split("conv2d", lambda: {"Input": x, "Filter": w}, attrs)
     dy = _strided(_randn(*serial["Output"].shape, seed=2))
     n, oc, oh, ow = serial["Output"].shape
-    terms = max(w[0].size, n * oh * ow, oc * w.shape[2] * w.shape[3])  # the longest sum of any output
+    terms = max(
+        w[0].size, n * oh * ow, oc * w.shape[2] * w.shape[3]
+    )  # the longest sum of any output
     _parallel.set_num_threads(1)
     ax, aw, ady = (np.abs(v).astype(np.float64) for v in (x, w, dy))
     abs_sums = {**rf.run_op("conv2d", {"Input": ax, "Filter": aw}, attrs),
                 **rf.run_op("conv2d_grad", {"Input": ax, "Filter": aw, "Output@GRAD": ady}, attrs)}
     _assert_conv_within_rounding("conv2d", serial, split, abs_sums, terms)
-    _assert_conv_within_rounding("conv2d_grad", *_serial_and_split(
-        "conv2d_grad", lambda: {"Input": x, "Filter": w, "Output@GRAD": dy}, attrs), abs_sums, terms)
+    _assert_conv_within_rounding(
+        "conv2d_grad",
+        *_serial_and_split(
+            "conv2d_grad", lambda: {"Input": x, "Filter": w, "Output@GRAD": dy}, attrs
+        ),
+        abs_sums,
+        terms,
+    )
 
 
 @pytest.mark.parametrize("attrs", [

@@ -28,8 +28,9 @@ HEAD_PACKAGE = Path(__file__).resolve().parent.parent / "pytest_opperf"
 
 
 def ab(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess("--opperf", "--opperf-compare-timeout=60", "-p", "no:cacheprovider",
-                                         *args)
+    return pytester.runpytest_subprocess(
+        "--opperf", "--opperf-compare-timeout=60", "-p", "no:cacheprovider", *args
+    )
 
 
 def compare_json(pytester: pytest.Pytester) -> dict:
@@ -39,7 +40,9 @@ def compare_json(pytester: pytest.Pytester) -> dict:
 
 
 @pytest.fixture
-def traces(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+def traces(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, Path]:
     paths = {name: tmp_path_factory.mktemp(name) for name in ("where", "pids")}
     for name, path in paths.items():
         monkeypatch.setenv(f"AB_{name.upper()}", str(path))
@@ -61,7 +64,9 @@ def test_rev_mode_catches_a_3x_slower_head_and_imports_each_sides_own_code(pytes
     assert data["compare"]["base"].startswith("REV ") and data["compare"]["added"] == []
     assert {r["id"] for r in data["runs"]} == {"test_s.py::test_op", "test_s.py::test_e2e"}
     op = next(r for r in data["runs"] if r["kind"] == "op")
-    assert op["config"]["benchmark"]["ab"] is True  # rounds chosen by the controller, not calibrated
+    assert (
+        op["config"]["benchmark"]["ab"] is True
+    )  # rounds chosen by the controller, not calibrated
     e2e = next(r for r in data["runs"] if r["kind"] == "e2e")
     assert e2e["batches"] == 4 and len(e2e["step_ms"]) == 4
     verdicts = {(d["run"], d["metric"]): d["verdict"] for d in data["compare"]["decisions"]}
@@ -76,7 +81,9 @@ def test_rev_mode_catches_a_3x_slower_head_and_imports_each_sides_own_code(pytes
     base_rf, base_plugin = (traces["where"] / "base").read_text().split()
     head_rf, head_plugin = (traces["where"] / "head").read_text().split()
     assert "opperf-ab-" in base_rf and Path(base_rf).parent.parent.name == "base", base_rf
-    assert Path(head_rf).resolve() == (pytester.path / "reference_framework" / "__init__.py").resolve()
+    assert (
+        Path(head_rf).resolve() == (pytester.path / "reference_framework" / "__init__.py").resolve()
+    )
     assert base_plugin == head_plugin == str(HEAD_PACKAGE / "__init__.py")
     # nothing left: the worktree, its directory, the side processes
     assert len(worktrees(pytester.path)) == 1
@@ -91,15 +98,22 @@ def test_dir_mode_uses_the_checkout_as_it_is(pytester, traces, tmp_path_factory)
     make_repo(pytester.path, {"test_s.py": suite(n=6000)}, {"test_s.py": suite(n=2000)})
     base = tmp_path_factory.mktemp("base-checkout") / "repo"
     git(pytester.path, "clone", "-q", str(pytester.path), str(base))
-    result = ab(pytester, f"--opperf-compare={base}", "--opperf-json=out.json", "test_s.py::test_op")
+    result = ab(
+        pytester, f"--opperf-compare={base}", "--opperf-json=out.json", "test_s.py::test_op"
+    )
     out = result.stdout.str()
     assert result.ret == 0, out  # the head is 3x faster: improved, not a failure
     data = compare_json(pytester)
     assert data["compare"]["base"] == f"DIR {base.resolve()}"
     (decision,) = data["compare"]["decisions"]
-    assert (decision["run"], decision["metric"], decision["verdict"]) == ("test_s.py::test_op", "call_ms:busy",
-                                                                          "improved")
-    assert (traces["where"] / "base").read_text().split()[0] == str(base / "reference_framework" / "__init__.py")
+    assert (decision["run"], decision["metric"], decision["verdict"]) == (
+        "test_s.py::test_op",
+        "call_ms:busy",
+        "improved",
+    )
+    assert (traces["where"] / "base").read_text().split()[0] == str(
+        base / "reference_framework" / "__init__.py"
+    )
     assert base.is_dir()  # a given checkout is left alone
 
 
@@ -111,9 +125,13 @@ def test_the_sides_hold_a_baton_and_the_wait_is_not_in_the_window(pytester, monk
     assert result.ret in (0, 1), result.stdout.str()  # A/A: the verdicts do not matter here
     events = marks.read_text().split()
     assert {e[:-1] for e in events} == {"base", "head"}
-    for before, after in zip(events[::2], events[1::2], strict=True):  # never both inside timed work
+    for before, after in zip(
+        events[::2], events[1::2], strict=True
+    ):  # never both inside timed work
         assert before.endswith("+") and after == before[:-1] + "-", events
-    steps = [e for e in events[-4 * 6:]]  # the e2e test runs last: its 6 steps alternate side by side
+    steps = [
+        e for e in events[-4 * 6 :]
+    ]  # the e2e test runs last: its 6 steps alternate side by side
     sides = [e[:-1] for e in steps[::2]]
     assert all(sides[i] != sides[i + 1] for i in range(0, len(sides), 2)), sides
     data = compare_json(pytester)
@@ -124,8 +142,11 @@ def test_the_sides_hold_a_baton_and_the_wait_is_not_in_the_window(pytester, monk
 
 
 def test_added_and_removed_tests_are_reported_not_failures(pytester):
-    make_repo(pytester.path, {"test_a.py": "def test_same():\n    pass\n\ndef test_old():\n    pass\n"},
-              {"test_a.py": "def test_same():\n    pass\n\ndef test_new():\n    pass\n"})
+    make_repo(
+        pytester.path,
+        {"test_a.py": "def test_same():\n    pass\n\ndef test_old():\n    pass\n"},
+        {"test_a.py": "def test_same():\n    pass\n\ndef test_new():\n    pass\n"},
+    )
     result = ab(pytester, "--opperf-compare=HEAD", "--opperf-json=out.json")
     out = result.stdout.str()
     assert result.ret == 0, out
@@ -137,15 +158,30 @@ def test_added_and_removed_tests_are_reported_not_failures(pytester):
 
 
 def test_undecided_metrics_show_in_the_gate_line_and_fail_on_request(pytester):
-    make_repo(pytester.path, {"test_s.py": suite(n=500, steps=3),
-                              "thresholds.toml": "[compare]\nmin_pairs = 100000\nbudget_s = 0.001\n"})
-    result = ab(pytester, "--opperf-compare=HEAD", "--opperf-thresholds=thresholds.toml", "test_s.py::test_e2e")
+    make_repo(
+        pytester.path,
+        {
+            "test_s.py": suite(n=500, steps=3),
+            "thresholds.toml": "[compare]\nmin_pairs = 100000\nbudget_s = 0.001\n",
+        },
+    )
+    result = ab(
+        pytester,
+        "--opperf-compare=HEAD",
+        "--opperf-thresholds=thresholds.toml",
+        "test_s.py::test_e2e",
+    )
     out = result.stdout.str()
     assert result.ret == 0, out
     undecided = [line for line in out.splitlines() if line.startswith("gate: PASSED (")]
     assert len(undecided) == 1 and "A/B: " in undecided[0] and " undecided)" in undecided[0], out
-    result = ab(pytester, "--opperf-compare=HEAD", "--opperf-thresholds=thresholds.toml", "test_s.py::test_e2e",
-                "--opperf-compare-undecided=fail")
+    result = ab(
+        pytester,
+        "--opperf-compare=HEAD",
+        "--opperf-thresholds=thresholds.toml",
+        "test_s.py::test_e2e",
+        "--opperf-compare-undecided=fail",
+    )
     out = result.stdout.str()
     assert result.ret == 1, out
     assert "FAIL test_s.py::test_e2e step_ms:relu\n     A/B undecided after" in out
@@ -167,13 +203,19 @@ def test_a_broken_base_fails_the_session_in_one_line(pytester, traces, fault):
               "    open(os.path.join(os.environ['AB_PIDS'], str(os.getpid())), 'w').close()\n")
     make_repo(pytester.path, {"conftest.py": record, "test_a.py": BROKEN[fault]},
               {"test_a.py": "def test_a():\n    pass\n"})
-    result = pytester.runpytest_subprocess("--opperf", "--opperf-compare=HEAD", "--opperf-compare-timeout=2")
+    result = pytester.runpytest_subprocess(
+        "--opperf", "--opperf-compare=HEAD", "--opperf-compare-timeout=2"
+    )
     out = result.stdout.str() + result.stderr.str()
     assert result.ret == 1, out
     assert "Traceback" not in out
-    expected = {"fails": "FAIL test_a.py::test_a ab:base",  # the message on the next line(s)
-                "dies": "opperf: A/B aborted: the base side exited with status 9 while running test_a.py::test_a",
-                "hangs": "opperf: A/B aborted: the base side hangs: no answer in 2 s while running test_a.py::test_a"}
+    expected = {
+        "fails": "FAIL test_a.py::test_a ab:base",  # the message on the next line(s)
+        "dies": "opperf: A/B aborted: the base side exited with status 9 "
+        "while running test_a.py::test_a",
+        "hangs": "opperf: A/B aborted: the base side hangs: no answer in 2 s "
+        "while running test_a.py::test_a",
+    }
     lines = [line for line in out.splitlines() if line.startswith(expected[fault][:40])]
     assert len(lines) == 1 and lines[0].startswith(expected[fault]), out
     assert fault != "fails" or "     the base side's test_a.py::test_a failed" in out
@@ -183,12 +225,16 @@ def test_a_broken_base_fails_the_session_in_one_line(pytester, traces, fault):
 
 
 def test_a_base_that_cannot_be_collected_is_a_usage_error(pytester):
-    make_repo(pytester.path, {"test_a.py": "def test_a(:\n"}, {"test_a.py": "def test_a():\n    pass\n"})
+    make_repo(
+        pytester.path, {"test_a.py": "def test_a(:\n"}, {"test_a.py": "def test_a():\n    pass\n"}
+    )
     result = pytester.runpytest_subprocess("--opperf", "--opperf-compare=HEAD")
     assert result.ret == 4
     (error,) = [line for line in result.stderr.lines if line.startswith("ERROR:")]
     assert error.startswith("ERROR: opperf: --opperf-compare=HEAD: the base REV ")
-    assert error.endswith(" (HEAD) cannot collect the tests: test_a.py: SyntaxError: invalid syntax")
+    assert error.endswith(
+        " (HEAD) cannot collect the tests: test_a.py: SyntaxError: invalid syntax"
+    )
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
     assert len(worktrees(pytester.path)) == 1
 
@@ -196,12 +242,26 @@ def test_a_base_that_cannot_be_collected_is_a_usage_error(pytester):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_an_interrupted_session_leaves_no_process_and_no_worktree(pytester, traces, sig):
     make_repo(pytester.path, {"test_s.py": suite(n=200, steps=10 ** 6)})
-    command = [sys.executable, "-m", "pytest", "--opperf", "--opperf-compare=HEAD", "-p", "no:cacheprovider",
-               "test_s.py::test_e2e"]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "--opperf",
+        "--opperf-compare=HEAD",
+        "-p",
+        "no:cacheprovider",
+        "test_s.py::test_e2e",
+    ]
     tmp = pytester.path / "tmp"  # its own: other A/B sessions on this machine use /tmp too
     tmp.mkdir()
-    main = subprocess.Popen(command, cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "TMPDIR": str(tmp)})
+    main = subprocess.Popen(
+        command,
+        cwd=pytester.path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "TMPDIR": str(tmp)},
+    )
     try:
         deadline = time.monotonic() + 60
         while len(list(traces["pids"].iterdir())) < 2 and time.monotonic() < deadline:
@@ -224,15 +284,31 @@ def test_an_interrupted_session_leaves_no_process_and_no_worktree(pytester, trac
 # --- bad input: one line, exit status 4, before any test runs ------------------------------
 
 
-@pytest.mark.parametrize("args, fragments", [
-    (["--opperf-compare=no-such-rev"], ["--opperf-compare=no-such-rev",
-                                        "'no-such-rev' is neither a directory nor a revision of the repository"]),
-    (["--opperf-compare=elsewhere"], ["--opperf-compare=elsewhere", "is no checkout of this project",
-                                      "it has no test_a.py"]),
-    (["--opperf-compare=HEAD", "--opperf-compare-python=/no/such/python"],
-     ["--opperf-compare-python=/no/such/python", "interpreter /no/such/python does not run"]),
-    (["--opperf-compare=HEAD", "--opperf-compare-timeout=0"], ["--opperf-compare-timeout", "'0'"]),
-], ids=["rev", "dir", "python", "timeout"])
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (
+            ["--opperf-compare=no-such-rev"],
+            [
+                "--opperf-compare=no-such-rev",
+                "'no-such-rev' is neither a directory nor a revision of the repository",
+            ],
+        ),
+        (
+            ["--opperf-compare=elsewhere"],
+            ["--opperf-compare=elsewhere", "is no checkout of this project", "it has no test_a.py"],
+        ),
+        (
+            ["--opperf-compare=HEAD", "--opperf-compare-python=/no/such/python"],
+            ["--opperf-compare-python=/no/such/python", "interpreter /no/such/python does not run"],
+        ),
+        (
+            ["--opperf-compare=HEAD", "--opperf-compare-timeout=0"],
+            ["--opperf-compare-timeout", "'0'"],
+        ),
+    ],
+    ids=["rev", "dir", "python", "timeout"],
+)
 def test_bad_input_is_a_usage_error(pytester, args, fragments):
     make_repo(pytester.path, {"test_a.py": "def test_a():\n    pass\n"})
     (pytester.path / "elsewhere").mkdir()

@@ -51,17 +51,27 @@ def test_benchmarks_become_op_runs(pytester):
     (s,) = relu["stats"]
     assert (s["name"], s["count"], len(s["samples_ms"])) == ("relu", 12, 12)
     assert all(0.5 <= x < 5.0 for x in s["samples_ms"])
-    assert s["total_ms"] == pytest.approx(sum(s["samples_ms"]), rel=1e-4)  # samples stored to 5 digits
+    assert s["total_ms"] == pytest.approx(
+        sum(s["samples_ms"]), rel=1e-4
+    )  # samples stored to 5 digits
     assert s["flops"] == 12 * 2048 and s["bytes"] == 12 * 16384
     assert (relu["batches"], relu["examples"], relu["counts"]) == (12, 12, {})
     (c,) = clone["stats"]
     assert (c["name"], c["count"], len(c["samples_ms"])) == ("ProgramCloneTimer", 12, 6)
     assert clone["config"]["benchmark"] == {"rounds": 6, "iterations": 2}
-    result.stdout.fnmatch_lines([
-        "per-op benchmarks (device=cpu timing=host), unit: ms per call",
-        "run * rounds * median * mean * min * max * GFLOP/s * GB/s",
-        "test_ops.py::* (op)", "  test_relu * 12 *", "test_ops.py::* (overhead)", "  test_clone * 6 *"])
-    result.stdout.fnmatch_lines(["*benchmark: 2 tests*"])  # pytest-benchmark still reports its own table
+    result.stdout.fnmatch_lines(
+        [
+            "per-op benchmarks (device=cpu timing=host), unit: ms per call",
+            "run * rounds * median * mean * min * max * GFLOP/s * GB/s",
+            "test_ops.py::* (op)",
+            "  test_relu * 12 *",
+            "test_ops.py::* (overhead)",
+            "  test_clone * 6 *",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        ["*benchmark: 2 tests*"]
+    )  # pytest-benchmark still reports its own table
     out = result.stdout.str()
     assert out.index("benchmark: 2 tests") < out.index("= opperf =")  # and the verdict comes last
 
@@ -95,7 +105,8 @@ def test_without_opperf_the_target_runs_once(pytester):
         calls = []
         def test_x(opperf_benchmark):
             assert opperf_benchmark(calls.append, 1) is None
-            assert opperf_benchmark.pedantic(lambda a, b: a + b, setup=lambda: ((1, 2), {}), rounds=50) == 3
+            pedantic = opperf_benchmark.pedantic
+            assert pedantic(lambda a, b: a + b, setup=lambda: ((1, 2), {}), rounds=50) == 3
             assert calls == [1]
     """)
     result = pytester.runpytest()
@@ -134,8 +145,8 @@ CLOCK = Clock()
 SYNCS = []
 
 def pytest_opperf_select_device(config, requested):
-    return DeviceInfo(name="cuda:0 (Fake)", is_gpu=True, clock=CLOCK, synchronize=lambda: SYNCS.append(1),
-                      device_class="fake")
+    return DeviceInfo(name="cuda:0 (Fake)", is_gpu=True, clock=CLOCK,
+                      synchronize=lambda: SYNCS.append(1), device_class="fake")
 """
 
 
@@ -151,15 +162,20 @@ def test_gpu_timer_goes_through_pytest_benchmark(pytester, timing):
             print("TIMER", request.node.get_closest_marker("benchmark").kwargs["timer"].__name__)
             print("CALLS", len(conftest.SYNCS) - before[0], len(conftest.CLOCK.calls) - before[1])
     """)
-    result = pytester.runpytest("-s", "--opperf", f"--opperf-timing={timing}", "--opperf-json=r.json")
+    result = pytester.runpytest(
+        "-s", "--opperf", f"--opperf-timing={timing}", "--opperf-json=r.json"
+    )
     result.assert_outcomes(passed=1)
     (run,) = json.loads((pytester.path / "r.json").read_text())["runs"]
     samples = run["stats"][0]["samples_ms"]
     if timing == "events":
-        # each round is read between two timer calls: 1 us between the opening and the closing marker
+        # each round is read between two timer calls: 1 us between the opening and the closing
+        # marker
         result.stdout.fnmatch_lines(["*TIMER opperf_event_timer", "CALLS 0 *"])
         assert samples == [pytest.approx(0.001)] * 4
         assert (run["timing"], run["stats"][0]["clock"]) == ("events", "device")
     else:
-        result.stdout.fnmatch_lines(["*TIMER opperf_sync_timer", "CALLS 8 0"])  # a sync before and after each round
+        result.stdout.fnmatch_lines(
+            ["*TIMER opperf_sync_timer", "CALLS 8 0"]
+        )  # a sync before and after each round
         assert len(samples) == 4 and run["timing"] == "sync"

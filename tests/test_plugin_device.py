@@ -41,8 +41,12 @@ def test_benchmark_timer_choice():
     sync = lambda: None  # noqa: E731
     assert benchmark_timer(CPU_HOST, "events") is None  # pytest-benchmark's own timer on the CPU
     assert isinstance(benchmark_timer(DeviceInfo(is_gpu=True, clock=clock), "events"), EventTimer)
-    assert isinstance(benchmark_timer(DeviceInfo(is_gpu=True, clock=clock, synchronize=sync), "sync"), SyncTimer)
-    assert isinstance(benchmark_timer(DeviceInfo(is_gpu=True, synchronize=sync), "events"), SyncTimer)
+    assert isinstance(
+        benchmark_timer(DeviceInfo(is_gpu=True, clock=clock, synchronize=sync), "sync"), SyncTimer
+    )
+    assert isinstance(
+        benchmark_timer(DeviceInfo(is_gpu=True, synchronize=sync), "events"), SyncTimer
+    )
     assert isinstance(benchmark_timer(DeviceInfo(is_gpu=True, clock=clock), "sync"), SyncTimer)
     assert benchmark_timer(DeviceInfo(is_gpu=True), "events") is None
 

@@ -1,4 +1,5 @@
-"""Files the plugin writes: results JSON, atomic saves that survive a kill, markdown, Chrome trace."""
+"""Files the plugin writes: results JSON, atomic saves that survive a kill, markdown, Chrome
+trace."""
 
 import json
 import signal
@@ -54,8 +55,12 @@ def test_failed_write_at_the_end_is_reported_and_exit_4(pytester):
     pytester.makepyfile(test_suite=e2e(steps=2))
     result = pytester.runpytest("--opperf", "--opperf-json=r.json", "--opperf-trace=t.json")
     assert result.ret == 4
-    result.stdout.fnmatch_lines(["error: --opperf-json r.json: cannot write */r.json: *No space left on device",
-                                 "error: --opperf-trace t.json: cannot write */t.json: *"])
+    result.stdout.fnmatch_lines(
+        [
+            "error: --opperf-json r.json: cannot write */r.json: *No space left on device",
+            "error: --opperf-trace t.json: cannot write */t.json: *",
+        ]
+    )
     assert "Traceback" not in result.stdout.str()
 
 
@@ -124,7 +129,9 @@ def test_markdown_report_and_step_summary(pytester, monkeypatch):
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     pytester.makefile(".toml", t='[[limit]]\nstat = "relu"\nmax_avg_ms = 0.1\n')
     pytester.makepyfile(test_suite=e2e(steps=3))
-    result = pytester.runpytest("--opperf", "--opperf-markdown=report.md", "--opperf-thresholds=t.toml")
+    result = pytester.runpytest(
+        "--opperf", "--opperf-markdown=report.md", "--opperf-thresholds=t.toml"
+    )
     assert result.ret == 1
     text = (pytester.path / "report.md").read_text()
     lines = text.splitlines()
@@ -148,7 +155,10 @@ def check_nesting(events):
         if stack:
             parent = stack[-1]
             assert e["ts"] + e["dur"] <= parent["ts"] + parent["dur"] + eps, (e, parent)
-            assert e["args"]["depth"] == (parent["args"]["depth"] + 1 if "args" in parent else 1), (e, parent)
+            assert e["args"]["depth"] == (parent["args"]["depth"] + 1 if "args" in parent else 1), (
+                e,
+                parent,
+            )
         stack.append(e)
 
 
@@ -166,12 +176,20 @@ def test_chrome_trace_loads_and_nests(pytester):
             assert {"name", "ph", "ts", "dur", "pid", "tid"} <= set(e)
         step = next(e for e in complete if e["cat"] == "step")
         regions = [e for e in complete if e is not step]
-        # one step: one of each region (test_train traces step 2, after warm-up; test_other its only step)
-        assert sorted(e["name"] for e in regions) == ["CreateOpTimer", "ExecutorRunTimer", "Im2ColTimer",
-                                                      "conv2d", "relu"]
+        # one step: one of each region (test_train traces step 2, after warm-up; test_other its
+        # only step)
+        assert sorted(e["name"] for e in regions) == [
+            "CreateOpTimer",
+            "ExecutorRunTimer",
+            "Im2ColTimer",
+            "conv2d",
+            "relu",
+        ]
         assert all(0 <= e["ts"] and e["ts"] + e["dur"] <= step["dur"] for e in regions)
         check_nesting(regions)
         by_name = {e["name"]: e for e in regions}
-        assert by_name["Im2ColTimer"]["args"]["depth"] == 3 and by_name["conv2d"]["args"]["depth"] == 2
+        assert (
+            by_name["Im2ColTimer"]["args"]["depth"] == 3 and by_name["conv2d"]["args"]["depth"] == 2
+        )
     assert {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"} == {
         "step 2", "step 1"}

@@ -33,11 +33,16 @@ def test_three_times_slower_region_is_flagged(pytester):
     result.assert_outcomes(passed=1)  # the tests pass; the gate fails the session
     out = result.stdout.str()
     assert "gate: FAILED" in out
-    result.stdout.fnmatch_lines([
-        "*= opperf gate =*",
-        "FAIL test_suite.py::test_train step_ms:relu",
-        "     relu median per-step time * ms vs baseline * ms (+*%, tolerance +10%, floor 0.05 ms)",
-        "     value *, limit *, baseline *; Mann-Whitney U one-sided p=* (alpha 0.01, n=7 vs 7), median * -> *"])
+    result.stdout.fnmatch_lines(
+        [
+            "*= opperf gate =*",
+            "FAIL test_suite.py::test_train step_ms:relu",
+            "     relu median per-step time * ms vs baseline * ms "
+            "(+*%, tolerance +10%, floor 0.05 ms)",
+            "     value *, limit *, baseline *; "
+            "Mann-Whitney U one-sided p=* (alpha 0.01, n=7 vs 7), median * -> *",
+        ]
+    )
     violations = json.loads((pytester.path / "new.json").read_text())["gate"]["violations"]
     # (unchanged stats are left alone in test_gate, on hand-made samples: sleeps on a busy
     # machine can really slow down between two runs)
@@ -63,8 +68,13 @@ def test_absolute_limits_from_thresholds(pytester):
     pytester.makepyfile(test_suite=e2e(steps=3))
     result = pytester.runpytest("--opperf", "--opperf-thresholds=thresholds.toml")
     assert result.ret == 1
-    result.stdout.fnmatch_lines(["FAIL test_suite.py::test_train avg_ms:conv2d",
-                                 "     conv2d avg * ms is above the limit 0.5 ms", "*; absolute limit"])
+    result.stdout.fnmatch_lines(
+        [
+            "FAIL test_suite.py::test_train avg_ms:conv2d",
+            "     conv2d avg * ms is above the limit 0.5 ms",
+            "*; absolute limit",
+        ]
+    )
 
 
 def test_gate_failure_adds_to_failing_tests_exit_1(pytester):
@@ -78,7 +88,9 @@ def test_gate_failure_adds_to_failing_tests_exit_1(pytester):
 
 def test_baseline_directory_picks_device_class_and_workload(pytester):
     (pytester.path / "baselines").mkdir()
-    save_baseline(pytester, path="baselines")  # a directory: written as <device_class>-<workload>.json
+    save_baseline(
+        pytester, path="baselines"
+    )  # a directory: written as <device_class>-<workload>.json
     assert (pytester.path / "baselines" / "cpu-small.json").exists()
     result = pytester.runpytest("--opperf", "--opperf-baseline=baselines")
     assert result.ret == 0
@@ -86,9 +98,13 @@ def test_baseline_directory_picks_device_class_and_workload(pytester):
     # another workload has no baseline yet: warn, check absolute limits only, do not fail
     result = pytester.runpytest("--opperf", "--opperf-baseline=baselines", "--opperf-workload=tiny")
     assert result.ret == 0
-    result.stdout.fnmatch_lines(["*OpPerfBaselineWarning: no baseline*",
-                                 "warning: no baseline */baselines/cpu-tiny.json for device class 'cpu' and "
-                                 "workload 'tiny': only absolute limits are checked"])
+    result.stdout.fnmatch_lines(
+        [
+            "*OpPerfBaselineWarning: no baseline*",
+            "warning: no baseline */baselines/cpu-tiny.json for device class 'cpu' and "
+            "workload 'tiny': only absolute limits are checked",
+        ]
+    )
 
 
 def test_missing_baseline_warning_can_be_an_error(pytester):
@@ -107,8 +123,14 @@ def test_baseline_from_other_hardware_warns_and_still_checks(pytester):
     pytester.makepyfile(test_suite=e2e(relu_calls=2))
     result = pytester.runpytest("--opperf", f"--opperf-baseline={base}")
     assert result.ret == 1
-    result.stdout.fnmatch_lines(["warning: baseline * is from other hardware (cpu 'Some Other CPU' vs *); "
-                                 "relative checks still run", "*= opperf gate =*", "FAIL * count:relu"])
+    result.stdout.fnmatch_lines(
+        [
+            "warning: baseline * is from other hardware (cpu 'Some Other CPU' vs *); "
+            "relative checks still run",
+            "*= opperf gate =*",
+            "FAIL * count:relu",
+        ]
+    )
 
 
 @pytest.mark.parametrize("content, fragments", [
@@ -125,12 +147,21 @@ def test_corrupt_or_unknown_baseline_is_exit_4_before_tests_run(pytester, conten
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("content, fragments", [
-    ("[regression]\nmax_slowdwn = 0.1\n", ["unknown key 'max_slowdwn' in [regression]"]),
-    ('[regression]\nmax_slowdown = "10%"\n', ["max_slowdown must be a number, got '10%' (string)"]),
-    ("[[limit]]\nmin_examples_per_sec = true\n", ["min_examples_per_sec must be a number, got True"]),
-    ("[regression\n", ["not valid TOML"]),
-])
+@pytest.mark.parametrize(
+    "content, fragments",
+    [
+        ("[regression]\nmax_slowdwn = 0.1\n", ["unknown key 'max_slowdwn' in [regression]"]),
+        (
+            '[regression]\nmax_slowdown = "10%"\n',
+            ["max_slowdown must be a number, got '10%' (string)"],
+        ),
+        (
+            "[[limit]]\nmin_examples_per_sec = true\n",
+            ["min_examples_per_sec must be a number, got True"],
+        ),
+        ("[regression\n", ["not valid TOML"]),
+    ],
+)
 def test_bad_thresholds_are_exit_4_before_tests_run(pytester, content, fragments):
     marker = pytester.path / "ran"
     pytester.makepyfile(f"def test_x(): open({str(marker)!r}, 'w').close()")

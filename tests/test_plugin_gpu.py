@@ -44,7 +44,7 @@ def pytest_opperf_select_device(config, requested):
                       flush_cache=lambda: LOG.append("flush"), pci_bus_id=None)
 '''
 
-OP = '''
+OP = """
 import os
 from conftest import LOG, Clock
 
@@ -54,9 +54,11 @@ def test_op(opperf_benchmark):
         Clock.now += 50_000  # 50 us on the device
     opperf_benchmark.describe(stat="relu")
     opperf_benchmark(op)
-    with open(f"seen-{{os.environ.get('PYTEST_XDIST_WORKER', 'main')}}-{{os.getpid()}}.txt", "a") as f:
-        f.write(f"{{os.environ.get('CUDA_VISIBLE_DEVICES')}} {{LOG.count('flush')}} {{LOG.count('call')}}\\n")
-'''
+    worker = os.environ.get('PYTEST_XDIST_WORKER', 'main')
+    with open(f"seen-{{worker}}-{{os.getpid()}}.txt", "a") as f:
+        visible = os.environ.get('CUDA_VISIBLE_DEVICES')
+        f.write(f"{{visible}} {{LOG.count('flush')}} {{LOG.count('call')}}\\n")
+"""
 
 
 def fake_gpu(pytester, other="A", ops=1):
@@ -71,10 +73,17 @@ def test_l2_flush_runs_before_every_timed_call(pytester):
     assert result.ret == 0, result.stdout.str()
     (seen,) = [p.read_text().split() for p in pytester.path.glob("seen-*.txt")]
     flushes, calls = int(seen[1]), int(seen[2])
-    assert flushes == 1 + 7 and calls == 1 + flushes  # one untimed call, a warm-up round, 7 rounds of one call
+    assert (
+        flushes == 1 + 7 and calls == 1 + flushes
+    )  # one untimed call, a warm-up round, 7 rounds of one call
     data = json.loads((pytester.path / "r.json").read_text())
     (run,) = data["runs"]
-    assert run["config"]["benchmark"] == {"rounds": 7, "iterations": 1, "loop": "opperf", "l2_flush": True}
+    assert run["config"]["benchmark"] == {
+        "rounds": 7,
+        "iterations": 1,
+        "loop": "opperf",
+        "l2_flush": True,
+    }
     assert run["timing"] == "events" and data["session"]["l2_flush"] is True
 
 
@@ -87,10 +96,17 @@ def test_l2_flush_on_a_device_without_one_is_a_usage_error(pytester):
 def test_a_cold_session_reads_and_writes_its_own_baseline_file(pytester):
     fake_gpu(pytester)
     (pytester.path / "base").mkdir()
-    result = pytester.runpytest("--opperf", "--opperf-l2-flush", "--opperf-save=base", "--opperf-timing=sync",
-                                "--benchmark-max-time=0")
+    result = pytester.runpytest(
+        "--opperf",
+        "--opperf-l2-flush",
+        "--opperf-save=base",
+        "--opperf-timing=sync",
+        "--benchmark-max-time=0",
+    )
     assert result.ret == 0, result.stdout.str()
-    assert [p.name for p in (pytester.path / "base").iterdir()] == ["fake-gpu-a-full-sync-cold.json"]
+    assert [p.name for p in (pytester.path / "base").iterdir()] == [
+        "fake-gpu-a-full-sync-cold.json"
+    ]
     result = pytester.runpytest("--opperf", "--opperf-baseline=base", "--benchmark-max-time=0")
     result.stdout.fnmatch_lines(["*warning: no baseline *base/fake-gpu-a-full.json*"])
 
@@ -110,14 +126,20 @@ def end_range(range_id):
 
 
 def test_nvtx_ranges_name_the_ops_and_steps(pytester):
-    pytester.makepyfile(nvtx=NVTX, test_train=e2e(steps=2) + '''
+    pytester.makepyfile(
+        nvtx=NVTX,
+        test_train=e2e(steps=2)
+        + """
 
 def test_ranges_seen():
     import nvtx
     names = [e[1] for e in nvtx.EVENTS if e[0] in ("push", "start")]
-    assert names[:6] == ["step 1", "ExecutorRunTimer", "CreateOpTimer", "conv2d", "Im2ColTimer", "relu"]
-    assert ("start", "step 3") in nvtx.EVENTS and nvtx.EVENTS.count(("pop",)) == names.count("relu") * 5
-''')
+    assert names[:6] == ["step 1", "ExecutorRunTimer", "CreateOpTimer", "conv2d", "Im2ColTimer",
+                         "relu"]
+    assert ("start", "step 3") in nvtx.EVENTS
+    assert nvtx.EVENTS.count(("pop",)) == names.count("relu") * 5
+""",
+    )
     pytester.syspathinsert()  # the fake nvtx module, importable when the plugin configures
     result = pytester.runpytest("--opperf", "--opperf-nvtx", "-p", "no:randomly")
     result.assert_outcomes(passed=2)
@@ -155,8 +177,12 @@ def test_a_gpu_session_records_why_it_has_no_nvml_facts(pytester):
     result = pytester.runpytest("--opperf", "--opperf-json=r.json", "--benchmark-max-time=0")
     assert result.ret == 0, result.stdout.str()
     env = json.loads((pytester.path / "r.json").read_text())["machine"]["gpu_env"]
-    assert env["start"] == env["end"] == {"error": "the device has no PCI bus id to find it in NVML"}
-    result.stdout.fnmatch_lines(["note: GPU environment (NVML) not recorded: the device has no PCI bus id*"])
+    assert (
+        env["start"] == env["end"] == {"error": "the device has no PCI bus id to find it in NVML"}
+    )
+    result.stdout.fnmatch_lines(
+        ["note: GPU environment (NVML) not recorded: the device has no PCI bus id*"]
+    )
 
 
 # --- one xdist worker per GPU ----------------------------------------------------------
@@ -173,8 +199,15 @@ def _subprocess(pytester, gpus, *args):
     old = os.environ.get("CUDA_VISIBLE_DEVICES")
     os.environ["CUDA_VISIBLE_DEVICES"] = gpus
     try:
-        return pytester.runpytest_subprocess("-p", "no:hypothesispytest", "--opperf", "--opperf-gpu-workers",
-                                             "--opperf-json=r.json", "--benchmark-max-time=0.01", *args)
+        return pytester.runpytest_subprocess(
+            "-p",
+            "no:hypothesispytest",
+            "--opperf",
+            "--opperf-gpu-workers",
+            "--opperf-json=r.json",
+            "--benchmark-max-time=0.01",
+            *args,
+        )
     finally:
         if old is None:
             del os.environ["CUDA_VISIBLE_DEVICES"]
@@ -190,11 +223,15 @@ def test_one_worker_per_gpu_each_with_its_own_gpu_and_per_op_runs_timed(pytester
     seen = {}
     for path in pytester.path.glob("seen-gw*.txt"):
         worker = path.name.split("-")[1]
-        seen.setdefault(worker, set()).update(line.split()[0] for line in path.read_text().splitlines())
+        seen.setdefault(worker, set()).update(
+            line.split()[0] for line in path.read_text().splitlines()
+        )
     assert sorted(seen) == ["gw0", "gw1"]  # -n auto: one worker per GPU
     assert seen["gw0"] == {"3"} and seen["gw1"] == {"5"}
     data = json.loads((pytester.path / "r.json").read_text())
-    assert len(data["runs"]) == 4 and all(r["config"]["benchmark"]["loop"] == "opperf" for r in data["runs"])
+    assert len(data["runs"]) == 4 and all(
+        r["config"]["benchmark"]["loop"] == "opperf" for r in data["runs"]
+    )
     assert all(r["stats"][0]["count"] > 0 for r in data["runs"])  # timed under xdist, not lost
     assert sorted(data["machine"]["workers"]) == ["gw0", "gw1"]
     assert {w["cuda_visible_devices"] for w in data["machine"]["workers"].values()} == {"3", "5"}
@@ -205,19 +242,26 @@ def test_workers_on_different_gpu_models_fail_the_session(pytester):
     result = _run_workers(pytester, "-n", "2", other="B")
     out = result.stdout.str()
     assert result.ret == 1, out
-    assert "error: the workers ran on different GPU models (gw0: Fake GPU A, gw1: Fake GPU B)" in out
+    assert (
+        "error: the workers ran on different GPU models (gw0: Fake GPU A, gw1: Fake GPU B)" in out
+    )
 
 
 def test_more_workers_than_gpus_is_a_usage_error(pytester):
     result = _run_workers(pytester, "-n", "3")
     assert result.ret == 4
-    assert "--opperf-gpu-workers: -n 3 workers for 2 GPU(s) (3,5)" in result.stderr.str() + result.stdout.str()
+    assert (
+        "--opperf-gpu-workers: -n 3 workers for 2 GPU(s) (3,5)"
+        in result.stderr.str() + result.stdout.str()
+    )
 
 
 def test_gpu_workers_without_xdist_is_a_usage_error(pytester):
     pytester.makepyfile(test_a="def test_a():\n    pass\n")
     result = pytester.runpytest("--opperf-gpu-workers")
-    assert_one_line_usage_error(result, "--opperf-gpu-workers needs pytest-xdist workers: add -n auto")
+    assert_one_line_usage_error(
+        result, "--opperf-gpu-workers needs pytest-xdist workers: add -n auto"
+    )
 
 
 PEDANTIC = '''
@@ -242,6 +286,13 @@ def test_pedantic_with_the_flush_keeps_rounds_iterations_and_setup(pytester):
     result = pytester.runpytest("--opperf", "--opperf-l2-flush", "--opperf-json=r.json")
     assert result.ret == 0, result.stdout.str()
     (run,) = json.loads((pytester.path / "r.json").read_text())["runs"]
-    assert run["config"]["benchmark"] == {"rounds": 4, "iterations": 2, "loop": "opperf", "l2_flush": True}
+    assert run["config"]["benchmark"] == {
+        "rounds": 4,
+        "iterations": 2,
+        "loop": "opperf",
+        "l2_flush": True,
+    }
     (s,) = run["stats"]
-    assert s["count"] == 8 and s["samples_ms"] == [pytest.approx(0.02, abs=1e-5)] * 4  # 20 us a call, no flush
+    assert (
+        s["count"] == 8 and s["samples_ms"] == [pytest.approx(0.02, abs=1e-5)] * 4
+    )  # 20 us a call, no flush

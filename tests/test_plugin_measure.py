@@ -1,4 +1,5 @@
-"""A synthetic suite of sleeps through the plugin: counts, parents, shares, JSON, hooks, device clocks."""
+"""A synthetic suite of sleeps through the plugin: counts, parents, shares, JSON, hooks, device
+clocks."""
 
 import json
 
@@ -11,7 +12,11 @@ pytest_plugins = ["pytester"]
 
 def run_json(pytester, *args):
     result = pytester.runpytest("--opperf", "--opperf-json=out.json", *args)
-    data = json.loads((pytester.path / "out.json").read_text()) if (pytester.path / "out.json").exists() else None
+    data = (
+        json.loads((pytester.path / "out.json").read_text())
+        if (pytester.path / "out.json").exists()
+        else None
+    )
     return result, data
 
 
@@ -22,7 +27,12 @@ def test_synthetic_suite_counts_parents_shares_and_json(pytester):
     assert data["schema"] == "opperf/1"
     (run,) = data["runs"]
     assert run["id"] == "test_suite.py::test_train"
-    assert (run["kind"], run["config"], run["device"], run["timing"]) == ("e2e", {"batch": 4}, "cpu", "host")
+    assert (run["kind"], run["config"], run["device"], run["timing"]) == (
+        "e2e",
+        {"batch": 4},
+        "cpu",
+        "host",
+    )
     assert (run["examples"], run["batches"]) == (32, 8)
     assert run["examples_per_sec"] == pytest.approx(32 / run["wall_s"])
     assert run["sec_per_batch"] == pytest.approx(run["wall_s"] / 8)
@@ -35,7 +45,9 @@ def test_synthetic_suite_counts_parents_shares_and_json(pytester):
     assert run["counts"] == {name: 1 for name in stats}
     for s in stats.values():
         assert len(s["samples_ms"]) == 8
-        assert sum(s["samples_ms"]) == pytest.approx(s["total_ms"], rel=1e-4)  # samples stored to 5 digits
+        assert sum(s["samples_ms"]) == pytest.approx(
+            s["total_ms"], rel=1e-4
+        )  # samples stored to 5 digits
         assert s["min_ms"] <= s["avg_ms"] <= s["max_ms"]
     # sleeps: 1 ms im2col inside a 2 ms conv2d, 1 ms relu; 3 ms of "Python" per step
     assert 1.0 <= stats["conv2d/Im2ColTimer"]["avg_ms"] < stats["conv2d"]["avg_ms"]
@@ -43,8 +55,12 @@ def test_synthetic_suite_counts_parents_shares_and_json(pytester):
     assert stats["conv2d"]["flops"] == 8 * 4e6 and stats["conv2d"]["bytes"] == 8 * 1e6
     wall_ms = run["wall_s"] * 1e3
     executor = stats["ExecutorRunTimer"]["total_ms"]
-    kernels = stats["conv2d"]["total_ms"] + stats["relu"]["total_ms"]  # Im2ColTimer is inside conv2d
-    assert run["executor_ms"] == pytest.approx(executor) and run["kernel_ms"] == pytest.approx(kernels)
+    kernels = (
+        stats["conv2d"]["total_ms"] + stats["relu"]["total_ms"]
+    )  # Im2ColTimer is inside conv2d
+    assert run["executor_ms"] == pytest.approx(executor) and run["kernel_ms"] == pytest.approx(
+        kernels
+    )
     assert run["python_share"] == pytest.approx((wall_ms - executor) / wall_ms)
     assert run["kernel_share"] == pytest.approx(kernels / wall_ms)
     assert run["framework_share"] == pytest.approx((executor - kernels) / wall_ms)
@@ -52,19 +68,38 @@ def test_synthetic_suite_counts_parents_shares_and_json(pytester):
     assert run["python_share"] == pytest.approx(26 / 50, abs=0.005)
     assert run["kernel_share"] == pytest.approx(24 / 50, abs=0.005)
     assert run["framework_share"] < 0.05
-    assert len(run["step_ms"]) == 8 and run["step_ms"][0] > run["step_ms"][1]  # startup is in step 1
+    assert (
+        len(run["step_ms"]) == 8 and run["step_ms"][0] > run["step_ms"][1]
+    )  # startup is in step 1
     assert data["gate"]["passed"] is True
-    assert data["session"] == {"device": "cpu", "device_class": "cpu", "workload": "small", "timing": "host"}
+    assert data["session"] == {
+        "device": "cpu",
+        "device_class": "cpu",
+        "workload": "small",
+        "timing": "host",
+    }
     assert data["machine"]["cores"] >= 1 and data["machine"]["device_class"] == "cpu"
     # and the terminal report says the same
-    result.stdout.fnmatch_lines([
-        "*= opperf =*", "session: device=cpu timing=host workload=small", "",
-        "test_suite.py::test_train  device=cpu timing=host",
-        "Total examples: 32, total time: *", "* examples/sec, * sec/batch", "unit: ms",
-        "name * total * avg * max * min * count * share * GFLOP/s * GB/s",
-        "ExecutorRunTimer *", "conv2d * 8 *%*", "  Im2ColTimer * 8", "relu * 8 *%*", "CreateOpTimer *",
-        "Python *% | framework overhead *% | kernels *% of wall time", "",
-        "gate: PASSED (0 checks; no baseline, no thresholds)"])
+    result.stdout.fnmatch_lines(
+        [
+            "*= opperf =*",
+            "session: device=cpu timing=host workload=small",
+            "",
+            "test_suite.py::test_train  device=cpu timing=host",
+            "Total examples: 32, total time: *",
+            "* examples/sec, * sec/batch",
+            "unit: ms",
+            "name * total * avg * max * min * count * share * GFLOP/s * GB/s",
+            "ExecutorRunTimer *",
+            "conv2d * 8 *%*",
+            "  Im2ColTimer * 8",
+            "relu * 8 *%*",
+            "CreateOpTimer *",
+            "Python *% | framework overhead *% | kernels *% of wall time",
+            "",
+            "gate: PASSED (0 checks; no baseline, no thresholds)",
+        ]
+    )
 
 
 def test_several_windows_in_one_test(pytester):
@@ -79,8 +114,10 @@ def test_several_windows_in_one_test(pytester):
     """)
     _, data = run_json(pytester)
     assert [r["id"] for r in data["runs"]] == [
-        "test_several_windows_in_one_test.py::test_x", "test_several_windows_in_one_test.py::test_x#2",
-        "test_several_windows_in_one_test.py::test_x#eval"]
+        "test_several_windows_in_one_test.py::test_x",
+        "test_several_windows_in_one_test.py::test_x#2",
+        "test_several_windows_in_one_test.py::test_x#eval",
+    ]
 
 
 def test_varying_step_counts_warn_and_keep_the_most_common(pytester):
@@ -97,7 +134,9 @@ def test_varying_step_counts_warn_and_keep_the_most_common(pytester):
     """)
     result, data = run_json(pytester)
     result.assert_outcomes(passed=1, warnings=1)
-    result.stdout.fnmatch_lines(["*OpPerfStepCountWarning: test_varying*per-step count of relu varies (2..3)*"])
+    result.stdout.fnmatch_lines(
+        ["*OpPerfStepCountWarning: test_varying*per-step count of relu varies (2..3)*"]
+    )
     assert any("per-step count of relu varies" in note for note in data["runs"][0]["notes"])
 
 
@@ -169,7 +208,9 @@ def test_no_executor_stat_falls_back_and_says_so(pytester):
     run = data["runs"][0]
     assert run["executor_stat"] is None
     assert run["executor_ms"] == pytest.approx(run["stats"][0]["total_ms"])
-    result.stdout.fnmatch_lines(["note: no ExecutorRunTimer stat: executor time is the sum of top-level stats"])
+    result.stdout.fnmatch_lines(
+        ["note: no ExecutorRunTimer stat: executor time is the sum of top-level stats"]
+    )
 
 
 def test_executor_stat_ini_key(pytester):
@@ -239,7 +280,9 @@ def test_device_clock_hooks_and_machine_info(pytester):
     """)
     result, data = run_json(pytester, "-s")
     result.assert_outcomes(passed=2)
-    assert [r["id"] for r in data["runs"]] == ["test_device_clock_hooks_and_machine_info.py::test_x"]
+    assert [r["id"] for r in data["runs"]] == [
+        "test_device_clock_hooks_and_machine_info.py::test_x"
+    ]
     run = data["runs"][0]
     conv = next(s for s in run["stats"] if s["name"] == "conv2d")
     assert (conv["clock"], conv["total_ms"], conv["samples_ms"]) == ("device", 3.0, [1.0, 1.0, 1.0])
@@ -247,7 +290,9 @@ def test_device_clock_hooks_and_machine_info(pytester):
     assert data["machine"]["rack"] == "r1"
     assert data["machine"]["gpu"] == {"model": "Fake", "driver": "9", "cuda": "13"}
     assert data["session"]["workload"] == "full"
-    result.stdout.fnmatch_lines(["*SYNCS 3", "*clock: kernel stats on the device clock*"])  # one sync per step
+    result.stdout.fnmatch_lines(
+        ["*SYNCS 3", "*clock: kernel stats on the device clock*"]
+    )  # one sync per step
 
 
 def test_sync_timing_synchronises_around_kernels(pytester):

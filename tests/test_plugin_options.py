@@ -6,9 +6,19 @@ from tests.opperf_suites import assert_one_line_usage_error, e2e, inner_run_env 
 
 pytest_plugins = ["pytester"]
 
-OPTIONS = ["--opperf", "--opperf-workload", "--opperf-device", "--opperf-timing", "--opperf-thresholds",
-           "--opperf-baseline", "--opperf-save", "--opperf-json", "--opperf-markdown", "--opperf-trace",
-           "--opperf-sort"]
+OPTIONS = [
+    "--opperf",
+    "--opperf-workload",
+    "--opperf-device",
+    "--opperf-timing",
+    "--opperf-thresholds",
+    "--opperf-baseline",
+    "--opperf-save",
+    "--opperf-json",
+    "--opperf-markdown",
+    "--opperf-trace",
+    "--opperf-sort",
+]
 
 
 def test_help_lists_every_option_and_ini_key(pytester):
@@ -64,7 +74,9 @@ def test_ini_turns_it_on(pytester):
     pytester.makepyfile(e2e(steps=2))
     result = pytester.runpytest()
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*= opperf =*", "test_ini_turns_it_on.py::test_train  device=cpu timing=host"])
+    result.stdout.fnmatch_lines(
+        ["*= opperf =*", "test_ini_turns_it_on.py::test_train  device=cpu timing=host"]
+    )
     names = [line.split()[0] for line in result.stdout.lines if line.split() and line.split()[0] in
              ("conv2d", "relu", "ExecutorRunTimer", "CreateOpTimer")]
     assert names == ["CreateOpTimer", "ExecutorRunTimer", "conv2d", "relu"]  # sorted by name
@@ -85,8 +97,9 @@ from pytest_opperf.device import DeviceInfo
 def pytest_opperf_select_device(config, requested):
     if requested == "cpu":
         return DeviceInfo(note="cpu asked for")
-    return DeviceInfo(name="cuda:0 (Fake)", is_gpu=True, synchronize=lambda: None, device_class="fake-gpu",
-                      gpu_model="Fake", driver="1.0", cuda="13.0", note="fake GPU")
+    return DeviceInfo(name="cuda:0 (Fake)", is_gpu=True, synchronize=lambda: None,
+                      device_class="fake-gpu", gpu_model="Fake", driver="1.0", cuda="13.0",
+                      note="fake GPU")
 """
 
 
@@ -97,8 +110,13 @@ def test_device_hook_and_workload_resolution(pytester):
             print("WORKLOAD", opperf.workload, opperf.device.name, opperf.timing)
     """)
     result = pytester.runpytest("-s", "--opperf", "--opperf-timing=sync")
-    result.stdout.fnmatch_lines(["*WORKLOAD full cuda:0 (Fake) sync", "*session: device=cuda:0 (Fake) timing=host "
-                                 "workload=full*", "note: fake GPU"])
+    result.stdout.fnmatch_lines(
+        [
+            "*WORKLOAD full cuda:0 (Fake) sync",
+            "*session: device=cuda:0 (Fake) timing=host workload=full*",
+            "note: fake GPU",
+        ]
+    )
     result = pytester.runpytest("-s", "--opperf-device=cpu", "--opperf-workload=tiny")
     result.stdout.fnmatch_lines(["*WORKLOAD tiny cpu events"])
 
@@ -109,12 +127,18 @@ def test_device_hook_must_return_device_info(pytester):
     assert_one_line_usage_error(pytester.runpytest("--opperf"), "returned 'cpu'", "DeviceInfo")
 
 
-@pytest.mark.parametrize("args, fragments", [
-    (["--opperf-baseline=absent.json"], ["--opperf-baseline absent.json", "no such file or directory"]),
-    (["--opperf-thresholds=absent.toml"], ["--opperf-thresholds absent.toml", "no such file"]),
-    (["--opperf-json=nodir/r.json"], ["--opperf-json nodir/r.json", "does not exist"]),
-    (["--opperf-markdown=."], ["--opperf-markdown .", "is a directory"]),
-])
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (
+            ["--opperf-baseline=absent.json"],
+            ["--opperf-baseline absent.json", "no such file or directory"],
+        ),
+        (["--opperf-thresholds=absent.toml"], ["--opperf-thresholds absent.toml", "no such file"]),
+        (["--opperf-json=nodir/r.json"], ["--opperf-json nodir/r.json", "does not exist"]),
+        (["--opperf-markdown=."], ["--opperf-markdown .", "is a directory"]),
+    ],
+)
 def test_unusable_paths_fail_before_tests_run(pytester, args, fragments):
     marker = pytester.path / "ran"
     pytester.makepyfile(f"def test_x(): open({str(marker)!r}, 'w').close()")

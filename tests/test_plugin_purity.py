@@ -1,4 +1,5 @@
-"""Dependency rules: pure modules never import pytest; the plugin never imports the framework or cupy."""
+"""Dependency rules: pure modules never import pytest; the plugin never imports the framework or
+cupy."""
 
 import ast
 import subprocess
@@ -31,4 +32,6 @@ def test_no_framework_or_cupy_import(path):
         else:
             continue
         for name in names:
-            assert name.split(".")[0] not in ("reference_framework", "cupy"), f"{path.name}: import {name}"
+            assert name.split(".")[0] not in ("reference_framework", "cupy"), (
+                f"{path.name}: import {name}"
+            )

@@ -1,4 +1,4 @@
-"""pytest-xdist: workers hand their runs over; the controller merges, reports once and gates once."""
+"""pytest-xdist: workers hand their runs over; the controller merges, reports once, gates once."""
 
 import json
 
@@ -14,10 +14,19 @@ def suite(pytester, relu_calls=1):
 
 def test_xdist_gives_one_merged_report_and_one_gate(pytester):
     suite(pytester)
-    assert pytester.runpytest("--opperf", "--opperf-save=base.json").ret == 0  # baseline without xdist
+    assert (
+        pytester.runpytest("--opperf", "--opperf-save=base.json").ret == 0
+    )  # baseline without xdist
     suite(pytester, relu_calls=2)  # a structural change in every run
-    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:hypothesispytest", "--opperf",
-                                           "--opperf-baseline=base.json", "--opperf-json=merged.json")
+    result = pytester.runpytest_subprocess(
+        "-n",
+        "2",
+        "-p",
+        "no:hypothesispytest",
+        "--opperf",
+        "--opperf-baseline=base.json",
+        "--opperf-json=merged.json",
+    )
     out = result.stdout.str()
     assert result.ret == 1, out
     result.assert_outcomes(passed=4)
@@ -31,4 +40,6 @@ def test_xdist_gives_one_merged_report_and_one_gate(pytester):
     assert [r["id"] for r in data["runs"]] == ids  # merged in id order
     assert all(r["counts"]["relu"] == 2 for r in data["runs"])
     counts = [v["run"] for v in data["gate"]["violations"] if v["metric"] == "count:relu"]
-    assert counts == ids  # each run gated once (timings may differ too: two sleeps overshoot more than one)
+    assert (
+        counts == ids
+    )  # each run gated once (timings may differ too: two sleeps overshoot more than one)

@@ -23,7 +23,10 @@ def test_run_op_checks_slots_and_attributes():
         rf.run_op("elementwise_add", {"X": np.ones(3)})
     with pytest.raises(OpError, match=r"unknown input slot 'Z'"):
         rf.run_op("elementwise_add", {"X": np.ones(3), "Y": np.ones(3), "Z": np.ones(3)})
-    with pytest.raises(OpError, match=r"sum: input slot 'X' is duplicable and takes a list of arrays, given ndarray"):
+    with pytest.raises(
+        OpError,
+        match=r"sum: input slot 'X' is duplicable and takes a list of arrays, given ndarray",
+    ):
         rf.run_op("sum", {"X": np.ones(3)})
     with pytest.raises(OpError, match=r"attribute 'value' expects a number, given 'one'"):
         rf.run_op("fill_constant", {}, {"shape": [2], "value": "one"})
@@ -34,7 +37,10 @@ def test_run_op_checks_slots_and_attributes():
 def test_dtype_attributes_accept_numpy_names():
     out = rf.run_op("fill_constant", {}, {"shape": [2], "value": 3, "dtype": np.int64})
     assert out["Out"].dtype == np.int64 and out["Out"].tolist() == [3, 3]
-    with pytest.raises(OpError, match=r"attribute 'dtype' expects a numpy dtype name such as 'float32', given 'f33'"):
+    with pytest.raises(
+        OpError,
+        match=r"attribute 'dtype' expects a numpy dtype name such as 'float32', given 'f33'",
+    ):
         rf.run_op("fill_constant", {}, {"shape": [2], "dtype": "f33"})
 
 
@@ -44,7 +50,13 @@ def test_registering_a_type_twice_is_an_error():
 
 
 def test_make_grad_builds_the_gradient_op_description():
-    maker = make_grad("elementwise_div_grad", inputs=["Y"], outputs=["Out"], grads_of=["Out"], grads_for=["X", "Y"])
+    maker = make_grad(
+        "elementwise_div_grad",
+        inputs=["Y"],
+        outputs=["Out"],
+        grads_of=["Out"],
+        grads_for=["X", "Y"],
+    )
 
     class Fwd:
         inputs = {"X": ["a"], "Y": ["b"]}

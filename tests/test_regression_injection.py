@@ -88,14 +88,23 @@ def suite(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.
     return pytester
 
 
-def check(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, inject: str = "") -> pytest.RunResult:
+def check(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, inject: str = ""
+) -> pytest.RunResult:
     monkeypatch.setenv("OPPERF_INJECT", inject)
-    return pytester.runpytest_subprocess("--opperf", "--opperf-baseline=baseline.json",
-                                         "--opperf-thresholds=thresholds.toml", "--opperf-json=new.json")
+    return pytester.runpytest_subprocess(
+        "--opperf",
+        "--opperf-baseline=baseline.json",
+        "--opperf-thresholds=thresholds.toml",
+        "--opperf-json=new.json",
+    )
 
 
 def violations(pytester: pytest.Pytester) -> dict[str, dict]:
-    return {v["metric"]: v for v in json.loads((pytester.path / "new.json").read_text())["gate"]["violations"]}
+    return {
+        v["metric"]: v
+        for v in json.loads((pytester.path / "new.json").read_text())["gate"]["violations"]
+    }
 
 
 def test_unchanged_code_passes(suite, monkeypatch):
@@ -108,7 +117,9 @@ def test_unchanged_code_passes(suite, monkeypatch):
 def test_turning_the_program_clone_back_on_is_caught(suite, monkeypatch):
     result = check(suite, monkeypatch, "clone")
     assert result.ret == 1
-    result.stdout.fnmatch_lines(["*= opperf gate =*", "FAIL test_tiny.py::test_train count:ProgramCloneTimer"])
+    result.stdout.fnmatch_lines(
+        ["*= opperf gate =*", "FAIL test_tiny.py::test_train count:ProgramCloneTimer"]
+    )
     found = violations(suite)
     assert found["count:ProgramCloneTimer"]["value"] > found["count:ProgramCloneTimer"]["baseline"]
     assert found["python_share"]["value"] > found["python_share"]["limit"]
@@ -126,7 +137,9 @@ def test_an_op_made_slower_is_flagged_by_name(suite, monkeypatch):
 def test_an_extra_op_per_step_is_a_count_change(suite, monkeypatch):
     result = check(suite, monkeypatch, "extra-op")
     assert result.ret == 1
-    result.stdout.fnmatch_lines(["*= opperf gate =*", "FAIL test_tiny.py::test_train count:fill_zeros_like"])
+    result.stdout.fnmatch_lines(
+        ["*= opperf gate =*", "FAIL test_tiny.py::test_train count:fill_zeros_like"]
+    )
     extra = violations(suite)["count:fill_zeros_like"]
     assert (extra["value"], extra["baseline"]) == (1, 0)
 
@@ -147,5 +160,7 @@ def test_a_baseline_with_three_times_the_throughput_fails_the_throughput_check(s
     path.write_text(json.dumps(doc))
     result = check(suite, monkeypatch)
     assert result.ret == 1
-    result.stdout.fnmatch_lines(["*= opperf gate =*", "FAIL test_tiny.py::test_train examples_per_sec"])
+    result.stdout.fnmatch_lines(
+        ["*= opperf gate =*", "FAIL test_tiny.py::test_train examples_per_sec"]
+    )
     assert "examples_per_sec" in violations(suite)

@@ -1,19 +1,19 @@
 """Results JSON: round trip, refusal of unknown schemas and malformed files, atomic writes."""
 
 import json
-from dataclasses import replace
 import os
 import stat
 import subprocess
+from dataclasses import replace
 
 import pytest
 
 from pytest_opperf.device import DeviceInfo
 from pytest_opperf.results import (
     SCHEMA,
-    StatResult,
     ResultsError,
     ResultSet,
+    StatResult,
     baseline_file,
     commit_info,
     machine_info,
@@ -34,8 +34,21 @@ def test_round_trip_keeps_every_field(tmp_path):
     write_results(path, rs)
     data = json.loads(path.read_text())
     assert data["schema"] == SCHEMA
-    assert {"id", "kind", "config", "device", "timing", "wall_s", "examples", "batches", "examples_per_sec",
-            "sec_per_batch", "python_share", "stats", "counts"} <= set(data["runs"][0])
+    assert {
+        "id",
+        "kind",
+        "config",
+        "device",
+        "timing",
+        "wall_s",
+        "examples",
+        "batches",
+        "examples_per_sec",
+        "sec_per_batch",
+        "python_share",
+        "stats",
+        "counts",
+    } <= set(data["runs"][0])
     assert "flops" in data["runs"][0]["stats"][0] and "flops" not in data["runs"][0]["stats"][1]
     back = read_results(path)
     assert back.runs[0] == run
@@ -122,8 +135,13 @@ def test_machine_info_has_the_facts():
 def test_commit_info_in_a_repository(tmp_path):
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     (tmp_path / "f").write_text("1")
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     subprocess.run(["git", "-C", str(tmp_path), "add", "f"], check=True)
     subprocess.run(["git", "-C", str(tmp_path), "commit", "-qm", "x"], check=True, env=env)
     info = commit_info(tmp_path)
@@ -163,5 +181,7 @@ def test_written_files_get_the_umask_mode_not_a_private_one(tmp_path):
 
 
 def test_samples_are_stored_to_five_significant_digits():
-    d = StatResult("relu", None, 2, 0.3, 0.15, 0.1, 0.2, samples_ms=[0.123456789, 12345.6789]).to_dict()
+    d = StatResult(
+        "relu", None, 2, 0.3, 0.15, 0.1, 0.2, samples_ms=[0.123456789, 12345.6789]
+    ).to_dict()
     assert d["samples_ms"] == [0.12346, 12346.0]

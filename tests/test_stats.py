@@ -77,7 +77,10 @@ def test_matches_scipy(seed):
 
 
 def test_without_continuity_matches_scipy():
-    x, y = [1.2, 3.4, 2.2, 5.0, 4.4, 0.3, 2.9, 3.3, 7.1], [0.1, 1.0, 2.0, 1.5, 0.7, 3.0, 0.2, 2.5, 1.9]
+    x, y = (
+        [1.2, 3.4, 2.2, 5.0, 4.4, 0.3, 2.9, 3.3, 7.1],
+        [0.1, 1.0, 2.0, 1.5, 0.7, 3.0, 0.2, 2.5, 1.9],
+    )
     ours = mann_whitney_u(x, y, method="asymptotic", continuity=False)
     ref = mannwhitneyu(x, y, alternative="greater", method="asymptotic", use_continuity=False)
     assert ours.p_value == pytest.approx(ref.pvalue, rel=1e-12)

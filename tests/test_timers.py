@@ -83,7 +83,10 @@ def test_nested_regions_record_parents_and_are_not_counted_twice():
     tree = StatTree.from_table(table)
     assert tree.kernel_ancestor("conv2d/GemmTimer") is tree.get("conv2d")
     assert tree.kernel_ancestor("conv2d") is None
-    assert table["conv2d"].total_ms >= table["conv2d/Im2ColTimer"].total_ms + table["conv2d/GemmTimer"].total_ms
+    assert (
+        table["conv2d"].total_ms
+        >= table["conv2d/Im2ColTimer"].total_ms + table["conv2d/GemmTimer"].total_ms
+    )
 
 
 def test_a_region_inside_two_kernels_gives_a_stat_under_each(monkeypatch):
@@ -106,7 +109,12 @@ def test_a_region_inside_two_kernels_gives_a_stat_under_each(monkeypatch):
     assert (bwd.parent, bwd.count, bwd.total_ms) == ("conv2d_grad", 2, 4.0)
     assert table["conv2d"].total_ms == 2.0 and table["conv2d_grad"].total_ms == 5.0
     assert [(d, short_name(s.name)) for d, s in StatTree.from_table(table).ordered()] == [
-        (0, "ExecutorRunTimer"), (0, "conv2d_grad"), (1, "GemmTimer"), (0, "conv2d"), (1, "GemmTimer")]
+        (0, "ExecutorRunTimer"),
+        (0, "conv2d_grad"),
+        (1, "GemmTimer"),
+        (0, "conv2d"),
+        (1, "GemmTimer"),
+    ]
     assert table["ExecutorRunTimer"].total_ms >= table.kernel_ms()
 
 
@@ -137,7 +145,9 @@ def test_recursive_region_keeps_its_outer_start():
                 busy(1)
     outer, inner = table["sum"], table["sum/sum"]  # a kernel inside a kernel is qualified by it
     assert (outer.count, inner.count, inner.parent) == (1, 1, "sum")
-    assert outer.total_ms >= inner.total_ms + 1.0  # the outer one includes the inner one and 1 ms more
+    assert (
+        outer.total_ms >= inner.total_ms + 1.0
+    )  # the outer one includes the inner one and 1 ms more
 
 
 def test_exceptions_propagate_and_are_timed():
@@ -246,7 +256,10 @@ def test_trace_keeps_events_with_depth_only_while_tracing():
         events = table.stop_trace()
         with timers.timer("after"):
             pass
-    assert [(name, depth) for name, _, _, depth in events] == [("conv2d", 1), ("ExecutorRunTimer", 0)]
+    assert [(name, depth) for name, _, _, depth in events] == [
+        ("conv2d", 1),
+        ("ExecutorRunTimer", 0),
+    ]
     (_, s_in, d_in, _), (_, s_out, d_out, _) = events
     assert s_out <= s_in and s_in + d_in <= s_out + d_out
 

@@ -26,16 +26,26 @@ def test_record_files_a_region_inside_the_region_open_on_the_recording_thread() 
         _on_thread(lambda: table.record("op", 0, 1000, kernel=True))
     op = table["op"]
     # the first filing names the stat and gives its parent, as timers.timer would
-    assert (op.parent, op.kernel, op.count, op.total_ns, op.min_ns, op.max_ns) == ("backward", True, 2, 6000,
-                                                                                   1000, 5000)
+    assert (op.parent, op.kernel, op.count, op.total_ns, op.min_ns, op.max_ns) == (
+        "backward",
+        True,
+        2,
+        6000,
+        1000,
+        5000,
+    )
     assert (table["block/op"].parent, table["block/op"].total_ns) == ("block", 7000)
     assert table.kernel_ms() == pytest.approx((6000 + table["block"].total_ns) / 1e6)
 
 
 def test_record_from_many_threads_loses_no_sample() -> None:
     with timers.recording() as table:
-        threads = [threading.Thread(target=lambda: [table.record(f"op{i % 3}", 0, 2, True) for i in range(2000)])
-                   for _ in range(4)]
+        threads = [
+            threading.Thread(
+                target=lambda: [table.record(f"op{i % 3}", 0, 2, True) for i in range(2000)]
+            )
+            for _ in range(4)
+        ]
         for t in threads:
             t.start()
         for t in threads:

@@ -10,13 +10,14 @@ import sys
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
-
 from pytest_opperf.device import CPU_HOST
 from pytest_opperf.measure import op_run
-from pytest_opperf.torch import op_flops, pytest_opperf_select_device
-from pytest_opperf.torch.device import device_class
 from tests.opperf_suites import inner_run_env  # noqa: F401
+
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
+
+from pytest_opperf.torch import op_flops, pytest_opperf_select_device  # noqa: E402 (needs torch: after the importorskip)
+from pytest_opperf.torch.device import device_class  # noqa: E402 (needs torch: after the importorskip)
 
 pytest_plugins = ["pytester"]
 
@@ -35,7 +36,7 @@ _import_what_torch_imports_lazily()
 
 CONFTEST = "from pytest_opperf.torch import pytest_opperf_select_device  # noqa: F401\n"
 
-SUITE = '''
+SUITE = """
 import torch
 from torch import nn
 
@@ -44,8 +45,8 @@ from pytest_opperf.torch import benchmark_op, profile
 
 def test_train(opperf):
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
-                          nn.Flatten(), nn.Linear(4 * 4 * 4, 5))
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                          nn.MaxPool2d(2), nn.Flatten(), nn.Linear(4 * 4 * 4, 5))
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x, y = torch.randn(2, 3, 8, 8), torch.tensor([1, 3])
     with opperf.measure() as run, profile():
@@ -57,20 +58,26 @@ def test_train(opperf):
 
 
 def test_conv(opperf_benchmark):
-    benchmark_op(opperf_benchmark, torch.nn.functional.conv2d, torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3),
-                 stat="conv2d")
+    benchmark_op(opperf_benchmark, torch.nn.functional.conv2d, torch.randn(2, 3, 8, 8),
+                 torch.randn(4, 3, 3, 3), stat="conv2d")
 
 
 def test_relu(opperf_benchmark):
     benchmark_op(opperf_benchmark, torch.relu, torch.randn(64), stat="relu")
-'''
+"""
 
 
 def test_a_torch_suite_gets_its_stat_table_with_no_glue(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_suite=SUITE)
-    result = pytester.runpytest_inprocess("--opperf", "--opperf-json=out.json", "--benchmark-max-time=0.01",
-                                          "--benchmark-min-rounds=3", "-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess(
+        "--opperf",
+        "--opperf-json=out.json",
+        "--benchmark-max-time=0.01",
+        "--benchmark-min-rounds=3",
+        "-p",
+        "no:cacheprovider",
+    )
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines([
         "session: device=cpu timing=host workload=small",
@@ -82,15 +89,24 @@ def test_a_torch_suite_gets_its_stat_table_with_no_glue(pytester: pytest.Pyteste
     ])
     runs = {r["id"]: r for r in json.loads(pytester.path.joinpath("out.json").read_text())["runs"]}
     train = runs["test_suite.py::test_train"]
-    assert train["counts"]["aten::convolution"] == 1 and train["counts"]["aten::convolution_backward"] == 1
+    assert (
+        train["counts"]["aten::convolution"] == 1
+        and train["counts"]["aten::convolution_backward"] == 1
+    )
     assert train["executor_stat"] is None
     conv = runs["test_suite.py::test_conv"]["stats"][0]
     calls = conv["count"]
-    assert conv["name"] == "conv2d" and conv["flops"] == pytest.approx(calls * 2 * 2 * 4 * 6 * 6 * 3 * 3 * 3)  # no padding: 6x6 out
-    assert runs["test_suite.py::test_relu"]["stats"][0].get("flops") is None  # torch counts no FLOPs for relu
+    assert conv["name"] == "conv2d" and conv["flops"] == pytest.approx(
+        calls * 2 * 2 * 4 * 6 * 6 * 3 * 3 * 3
+    )  # no padding: 6x6 out
+    assert (
+        runs["test_suite.py::test_relu"]["stats"][0].get("flops") is None
+    )  # torch counts no FLOPs for relu
 
 
-def test_without_opperf_profile_and_benchmark_op_only_run_the_code(pytester: pytest.Pytester) -> None:
+def test_without_opperf_profile_and_benchmark_op_only_run_the_code(
+    pytester: pytest.Pytester,
+) -> None:
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_suite=SUITE)
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
@@ -102,7 +118,9 @@ def test_without_opperf_profile_and_benchmark_op_only_run_the_code(pytester: pyt
 def test_opperf_device_gpu_without_cuda_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_suite=SUITE)
-    result = pytester.runpytest_inprocess("--opperf", "--opperf-device=gpu", "-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess(
+        "--opperf", "--opperf-device=gpu", "-p", "no:cacheprovider"
+    )
     assert result.ret == 4
     assert "opperf: --opperf-device=gpu: no usable GPU: torch" in result.stderr.str()
     assert "Traceback" not in result.stderr.str()
@@ -114,7 +132,11 @@ def test_the_device_hook_honours_opperf_device() -> None:
     cpu = pytest_opperf_select_device(None, "cpu")
     assert (cpu.name, cpu.is_gpu, cpu.device_class, cpu.note) == ("cpu", False, "cpu", "")
     auto = pytest_opperf_select_device(None, "auto")
-    assert not auto.is_gpu and auto.note.startswith("no GPU (torch ") and auto.note.endswith("fell back to CPU")
+    assert (
+        not auto.is_gpu
+        and auto.note.startswith("no GPU (torch ")
+        and auto.note.endswith("fell back to CPU")
+    )
     with pytest.raises(pytest.UsageError, match="--opperf-device=gpu: no usable GPU"):
         pytest_opperf_select_device(None, "gpu")
     assert device_class("NVIDIA H200") == "nvidia-h200"
@@ -129,9 +151,13 @@ def test_op_flops_come_from_torchs_counter() -> None:
 
 
 def test_import_pytest_opperf_does_not_import_torch() -> None:
-    code = ("import sys, pytest_opperf, pytest_opperf.plugin, pytest_opperf.measure, pytest_opperf.torch\n"
-            "from pytest_opperf.torch import pytest_opperf_select_device\n"
-            "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))\n")
+    code = (
+        "import sys, pytest_opperf, pytest_opperf.plugin, pytest_opperf.measure, "
+        "pytest_opperf.torch\n"
+        "from pytest_opperf.torch import pytest_opperf_select_device\n"
+        "assert 'torch' not in sys.modules, "
+        "sorted(m for m in sys.modules if m.startswith('torch'))\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -150,10 +176,15 @@ def test_the_peer_table_sums_median_times_per_op_type_over_shapes_both_ran() -> 
             _op(f"{ref}[relu-a]", "relu", 0.3), _op(f"{tor}[relu-a]", "relu", 0.1),
             _op(f"{ref}[top_k-a]", "top_k", 0.5)]  # no torch peer: left out
     lines = peer_lines(runs)
-    rows = {line.split()[0]: line.split() for line in lines[2:] if line.split() and line.split()[0] in
-            ("conv2d", "relu", "all", "top_k")}
+    rows = {
+        line.split()[0]: line.split()
+        for line in lines[2:]
+        if line.split() and line.split()[0] in ("conv2d", "relu", "all", "top_k")
+    }
     assert rows["conv2d"][1:] == ["2", "6.000", "2.000", "3.000"]
     assert rows["relu"][1:] == ["1", "0.300", "0.100", "3.000"]
     assert rows["all"][1:] == ["3", "6.300", "2.100", "3.000"]
     assert "top_k" not in rows
-    assert peer_lines([r for r in runs if r.id.startswith(ref)]) == []  # one framework alone: no table
+    assert (
+        peer_lines([r for r in runs if r.id.startswith(ref)]) == []
+    )  # one framework alone: no table

@@ -12,19 +12,16 @@ from typing import ClassVar
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
-
-from torch import nn
-
 from pytest_opperf import measure, timers
 from pytest_opperf.device import CPU_HOST
 from pytest_opperf.gate import evaluate, parse_thresholds
 from pytest_opperf.results import ResultSet, RunResult
-from pytest_opperf.torch import (
-    ACCOUNTING_NOTE,
-    profile,
-    profiling,
-)
+
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
+
+from torch import nn  # noqa: E402 (needs torch: after the importorskip)
+
+from pytest_opperf.torch import ACCOUNTING_NOTE, profile, profiling  # noqa: E402 (needs torch: after the importorskip)
 
 STEPS = 6
 
@@ -80,8 +77,13 @@ MECHANISMS = pytest.mark.parametrize("mechanism", ["profiler", "dispatch"])
 # dispatcher sees them below autograd (nn.Linear is aten::t + aten::addmm).
 FORWARD = {"aten::convolution": 2, "aten::native_batch_norm": 2, "aten::relu": 2,
            "aten::max_pool2d_with_indices": 1, "aten::mean": 1, "aten::addmm": 1}
-BACKWARD = {"aten::convolution_backward": 2, "aten::native_batch_norm_backward": 2, "aten::threshold_backward": 2,
-            "aten::max_pool2d_with_indices_backward": 1, "aten::mm": 2}
+BACKWARD = {
+    "aten::convolution_backward": 2,
+    "aten::native_batch_norm_backward": 2,
+    "aten::threshold_backward": 2,
+    "aten::max_pool2d_with_indices_backward": 1,
+    "aten::mm": 2,
+}
 
 
 @MECHANISMS
@@ -144,7 +146,9 @@ def test_ops_nest_under_open_regions_and_are_not_counted_twice(mechanism: str) -
     assert (table["block/aten::relu"].parent, table["block/aten::relu"].count) == ("block", 1)
     assert not table["forward"].kernel
     # kernel time: the top-level kernel stats, the relu inside "block" only through it
-    assert table.kernel_ms() == pytest.approx(table["block"].total_ms + table["aten::relu"].total_ms)
+    assert table.kernel_ms() == pytest.approx(
+        table["block"].total_ms + table["aten::relu"].total_ms
+    )
 
 
 # --- regression injection: the gate catches an extra op by count, a slow op by time -----
@@ -156,11 +160,17 @@ THRESHOLDS = parse_thresholds({"regression": {"max_slowdown": 0.5, "counts": "ex
     ("profiler", {"count:aten::relu", "count:aten::threshold_backward"}),
     # the relu, its backward, and the detach the dispatch mode sees of the result autograd saves
     ("dispatch", {"count:aten::relu", "count:aten::threshold_backward", "count:aten::detach"})])
-def test_an_extra_relu_per_block_is_caught_by_the_exact_count_gate(mechanism: str, extra: set) -> None:
+def test_an_extra_relu_per_block_is_caught_by_the_exact_count_gate(
+    mechanism: str, extra: set
+) -> None:
     base = ResultSet(runs=[measured(small_cnn(), mechanism=mechanism)])
     same = evaluate(ResultSet(runs=[measured(small_cnn(), mechanism=mechanism)]), THRESHOLDS, base)
     assert not [v for v in same.violations if v.metric.startswith("count:")]
-    verdict = evaluate(ResultSet(runs=[measured(small_cnn(extra_relu=True), mechanism=mechanism)]), THRESHOLDS, base)
+    verdict = evaluate(
+        ResultSet(runs=[measured(small_cnn(extra_relu=True), mechanism=mechanism)]),
+        THRESHOLDS,
+        base,
+    )
     counts = {v.metric: v for v in verdict.violations if v.metric.startswith("count:")}
     assert set(counts) == extra
     assert (counts["count:aten::relu"].value, counts["count:aten::relu"].baseline) == (4, 2)
@@ -198,7 +208,10 @@ def _work_run(monkeypatch: pytest.MonkeyPatch, cost_ns: int) -> RunResult:
     COST_NS["value"] = cost_ns
     x = torch.ones(3)
     run = measure.Run("suite::test_work", "e2e", None, CPU_HOST, "events", "ExecutorRunTimer")
-    with measure.measure_window(run), profile(mechanism="dispatch"):  # the op's time is the fake clock's
+    with (
+        measure.measure_window(run),
+        profile(mechanism="dispatch"),
+    ):  # the op's time is the fake clock's
         for _ in range(10):
             torch.relu(work(x))
             run.step(examples=1)
@@ -211,12 +224,17 @@ def test_a_slowed_op_is_caught_by_time_on_a_fake_clock(monkeypatch: pytest.Monke
     slow = _work_run(monkeypatch, cost_ns=6_000_000)  # 3x
     stat = next(s for s in base.stats if s.name == "opperf_test::work")
     assert stat.count == 10 and stat.total_ms == pytest.approx(10 * 2.000001)
-    assert not [v for v in evaluate(ResultSet(runs=[same]), THRESHOLDS, ResultSet(runs=[base])).violations
-                if v.metric.startswith("step_ms:")]
+    assert not [
+        v
+        for v in evaluate(ResultSet(runs=[same]), THRESHOLDS, ResultSet(runs=[base])).violations
+        if v.metric.startswith("step_ms:")
+    ]
     verdict = evaluate(ResultSet(runs=[slow]), THRESHOLDS, ResultSet(runs=[base]))
     slowed = [v for v in verdict.violations if v.metric.startswith("step_ms:")]
     assert [v.metric for v in slowed] == ["step_ms:opperf_test::work"]
-    assert slowed[0].value == pytest.approx(6.000001) and slowed[0].baseline == pytest.approx(2.000001)
+    assert slowed[0].value == pytest.approx(6.000001) and slowed[0].baseline == pytest.approx(
+        2.000001
+    )
 
 
 # --- autograd's threads -------------------------------------------------------------------
@@ -299,10 +317,14 @@ def test_by_module_groups_op_time_by_module_class_nested_as_modules_nest(mechani
 def test_by_module_both_mechanisms_give_the_same_calls_and_counts() -> None:
     by_profiler = measured(small_cnn(), by="module", mechanism="profiler")
     by_dispatch = measured(small_cnn(), by="module", mechanism="dispatch")
-    assert {s.name: s.parent for s in by_profiler.stats} == {s.name: s.parent for s in by_dispatch.stats}
+    assert {s.name: s.parent for s in by_profiler.stats} == {
+        s.name: s.parent for s in by_dispatch.stats
+    }
     # the dispatch mode alone sees the detach of a saved relu result, in forward and in ReluBackward
     seen_by_dispatch_alone = {"aten::detach": 2, "Block.backward": 2}
-    assert {n: c + seen_by_dispatch_alone.get(n, 0) for n, c in by_profiler.counts.items()} == by_dispatch.counts
+    assert {
+        n: c + seen_by_dispatch_alone.get(n, 0) for n, c in by_profiler.counts.items()
+    } == by_dispatch.counts
     blocks = [s for s in by_profiler.stats if s.name == "Sequential/Block"]
     assert blocks[0].count == 2 * STEPS and len(blocks[0].samples_ms) == STEPS
 
@@ -316,7 +338,10 @@ def test_profile_without_a_recording_records_nothing() -> None:
 
 
 def test_profile_rejects_an_unknown_grouping() -> None:
-    with pytest.raises(ValueError, match=r"by must be one of op\|module, got 'layer'"), profile(by="layer"):
+    with (
+        pytest.raises(ValueError, match=r"by must be one of op\|module, got 'layer'"),
+        profile(by="layer"),
+    ):
         pass
 
 
@@ -372,7 +397,9 @@ class NoDeviceClock:
         pass
 
 
-def test_on_cuda_each_op_gets_its_event_pair_resolved_once_per_step(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_on_cuda_each_op_gets_its_event_pair_resolved_once_per_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from pytest_opperf.device import DeviceInfo
 
     syncs = []
@@ -393,11 +420,15 @@ def test_on_cuda_each_op_gets_its_event_pair_resolved_once_per_step(monkeypatch:
     assert len(syncs) == 4  # one per step, none per op
     relu = next(s for s in run.result.stats if s.name == "aten::relu")
     assert (relu.clock, relu.count, relu.total_ms) == ("device", 8, pytest.approx(8 * 0.5))
-    assert relu.samples_ms == pytest.approx([1.0] * 4)  # each step's two relus, resolved at its step()
+    assert relu.samples_ms == pytest.approx(
+        [1.0] * 4
+    )  # each step's two relus, resolved at its step()
     assert run.result.kernel_ms == pytest.approx(12 * 0.5)
 
 
-def test_with_sync_timing_the_device_is_synchronised_around_every_op(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_with_sync_timing_the_device_is_synchronised_around_every_op(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from pytest_opperf.device import DeviceInfo
 
     syncs = []
@@ -435,7 +466,9 @@ def test_nested_lists_what_each_op_calls_under_it_and_counts_nothing_twice(mecha
     for stat in table.values():
         children = [s for s in table.values() if s.parent == stat.name]
         assert sum(c.total_ns for c in children) <= stat.total_ns, stat.name
-    assert table.kernel_ms() == pytest.approx(sum(s.total_ms for s in table.values() if s.parent is None))
+    assert table.kernel_ms() == pytest.approx(
+        sum(s.total_ms for s in table.values() if s.parent is None)
+    )
 
 
 @MECHANISMS
@@ -471,14 +504,22 @@ def test_op_samples_lists_top_level_ops_per_thread_through_composites_and_ranges
         Event("aten::convolution", 12, 98, 1),
         Event("aten::_convolution", 14, 90, 1),
         Event("aten::empty", 20, 22, 1),
-        Event("autograd::engine::evaluate_function: ReluBackward0", 5, 60, 2),  # a range on another thread
-        Event("aten::relu", 10, 50, 2),  # the same time as the convolution: its own thread's top level
+        Event(
+            "autograd::engine::evaluate_function: ReluBackward0", 5, 60, 2
+        ),  # a range on another thread
+        Event(
+            "aten::relu", 10, 50, 2
+        ),  # the same time as the convolution: its own thread's top level
         Event("Optimizer.step#SGD.step", 200, 300, 1),
         Event("aten::add_", 210, 220, 1),
         Event(MARK, 0, 1, 1),
     ]
     flat = sorted(op_samples(events, nested=False, kind=_kind))
-    assert flat == [("aten::add_", 210, 10, 1), ("aten::convolution", 12, 86, 1), ("aten::relu", 10, 40, 2)]
+    assert flat == [
+        ("aten::add_", 210, 10, 1),
+        ("aten::convolution", 12, 86, 1),
+        ("aten::relu", 10, 40, 2),
+    ]
     nested = sorted(op_samples(events, nested=True, kind=_kind))
     assert nested == sorted(flat + [("aten::convolution/aten::_convolution", 14, 76, 1),
                                     ("aten::convolution/aten::_convolution/aten::empty", 20, 2, 1)])
@@ -486,7 +527,10 @@ def test_op_samples_lists_top_level_ops_per_thread_through_composites_and_ranges
 
 def test_an_op_that_starts_where_another_ends_is_its_sibling() -> None:
     events = [Event("aten::relu", 10, 20, 1), Event("aten::relu", 20, 30, 1)]
-    assert op_samples(events, nested=True, kind=_kind) == [("aten::relu", 10, 10, 1), ("aten::relu", 20, 10, 1)]
+    assert op_samples(events, nested=True, kind=_kind) == [
+        ("aten::relu", 10, 10, 1),
+        ("aten::relu", 20, 10, 1),
+    ]
 
 
 OFFSET = 1_700_000_000_000_000_000  # the profiler's clock (Unix time) minus perf_counter_ns, here
@@ -503,11 +547,23 @@ def test_ops_are_assigned_to_steps_by_their_start_on_the_aligned_clock() -> None
     marks, starts = _marks((1000, None), (2000, 0), (3000, 1), (4000, None))
     regions = RegionLog()
     regions.times, regions.states = [0], [(None, None, 0)]
-    at = [(500, 5), (1500, 10), (1990, 20), (2010, 30), (2500, 40), (2600, 50), (3500, 70), (4500, 80)]
+    at = [
+        (500, 5),
+        (1500, 10),
+        (1990, 20),
+        (2010, 30),
+        (2500, 40),
+        (2600, 50),
+        (3500, 70),
+        (4500, 80),
+    ]
     samples = [("aten::relu", OFFSET + t, ns, 1) for t, ns in at]
     per_step = file_samples(table, samples, marks, starts, regions, steps=2)
     # before the window (500) and after it (4500): left out; after the last step (3500): totals only
-    assert table["aten::relu"].count == 6 and table["aten::relu"].total_ns == 10 + 20 + 30 + 40 + 50 + 70
+    assert (
+        table["aten::relu"].count == 6
+        and table["aten::relu"].total_ns == 10 + 20 + 30 + 40 + 50 + 70
+    )
     assert per_step == {"aten::relu": ([2, 3], [30, 120])}
 
 
@@ -515,14 +571,26 @@ def test_each_marker_aligns_the_clocks_for_the_ops_after_it() -> None:
     """The offset between the clocks moves; each op is placed with the last marker before it."""
     table = timers.Table()
     marks = [Mark(999, 1001, None), Mark(1999, 2001, 0), Mark(2999, 3001, None)]
-    starts = [OFFSET + 1000, OFFSET + 2000 + 300, OFFSET + 3000 + 300]  # the profiler's clock gained 300 ns
+    starts = [
+        OFFSET + 1000,
+        OFFSET + 2000 + 300,
+        OFFSET + 3000 + 300,
+    ]  # the profiler's clock gained 300 ns
     regions = RegionLog()
     # the recording thread: region "a" open over 2100..2200 (perf_counter_ns), "b" over 2300..2400
     regions.times = [0, 2100, 2200, 2300, 2400]
-    regions.states = [(None, None, 0), ("a", None, 1), (None, None, 0), ("b", "b", 1), (None, None, 0)]
+    regions.states = [
+        (None, None, 0),
+        ("a", None, 1),
+        (None, None, 0),
+        ("b", "b", 1),
+        (None, None, 0),
+    ]
     # an op at perf 2350 is stamped 2650 by the profiler: in "b" (placed with the first
     # marker's offset it would be in no region)
-    per_step = file_samples(table, [("aten::relu", OFFSET + 2350 + 300, 7, 2)], marks, starts, regions, steps=1)
+    per_step = file_samples(
+        table, [("aten::relu", OFFSET + 2350 + 300, 7, 2)], marks, starts, regions, steps=1
+    )
     assert table["b/aten::relu"].parent == "b" and "aten::relu" not in table
     assert per_step == {}  # after the only step
 
@@ -546,16 +614,28 @@ def test_ops_of_the_traced_step_become_trace_events_nested_under_their_regions()
     marks, starts = _marks((0, None), (1000, 0), (2000, 1), (3000, None))
     regions = RegionLog()
     regions.times, regions.states = [0, 1100], [(None, None, 0), ("forward", None, 1)]
-    samples = [("aten::relu", OFFSET + 500, 10, 1), ("aten::addmm", OFFSET + 1200, 50, 1),
-               ("aten::addmm/aten::copy_", OFFSET + 1210, 5, 1), ("aten::relu", OFFSET + 1990, 20, 1)]
+    samples = [
+        ("aten::relu", OFFSET + 500, 10, 1),
+        ("aten::addmm", OFFSET + 1200, 50, 1),
+        ("aten::addmm/aten::copy_", OFFSET + 1210, 5, 1),
+        ("aten::relu", OFFSET + 1990, 20, 1),
+    ]
     events: list = []
-    file_samples(table, samples, marks, starts, regions, steps=2, trace=(1000, 2000), trace_events=events)
-    # the traced step is 1000..2000: its ops, at their times from its start, one level below their region
-    assert events == [("aten::addmm", 200, 50, 1), ("aten::copy_", 210, 5, 2)]  # the relu at 1990 ends past it
+    file_samples(
+        table, samples, marks, starts, regions, steps=2, trace=(1000, 2000), trace_events=events
+    )
+    # the traced step is 1000..2000: its ops, at their times from its start, one level below
+    # their region
+    assert events == [
+        ("aten::addmm", 200, 50, 1),
+        ("aten::copy_", 210, 5, 2),
+    ]  # the relu at 1990 ends past it
 
 
 def test_a_run_traced_under_the_profiler_has_its_ops_in_the_trace() -> None:
-    run = measure.Run("suite::test_trace", "e2e", None, CPU_HOST, "events", "ExecutorRunTimer", trace=True)
+    run = measure.Run(
+        "suite::test_trace", "e2e", None, CPU_HOST, "events", "ExecutorRunTimer", trace=True
+    )
     x = torch.ones(3)
     with measure.measure_window(run), profile():
         for _ in range(3):
@@ -564,9 +644,13 @@ def test_a_run_traced_under_the_profiler_has_its_ops_in_the_trace() -> None:
             run.step()
     trace = run.result.trace
     assert trace["step"] == 2
-    names = [(name, depth) for name, _start, _ns, depth in sorted(trace["events"], key=lambda e: e[1])]
+    names = [
+        (name, depth) for name, _start, _ns, depth in sorted(trace["events"], key=lambda e: e[1])
+    ]
     assert names == [("forward", 0), ("aten::relu", 1)]
-    assert all(0 <= start and start + ns <= trace["dur_ns"] for _n, start, ns, _d in trace["events"])
+    assert all(
+        0 <= start and start + ns <= trace["dur_ns"] for _n, start, ns, _d in trace["events"]
+    )
 
 
 def test_a_marker_missing_from_the_events_is_an_error_not_a_guess() -> None:
@@ -594,7 +678,11 @@ def test_the_profiler_files_only_the_ops_inside_profile_and_its_steps_exactly() 
     relu = next(s for s in run.result.stats if s.name == "aten::relu")
     assert relu.count == 1 + 2 + 3 + 1
     assert run._step_counts["aten::relu"] == [0, 1, 2, 3]
-    assert len(relu.samples_ms) == 4 and relu.samples_ms[0] == 0.0 and all(t > 0 for t in relu.samples_ms[1:])
+    assert (
+        len(relu.samples_ms) == 4
+        and relu.samples_ms[0] == 0.0
+        and all(t > 0 for t in relu.samples_ms[1:])
+    )
 
 
 def test_two_profiles_in_one_window_each_file_their_own_ops() -> None:
@@ -617,7 +705,7 @@ def test_a_window_left_by_an_exception_stops_torchs_profiler() -> None:
     with pytest.raises(ZeroDivisionError), measure.measure_window(run):
         with profile():
             torch.relu(torch.ones(3))
-        1 / 0
+        raise ZeroDivisionError("inside")
     assert not torch.autograd._profiler_enabled()
     with pytest.raises(KeyError), timers.recording(), profile():
         raise KeyError("inside")
@@ -625,9 +713,16 @@ def test_a_window_left_by_an_exception_stops_torchs_profiler() -> None:
 
 
 def test_profile_inside_torchs_own_profiler_asks_for_the_dispatch_mode() -> None:
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]), timers.recording() as table:
-        with pytest.raises(RuntimeError, match=r"torch's profiler is already running.*mechanism='dispatch'"), \
-                profile():
+    with (
+        torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]),
+        timers.recording() as table,
+    ):
+        with (
+            pytest.raises(
+                RuntimeError, match=r"torch's profiler is already running.*mechanism='dispatch'"
+            ),
+            profile(),
+        ):
             pass
         with profile(mechanism="dispatch"):
             torch.relu(torch.ones(2))
@@ -635,7 +730,9 @@ def test_profile_inside_torchs_own_profiler_asks_for_the_dispatch_mode() -> None
 
 
 def test_the_profiler_mechanism_refuses_what_only_the_dispatch_mode_does() -> None:
-    with pytest.raises(ValueError, match=r"mechanism must be one of auto\|profiler\|dispatch, got 'kineto'"):
+    with pytest.raises(
+        ValueError, match=r"mechanism must be one of auto\|profiler\|dispatch, got 'kineto'"
+    ):
         with profile(mechanism="kineto"):
             pass
     from pytest_opperf.device import DeviceInfo
@@ -669,20 +766,48 @@ def test_module_samples_give_backward_ops_to_the_module_whose_forward_made_their
 
     main, pool = 1, 2
     events = [
-        Event("aten::convolution", OFFSET + 110, OFFSET + 150, main, seq=7),  # in Conv2d, inside Block
+        Event(
+            "aten::convolution", OFFSET + 110, OFFSET + 150, main, seq=7
+        ),  # in Conv2d, inside Block
         Event("aten::relu", OFFSET + 160, OFFSET + 170, main, seq=8),  # in Block itself
         Event("aten::add_", OFFSET + 400, OFFSET + 405, main),  # outside every module
-        Event(BACKWARD_RANGE + "ConvolutionBackward0", OFFSET + 500, OFFSET + 600, pool, seq=7, fwd_thread=main),
+        Event(
+            BACKWARD_RANGE + "ConvolutionBackward0",
+            OFFSET + 500,
+            OFFSET + 600,
+            pool,
+            seq=7,
+            fwd_thread=main,
+        ),
         Event("aten::convolution_backward", OFFSET + 510, OFFSET + 590, pool),
-        Event(BACKWARD_RANGE + "ReluBackward0", OFFSET + 610, OFFSET + 630, main, seq=8, fwd_thread=main),
+        Event(
+            BACKWARD_RANGE + "ReluBackward0",
+            OFFSET + 610,
+            OFFSET + 630,
+            main,
+            seq=8,
+            fwd_thread=main,
+        ),
         Event("aten::threshold_backward", OFFSET + 615, OFFSET + 625, main),
-        Event(BACKWARD_RANGE + "ReluBackward0", OFFSET + 640, OFFSET + 660, pool, seq=8, fwd_thread=pool),
-        Event("aten::threshold_backward", OFFSET + 645, OFFSET + 655, pool),  # another thread's node 8
+        Event(
+            BACKWARD_RANGE + "ReluBackward0",
+            OFFSET + 640,
+            OFFSET + 660,
+            pool,
+            seq=8,
+            fwd_thread=pool,
+        ),
+        Event(
+            "aten::threshold_backward", OFFSET + 645, OFFSET + 655, pool
+        ),  # another thread's node 8
     ]
     kinds = {**KINDS, "aten::convolution_backward": "op", "aten::threshold_backward": "op"}
     nodes: list = []
     samples = op_samples(events, False, kind=lambda n: kinds.get(n, "none"), nodes=nodes)
-    calls = [ModuleCall("Block/Conv2d", "Conv2d", 1, 100, 155), ModuleCall("Block", "Block", None, 90, 180)]
+    calls = [
+        ModuleCall("Block/Conv2d", "Conv2d", 1, 100, 155),
+        ModuleCall("Block", "Block", None, 90, 180),
+    ]
     marks, starts = _marks((0, None), (1000, 0), (2000, None))
     regions = RegionLog()
     regions.times, regions.states = [0], [(None, None, 0)]

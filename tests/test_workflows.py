@@ -25,8 +25,16 @@ def test_both_workflows_exist():
 
 
 def test_workflows_match_the_github_schema():
-    result = subprocess.run([_tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows",
-                             *map(str, WORKFLOWS)], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            _tool("check-jsonschema"),
+            "--builtin-schema",
+            "vendor.github-workflows",
+            *map(str, WORKFLOWS),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -47,7 +55,9 @@ def test_safe_for_a_runner_that_holds_a_gpu(path):
     assert uses and all(re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", u) for u in uses), uses
     checkouts = text.count("actions/checkout@")
     assert text.count("persist-credentials: false") == checkouts
-    assert text.count("timeout-minutes:") == len(re.findall(r"^  [\w-]+:\n", text.split("jobs:")[1], re.M))
+    assert text.count("timeout-minutes:") == len(
+        re.findall(r"^  [\w-]+:\n", text.split("jobs:")[1], re.M)
+    )
 
 
 def test_the_gpu_gate_runs_the_full_workload_on_the_gpu_runner():
@@ -58,8 +68,13 @@ def test_the_gpu_gate_runs_the_full_workload_on_the_gpu_runner():
     script = (Path(__file__).parent.parent / "ci" / "gpu-check.sh").read_text()
     assert "pip install --progress-bar off -e '.[gpu,test]'" in script
     assert "WORKLOAD=full" in script and '"--opperf-workload=$WORKLOAD"' in script
-    for option in ("--opperf-baseline=ci/baselines", "--opperf-thresholds=ci/thresholds.toml", "--opperf-json=",
-                   "--opperf-markdown=", "--opperf-trace="):
+    for option in (
+        "--opperf-baseline=ci/baselines",
+        "--opperf-thresholds=ci/thresholds.toml",
+        "--opperf-json=",
+        "--opperf-markdown=",
+        "--opperf-trace=",
+    ):
         assert option in script
     # Code from forks needs a maintainer's approval (an environment with reviewers).
     assert "github.event.pull_request.head.repo.fork && 'gpu-fork'" in text
@@ -69,12 +84,23 @@ def test_the_gpu_gate_runs_the_full_workload_on_the_gpu_runner():
 def test_pull_requests_run_ab_against_their_base_commit(path):
     text = path.read_text()
     assert "fetch-depth: 0" in text  # the base commit must be in the clone for its worktree
-    if path.name == "opperf-gpu.yml":  # through ci/gpu-check.sh, which adds --opperf-compare when COMPARE is set
-        assert "COMPARE: ${{ github.event.pull_request.base.sha }}" in text  # through env:, not in the script
+    if (
+        path.name == "opperf-gpu.yml"
+    ):  # through ci/gpu-check.sh, which adds --opperf-compare when COMPARE is set
+        assert (
+            "COMPARE: ${{ github.event.pull_request.base.sha }}" in text
+        )  # through env:, not in the script
         script = (path.parents[2] / "ci" / "gpu-check.sh").read_text()
-        assert 'COMPARE_ARGS=("--opperf-compare=$COMPARE")' in script and '"${COMPARE_ARGS[@]}"' in script
+        assert (
+            'COMPARE_ARGS=("--opperf-compare=$COMPARE")' in script
+            and '"${COMPARE_ARGS[@]}"' in script
+        )
         return
-    assert "BASE_SHA: ${{ github.event.pull_request.base.sha }}" in text  # through env:, not in the script
+    assert (
+        "BASE_SHA: ${{ github.event.pull_request.base.sha }}" in text
+    )  # through env:, not in the script
     assert '--opperf-compare="$BASE_SHA"' in text
     assert text.count("if: github.event_name == 'pull_request'") == 1
-    assert text.count("if: github.event_name != 'pull_request'") == 1  # pushes: the single-side run, saved
+    assert (
+        text.count("if: github.event_name != 'pull_request'") == 1
+    )  # pushes: the single-side run, saved
