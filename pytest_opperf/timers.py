@@ -1,27 +1,18 @@
 """Instrumentation API: named, nestable timed regions aggregated into Stat tables.
 
-Frameworks time their work with ``with timers.timer("conv2d"): ...``. Nothing is
-measured unless a :func:`recording` is open on the calling thread; then every
-region closed on that thread is added to the recording's :class:`Table`, one
-:class:`Stat` per region name. A stat's ``parent`` is the region it was inside
-when it was first seen (the reference report's indented ``Im2ColTimer`` under
-``conv2d``), and it keeps that parent when later entries of the region happen
-elsewhere; parents and children are kept apart, never summed into each other,
-so nothing is counted twice.
-
-What is not recorded is counted, so that a report can say so: regions timed on
-a thread without a recording while another thread records (:func:`other_thread_regions`;
-autograd's backward threads, data-loader threads), and region exits out of order
-(``Table.misnested``; the stats opened after one may have the wrong parent).
-
-Kernel regions: a region opened with ``kernel=True`` is operator work (an op's
-kernels, or a part of them such as ``Im2ColTimer``); the others are framework
-overhead timers (``ExecutorRunTimer``, ``CreateOpTimer``...). A region inside a
-kernel region is qualified by it, so the same region under two kernels gives two
-stats - ``conv2d/GemmTimer`` and ``conv2d_grad/GemmTimer`` - and each kernel's
-children add up to no more than the kernel itself. Other stats are named by their
-region (``conv2d``, with parent ``ExecutorRunTimer``). What a finished table means
-(kernel time, display order) is read from its :class:`~pytest_opperf.stattree.StatTree`.
+Frameworks time their work with ``with timers.timer("conv2d"): ...``. Nothing is measured unless a
+:func:`recording` is open on the calling thread; then every region closed on that thread is added
+to the recording's :class:`Table`, one :class:`Stat` per region name. A stat's ``parent`` is the
+region it was inside when it was first seen (the reference report's indented ``Im2ColTimer`` under
+``conv2d``), and it keeps that parent when later entries of the region happen elsewhere; parents
+and children are kept apart, never summed into each other, so nothing is counted twice. A region
+opened with ``kernel=True`` is operator work (the others are framework overhead timers, such as
+``ExecutorRunTimer``); a region inside a kernel region is qualified by it (``conv2d/GemmTimer``,
+``conv2d_grad/GemmTimer``), so each kernel's children add up to no more than the kernel. The
+naming rules are in docs/contract-additions.md ("Results JSON"); what is not recorded but counted
+(:func:`other_thread_regions`, ``Table.misnested``) and the cost of a region are in the README
+("Instrumenting code"). What a finished table means (kernel time, display order) is read from its
+:class:`~pytest_opperf.stattree.StatTree`.
 
 Clocks: the host clock is ``time.perf_counter_ns``. A recording may be given a
 :class:`DeviceClock` (CUDA events on a GPU); kernel regions then also get
@@ -30,14 +21,11 @@ timing adds no per-region device sync. With ``sync=True`` the clock is instead
 synchronised around every kernel region, so host times are true device times
 (slow, for comparison with per-op-synchronised profiles).
 
-Cost: a region costs a few hundred ns while recording. When nothing records,
-``timer()`` returns a shared no-op whose ``__enter__``/``__exit__`` are C
-functions, leaving little more than the floor of a ``with`` statement. Hot loops
-should call :func:`current` once and skip their timing code entirely when it is
-``None``; the reference framework's executor does.
+When nothing records, ``timer()`` returns a shared no-op whose ``__enter__``/``__exit__`` are C
+functions; hot loops should call :func:`current` once and skip their timing code entirely when it
+is ``None``, as the reference framework's executor does.
 
 This module must not import pytest: frameworks import it at run time.
-Tables record; :mod:`pytest_opperf.stattree` interprets what they recorded.
 """
 
 from __future__ import annotations
