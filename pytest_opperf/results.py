@@ -146,9 +146,7 @@ def json_problem(value: Any, where: str, depth: int = 0) -> str | None:
     but str, int, float, bool, None, lists and dicts would not be written."""
     if depth > 100:
         return f"{where} is nested more than 100 levels deep"
-    if value is None or isinstance(value, (str, bool)):
-        return None
-    if isinstance(value, int):
+    if value is None or isinstance(value, (str, bool, int)):
         return None
     if isinstance(value, float):
         if math.isfinite(value):
@@ -243,8 +241,7 @@ def _load_run(d: Any, i: int, source: str) -> RunResult:
         _need(_is_num(d.get(key)), source, f"{where}: {key} is missing or not a finite number")
         _need(d[key] >= 0, source, f"{where}: {key} must not be negative, got {d[key]!r}")
     _need(d["python_share"] <= 1, source,
-          f"{where}: python_share is a share and must be in [0, 1], "
-                                          f"got {d['python_share']!r}")
+          f"{where}: python_share is a share and must be in [0, 1], got {d['python_share']!r}")
     for key in ("examples", "batches"):
         _need(_is_num(d.get(key)), source, f"{where}: {key} is missing or not a finite number")
         _need(_count(d[key]), source, f"{where}: {key} must be a whole number >= 0, got {d[key]!r}")
@@ -252,8 +249,7 @@ def _load_run(d: Any, i: int, source: str) -> RunResult:
     counts = d.get("counts", {})
     whole = isinstance(counts, dict) and all(
         isinstance(v, int) and not isinstance(v, bool) and _count(v) for v in counts.values())
-    _need(whole, source,
-          f"{where}: counts is not an object of integers >= 0")
+    _need(whole, source, f"{where}: counts is not an object of integers >= 0")
     config = d.get("config", {})
     _need(isinstance(config, dict), source, f"{where}: config is not an object")
     for key in ("step_ms", "step_examples"):
@@ -333,9 +329,9 @@ def _load(data: Any, source: str) -> ResultSet:
     _need(isinstance(session, dict), source, "session is not an object")
     compare = data.get("compare")
     _need(compare is None or isinstance(compare, dict), source, "compare is not an object")
-    return ResultSet(runs=runs, machine=machine, commit=commit,
-                     created=str(data.get("created", "")),
-                     session=session, gate=gate, compare=compare)
+    created = str(data.get("created", ""))
+    return ResultSet(runs=runs, machine=machine, commit=commit, created=created, session=session,
+                     gate=gate, compare=compare)
 
 
 def read_text(path: str | os.PathLike[str], error: type[Exception], expected: str) -> str:

@@ -28,10 +28,6 @@ PLUGIN_NAME = "opperf-ab-side"
 MAX_CALIBRATE_ITERATIONS = 1 << 20
 
 
-def is_side(config: pytest.Config) -> bool:
-    return config.pluginmanager.has_plugin(PLUGIN_NAME)
-
-
 class SidePlugin:
     def __init__(self, config: pytest.Config, channel: Channel) -> None:
         self.config = config
