@@ -256,18 +256,16 @@ class OpPerfSession:
             path = self.settings.paths.get(name)
             if path is None or (name == "save" and path.is_dir()):
                 continue
+            label = self.settings.label(name)
             if name == "save" and self.settings.save_dir:
                 existing = next((p for p in (path, *path.parents) if os.path.lexists(p)), None)
                 if existing is not None and not existing.is_dir():
-                    raise pytest.UsageError(f"opperf: {self.settings.label(name)}: {existing} is "
-                                            "not a directory")
+                    raise pytest.UsageError(f"opperf: {label}: {existing} is not a directory")
                 continue
             if path.is_dir():
-                raise pytest.UsageError(f"opperf: {self.settings.label(name)}: is a directory, "
-                                        "expected a file")
+                raise pytest.UsageError(f"opperf: {label}: is a directory, expected a file")
             if not path.parent.is_dir():
-                raise pytest.UsageError(
-                    f"opperf: {self.settings.label(name)}: directory {path.parent} does not exist")
+                raise pytest.UsageError(f"opperf: {label}: directory {path.parent} does not exist")
 
     def _check_history(self) -> None:
         if self.settings.history is None:
@@ -374,8 +372,8 @@ class OpPerfSession:
         if self.plain_benchmarks:
             verdict.notes.append(f"{self.plain_benchmarks} test(s) use pytest-benchmark's plain "
                                  "`benchmark` fixture and are not in the opperf results (use "
-                                 "opperf_benchmark, or "
-                                 "--opperf-record-benchmarks to record them as per-op runs)")
+                                 "opperf_benchmark, or --opperf-record-benchmarks to record them "
+                                 "as per-op runs)")
         if self.ab is not None:
             self._gate_compare(session, results, verdict)
         results.gate = verdict.to_dict()

@@ -77,9 +77,8 @@ def resolve_base(given: str, rootdir: Path, invocation_dir: Path, required: list
         return Base("dir", given, f"DIR {directory}", directory=directory)
     toplevel = git_toplevel(rootdir)
     if toplevel is None:
-        raise CompareError(f"{given!r} is no directory, and the rootdir {rootdir} is in no "
-                           "git repository "
-                           "to take a revision from")
+        raise CompareError(f"{given!r} is no directory, and the rootdir {rootdir} is in no git "
+                           "repository to take a revision from")
     try:
         done = _git(["rev-parse", "--verify", "--quiet", f"{given}^{{commit}}"], toplevel)
     except (OSError, subprocess.SubprocessError) as exc:

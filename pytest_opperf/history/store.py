@@ -277,7 +277,6 @@ def _wal(conn: sqlite3.Connection, timeout_s: float) -> None:
             time.sleep(0.02)
 
 
-
 class Store:
     """An open history store (use as a context manager, or :meth:`close`).
 
