@@ -37,20 +37,9 @@ from .layout import listing
 from .results import ResultSet, RunResult, read_text, same_hardware
 from .stats import Samples, mann_whitney_u
 
-__all__ = [
-    "Comparison",
-    "compare_higher",
-    "Limit",
-    "Regression",
-    "Thresholds",
-    "ThresholdsError",
-    "Verdict",
-    "Violation",
-    "compare_slower",
-    "evaluate",
-    "load_thresholds",
-    "parse_thresholds",
-]
+__all__ = ["Comparison", "compare_higher", "Limit", "Regression", "Thresholds", "ThresholdsError",
+           "Verdict", "Violation", "compare_slower", "evaluate", "load_thresholds",
+           "parse_thresholds"]
 
 
 @dataclass(frozen=True)

@@ -27,24 +27,10 @@ from typing import Any
 
 from .stattree import StatResult, StatTree, StatTreeError
 
-__all__ = [
-    "KINDS",
-    "SCHEMA",
-    "ResultSet",
-    "ResultsError",
-    "RunResult",
-    "StatResult",
-    "baseline_file",
-    "commit_info",
-    "dumps_results",
-    "json_problem",
-    "machine_info",
-    "read_results",
-    "same_hardware",
-    "write_json_atomic",
-    "write_results",
-    "write_text_atomic",
-]
+__all__ = ["KINDS", "SCHEMA", "ResultSet", "ResultsError", "RunResult", "StatResult",
+           "baseline_file", "commit_info", "dumps_results", "json_problem", "machine_info",
+           "read_results", "same_hardware", "write_json_atomic", "write_results",
+           "write_text_atomic"]
 
 SCHEMA = "opperf/1"
 KINDS = ("e2e", "op", "overhead")

@@ -38,16 +38,8 @@ from typing import Any, Protocol
 
 from .stattree import StatTree, short_name
 
-__all__ = [
-    "DeviceClock",
-    "Stat",
-    "Table",
-    "current",
-    "format_stat_lines",
-    "other_thread_regions",
-    "recording",
-    "timer",
-]
+__all__ = ["DeviceClock", "Stat", "Table", "current", "format_stat_lines", "other_thread_regions",
+           "recording", "timer"]
 
 
 class DeviceClock(Protocol):
@@ -74,19 +66,8 @@ class Stat:
     ``*_ms`` figures read the device clock when the region has device samples, else the host
     clock (``clock`` says which); ``host_total_ms`` is always the host's."""
 
-    __slots__ = (
-        "name",
-        "parent",
-        "kernel",
-        "count",
-        "total_ns",
-        "min_ns",
-        "max_ns",
-        "device_count",
-        "device_total_ns",
-        "device_min_ns",
-        "device_max_ns",
-    )
+    __slots__ = ("name", "parent", "kernel", "count", "total_ns", "min_ns", "max_ns",
+                 "device_count", "device_total_ns", "device_min_ns", "device_max_ns")
 
     def __init__(self, name: str, parent: str | None = None, kernel: bool = False) -> None:
         self.name = name

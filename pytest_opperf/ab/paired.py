@@ -29,22 +29,9 @@ from ..stats import most_common
 if TYPE_CHECKING:
     from ..gate import Violation
 
-__all__ = [
-    "CompareResult",
-    "CompareSettings",
-    "Decision",
-    "Kind",
-    "MetricKey",
-    "Override",
-    "Paired",
-    "Verdict",
-    "decide",
-    "parse_compare",
-    "rule",
-    "signed_rank_cdf",
-    "violation_message",
-    "walsh_interval",
-]
+__all__ = ["CompareResult", "CompareSettings", "Decision", "Kind", "MetricKey", "Override",
+           "Paired", "Verdict", "decide", "parse_compare", "rule", "signed_rank_cdf",
+           "violation_message", "walsh_interval"]
 
 Kind = Literal["time", "rate", "share", "count"]
 Verdict = Literal["regressed", "improved", "unchanged", "undecided"]

@@ -5,8 +5,7 @@ never on one line). Within a group, the points of a series are commits in time o
 one clean commit are one point (the median of their values); a session of a dirty tree, or without
 git, is a point of its own. Metrics, named as the gate names them:
 
-* e2e runs: ``examples_per_sec``, ``python_share``, and ``step_ms:<stat>``, the stat's per-step
-  median;
+* e2e runs: ``examples_per_sec``, ``python_share``, and ``step_ms:<stat>`` (per-step median);
 * per-op and overhead benchmarks: ``call_ms:<stat>``, the median per call.
 """
 
