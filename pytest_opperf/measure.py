@@ -189,11 +189,8 @@ class Run:
             return
         events = self._table.stop_trace()
         start = self._trace_start_ns
-        self._trace_events = {
-            "step": len(self._step_ms) + 1,
-            "dur_ns": now - start,
-            "events": [(name, t - start, dur, depth) for name, t, dur, depth in events],
-        }
+        self._trace_events = {"step": len(self._step_ms) + 1, "dur_ns": now - start, "events": [
+            (name, t - start, dur, depth) for name, t, dur, depth in events]}
         self._trace_done = len(self._step_ms) >= 1  # a second step replaces the warm-up step
 
     def _close(self) -> RunResult:

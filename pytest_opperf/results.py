@@ -105,14 +105,9 @@ class ResultSet:
         return None
 
     def to_dict(self, with_trace: bool = False) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            "schema": SCHEMA,
-            "created": self.created,
-            "machine": self.machine,
-            "commit": self.commit,
-            "session": self.session,
-            "runs": [r.to_dict(with_trace) for r in self.runs],
-        }
+        d: dict[str, Any] = {"schema": SCHEMA, "created": self.created, "machine": self.machine,
+                             "commit": self.commit, "session": self.session,
+                             "runs": [r.to_dict(with_trace) for r in self.runs]}
         if self.gate is not None:
             d["gate"] = self.gate
         if self.compare is not None:
@@ -212,8 +207,7 @@ def _load_stat(d: Any, where: str, source: str) -> StatResult:
         samples_ms=[float(x) for x in samples] if samples is not None else None,
         kernel=bool(d.get("kernel", False)), clock=str(d.get("clock", "host")),
         flops=d.get("flops"), bytes=d.get("bytes"),
-        host_ms=float(d["host_ms"]) if d.get("host_ms") is not None else None,
-    )
+        host_ms=float(d["host_ms"]) if d.get("host_ms") is not None else None)
 
 
 def _load_run(d: Any, i: int, source: str) -> RunResult:
@@ -264,8 +258,7 @@ def _load_run(d: Any, i: int, source: str) -> RunResult:
         step_ms=[float(x) for x in d.get("step_ms", [])],
         step_examples=[int(x) for x in d.get("step_examples", [])], notes=list(notes),
         trace=d.get("trace") if isinstance(d.get("trace"), dict) else None,
-        **{k: float(v) for k, v in optional.items()},
-    )
+        **{k: float(v) for k, v in optional.items()})
 
 
 def _check_gate(gate: dict[str, Any], source: str) -> None:
@@ -533,15 +526,10 @@ def _blas() -> str | None:
 def machine_info(device: Any = None) -> dict[str, Any]:
     """Facts about this machine for the results file (``device`` is a DeviceInfo)."""
     info: dict[str, Any] = {
-        "cpu": _cpu_model(),
-        "cores": os.cpu_count(),
-        "system": platform.system(),
-        "python": platform.python_version(),
-        "numpy": _version("numpy"),
+        "cpu": _cpu_model(), "cores": os.cpu_count(), "system": platform.system(),
+        "python": platform.python_version(), "numpy": _version("numpy"),
         "cupy": _version("cupy", "cupy-cuda12x", "cupy-cuda13x", "cupy-cuda11x", "cupy"),
-        "blas": _blas(),
-        "gpu": None,
-    }
+        "blas": _blas(), "gpu": None}
     if device is not None:
         info["device"] = device.name
         info["device_class"] = device.device_class

@@ -127,10 +127,8 @@ class Stat:
         return self.total_ns / 1e6
 
     def __repr__(self) -> str:
-        return (
-            f"Stat({self.name!r}, parent={self.parent!r}, count={self.count}, "
-            f"total_ms={self.total_ms:.3f}, clock={self.clock!r})"
-        )
+        return (f"Stat({self.name!r}, parent={self.parent!r}, count={self.count}, "
+                f"total_ms={self.total_ms:.3f}, clock={self.clock!r})")
 
 
 class _NullRegion:

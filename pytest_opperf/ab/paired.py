@@ -284,9 +284,8 @@ class Decision:
             return v if math.isfinite(v) else None
         return {"run": self.key.run, "metric": self.key.metric, "kind": self.kind,
                 "verdict": self.verdict, "base": num(self.base), "head": num(self.head),
-                "estimate": num(self.estimate),
-                "low": num(self.low), "high": num(self.high), "limit": num(self.limit),
-                "pairs": self.pairs, "statistic": self.statistic}
+                "estimate": num(self.estimate), "low": num(self.low), "high": num(self.high),
+                "limit": num(self.limit), "pairs": self.pairs, "statistic": self.statistic}
 
 
 def _threshold(p: Paired, ms: CompareSettings, base: float) -> float:
@@ -515,8 +514,8 @@ class CompareResult:
         from ..gate import Violation
 
         return [Violation(d.key.run, d.key.metric, d.head, _limit_value(d), d.base,
-                          violation_message(d),
-                          d.statistic) for d in self.decisions if d.verdict == "regressed"]
+                          violation_message(d), d.statistic)
+                for d in self.decisions if d.verdict == "regressed"]
 
 
 def _limit_value(d: Decision) -> float:
