@@ -30,12 +30,13 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from .ab.paired import CompareSettings, parse_compare
+from .ab.pairs import step_python_shares
 from .gpu_report import steady_examples_per_sec
 from .identity import mismatch
 from .keys import ThresholdsError, keys, parse, table_key, type_name, unknown
 from .layout import listing
 from .results import ResultSet, RunResult, read_text, same_hardware
-from .stats import Samples, mann_whitney_u
+from .stats import Samples, after_warmup, mann_whitney_u
 
 __all__ = ["Comparison", "compare_higher", "Limit", "Regression", "Thresholds", "ThresholdsError",
            "Verdict", "Violation", "compare_slower", "evaluate", "load_thresholds",
@@ -251,12 +252,6 @@ def compare_slower(base: Sequence[float], new: Sequence[float], regression: Regr
     return compare_higher(base, new, regression, lambda m: m * (1 + slowdown), floor)
 
 
-def _after_warmup(samples: Sequence[float] | None) -> list[float]:
-    if not samples:
-        return []
-    return list(samples[1:]) if len(samples) >= 2 else list(samples)
-
-
 def _per_example_ms(run: RunResult) -> list[float]:
     """Per-step wall ms per example, after warm-up."""
     pairs = list(zip(run.step_ms, run.step_examples, strict=False))
@@ -266,11 +261,8 @@ def _per_example_ms(run: RunResult) -> list[float]:
 
 def _step_python_shares(run: RunResult) -> list[float]:
     """Each step's share of wall time outside the executor, after warm-up (empty if unknown)."""
-    executor = run.stats.executor_samples(run.executor_stat)
-    if not executor or len(executor) != len(run.step_ms):
-        return []
-    shares = [(w - e) / w for w, e in zip(run.step_ms, executor, strict=True) if w > 0]
-    return _after_warmup(shares) if len(shares) == len(run.step_ms) else []
+    shares = step_python_shares(run)
+    return after_warmup(shares) if shares and all(w > 0 for w in run.step_ms) else []
 
 
 def _pct(ratio: float) -> str:
@@ -354,7 +346,7 @@ class _Gate:
         e2e = new.kind == "e2e"
         reg = self.regression
         if e2e:
-            steps = _after_warmup(base.step_ms)
+            steps = after_warmup(base.step_ms)
             step_floor = reg.min_step_share * Samples(steps).median if steps else 0.0
             floor = max(reg.min_diff_ms, step_floor)
             tolerance = reg.max_slowdown
@@ -362,7 +354,7 @@ class _Gate:
             floor = reg.op_min_diff_ms
             tolerance = reg.max_slowdown if reg.op_max_slowdown is None else reg.op_max_slowdown
         sampled_unit = "median per-step time" if e2e else "median time per call"
-        pick = _after_warmup if e2e else (lambda samples: list(samples or []))
+        pick = after_warmup if e2e else (lambda samples: list(samples or []))
         base_stats = base.stat_map()
         for s in new.stats:
             b = base_stats.get(s.name)

@@ -16,11 +16,11 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .gate import Verdict, _after_warmup, _step_python_shares
+from .gate import Verdict, _step_python_shares
 from .gpu_report import device_host_lines, steady_lines
 from .layout import middle, run_group, table, wrap
 from .results import SCHEMA, ResultSet, RunResult
-from .stats import Samples
+from .stats import Samples, after_warmup
 from .stattree import SORT_KEYS, Shares, short_name
 
 __all__ = ["SORT_KEYS", "chrome_trace", "gate_lines", "markdown", "op_table_lines", "run_lines",
@@ -83,11 +83,11 @@ def _outside(run: RunResult) -> str:
 def _steady_shares(run: RunResult) -> list[str]:
     """The shares of the steps after warm-up, each the median of its per-step values (the
     gate's Python share); empty with fewer than two steps."""
-    python, steps = _step_python_shares(run), _after_warmup(run.step_ms)
+    python, steps = _step_python_shares(run), after_warmup(run.step_ms)
     if len(run.step_ms) < 2 or len(python) != len(steps):
         return []
     roots = [t.samples_ms for depth, t in run.stats.ordered() if depth == 0 and t.kernel]
-    kernels = [_after_warmup(x) for x in roots if x and len(x) == len(run.step_ms)]
+    kernels = [after_warmup(x) for x in roots if x and len(x) == len(run.step_ms)]
     kernel = [sum(k) / w for w, *k in zip(steps, *kernels, strict=True)]
     framework = [max(0.0, 1 - p - k) for p, k in zip(python, kernel, strict=True)]
     p, f, k = (f"{Samples(x).median:.2%}" for x in (python, framework, kernel))

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..results import RunResult
+from ..stats import after_warmup
 
 __all__ = ["MetricSamples", "e2e_samples", "step_python_shares"]
 
@@ -28,10 +29,6 @@ class MetricSamples:
     head: list[float]
 
 
-def _warm(values: list[float]) -> list[float]:
-    return values[1:] if len(values) >= 2 else list(values)
-
-
 def step_python_shares(run: RunResult) -> list[float] | None:
     """Each step's share of wall time outside the executor (all steps; None if unknown)."""
     executor = run.stats.executor_samples(run.executor_stat)
@@ -42,7 +39,7 @@ def step_python_shares(run: RunResult) -> list[float] | None:
 
 def _aligned(base: list[float], head: list[float]) -> tuple[list[float], list[float]]:
     n = min(len(base), len(head))
-    return _warm(base[:n]), _warm(head[:n])
+    return after_warmup(base[:n]), after_warmup(head[:n])
 
 
 def e2e_samples(base: RunResult, head: RunResult) -> Iterator[MetricSamples]:
