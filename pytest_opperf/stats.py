@@ -1,9 +1,8 @@
 """Pure sample statistics: summaries of timing samples and the Mann-Whitney U test.
 
-No pytest and no numpy: the gate runs these on a few hundred per-step
-samples, where plain Python is fast enough and keeps the plugin's import
-light. ``tests/test_stats.py`` checks them against hand-computed values and
-``scipy.stats``.
+No pytest and no numpy: the gate runs these on a few hundred per-step samples, where plain Python is
+fast enough and keeps the plugin's import light. ``tests/test_stats.py`` checks them against
+hand-computed values and ``scipy.stats``.
 """
 
 from __future__ import annotations
@@ -115,10 +114,9 @@ def mann_whitney_u(x: Sequence[float], y: Sequence[float], method: str = "auto",
                    continuity: bool = True) -> MannWhitney:
     """One-sided Mann-Whitney U test of "x is stochastically greater than y".
 
-    ``method="auto"`` is exact when one sample has at most 8 values and there
-    are no ties, and otherwise the normal approximation with tie correction
-    (and a continuity correction of 1/2), as ``scipy.stats.mannwhitneyu``
-    chooses. When every value ties the test has no evidence: p = 1.
+    ``method="auto"`` is exact when one sample has at most 8 values and there are no ties, and
+    otherwise the normal approximation with tie correction (and a continuity correction of 1/2), as
+    ``scipy.stats.mannwhitneyu`` chooses. When every value ties the test has no evidence: p = 1.
     """
     n1, n2 = len(x), len(y)
     if n1 == 0 or n2 == 0:

@@ -1,12 +1,11 @@
 """Paired samples of an e2e run measured on both sides, step by step (pure).
 
-The two sides of an A/B session run an e2e test in lockstep, one step each
-in turn, so step i of the base and step i of the head form pair i. The first
-step (model building, startup) is warm-up and is dropped when there are at
-least two. Per pair: each stat's per-step time (``step_ms:<stat>``), the
-step's examples/sec (``examples_per_sec``), the step's Python share (wall
-minus executor time, over wall: ``python_share``), and per-step op counts
-(``count:<stat>``, one pair per run, compared exactly).
+The two sides of an A/B session run an e2e test in lockstep, one step each in turn, so step i of the
+base and step i of the head form pair i. The first step (model building, startup) is warm-up and is
+dropped when there are at least two. Per pair: each stat's per-step time (``step_ms:<stat>``), the
+step's examples/sec (``examples_per_sec``), the step's Python share (wall minus executor time, over
+wall: ``python_share``), and per-step op counts (``count:<stat>``, one pair per run, compared
+exactly).
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
 """pytest glue of A/B mode in the main process: the base, the two sides, the controller.
 
-With ``--opperf --opperf-compare=REV|DIR`` the main pytest process runs no
-test itself (as pytest-xdist's controller): at session start it resolves the
-base (a revision becomes a temporary worktree, removed again however the
-session ends) and checks the base interpreter; it then skips collection, and
-its test loop is the :class:`~.controller.Controller`: both sides collect,
-the tests of both run in lockstep, the head's reports are shown as the
-session's own and its runs become the session's results, and the
-CompareResult goes to the report, the JSON and the gate.
+With ``--opperf --opperf-compare=REV|DIR`` the main pytest process runs no test itself (as
+pytest-xdist's controller): at session start it resolves the base (a revision becomes a temporary
+worktree, removed again however the session ends) and checks the base interpreter; it then skips
+collection, and its test loop is the :class:`~.controller.Controller`: both sides collect, the tests
+of both run in lockstep, the head's reports are shown as the session's own and its runs become the
+session's results, and the CompareResult goes to the report, the JSON and the gate.
 """
 
 from __future__ import annotations
