@@ -188,13 +188,11 @@ class Verdict:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
         """A verdict stored in a results file (lenient: display only)."""
-        violations = []
-        for v in data.get("violations", []):
-            if isinstance(v, dict):
-                violations.append(Violation(
-                    run=str(v.get("run", "")), metric=str(v.get("metric", "")),
-                    value=v.get("value"), limit=v.get("limit"), baseline=v.get("baseline"),
-                    message=str(v.get("message", "")), statistic=str(v.get("statistic", ""))))
+        violations = [Violation(
+            run=str(v.get("run", "")), metric=str(v.get("metric", "")), value=v.get("value"),
+            limit=v.get("limit"), baseline=v.get("baseline"), message=str(v.get("message", "")),
+            statistic=str(v.get("statistic", ""))) for v in data.get("violations", [])
+            if isinstance(v, dict)]
         incomplete = data.get("incomplete")
         if incomplete is None and data.get("passed") is False and not violations:
             # never show PASSED for a file that says otherwise
@@ -401,10 +399,9 @@ class _Gate:
         increase = self.regression.max_python_share_increase
         b, n = _step_python_shares(base), _step_python_shares(new)
         if b and n:
-            # The steady state decides: the whole-window share also holds the
-            # warm-up step (model building, startup), whose noise is larger
-            # than a regression of the steps, and one slow step moves it by
-            # points where the steps' median does not.
+            # The steady state decides: the whole-window share also holds the warm-up step
+            # (model building, startup), whose noise is larger than a regression of the steps,
+            # and one slow step moves it by points where the steps' median does not.
             c = compare_higher(b, n, self.regression, lambda m: m + increase)
             if c.regressed:
                 self.fail(new.id, "python_share", c.new, c.limit, c.base,

@@ -1,11 +1,8 @@
 """The dashboard: one self-contained static page (plotly charts, plotly.js inline) of a history.
 
-Per device class and workload: examples/sec and the Python share over commits; each e2e run's top
-operators' per-step time over commits with the change points marked; every metric's trend, chosen
-through a search box; the latest session's shares of wall time; the latest A/B result when a session
-has one; the last sessions. Nothing is fetched at view time: plotly.js and the data are in the page.
-The charts are plotly figures built here and drawn by plotly.js; the page's own script only swaps
-the searched metric's data into its chart.
+What it shows is listed in the README ("History and dashboard"). Nothing is fetched at view time:
+plotly.js and the data are in the page. The charts are plotly figures built here and drawn by
+plotly.js; the page's own script only swaps the searched metric's data into its chart.
 """
 
 from __future__ import annotations

@@ -441,9 +441,8 @@ def _profiling(table: timers.Table, by: str, nested: bool, mechanism: str) -> It
         unread.finish()
     if run is not None:
         run.kernels_are_executor(ACCOUNTING_NOTE)
-    # Device time where the window measures on a GPU (its recording has a device
-    # clock); a CPU session on a CUDA machine keeps the host clock and never
-    # touches CUDA.
+    # Device time where the window measures on a GPU (its recording has a device clock); a CPU
+    # session on a CUDA machine keeps the host clock and never touches CUDA.
     cuda = table.device_clock is not None and torch.cuda.is_available()
     sync = cuda and table.sync
     timing = "sync" if sync else "events" if cuda else "host"
