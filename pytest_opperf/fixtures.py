@@ -104,8 +104,7 @@ class OpPerf:
             return
         run = measure.Run(run_id, kind, config, self.device, self.timing,
                           self._settings.executor_stat, trace="trace" in self._settings.paths,
-                          annotate=self._session.nvtx,
-                          handover=self._session.step_handover)
+                          annotate=self._session.nvtx, handover=self._session.step_handover)
         self._open = run_id
         try:
             with measure.measure_window(run):

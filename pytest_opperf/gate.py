@@ -1,22 +1,19 @@
 """The gate: thresholds file, absolute limits and baseline regressions, to a verdict.
 
-Thresholds (TOML, ARCHITECTURE section 7) hold ``[regression]`` tolerances
-and ``[[limit]]`` tables matched to runs and stats by glob, each key declared
-once in :class:`Regression` and :class:`Limit` and checked by
-:mod:`pytest_opperf.keys`; the A/B ``[compare]`` table is
+Thresholds (TOML, ARCHITECTURE section 7) hold ``[regression]`` tolerances and ``[[limit]]`` tables
+matched to runs and stats by glob, each key declared once in :class:`Regression` and :class:`Limit`
+and checked by :mod:`pytest_opperf.keys`; the A/B ``[compare]`` table is
 :mod:`pytest_opperf.ab.paired`'s.
 
-The rules (written out in docs/contract-additions.md, "Thresholds file"): a
-stat is slower than its baseline when its median sample exceeds the
-baseline's by more than ``max_slowdown`` AND by more than a floor in ms AND a
-one-sided Mann-Whitney U test at ``alpha`` says so (with fewer
-than ``min_samples`` samples: twice the tolerance and every sample slower).
-Samples are per-step totals after the warm-up step for e2e runs and per-call
-round times for per-op benchmarks. Throughput and the per-step Python share
-(after warm-up; the whole window only without per-step samples) go through
-the same test; per-step counts must be equal. A baseline that matches fewer
-than ``min_baseline_share`` of the session's runs is one ``baseline_match``
-violation; a ``[[limit]]`` matching nothing is a warning.
+The rules (written out in docs/contract-additions.md, "Thresholds file"): a stat is slower than its
+baseline when its median sample exceeds the baseline's by more than ``max_slowdown`` AND by more
+than a floor in ms AND a one-sided Mann-Whitney U test at ``alpha`` says so (with fewer than
+``min_samples`` samples: twice the tolerance and every sample slower). Samples are per-step totals
+after the warm-up step for e2e runs and per-call round times for per-op benchmarks. Throughput and
+the per-step Python share (after warm-up; the whole window only without per-step samples) go through
+the same test; per-step counts must be equal. A baseline that matches fewer than
+``min_baseline_share`` of the session's runs is one ``baseline_match`` violation; a ``[[limit]]``
+matching nothing is a warning.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """Renderers: the terminal report, the gate section, markdown and the Chrome trace.
 
-Every function returns lines or a document; writing them is the caller's
-business (the plugin writes under ``write_sep("=", "opperf")``, the CLI
-prints). The stat table is the reference report's: total/avg/max/min/count
-in ms, nested kernel stats indented under their parent, and ``share`` = the
-stat's total as a share of executor time (``ExecutorRunTimer``: conv2d_grad
-18104.7 / 37099.9 = 48.8 %), shown for the stats the executor ran.
+Every function returns lines or a document; writing them is the caller's business (the plugin writes
+under ``write_sep("=", "opperf")``, the CLI prints). The stat table is the reference report's:
+total/avg/max/min/count in ms, nested kernel stats indented under their parent, and ``share`` = the
+stat's total as a share of executor time (``ExecutorRunTimer``: conv2d_grad 18104.7 / 37099.9 =
+48.8 %), shown for the stats the executor ran.
 """
 
 from __future__ import annotations
@@ -287,10 +286,9 @@ def markdown(results: ResultSet, verdict: Verdict | None, sort: str = "total",
 def chrome_trace(results: ResultSet) -> dict[str, Any]:
     """One measured step per run as Chrome trace complete events ("ph": "X").
 
-    Each run is a process (named by its id) with one thread; the step is an
-    enclosing event, and regions nest by time as they did in the step, which
-    is what chrome://tracing and Perfetto use to draw the nesting. Times are
-    host-clock microseconds from the start of the step.
+    Each run is a process (named by its id) with one thread; the step is an enclosing event, and
+    regions nest by time as they did in the step, which is what chrome://tracing and Perfetto use to
+    draw the nesting. Times are host-clock microseconds from the start of the step.
     """
     events: list[dict[str, Any]] = []
     pid = 0

@@ -1,10 +1,9 @@
 """Run results and the results JSON (schema ``opperf/1``): records, files, machine and commit.
 
-A :class:`ResultSet` is what a session measured; it is written with
-:func:`write_results` (atomically: a temp file in the same directory, fsync,
-rename, so a killed writer never leaves a truncated file where a baseline
-was) and read back with :func:`read_results`, which refuses unknown schemas
-and malformed files with a one-line :class:`ResultsError`.
+A :class:`ResultSet` is what a session measured; it is written with :func:`write_results`
+(atomically: a temp file in the same directory, fsync, rename, so a killed writer never leaves a
+truncated file where a baseline was) and read back with :func:`read_results`, which refuses unknown
+schemas and malformed files with a one-line :class:`ResultsError`.
 """
 
 from __future__ import annotations
@@ -431,10 +430,9 @@ def remove_stale_temps(target: Path) -> int:
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` to ``path`` atomically (see :func:`write_json_atomic`).
 
-    A symbolic link is written through: its target is replaced and the link
-    stays. A path that is not a regular file (``/dev/null``, a FIFO) is
-    written to in place, as a shell redirection would, never replaced by a
-    file. Temp files of killed earlier writers are removed first."""
+    A symbolic link is written through: its target is replaced and the link stays. A path that is
+    not a regular file (``/dev/null``, a FIFO) is written to in place, as a shell redirection would,
+    never replaced by a file. Temp files of killed earlier writers are removed first."""
     target = Path(path)
     if os.path.islink(target):
         target = Path(os.path.realpath(target))
@@ -478,9 +476,8 @@ def write_results(path: str | os.PathLike[str], results: ResultSet) -> None:
 
 def baseline_file(directory: str | os.PathLike[str], device_class: str, workload: str,
                   variant: str = "") -> Path:
-    """Where a baseline directory keeps the results of one hardware class and workload
-    (and measurement variant, e.g. ``sync``: see
-    :func:`pytest_opperf.identity.baseline_variant`)."""
+    """Where a baseline directory keeps the results of one hardware class and workload (and
+    measurement variant, e.g. ``sync``: see :func:`pytest_opperf.identity.baseline_variant`)."""
     return Path(directory) / f"{device_class}-{workload}{'-' + variant if variant else ''}.json"
 
 

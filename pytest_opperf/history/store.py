@@ -376,9 +376,8 @@ class Store:
             return self._execute(
                 "SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = current_schema() "
                 "AND tablename = 'opperf_schema'").fetchone() is not None
-        row = self._execute("SELECT name FROM sqlite_master "
-                            "WHERE type = 'table' AND name = 'opperf_schema'")
-        return row.fetchone() is not None
+        return self._execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name = "
+                             "'opperf_schema'").fetchone() is not None
 
     def _version(self) -> int:
         if not self._has_schema_table():
