@@ -385,8 +385,7 @@ class OpPerfSession:
                          for answer in answers for title, lines in answer]
 
     def _gate_compare(self, session: pytest.Session, results: ResultSet, verdict: Verdict) -> None:
-        """A/B: regressed metrics are violations; undecided ones warn (or fail); failed base tests
-        fail."""
+        """A/B: regressed metrics and failed base tests are violations; undecided warn (or fail)."""
         compare = self.compare
         if compare is not None:
             results.compare = compare.to_dict()

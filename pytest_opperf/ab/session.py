@@ -33,8 +33,7 @@ _CONTROLLER_OPTIONS = ("compare", "compare-python", "compare-timeout", "compare-
 
 
 def _strip_options(args: list[str]) -> list[str]:
-    """``args`` without ``--opperf`` and the controller's ``--opperf-*`` options (and their
-    values)."""
+    """``args`` without ``--opperf`` and the controller's ``--opperf-*`` options, values too."""
     out: list[str] = []
     skip = False
     names = {f"--opperf-{name}" for name in _CONTROLLER_OPTIONS}
