@@ -129,8 +129,7 @@ class OpBenchmark:
 
     Use it like pytest-benchmark's ``benchmark`` (call it, or ``.pedantic(...)``);
     ``describe(stat=..., kind=..., config=..., flops=..., bytes=...)`` names the
-    stat and gives per-call work. Without ``--opperf`` the target runs once.
-    """
+    stat and gives per-call work. Without ``--opperf`` the target runs once."""
 
     def __init__(self, request: pytest.FixtureRequest, opperf: OpPerf) -> None:
         self._request = request

@@ -39,8 +39,7 @@ class OpPerfSession:
     """Exists only with ``--opperf``: collects runs, gates, reports, writes files.
 
     On an xdist worker it only collects and hands its runs to the controller
-    through ``workeroutput``; the controller merges, gates and reports once.
-    """
+    through ``workeroutput``; the controller merges, gates and reports once."""
 
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
@@ -500,8 +499,7 @@ class OpPerfSession:
         results.runs[:] = keep
 
     def _save(self, save: Path) -> None:
-        """``--opperf-save``: a partial session merges the runs it did not measure, or refuses
-        (see save.py)."""
+        """``--opperf-save``: a partial session merges into the baseline, or refuses (see save.py)."""
         results = self.results
         assert results is not None
         if self.settings.save_dir:

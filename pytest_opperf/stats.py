@@ -49,8 +49,7 @@ class Samples:
 
 
 def most_common(values: Sequence[int]) -> tuple[int, bool]:
-    """The most common value (the smallest among equally common ones) and
-    whether all values agree."""
+    """The most common value (the smallest of equally common ones) and whether all values agree."""
     if not values:
         raise ValueError("most_common of no values")
     counts = Counter(values)
@@ -95,8 +94,7 @@ def _u_counts(m: int, n: int) -> list[int]:
 
     These are the coefficients of the Gaussian binomial [m+n choose m]_q =
     prod_{i=1..m} (1 - q^(n+i)) / (1 - q^i); each factor is a multiplication
-    or a division of the series by a binomial, linear in its length.
-    """
+    or a division of the series by a binomial, linear in its length."""
     m, n = min(m, n), max(m, n)
     size = m * n + 1
     c = [0] * size

@@ -466,8 +466,7 @@ class CompareResult:
         return math.exp(math.fsum(logs) / len(logs)) if logs else None
 
     def summary(self) -> str:
-        """``2 regressed, 150 unchanged, 3 undecided, 1 improved; geometric mean head/base
-        1.004``."""
+        """``1 regressed, 9 unchanged, 3 undecided, 1 improved; geometric mean head/base 1.004``."""
         c = self.counts()
         text = ", ".join(f"{c[v]} {v}" for v in ("regressed", "unchanged", "undecided", "improved"))
         mean = self.geometric_mean()

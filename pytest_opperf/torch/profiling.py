@@ -390,8 +390,7 @@ def profile(by: str = "op", nested: bool = False, mechanism: str = "auto") -> It
     by op. Where nothing records on this thread (``opperf.measure()`` without ``--opperf``), it does
     nothing, as ``timers.timer`` does, and yields a :class:`Profile` with ``table=None`` and
     ``timing="off"``. ``nested=True`` also lists what each op calls through the dispatcher, under it
-    (``aten::convolution/aten::_convolution/aten::mkldnn_convolution``); the top-level ops and their
-    times stay the same.
+    (``aten::convolution/aten::_convolution``); the top-level ops and their times stay the same.
 
     ``mechanism``: ``"profiler"`` records with torch's own profiler and builds the stats after the
     window (:mod:`pytest_opperf.torch.recorded`; about 0.3 us per op); ``"dispatch"`` times each op

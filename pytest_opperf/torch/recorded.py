@@ -9,9 +9,8 @@ done when the measured window has closed, after its wall clock stopped
 (:meth:`pytest_opperf.measure.Run.defer`), or at the end of ``profile()`` where no window measures.
 
 Building the stats (:func:`op_samples`, :func:`file_samples`, :func:`file_module_samples`; pure,
-tested on synthetic events) follows the rules in docs/contract-additions.md ("PyTorch"): which
-events are ops (:func:`op_kind`), the step an op belongs to, and ``by="module"``'s attribution.
-The mechanics behind them:
+tested on synthetic events) follows docs/contract-additions.md ("PyTorch"): which events are ops
+(:func:`op_kind`), the step an op belongs to, ``by="module"``'s attribution. The mechanics:
 
 * Steps: ``run.step()`` (the recording's flush) drops a marker event into the profiler's stream;
   ops that start after the last one are in the totals only, as live timing would have them.
