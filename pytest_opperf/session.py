@@ -499,7 +499,7 @@ class OpPerfSession:
         results.runs[:] = keep
 
     def _save(self, save: Path) -> None:
-        """``--opperf-save``: a partial session merges into the baseline, or refuses (see save.py)."""
+        """``--opperf-save``: a partial session merges into the baseline, or refuses (save.py)."""
         results = self.results
         assert results is not None
         if self.settings.save_dir:
