@@ -1,4 +1,4 @@
-"""One pytest-xdist worker per GPU (``--opperf-gpu-workers``: docs/contract-additions.md, "GPU").
+"""One pytest-xdist worker per GPU (``--opperf-gpu-workers``).
 
 ``pytest suites/ --opperf --opperf-gpu-workers -n auto`` gives each worker its own GPU through
 ``CUDA_VISIBLE_DEVICES``, so every worker sees one device, ``cuda:0``; each times its per-op
@@ -7,8 +7,7 @@ the controller merges the runs into one report and one gate, after checking that
 on the same GPU model. The controller passes its list of GPUs to its workers in the environment
 (:data:`ENV_LIST`), and each worker picks its entry by its xdist id (``gw0`` the first) before any
 plugin or conftest can touch CUDA. The pure functions here have no pytest import; the hooks at the
-end are the glue, registered by the plugin.
-"""
+end are the glue, registered by the plugin (the contract: docs/contract-additions.md, "GPU")."""
 
 from __future__ import annotations
 
