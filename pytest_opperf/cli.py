@@ -103,9 +103,6 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
             out.write(f"{Path(__file__).with_name('schema') / 'opperf-1.schema.json'}\n")
             return EXIT_OK
         return _compare(args, out) if args.command == "compare" else _show(args, out)
-    except (_Usage, ResultsError, ThresholdsError, HistoryError) as exc:
-        err.write(f"error: {exc}\n")
-        return EXIT_USAGE
-    except OSError as exc:
+    except (_Usage, ResultsError, ThresholdsError, HistoryError, OSError) as exc:
         err.write(f"error: {exc}\n")
         return EXIT_USAGE

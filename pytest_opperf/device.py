@@ -35,10 +35,9 @@ class DeviceInfo:
     gpu_model: str | None = None
     driver: str | None = None
     cuda: str | None = None
-    # GPU additions: a maker of further clocks, each with its own pool of markers
-    # (per-op benchmarks inside a measured window must not recycle its unread
-    # markers); an L2 flush for cold-cache per-op timing (--opperf-l2-flush);
-    # the PCI bus id, by which NVML finds the same GPU (pytest_opperf.gpu_env).
+    # GPU additions: a maker of further clocks, each with its own pool of markers (per-op
+    # benchmarks inside a measured window must not recycle its unread markers); an L2 flush for
+    # cold-cache per-op timing (--opperf-l2-flush); the PCI bus id, by which gpu_env finds it.
     new_clock: Callable[[], DeviceClock] | None = None
     flush_cache: Callable[[], None] | None = None
     pci_bus_id: str | None = None

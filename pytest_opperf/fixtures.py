@@ -104,8 +104,7 @@ class OpPerf:
             return
         run = measure.Run(run_id, kind, config, self.device, self.timing,
                           self._settings.executor_stat, trace="trace" in self._settings.paths,
-                          annotate=self._session.nvtx,
-                          handover=self._session.step_handover)
+                          annotate=self._session.nvtx, handover=self._session.step_handover)
         self._open = run_id
         try:
             with measure.measure_window(run):
@@ -130,8 +129,7 @@ class OpBenchmark:
 
     Use it like pytest-benchmark's ``benchmark`` (call it, or ``.pedantic(...)``);
     ``describe(stat=..., kind=..., config=..., flops=..., bytes=...)`` names the
-    stat and gives per-call work. Without ``--opperf`` the target runs once.
-    """
+    stat and gives per-call work. Without ``--opperf`` the target runs once."""
 
     def __init__(self, request: pytest.FixtureRequest, opperf: OpPerf) -> None:
         self._request = request
@@ -184,7 +182,7 @@ class OpBenchmark:
                  teardown: Callable[..., Any] | None = None, rounds: int = 1,
                  warmup_rounds: int = 0, iterations: int = 1) -> Any:
         if not self._opperf.enabled:
-            args, kwargs = _arguments(setup, args, kwargs)
+            args, kwargs = pedantic_arguments(setup, args, kwargs)
             result = target(*args, **kwargs)
             if teardown is not None:
                 teardown(*args, **kwargs)
@@ -235,7 +233,7 @@ class OpBenchmark:
         timer = session.benchmark_timer() or perf_counter
         per_call, result = [], None
         for i in range(warmup_rounds + rounds):
-            a, k = _arguments(setup, args, kwargs)
+            a, k = pedantic_arguments(setup, args, kwargs)
             if session.flush is not None:
                 session.flush()
             call = self._annotated(partial(target, *a, **k))
@@ -283,8 +281,8 @@ class OpBenchmark:
                                kind=self.kind, config=config, flops=self.flops, bytes=self.bytes))
 
 
-def _arguments(setup: Callable[[], Any] | None, args: tuple,
-               kwargs: dict[str, Any] | None) -> tuple[tuple, dict[str, Any]]:
+def pedantic_arguments(setup: Callable[[], Any] | None, args: tuple,
+                       kwargs: dict[str, Any] | None) -> tuple[tuple, dict[str, Any]]:
     """A pedantic call's arguments: what ``setup`` returns, when it returns them."""
     made = setup() if setup is not None else None
     return made if made else (args, kwargs or {})

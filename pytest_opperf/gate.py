@@ -1,22 +1,19 @@
 """The gate: thresholds file, absolute limits and baseline regressions, to a verdict.
 
-Thresholds (TOML, ARCHITECTURE section 7) hold ``[regression]`` tolerances
-and ``[[limit]]`` tables matched to runs and stats by glob, each key declared
-once in :class:`Regression` and :class:`Limit` and checked by
-:mod:`pytest_opperf.keys`; the A/B ``[compare]`` table is
+Thresholds (TOML, ARCHITECTURE section 7) hold ``[regression]`` tolerances and ``[[limit]]`` tables
+matched to runs and stats by glob, each key declared once in :class:`Regression` and :class:`Limit`
+and checked by :mod:`pytest_opperf.keys`; the A/B ``[compare]`` table is
 :mod:`pytest_opperf.ab.paired`'s.
 
-The rules (written out in docs/contract-additions.md, "Thresholds file"): a
-stat is slower than its baseline when its median sample exceeds the
-baseline's by more than ``max_slowdown`` AND by more than a floor in ms AND a
-one-sided Mann-Whitney U test at ``alpha`` says so (with fewer
-than ``min_samples`` samples: twice the tolerance and every sample slower).
-Samples are per-step totals after the warm-up step for e2e runs and per-call
-round times for per-op benchmarks. Throughput and the per-step Python share
-(after warm-up; the whole window only without per-step samples) go through
-the same test; per-step counts must be equal. A baseline that matches fewer
-than ``min_baseline_share`` of the session's runs is one ``baseline_match``
-violation; a ``[[limit]]`` matching nothing is a warning.
+The rules (written out in docs/contract-additions.md, "Thresholds file"): a stat is slower than its
+baseline when its median sample exceeds the baseline's by more than ``max_slowdown`` AND by more
+than a floor in ms AND a one-sided Mann-Whitney U test at ``alpha`` says so (with fewer than
+``min_samples`` samples: twice the tolerance and every sample slower). Samples are per-step totals
+after the warm-up step for e2e runs and per-call round times for per-op benchmarks. Throughput and
+the per-step Python share (after warm-up; the whole window only without per-step samples) go through
+the same test; per-step counts must be equal. A baseline that matches fewer than
+``min_baseline_share`` of the session's runs is one ``baseline_match`` violation; a ``[[limit]]``
+matching nothing is a warning.
 """
 
 from __future__ import annotations
@@ -30,27 +27,17 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from .ab.paired import CompareSettings, parse_compare
+from .ab.pairs import step_python_shares
 from .gpu_report import steady_examples_per_sec
 from .identity import mismatch
 from .keys import ThresholdsError, keys, parse, table_key, type_name, unknown
 from .layout import listing
 from .results import ResultSet, RunResult, read_text, same_hardware
-from .stats import Samples, mann_whitney_u
+from .stats import Samples, after_warmup, mann_whitney_u
 
-__all__ = [
-    "Comparison",
-    "compare_higher",
-    "Limit",
-    "Regression",
-    "Thresholds",
-    "ThresholdsError",
-    "Verdict",
-    "Violation",
-    "compare_slower",
-    "evaluate",
-    "load_thresholds",
-    "parse_thresholds",
-]
+__all__ = ["Comparison", "compare_higher", "Limit", "Regression", "Thresholds", "ThresholdsError",
+           "Verdict", "Violation", "compare_slower", "evaluate", "load_thresholds",
+           "parse_thresholds"]
 
 
 @dataclass(frozen=True)
@@ -129,8 +116,8 @@ def parse_thresholds(data: Mapping[str, Any], source: str = "<thresholds>") -> T
         raise ThresholdsError(f"{source}: limit must be an array of tables ([[limit]]), "
                               f"got {type_name(limits)}")
     compare = parse_compare(data["compare"], source) if "compare" in data else CompareSettings()
-    return Thresholds(Regression(**regression),
-                      tuple(_parse_limit(t, i + 1, source) for i, t in enumerate(limits)), source, compare)
+    parsed = tuple(_parse_limit(t, i + 1, source) for i, t in enumerate(limits))
+    return Thresholds(Regression(**regression), parsed, source, compare)
 
 
 def load_thresholds(path: str | os.PathLike[str]) -> Thresholds:
@@ -198,16 +185,15 @@ class Verdict:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
         """A verdict stored in a results file (lenient: display only)."""
-        violations = []
-        for v in data.get("violations", []):
-            if isinstance(v, dict):
-                violations.append(Violation(
-                    run=str(v.get("run", "")), metric=str(v.get("metric", "")), value=v.get("value"),
-                    limit=v.get("limit"), baseline=v.get("baseline"), message=str(v.get("message", "")),
-                    statistic=str(v.get("statistic", ""))))
+        violations = [Violation(
+            run=str(v.get("run", "")), metric=str(v.get("metric", "")), value=v.get("value"),
+            limit=v.get("limit"), baseline=v.get("baseline"), message=str(v.get("message", "")),
+            statistic=str(v.get("statistic", ""))) for v in data.get("violations", [])
+            if isinstance(v, dict)]
         incomplete = data.get("incomplete")
         if incomplete is None and data.get("passed") is False and not violations:
-            incomplete = "the stored verdict did not pass"  # never show PASSED for a file that says otherwise
+            # never show PASSED for a file that says otherwise
+            incomplete = "the stored verdict did not pass"
         return cls(violations=violations, warnings=list(data.get("warnings", [])),
                    notes=list(data.get("notes", [])), checks=int(data.get("checks", 0)),
                    baseline=data.get("baseline"), thresholds=data.get("thresholds"),
@@ -222,8 +208,8 @@ class Comparison:
     regressed: bool
     base: float  # baseline median
     new: float  # new median
-    limit: float  # the bound the new median was held to: limit(base median), widened to twice the
-    # tolerance with few samples (e.g. base x (1 + max_slowdown), or base + increase for the Python share)
+    limit: float  # the new median's bound: limit(base median), e.g. base x (1 + max_slowdown)
+    # or base + increase for the Python share; twice the tolerance with few samples
     statistic: str
 
 
@@ -247,9 +233,9 @@ def compare_higher(base: Sequence[float], new: Sequence[float], regression: Regr
     else:
         separated = n.min > b.max
         regressed = higher and separated
-        statistic = (f"few samples (n={n.n} vs {b.n} < {regression.min_samples}): twice the tolerance, "
-                     f"{'every' if separated else 'not every'} new sample above every baseline sample, "
-                     f"{medians}")
+        statistic = (f"few samples (n={n.n} vs {b.n} < {regression.min_samples}): twice the "
+                     f"tolerance, {'every' if separated else 'not every'} new sample above every "
+                     f"baseline sample, {medians}")
     return Comparison(regressed, b.median, n.median, bound, statistic)
 
 
@@ -261,12 +247,6 @@ def compare_slower(base: Sequence[float], new: Sequence[float], regression: Regr
     return compare_higher(base, new, regression, lambda m: m * (1 + slowdown), floor)
 
 
-def _after_warmup(samples: Sequence[float] | None) -> list[float]:
-    if not samples:
-        return []
-    return list(samples[1:]) if len(samples) >= 2 else list(samples)
-
-
 def _per_example_ms(run: RunResult) -> list[float]:
     """Per-step wall ms per example, after warm-up."""
     pairs = list(zip(run.step_ms, run.step_examples, strict=False))
@@ -276,11 +256,8 @@ def _per_example_ms(run: RunResult) -> list[float]:
 
 def _step_python_shares(run: RunResult) -> list[float]:
     """Each step's share of wall time outside the executor, after warm-up (empty if unknown)."""
-    executor = run.stats.executor_samples(run.executor_stat)
-    if not executor or len(executor) != len(run.step_ms):
-        return []
-    shares = [(w - e) / w for w, e in zip(run.step_ms, executor, strict=True) if w > 0]
-    return _after_warmup(shares) if len(shares) == len(run.step_ms) else []
+    shares = step_python_shares(run)
+    return after_warmup(shares) if shares and all(w > 0 for w in run.step_ms) else []
 
 
 def _pct(ratio: float) -> str:
@@ -298,18 +275,22 @@ class _Gate:
         self.limit_stats: set[int] = set()  # ... and whose stat glob matched a stat of one
 
     def unmatched_limits(self) -> None:
-        """A warning for every [[limit]] whose globs matched nothing: a typo must not switch it off silently."""
+        """A warning per [[limit]] matching nothing: a typo must not switch it off silently."""
+        warnings = self.verdict.warnings
         for index, lim in enumerate(self.thresholds.limits):
-            where = f"[[limit]] #{index + 1} (run = {lim.run!r}{f', stat = {lim.stat!r}' if lim.stat else ''})"
+            stat = f", stat = {lim.stat!r}" if lim.stat else ""
+            where = f"[[limit]] #{index + 1} (run = {lim.run!r}{stat})"
+            limits_stats = lim.max_avg_ms is not None or lim.max_total_ms is not None
             if index not in self.limit_runs:
-                self.verdict.warnings.append(f"{where} matches no run of this session: it checked nothing")
-            elif (lim.max_avg_ms is not None or lim.max_total_ms is not None) and index not in self.limit_stats:
-                self.verdict.warnings.append(f"{where} matches no stat of the runs it matches: its stat limits "
-                                             "checked nothing")
+                warnings.append(f"{where} matches no run of this session: it checked nothing")
+            elif limits_stats and index not in self.limit_stats:
+                warnings.append(f"{where} matches no stat of the runs it matches: its stat limits "
+                                "checked nothing")
 
     def fail(self, run: str, metric: str, value: float, limit: float, baseline: float | None,
              message: str, statistic: str) -> None:
-        self.verdict.violations.append(Violation(run, metric, value, limit, baseline, message, statistic))
+        violation = Violation(run, metric, value, limit, baseline, message, statistic)
+        self.verdict.violations.append(violation)
 
     # absolute limits
 
@@ -325,30 +306,33 @@ class _Gate:
                 steady = steady_examples_per_sec(run)
                 eps = run.examples_per_sec if steady is None else steady
                 if eps < lim.min_examples_per_sec:
-                    what = "examples/sec" if steady is None else "examples/sec in the steps after warm-up"
+                    what, statistic = "examples/sec", "absolute limit"
+                    if steady is not None:
+                        what += " in the steps after warm-up"
+                        statistic += " on the steady state"
                     self.fail(run.id, "examples_per_sec", eps, lim.min_examples_per_sec, None,
                               f"{eps:.5g} {what} is below the limit {lim.min_examples_per_sec:g}",
-                              "absolute limit" if steady is None else "absolute limit on the steady state")
+                              statistic)
             if lim.max_python_share is not None:
                 self.verdict.checks += 1
                 if run.python_share > lim.max_python_share:
                     self.fail(run.id, "python_share", run.python_share, lim.max_python_share, None,
-                              f"Python share {run.python_share:.2%} is above the limit {lim.max_python_share:.2%}",
-                              "absolute limit")
+                              f"Python share {run.python_share:.2%} is above the limit "
+                              f"{lim.max_python_share:.2%}", "absolute limit")
             if lim.max_avg_ms is None and lim.max_total_ms is None:
                 continue
             for s in run.stats:
                 if not fnmatchcase(s.name, lim.stat or "*"):
                     continue
                 self.limit_stats.add(index)
-                checks = (("avg_ms", s.avg_ms, lim.max_avg_ms), ("total_ms", s.total_ms, lim.max_total_ms))
-                for key, value, bound in checks:
+                for key, value, bound in (("avg", s.avg_ms, lim.max_avg_ms),
+                                          ("total", s.total_ms, lim.max_total_ms)):
                     if bound is None:
                         continue
                     self.verdict.checks += 1
                     if value > bound:
-                        self.fail(run.id, f"{key}:{s.name}", value, bound, None,
-                                  f"{s.name} {key.replace('_ms', '')} {value:.4g} ms is above the limit {bound:g} ms",
+                        self.fail(run.id, f"{key}_ms:{s.name}", value, bound, None,
+                                  f"{s.name} {key} {value:.4g} ms is above the limit {bound:g} ms",
                                   "absolute limit")
 
     # regressions
@@ -357,14 +341,15 @@ class _Gate:
         e2e = new.kind == "e2e"
         reg = self.regression
         if e2e:
-            steps = _after_warmup(base.step_ms)
-            floor = max(reg.min_diff_ms, reg.min_step_share * Samples(steps).median if steps else 0.0)
+            steps = after_warmup(base.step_ms)
+            step_floor = reg.min_step_share * Samples(steps).median if steps else 0.0
+            floor = max(reg.min_diff_ms, step_floor)
             tolerance = reg.max_slowdown
         else:
             floor = reg.op_min_diff_ms
             tolerance = reg.max_slowdown if reg.op_max_slowdown is None else reg.op_max_slowdown
         sampled_unit = "median per-step time" if e2e else "median time per call"
-        pick = _after_warmup if e2e else (lambda samples: list(samples or []))
+        pick = after_warmup if e2e else (lambda samples: list(samples or []))
         base_stats = base.stat_map()
         for s in new.stats:
             b = base_stats.get(s.name)
@@ -378,12 +363,14 @@ class _Gate:
             else:  # one value each: the few-samples rule on the averages is all there is
                 metric, unit = f"avg_ms:{s.name}", "average time"
                 c = compare_slower([b.avg_ms], [s.avg_ms], reg, floor, tolerance)
-                c = Comparison(c.regressed, c.base, c.new, c.limit, f"no samples: averages compared, {c.statistic}")
+                statistic = f"no samples: averages compared, {c.statistic}"
+                c = Comparison(c.regressed, c.base, c.new, c.limit, statistic)
             if c.regressed:
                 ratio = c.new / c.base if c.base > 0 else math.inf
                 self.fail(new.id, metric, c.new, c.limit, c.base,
                           f"{s.name} {unit} {c.new:.4g} ms vs baseline {c.base:.4g} ms "
-                          f"({_pct(ratio)}, tolerance +{tolerance:.0%}, floor {floor:.3g} ms)", c.statistic)
+                          f"({_pct(ratio)}, tolerance +{tolerance:.0%}, floor {floor:.3g} ms)",
+                          c.statistic)
 
     def throughput(self, base: RunResult, new: RunResult) -> None:
         if base.examples_per_sec <= 0 or new.examples <= 0:
@@ -399,32 +386,33 @@ class _Gate:
         else:
             regressed, statistic = True, "no per-step samples: examples/sec compared"
         if regressed:
-            self.fail(new.id, "examples_per_sec", new.examples_per_sec, limit, base.examples_per_sec,
-                      f"{new.examples_per_sec:.5g} examples/sec vs baseline {base.examples_per_sec:.5g} "
-                      f"({_pct(new.examples_per_sec / base.examples_per_sec)}, tolerance "
-                      f"-{self.regression.max_slowdown:.0%})", statistic)
+            was, now = base.examples_per_sec, new.examples_per_sec
+            self.fail(new.id, "examples_per_sec", now, limit, was,
+                      f"{now:.5g} examples/sec vs baseline {was:.5g} ({_pct(now / was)}, "
+                      f"tolerance -{self.regression.max_slowdown:.0%})", statistic)
 
     def python_share(self, base: RunResult, new: RunResult) -> None:
         self.verdict.checks += 1
         increase = self.regression.max_python_share_increase
         b, n = _step_python_shares(base), _step_python_shares(new)
         if b and n:
-            # The steady state decides: the whole-window share also holds the
-            # warm-up step (model building, startup), whose noise is larger
-            # than a regression of the steps, and one slow step moves it by
-            # points where the steps' median does not.
+            # The steady state decides: the whole-window share also holds the warm-up step
+            # (model building, startup), whose noise is larger than a regression of the steps,
+            # and one slow step moves it by points where the steps' median does not.
             c = compare_higher(b, n, self.regression, lambda m: m + increase)
             if c.regressed:
                 self.fail(new.id, "python_share", c.new, c.limit, c.base,
-                          f"Python share of the steps after warm-up {c.new:.2%} vs baseline {c.base:.2%} "
-                          f"(tolerance +{increase:.2%} absolute; whole window {new.python_share:.2%} vs "
-                          f"{base.python_share:.2%})", f"per-step Python share: {c.statistic}")
+                          f"Python share of the steps after warm-up {c.new:.2%} vs baseline "
+                          f"{c.base:.2%} (tolerance +{increase:.2%} absolute; whole window "
+                          f"{new.python_share:.2%} vs {base.python_share:.2%})",
+                          f"per-step Python share: {c.statistic}")
             return
         limit = base.python_share + increase
         if new.python_share > limit:
             self.fail(new.id, "python_share", new.python_share, limit, base.python_share,
                       f"Python share {new.python_share:.2%} vs baseline {base.python_share:.2%} "
-                      f"(tolerance +{increase:.2%} absolute)", "no per-step samples: whole-window share compared")
+                      f"(tolerance +{increase:.2%} absolute)",
+                      "no per-step samples: whole-window share compared")
 
     def counts(self, base: RunResult, new: RunResult) -> None:
         if self.regression.counts != "exact" or not base.batches or not new.batches:
@@ -434,7 +422,8 @@ class _Gate:
             was, now = base.counts.get(name, 0), new.counts.get(name, 0)
             if was != now:
                 self.fail(new.id, f"count:{name}", now, was, was,
-                          f"{name} runs {now} times per step, baseline {was}", "per-step count (exact)")
+                          f"{name} runs {now} times per step, baseline {was}",
+                          "per-step count (exact)")
 
     def against(self, base: RunResult, new: RunResult) -> None:
         self.stats(base, new)
@@ -444,8 +433,8 @@ class _Gate:
             self.counts(base, new)
 
 
-def evaluate(results: ResultSet, thresholds: Thresholds | None = None, baseline: ResultSet | None = None,
-             baseline_name: str | None = None) -> Verdict:
+def evaluate(results: ResultSet, thresholds: Thresholds | None = None,
+             baseline: ResultSet | None = None, baseline_name: str | None = None) -> Verdict:
     """Check ``results`` against the absolute limits and, when given, a baseline."""
     gate = _Gate(thresholds or Thresholds())
     verdict = gate.verdict
@@ -456,8 +445,8 @@ def evaluate(results: ResultSet, thresholds: Thresholds | None = None, baseline:
     if baseline is not None:
         other = same_hardware(baseline.machine, results.machine)
         if other:
-            verdict.warnings.append(f"baseline {baseline_name or ''} is from other hardware ({other}); "
-                                    "relative checks still run".replace("  ", " "))
+            verdict.warnings.append(f"baseline {baseline_name or ''} is from other hardware "
+                                    f"({other}); relative checks still run".replace("  ", " "))
         unmatched = []
         measured_otherwise: list[str] = []
         for run in results.runs:
@@ -485,8 +474,10 @@ def evaluate(results: ResultSet, thresholds: Thresholds | None = None, baseline:
     return verdict
 
 
-def _baseline_match(gate: _Gate, results: ResultSet, baseline: ResultSet, name: str | None, matched: int) -> None:
-    """A ``baseline_match`` violation when the baseline compares nothing, or too few of the session's runs."""
+def _baseline_match(gate: _Gate, results: ResultSet, baseline: ResultSet, name: str | None,
+                    matched: int) -> None:
+    """A ``baseline_match`` violation when the baseline compares nothing, or too few of the
+    session's runs."""
     total = len(results.runs)
     least = gate.regression.min_baseline_share
     label = f"baseline {name}" if name else "the baseline"
@@ -495,11 +486,13 @@ def _baseline_match(gate: _Gate, results: ResultSet, baseline: ResultSet, name: 
     elif matched == 0 or matched / total < least:
         new_id = next(r.id for r in results.runs if baseline.run(r.id) is None)
         base_id = f"{baseline.runs[0].id!r}" if baseline.runs else "none (it has no runs)"
-        message = (f"{label} has a run for only {matched} of the session's {total} run(s) (at least "
-                   f"{least:.0%} expected): a wrong baseline, another workload or suite, or run ids that changed "
-                   f"(e.g. {new_id!r} is not in it; its ids look like {base_id})")
+        message = (f"{label} has a run for only {matched} of the session's {total} run(s) (at "
+                   f"least {least:.0%} expected): a wrong baseline, another workload or suite, or "
+                   f"run ids that changed (e.g. {new_id!r} is not in it; its ids look like "
+                   f"{base_id})")
     else:
         return
     gate.verdict.checks += 1
-    gate.fail("(session)", "baseline_match", matched / total if total else 0.0, least, None, message,
+    share = matched / total if total else 0.0
+    gate.fail("(session)", "baseline_match", share, least, None, message,
               "runs found in the baseline")

@@ -58,9 +58,8 @@ def pytest_opperf_modify_results(config: pytest.Config, results: ResultSet) -> N
 
 
 @hookspec
-def pytest_opperf_report_sections(
-    config: pytest.Config, results: ResultSet
-) -> list[tuple[str, list[str]]] | None:
+def pytest_opperf_report_sections(config: pytest.Config,
+                                  results: ResultSet) -> list[tuple[str, list[str]]] | None:
     """Extra sections for the report: a list of ``(title, lines)``.
 
     Called once, after the gate, with the final results; the sections follow the runs, before the

@@ -1,9 +1,8 @@
 """Keys of the thresholds file's tables, each declared once: type, default, range, meaning.
 
-A table is a frozen dataclass whose fields are made with :func:`table_key` (the
-field's annotation gives the type); :func:`parse` checks a parsed TOML table
-against its keys, so that errors are one line naming the file, the table, the
-key, what was expected and what was given. No pytest import.
+A table is a frozen dataclass whose fields are made with :func:`table_key` (the field's annotation
+gives the type); :func:`parse` checks a parsed TOML table against its keys, so that errors are one
+line naming the file, the table, the key, what was expected and what was given. No pytest import.
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
 """Measured windows: wall clock, a timers recording and per-step samples, turned into RunResults.
 
-``measure_window`` is what ``opperf.measure()`` opens. Each ``run.step()``
-snapshots every stat's (count, total) and keeps the difference from the last
-snapshot, so each stat gets one sample per step and a per-step count. The
-first step also holds whatever ran before it in the window (model building,
-startup); the gate treats it as warm-up when there are at least two steps.
+``measure_window`` is what ``opperf.measure()`` opens. Each ``run.step()`` snapshots every stat's
+(count, total) and keeps the difference from the last snapshot, so each stat gets one sample per
+step and a per-step count. The first step also holds whatever ran before it in the window (model
+building, startup); the gate treats it as warm-up when there are at least two steps.
 
-:func:`op_run` turns a per-op benchmark's round samples into a run of kind
-``op`` (or ``overhead``). No pytest import: this is plain bookkeeping.
+:func:`op_run` turns a per-op benchmark's round samples into a run of kind ``op`` (or ``overhead``).
+No pytest import: this is plain bookkeeping.
 """
 
 from __future__ import annotations
@@ -189,11 +188,8 @@ class Run:
             return
         events = self._table.stop_trace()
         start = self._trace_start_ns
-        self._trace_events = {
-            "step": len(self._step_ms) + 1,
-            "dur_ns": now - start,
-            "events": [(name, t - start, dur, depth) for name, t, dur, depth in events],
-        }
+        self._trace_events = {"step": len(self._step_ms) + 1, "dur_ns": now - start, "events": [
+            (name, t - start, dur, depth) for name, t, dur, depth in events]}
         self._trace_done = len(self._step_ms) >= 1  # a second step replaces the warm-up step
 
     def _close(self) -> RunResult:

@@ -1,11 +1,10 @@
 """pytest glue for pytest-opperf (the ``pytest11`` entry point): options, hooks, the fixtures.
 
-The settings live in :mod:`.settings`, the fixtures in :mod:`.fixtures`, the
-session of an ``--opperf`` run (gate, report, files) in :mod:`.session`, the
-reliance on pytest-benchmark's internals in :mod:`.benchmark_adapter`.
-Without ``--opperf`` only the options and the two fixtures exist, and the
-fixtures only count: no recording, no report, no gate. With it, an
-``OpPerfSession`` is registered with the plugin manager and does the work.
+The settings live in :mod:`.settings`, the fixtures in :mod:`.fixtures`, the session of an
+``--opperf`` run (gate, report, files) in :mod:`.session`, the reliance on pytest-benchmark's
+internals in :mod:`.benchmark_adapter`. Without ``--opperf`` only the options and the two fixtures
+exist, and the fixtures only count: no recording, no report, no gate. With it, an ``OpPerfSession``
+is registered with the plugin manager and does the work.
 """
 
 from __future__ import annotations
@@ -222,8 +221,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     if not _flag(config, "gpu_workers"):
         return None
     with usage_errors("--opperf-gpu-workers", GpuWorkersError):
-        workers = len(visible_gpus())
-    return workers
+        return len(visible_gpus())
 
 
 def _share_gpus(config: pytest.Config) -> None:

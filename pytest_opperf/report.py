@@ -1,11 +1,10 @@
 """Renderers: the terminal report, the gate section, markdown and the Chrome trace.
 
-Every function returns lines or a document; writing them is the caller's
-business (the plugin writes under ``write_sep("=", "opperf")``, the CLI
-prints). The stat table is the reference report's: total/avg/max/min/count
-in ms, nested kernel stats indented under their parent, and ``share`` = the
-stat's total as a share of executor time (``ExecutorRunTimer``: conv2d_grad
-18104.7 / 37099.9 = 48.8 %), shown for the stats the executor ran.
+Every function returns lines or a document; writing them is the caller's business (the plugin writes
+under ``write_sep("=", "opperf")``, the CLI prints). The stat table is the reference report's:
+total/avg/max/min/count in ms, nested kernel stats indented under their parent, and ``share`` = the
+stat's total as a share of executor time (``ExecutorRunTimer``: conv2d_grad 18104.7 / 37099.9 =
+48.8 %), shown for the stats the executor ran.
 """
 
 from __future__ import annotations
@@ -16,11 +15,11 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .gate import Verdict, _after_warmup, _step_python_shares
+from .gate import Verdict, _step_python_shares
 from .gpu_report import device_host_lines, steady_lines
 from .layout import middle, run_group, table, wrap
 from .results import SCHEMA, ResultSet, RunResult
-from .stats import Samples
+from .stats import Samples, after_warmup
 from .stattree import SORT_KEYS, Shares, short_name
 
 __all__ = ["SORT_KEYS", "chrome_trace", "gate_lines", "markdown", "op_table_lines", "run_lines",
@@ -83,11 +82,11 @@ def _outside(run: RunResult) -> str:
 def _steady_shares(run: RunResult) -> list[str]:
     """The shares of the steps after warm-up, each the median of its per-step values (the
     gate's Python share); empty with fewer than two steps."""
-    python, steps = _step_python_shares(run), _after_warmup(run.step_ms)
+    python, steps = _step_python_shares(run), after_warmup(run.step_ms)
     if len(run.step_ms) < 2 or len(python) != len(steps):
         return []
     roots = [t.samples_ms for depth, t in run.stats.ordered() if depth == 0 and t.kernel]
-    kernels = [_after_warmup(x) for x in roots if x and len(x) == len(run.step_ms)]
+    kernels = [after_warmup(x) for x in roots if x and len(x) == len(run.step_ms)]
     kernel = [sum(k) / w for w, *k in zip(steps, *kernels, strict=True)]
     framework = [max(0.0, 1 - p - k) for p, k in zip(python, kernel, strict=True)]
     p, f, k = (f"{Samples(x).median:.2%}" for x in (python, framework, kernel))
@@ -287,10 +286,9 @@ def markdown(results: ResultSet, verdict: Verdict | None, sort: str = "total",
 def chrome_trace(results: ResultSet) -> dict[str, Any]:
     """One measured step per run as Chrome trace complete events ("ph": "X").
 
-    Each run is a process (named by its id) with one thread; the step is an
-    enclosing event, and regions nest by time as they did in the step, which
-    is what chrome://tracing and Perfetto use to draw the nesting. Times are
-    host-clock microseconds from the start of the step.
+    Each run is a process (named by its id) with one thread; the step is an enclosing event, and
+    regions nest by time as they did in the step, which is what chrome://tracing and Perfetto use to
+    draw the nesting. Times are host-clock microseconds from the start of the step.
     """
     events: list[dict[str, Any]] = []
     pid = 0

@@ -1,10 +1,9 @@
 """Run results and the results JSON (schema ``opperf/1``): records, files, machine and commit.
 
-A :class:`ResultSet` is what a session measured; it is written with
-:func:`write_results` (atomically: a temp file in the same directory, fsync,
-rename, so a killed writer never leaves a truncated file where a baseline
-was) and read back with :func:`read_results`, which refuses unknown schemas
-and malformed files with a one-line :class:`ResultsError`.
+A :class:`ResultSet` is what a session measured; it is written with :func:`write_results`
+(atomically: a temp file in the same directory, fsync, rename, so a killed writer never leaves a
+truncated file where a baseline was) and read back with :func:`read_results`, which refuses unknown
+schemas and malformed files with a one-line :class:`ResultsError`.
 """
 
 from __future__ import annotations
@@ -27,24 +26,10 @@ from typing import Any
 
 from .stattree import StatResult, StatTree, StatTreeError
 
-__all__ = [
-    "KINDS",
-    "SCHEMA",
-    "ResultSet",
-    "ResultsError",
-    "RunResult",
-    "StatResult",
-    "baseline_file",
-    "commit_info",
-    "dumps_results",
-    "json_problem",
-    "machine_info",
-    "read_results",
-    "same_hardware",
-    "write_json_atomic",
-    "write_results",
-    "write_text_atomic",
-]
+__all__ = ["KINDS", "SCHEMA", "ResultSet", "ResultsError", "RunResult", "StatResult",
+           "baseline_file", "commit_info", "dumps_results", "json_problem", "machine_info",
+           "read_results", "same_hardware", "write_json_atomic", "write_results",
+           "write_text_atomic"]
 
 SCHEMA = "opperf/1"
 KINDS = ("e2e", "op", "overhead")
@@ -119,14 +104,9 @@ class ResultSet:
         return None
 
     def to_dict(self, with_trace: bool = False) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            "schema": SCHEMA,
-            "created": self.created,
-            "machine": self.machine,
-            "commit": self.commit,
-            "session": self.session,
-            "runs": [r.to_dict(with_trace) for r in self.runs],
-        }
+        d: dict[str, Any] = {"schema": SCHEMA, "created": self.created, "machine": self.machine,
+                             "commit": self.commit, "session": self.session,
+                             "runs": [r.to_dict(with_trace) for r in self.runs]}
         if self.gate is not None:
             d["gate"] = self.gate
         if self.compare is not None:
@@ -146,9 +126,7 @@ def json_problem(value: Any, where: str, depth: int = 0) -> str | None:
     but str, int, float, bool, None, lists and dicts would not be written."""
     if depth > 100:
         return f"{where} is nested more than 100 levels deep"
-    if value is None or isinstance(value, (str, bool)):
-        return None
-    if isinstance(value, int):
+    if value is None or isinstance(value, (str, bool, int)):
         return None
     if isinstance(value, float):
         if math.isfinite(value):
@@ -228,8 +206,7 @@ def _load_stat(d: Any, where: str, source: str) -> StatResult:
         samples_ms=[float(x) for x in samples] if samples is not None else None,
         kernel=bool(d.get("kernel", False)), clock=str(d.get("clock", "host")),
         flops=d.get("flops"), bytes=d.get("bytes"),
-        host_ms=float(d["host_ms"]) if d.get("host_ms") is not None else None,
-    )
+        host_ms=float(d["host_ms"]) if d.get("host_ms") is not None else None)
 
 
 def _load_run(d: Any, i: int, source: str) -> RunResult:
@@ -243,8 +220,7 @@ def _load_run(d: Any, i: int, source: str) -> RunResult:
         _need(_is_num(d.get(key)), source, f"{where}: {key} is missing or not a finite number")
         _need(d[key] >= 0, source, f"{where}: {key} must not be negative, got {d[key]!r}")
     _need(d["python_share"] <= 1, source,
-          f"{where}: python_share is a share and must be in [0, 1], "
-                                          f"got {d['python_share']!r}")
+          f"{where}: python_share is a share and must be in [0, 1], got {d['python_share']!r}")
     for key in ("examples", "batches"):
         _need(_is_num(d.get(key)), source, f"{where}: {key} is missing or not a finite number")
         _need(_count(d[key]), source, f"{where}: {key} must be a whole number >= 0, got {d[key]!r}")
@@ -252,8 +228,7 @@ def _load_run(d: Any, i: int, source: str) -> RunResult:
     counts = d.get("counts", {})
     whole = isinstance(counts, dict) and all(
         isinstance(v, int) and not isinstance(v, bool) and _count(v) for v in counts.values())
-    _need(whole, source,
-          f"{where}: counts is not an object of integers >= 0")
+    _need(whole, source, f"{where}: counts is not an object of integers >= 0")
     config = d.get("config", {})
     _need(isinstance(config, dict), source, f"{where}: config is not an object")
     for key in ("step_ms", "step_examples"):
@@ -282,8 +257,7 @@ def _load_run(d: Any, i: int, source: str) -> RunResult:
         step_ms=[float(x) for x in d.get("step_ms", [])],
         step_examples=[int(x) for x in d.get("step_examples", [])], notes=list(notes),
         trace=d.get("trace") if isinstance(d.get("trace"), dict) else None,
-        **{k: float(v) for k, v in optional.items()},
-    )
+        **{k: float(v) for k, v in optional.items()})
 
 
 def _check_gate(gate: dict[str, Any], source: str) -> None:
@@ -333,9 +307,9 @@ def _load(data: Any, source: str) -> ResultSet:
     _need(isinstance(session, dict), source, "session is not an object")
     compare = data.get("compare")
     _need(compare is None or isinstance(compare, dict), source, "compare is not an object")
-    return ResultSet(runs=runs, machine=machine, commit=commit,
-                     created=str(data.get("created", "")),
-                     session=session, gate=gate, compare=compare)
+    created = str(data.get("created", ""))
+    return ResultSet(runs=runs, machine=machine, commit=commit, created=created, session=session,
+                     gate=gate, compare=compare)
 
 
 def read_text(path: str | os.PathLike[str], error: type[Exception], expected: str) -> str:
@@ -456,10 +430,9 @@ def remove_stale_temps(target: Path) -> int:
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` to ``path`` atomically (see :func:`write_json_atomic`).
 
-    A symbolic link is written through: its target is replaced and the link
-    stays. A path that is not a regular file (``/dev/null``, a FIFO) is
-    written to in place, as a shell redirection would, never replaced by a
-    file. Temp files of killed earlier writers are removed first."""
+    A symbolic link is written through: its target is replaced and the link stays. A path that is
+    not a regular file (``/dev/null``, a FIFO) is written to in place, as a shell redirection would,
+    never replaced by a file. Temp files of killed earlier writers are removed first."""
     target = Path(path)
     if os.path.islink(target):
         target = Path(os.path.realpath(target))
@@ -503,9 +476,8 @@ def write_results(path: str | os.PathLike[str], results: ResultSet) -> None:
 
 def baseline_file(directory: str | os.PathLike[str], device_class: str, workload: str,
                   variant: str = "") -> Path:
-    """Where a baseline directory keeps the results of one hardware class and workload
-    (and measurement variant, e.g. ``sync``: see
-    :func:`pytest_opperf.identity.baseline_variant`)."""
+    """Where a baseline directory keeps the results of one hardware class and workload (and
+    measurement variant, e.g. ``sync``: see :func:`pytest_opperf.identity.baseline_variant`)."""
     return Path(directory) / f"{device_class}-{workload}{'-' + variant if variant else ''}.json"
 
 
@@ -551,15 +523,10 @@ def _blas() -> str | None:
 def machine_info(device: Any = None) -> dict[str, Any]:
     """Facts about this machine for the results file (``device`` is a DeviceInfo)."""
     info: dict[str, Any] = {
-        "cpu": _cpu_model(),
-        "cores": os.cpu_count(),
-        "system": platform.system(),
-        "python": platform.python_version(),
-        "numpy": _version("numpy"),
+        "cpu": _cpu_model(), "cores": os.cpu_count(), "system": platform.system(),
+        "python": platform.python_version(), "numpy": _version("numpy"),
         "cupy": _version("cupy", "cupy-cuda12x", "cupy-cuda13x", "cupy-cuda11x", "cupy"),
-        "blas": _blas(),
-        "gpu": None,
-    }
+        "blas": _blas(), "gpu": None}
     if device is not None:
         info["device"] = device.name
         info["device_class"] = device.device_class

@@ -39,8 +39,7 @@ class OpPerfSession:
     """Exists only with ``--opperf``: collects runs, gates, reports, writes files.
 
     On an xdist worker it only collects and hands its runs to the controller
-    through ``workeroutput``; the controller merges, gates and reports once.
-    """
+    through ``workeroutput``; the controller merges, gates and reports once."""
 
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
@@ -256,18 +255,16 @@ class OpPerfSession:
             path = self.settings.paths.get(name)
             if path is None or (name == "save" and path.is_dir()):
                 continue
+            label = self.settings.label(name)
             if name == "save" and self.settings.save_dir:
                 existing = next((p for p in (path, *path.parents) if os.path.lexists(p)), None)
                 if existing is not None and not existing.is_dir():
-                    raise pytest.UsageError(f"opperf: {self.settings.label(name)}: {existing} is "
-                                            "not a directory")
+                    raise pytest.UsageError(f"opperf: {label}: {existing} is not a directory")
                 continue
             if path.is_dir():
-                raise pytest.UsageError(f"opperf: {self.settings.label(name)}: is a directory, "
-                                        "expected a file")
+                raise pytest.UsageError(f"opperf: {label}: is a directory, expected a file")
             if not path.parent.is_dir():
-                raise pytest.UsageError(
-                    f"opperf: {self.settings.label(name)}: directory {path.parent} does not exist")
+                raise pytest.UsageError(f"opperf: {label}: directory {path.parent} does not exist")
 
     def _check_history(self) -> None:
         if self.settings.history is None:
@@ -374,8 +371,8 @@ class OpPerfSession:
         if self.plain_benchmarks:
             verdict.notes.append(f"{self.plain_benchmarks} test(s) use pytest-benchmark's plain "
                                  "`benchmark` fixture and are not in the opperf results (use "
-                                 "opperf_benchmark, or "
-                                 "--opperf-record-benchmarks to record them as per-op runs)")
+                                 "opperf_benchmark, or --opperf-record-benchmarks to record them "
+                                 "as per-op runs)")
         if self.ab is not None:
             self._gate_compare(session, results, verdict)
         results.gate = verdict.to_dict()
@@ -387,8 +384,7 @@ class OpPerfSession:
                          for answer in answers for title, lines in answer]
 
     def _gate_compare(self, session: pytest.Session, results: ResultSet, verdict: Verdict) -> None:
-        """A/B: regressed metrics are violations; undecided ones warn (or fail); failed base tests
-        fail."""
+        """A/B: regressed metrics and failed base tests are violations; undecided warn (or fail)."""
         compare = self.compare
         if compare is not None:
             results.compare = compare.to_dict()
@@ -503,8 +499,7 @@ class OpPerfSession:
         results.runs[:] = keep
 
     def _save(self, save: Path) -> None:
-        """``--opperf-save``: a partial session merges the runs it did not measure, or refuses
-        (see save.py)."""
+        """``--opperf-save``: a partial session merges into the baseline, or refuses (save.py)."""
         results = self.results
         assert results is not None
         if self.settings.save_dir:

@@ -1,9 +1,8 @@
 """Pure sample statistics: summaries of timing samples and the Mann-Whitney U test.
 
-No pytest and no numpy: the gate runs these on a few hundred per-step
-samples, where plain Python is fast enough and keeps the plugin's import
-light. ``tests/test_stats.py`` checks them against hand-computed values and
-``scipy.stats``.
+No pytest and no numpy: the gate runs these on a few hundred per-step samples, where plain Python is
+fast enough and keeps the plugin's import light. ``tests/test_stats.py`` checks them against
+hand-computed values and ``scipy.stats``.
 """
 
 from __future__ import annotations
@@ -14,7 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-__all__ = ["MannWhitney", "Samples", "mann_whitney_u", "median", "most_common", "normal_sf"]
+__all__ = ["MannWhitney", "Samples", "after_warmup", "mann_whitney_u", "median", "most_common",
+           "normal_sf"]
 
 
 def median(values: Sequence[float]) -> float:
@@ -24,6 +24,13 @@ def median(values: Sequence[float]) -> float:
     s = sorted(values)
     mid = len(s) // 2
     return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+
+
+def after_warmup(samples: Sequence[float] | None) -> list[float]:
+    """The samples after the first (warm-up) one; all of them when there are fewer than two."""
+    if not samples:
+        return []
+    return list(samples[1:]) if len(samples) >= 2 else list(samples)
 
 
 class Samples:
@@ -42,8 +49,7 @@ class Samples:
 
 
 def most_common(values: Sequence[int]) -> tuple[int, bool]:
-    """The most common value (the smallest among equally common ones) and
-    whether all values agree."""
+    """The most common value (the smallest of equally common ones) and whether all values agree."""
     if not values:
         raise ValueError("most_common of no values")
     counts = Counter(values)
@@ -88,8 +94,7 @@ def _u_counts(m: int, n: int) -> list[int]:
 
     These are the coefficients of the Gaussian binomial [m+n choose m]_q =
     prod_{i=1..m} (1 - q^(n+i)) / (1 - q^i); each factor is a multiplication
-    or a division of the series by a binomial, linear in its length.
-    """
+    or a division of the series by a binomial, linear in its length."""
     m, n = min(m, n), max(m, n)
     size = m * n + 1
     c = [0] * size
@@ -107,10 +112,9 @@ def mann_whitney_u(x: Sequence[float], y: Sequence[float], method: str = "auto",
                    continuity: bool = True) -> MannWhitney:
     """One-sided Mann-Whitney U test of "x is stochastically greater than y".
 
-    ``method="auto"`` is exact when one sample has at most 8 values and there
-    are no ties, and otherwise the normal approximation with tie correction
-    (and a continuity correction of 1/2), as ``scipy.stats.mannwhitneyu``
-    chooses. When every value ties the test has no evidence: p = 1.
+    ``method="auto"`` is exact when one sample has at most 8 values and there are no ties, and
+    otherwise the normal approximation with tie correction (and a continuity correction of 1/2), as
+    ``scipy.stats.mannwhitneyu`` chooses. When every value ties the test has no evidence: p = 1.
     """
     n1, n2 = len(x), len(y)
     if n1 == 0 or n2 == 0:

@@ -1,43 +1,30 @@
 """Instrumentation API: named, nestable timed regions aggregated into Stat tables.
 
-Frameworks time their work with ``with timers.timer("conv2d"): ...``. Nothing is
-measured unless a :func:`recording` is open on the calling thread; then every
-region closed on that thread is added to the recording's :class:`Table`, one
-:class:`Stat` per region name. A stat's ``parent`` is the region it was inside
-when it was first seen (the reference report's indented ``Im2ColTimer`` under
-``conv2d``), and it keeps that parent when later entries of the region happen
-elsewhere; parents and children are kept apart, never summed into each other,
-so nothing is counted twice.
+Frameworks time their work with ``with timers.timer("conv2d"): ...``. Nothing is measured unless a
+:func:`recording` is open on the calling thread; then every region closed on that thread is added to
+the recording's :class:`Table`, one :class:`Stat` per region name. A stat's ``parent`` is the region
+it was inside when it was first seen (the reference report's indented ``Im2ColTimer`` under
+``conv2d``), and it keeps that parent when later entries of the region happen elsewhere; parents and
+children are kept apart, never summed into each other, so nothing is counted twice. A region opened
+with ``kernel=True`` is operator work (the others are framework overhead timers, such as
+``ExecutorRunTimer``); a region inside a kernel region is qualified by it (``conv2d/GemmTimer``,
+``conv2d_grad/GemmTimer``), so each kernel's children add up to no more than the kernel. The naming
+rules are in docs/contract-additions.md ("Results JSON"); what is not recorded but counted
+(:func:`other_thread_regions`, ``Table.misnested``) and the cost of a region are in the README
+("Instrumenting code"). What a finished table means (kernel time, display order) is read from its
+:class:`~pytest_opperf.stattree.StatTree`.
 
-What is not recorded is counted, so that a report can say so: regions timed on
-a thread without a recording while another thread records (:func:`other_thread_regions`;
-autograd's backward threads, data-loader threads), and region exits out of order
-(``Table.misnested``; the stats opened after one may have the wrong parent).
+Clocks: the host clock is ``time.perf_counter_ns``. A recording may be given a :class:`DeviceClock`
+(CUDA events on a GPU); kernel regions then also get device time, read lazily by :meth:`Table.flush`
+after one synchronisation, so timing adds no per-region device sync. With ``sync=True`` the clock is
+instead synchronised around every kernel region, so host times are true device times (slow, for
+comparison with per-op-synchronised profiles).
 
-Kernel regions: a region opened with ``kernel=True`` is operator work (an op's
-kernels, or a part of them such as ``Im2ColTimer``); the others are framework
-overhead timers (``ExecutorRunTimer``, ``CreateOpTimer``...). A region inside a
-kernel region is qualified by it, so the same region under two kernels gives two
-stats - ``conv2d/GemmTimer`` and ``conv2d_grad/GemmTimer`` - and each kernel's
-children add up to no more than the kernel itself. Other stats are named by their
-region (``conv2d``, with parent ``ExecutorRunTimer``). What a finished table means
-(kernel time, display order) is read from its :class:`~pytest_opperf.stattree.StatTree`.
-
-Clocks: the host clock is ``time.perf_counter_ns``. A recording may be given a
-:class:`DeviceClock` (CUDA events on a GPU); kernel regions then also get
-device time, read lazily by :meth:`Table.flush` after one synchronisation, so
-timing adds no per-region device sync. With ``sync=True`` the clock is instead
-synchronised around every kernel region, so host times are true device times
-(slow, for comparison with per-op-synchronised profiles).
-
-Cost: a region costs a few hundred ns while recording. When nothing records,
-``timer()`` returns a shared no-op whose ``__enter__``/``__exit__`` are C
-functions, leaving little more than the floor of a ``with`` statement. Hot loops
-should call :func:`current` once and skip their timing code entirely when it is
-``None``; the reference framework's executor does.
+When nothing records, ``timer()`` returns a shared no-op whose ``__enter__``/``__exit__`` are C
+functions; hot loops should call :func:`current` once and skip their timing code entirely when it is
+``None``, as the reference framework's executor does.
 
 This module must not import pytest: frameworks import it at run time.
-Tables record; :mod:`pytest_opperf.stattree` interprets what they recorded.
 """
 
 from __future__ import annotations
@@ -50,16 +37,8 @@ from typing import Any, Protocol
 
 from .stattree import StatTree, short_name
 
-__all__ = [
-    "DeviceClock",
-    "Stat",
-    "Table",
-    "current",
-    "format_stat_lines",
-    "other_thread_regions",
-    "recording",
-    "timer",
-]
+__all__ = ["DeviceClock", "Stat", "Table", "current", "format_stat_lines", "other_thread_regions",
+           "recording", "timer"]
 
 
 class DeviceClock(Protocol):
@@ -86,19 +65,8 @@ class Stat:
     ``*_ms`` figures read the device clock when the region has device samples, else the host
     clock (``clock`` says which); ``host_total_ms`` is always the host's."""
 
-    __slots__ = (
-        "name",
-        "parent",
-        "kernel",
-        "count",
-        "total_ns",
-        "min_ns",
-        "max_ns",
-        "device_count",
-        "device_total_ns",
-        "device_min_ns",
-        "device_max_ns",
-    )
+    __slots__ = ("name", "parent", "kernel", "count", "total_ns", "min_ns", "max_ns",
+                 "device_count", "device_total_ns", "device_min_ns", "device_max_ns")
 
     def __init__(self, name: str, parent: str | None = None, kernel: bool = False) -> None:
         self.name = name
@@ -158,10 +126,8 @@ class Stat:
         return self.total_ns / 1e6
 
     def __repr__(self) -> str:
-        return (
-            f"Stat({self.name!r}, parent={self.parent!r}, count={self.count}, "
-            f"total_ms={self.total_ms:.3f}, clock={self.clock!r})"
-        )
+        return (f"Stat({self.name!r}, parent={self.parent!r}, count={self.count}, "
+                f"total_ms={self.total_ms:.3f}, clock={self.clock!r})")
 
 
 class _NullRegion:
@@ -272,9 +238,8 @@ class _AnnotatedClockedRegion(_AnnotatedRegion, _ClockedRegion):
 class Table(Mapping[str, Stat]):
     """The stats of one recording, by region name, in order of first entry.
 
-    ``annotate`` (optional, e.g. :class:`pytest_opperf.nvtx_ranges.NvtxRanges`)
-    gets ``push(name)``/``pop()`` around every region; without it regions cost
-    nothing extra.
+    ``annotate`` (optional, e.g. :class:`pytest_opperf.nvtx_ranges.NvtxRanges`) gets
+    ``push(name)``/``pop()`` around every region; without it regions cost nothing extra.
     """
 
     def __init__(self, device_clock: DeviceClock | None = None, sync: bool = False,
@@ -384,12 +349,11 @@ class Table(Mapping[str, Stat]):
     def record(self, name: str, start_ns: int, ns: int, kernel: bool = False) -> Stat:
         """Add a region timed outside this table's own regions, e.g. on another thread.
 
-        The region started at ``start_ns`` (``perf_counter_ns``) and took ``ns``
-        host nanoseconds; it is filed as if it had closed inside the region open
-        now on the recording thread (its parent, and its qualified name, as
-        :func:`timer` would give), and kept as a trace event when tracing.
-        Thread-safe: calls from several threads are serialised by the table's
-        lock. Returns the stat, so the caller can add device samples to it.
+        The region started at ``start_ns`` (``perf_counter_ns``) and took ``ns`` host nanoseconds;
+        it is filed as if it had closed inside the region open now on the recording thread (its
+        parent, and its qualified name, as :func:`timer` would give), and kept as a trace event when
+        tracing. Thread-safe: calls from several threads are serialised by the table's lock. Returns
+        the stat, so the caller can add device samples to it.
         """
         with self._record_lock:
             outer = self.current

@@ -1,19 +1,13 @@
 """One pytest-xdist worker per GPU (``--opperf-gpu-workers``).
 
-On a runner with several GPUs, ``pytest suites/ --opperf --opperf-gpu-workers -n auto`` starts one
-worker per visible GPU and gives each its own GPU through ``CUDA_VISIBLE_DEVICES``, so every worker
-sees one device, ``cuda:0``, and no two workers share one. xdist spreads the tests (the per-op
-suites among them) over the workers; each measures on its GPU (per-op benchmarks with
-:mod:`pytest_opperf.oploop`, since pytest-benchmark turns itself off under xdist), and the
-controller merges the runs into one report and one gate, after checking that all workers ran on the
-same GPU model.
-
-The controller learns the GPUs from ``CUDA_VISIBLE_DEVICES`` when it is set, else from NVML, else
-from ``nvidia-smi``; it passes the list to its workers in the environment (:data:`ENV_LIST`), and
-each worker picks its entry by its xdist id (``gw0`` the first) before any plugin or conftest can
-touch CUDA. The pure functions here have no pytest import; the hooks at the end are the glue,
-registered by the plugin.
-"""
+``pytest suites/ --opperf --opperf-gpu-workers -n auto`` gives each worker its own GPU through
+``CUDA_VISIBLE_DEVICES``, so every worker sees one device, ``cuda:0``; each times its per-op
+benchmarks with :mod:`pytest_opperf.oploop` (pytest-benchmark turns itself off under xdist), and
+the controller merges the runs into one report and one gate, after checking that all workers ran
+on the same GPU model. The controller passes its list of GPUs to its workers in the environment
+(:data:`ENV_LIST`), and each worker picks its entry by its xdist id (``gw0`` the first) before any
+plugin or conftest can touch CUDA. The pure functions here have no pytest import; the hooks at the
+end are the glue, registered by the plugin (the contract: docs/contract-additions.md, "GPU")."""
 
 from __future__ import annotations
 

@@ -1,14 +1,12 @@
 """The base side of an A/B session: a git revision as a temporary worktree, or a given checkout.
 
-``--opperf-compare=REV`` makes ``git worktree add --detach <tmp>/base <rev>`` of
-the repository the rootdir lives in; :meth:`Workspace.close` always removes it
-again (``git worktree remove --force``, then ``git worktree prune``), and the
-controller calls it on every way out: the end of the session, Ctrl-C, SIGTERM,
-a crashed side. ``--opperf-compare=DIR`` uses a checkout as it is. The
-workspace also holds the side logs and the import shim: a directory with only
-a ``pytest_opperf`` link to the head's package, put first on each side's
-``PYTHONPATH``, so the head's plugin drives a base older than A/B. No pytest
-import: errors are :class:`CompareError` with a one-line message.
+``--opperf-compare=REV`` makes ``git worktree add --detach <tmp>/base <rev>`` of the repository the
+rootdir lives in; :meth:`Workspace.close` always removes it again (``git worktree remove --force``,
+then ``git worktree prune``), and the controller calls it on every way out: the end of the session,
+Ctrl-C, SIGTERM, a crashed side. ``--opperf-compare=DIR`` uses a checkout as it is. The workspace
+also holds the side logs and the import shim: a directory with only a ``pytest_opperf`` link to the
+head's package, put first on each side's ``PYTHONPATH``, so the head's plugin drives a base older
+than A/B. No pytest import: errors are :class:`CompareError` with a one-line message.
 """
 
 from __future__ import annotations
@@ -77,9 +75,8 @@ def resolve_base(given: str, rootdir: Path, invocation_dir: Path, required: list
         return Base("dir", given, f"DIR {directory}", directory=directory)
     toplevel = git_toplevel(rootdir)
     if toplevel is None:
-        raise CompareError(f"{given!r} is no directory, and the rootdir {rootdir} is in no "
-                           "git repository "
-                           "to take a revision from")
+        raise CompareError(f"{given!r} is no directory, and the rootdir {rootdir} is in no git "
+                           "repository to take a revision from")
     try:
         done = _git(["rev-parse", "--verify", "--quiet", f"{given}^{{commit}}"], toplevel)
     except (OSError, subprocess.SubprocessError) as exc:

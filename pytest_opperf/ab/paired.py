@@ -1,14 +1,13 @@
 """Paired A/B statistics: one decision per metric from interleaved base/head samples.
 
-Sample i of the base and sample i of the head form pair i (measured back to back,
-so a drift of the machine's speed cancels in the pair). Each pair gives one number
-``x``, positive when worse for the head: ``log(head/base)`` for times,
-``log(base/head)`` for rates, ``head - base`` for the Python share; counts are
-compared exactly. Per metric: the Hodges-Lehmann estimate with the exact Wilcoxon
-signed-rank interval, Bonferroni-corrected over the metrics of one :func:`decide`,
-and the rule: regressed when ``lo > c/2`` and ``hi >= c`` (``c`` the smallest change
-that counts), improved the mirror, unchanged when ``hi < c``, else undecided. The
-rule, its reasons, the floors and the simulations behind them: docs/ab-statistics.md.
+Sample i of the base and sample i of the head form pair i (measured back to back, so a drift of the
+machine's speed cancels in the pair). Each pair gives one number ``x``, positive when worse for the
+head: ``log(head/base)`` for times, ``log(base/head)`` for rates, ``head - base`` for the Python
+share; counts are compared exactly. Per metric: the Hodges-Lehmann estimate with the exact Wilcoxon
+signed-rank interval, Bonferroni-corrected over the metrics of one :func:`decide`, and the rule:
+regressed when ``lo > c/2`` and ``hi >= c`` (``c`` the smallest change that counts), improved the
+mirror, unchanged when ``hi < c``, else undecided. The rule, its reasons, the floors and the
+simulations behind them: docs/ab-statistics.md.
 """
 
 from __future__ import annotations
@@ -29,22 +28,9 @@ from ..stats import most_common
 if TYPE_CHECKING:
     from ..gate import Violation
 
-__all__ = [
-    "CompareResult",
-    "CompareSettings",
-    "Decision",
-    "Kind",
-    "MetricKey",
-    "Override",
-    "Paired",
-    "Verdict",
-    "decide",
-    "parse_compare",
-    "rule",
-    "signed_rank_cdf",
-    "violation_message",
-    "walsh_interval",
-]
+__all__ = ["CompareResult", "CompareSettings", "Decision", "Kind", "MetricKey", "Override",
+           "Paired", "Verdict", "decide", "parse_compare", "rule", "signed_rank_cdf",
+           "violation_message", "walsh_interval"]
 
 Kind = Literal["time", "rate", "share", "count"]
 Verdict = Literal["regressed", "improved", "unchanged", "undecided"]
@@ -185,10 +171,9 @@ def parse_compare(table: Mapping[str, Any], source: str = "<thresholds>") -> Com
 def signed_rank_cdf(n: int) -> tuple[float, ...]:
     """``P(T+ <= k)`` for k = 0 .. n(n+1)/2 under the null, n >= 1.
 
-    Each rank r is in the positive set with probability 1/2, so the
-    distribution of ``T+`` over ranks 1..r is the average of that over ranks
-    1..r-1 and the same shifted by r: a subset-sum count, halved at each step
-    (exact for the dyadic values of small n, to rounding otherwise)."""
+    Each rank r is in the positive set with probability 1/2, so the distribution of ``T+`` over
+    ranks 1..r is the average of that over ranks 1..r-1 and the same shifted by r: a subset-sum
+    count, halved at each step (exact for the dyadic values of small n, to rounding otherwise)."""
     import numpy as np
 
     if n < 1:
@@ -257,12 +242,11 @@ def walsh_interval(x: Sequence[float], a: float) -> tuple[float, float, float]:
 
 @dataclass(frozen=True)
 class Decision:
-    """The verdict on one metric. ``base``/``head`` are the medians of the samples (for counts
-    the most common per-step value); ``estimate`` is the ratio head/base (time, rate) or the
-    difference head - base (share, count) and ``low``/``high`` its corrected interval
-    (unbounded: 0/inf for ratios, -inf/inf for differences). ``limit`` is the estimate at
-    which a change counts (1.05: a 5 % slowdown; 0.95 for a rate; +0.01 for the share;
-    0 for counts), nan when not known."""
+    """The verdict on one metric. ``base``/``head`` are the medians of the samples (for counts the
+    most common per-step value); ``estimate`` is the ratio head/base (time, rate) or the difference
+    head - base (share, count) and ``low``/``high`` its corrected interval (unbounded: 0/inf for
+    ratios, -inf/inf for differences). ``limit`` is the estimate at which a change counts (1.05: a
+    5 % slowdown; 0.95 for a rate; +0.01 for the share; 0 for counts), nan when not known."""
 
     key: MetricKey
     kind: Kind
@@ -297,9 +281,8 @@ class Decision:
             return v if math.isfinite(v) else None
         return {"run": self.key.run, "metric": self.key.metric, "kind": self.kind,
                 "verdict": self.verdict, "base": num(self.base), "head": num(self.head),
-                "estimate": num(self.estimate),
-                "low": num(self.low), "high": num(self.high), "limit": num(self.limit),
-                "pairs": self.pairs, "statistic": self.statistic}
+                "estimate": num(self.estimate), "low": num(self.low), "high": num(self.high),
+                "limit": num(self.limit), "pairs": self.pairs, "statistic": self.statistic}
 
 
 def _threshold(p: Paired, ms: CompareSettings, base: float) -> float:
@@ -483,8 +466,7 @@ class CompareResult:
         return math.exp(math.fsum(logs) / len(logs)) if logs else None
 
     def summary(self) -> str:
-        """``2 regressed, 150 unchanged, 3 undecided, 1 improved; geometric mean head/base
-        1.004``."""
+        """``1 regressed, 9 unchanged, 3 undecided, 1 improved; geometric mean head/base 1.004``."""
         c = self.counts()
         text = ", ".join(f"{c[v]} {v}" for v in ("regressed", "unchanged", "undecided", "improved"))
         mean = self.geometric_mean()
@@ -528,8 +510,8 @@ class CompareResult:
         from ..gate import Violation
 
         return [Violation(d.key.run, d.key.metric, d.head, _limit_value(d), d.base,
-                          violation_message(d),
-                          d.statistic) for d in self.decisions if d.verdict == "regressed"]
+                          violation_message(d), d.statistic)
+                for d in self.decisions if d.verdict == "regressed"]
 
 
 def _limit_value(d: Decision) -> float:

@@ -1,12 +1,11 @@
 """Paired samples of an e2e run measured on both sides, step by step (pure).
 
-The two sides of an A/B session run an e2e test in lockstep, one step each
-in turn, so step i of the base and step i of the head form pair i. The first
-step (model building, startup) is warm-up and is dropped when there are at
-least two. Per pair: each stat's per-step time (``step_ms:<stat>``), the
-step's examples/sec (``examples_per_sec``), the step's Python share (wall
-minus executor time, over wall: ``python_share``), and per-step op counts
-(``count:<stat>``, one pair per run, compared exactly).
+The two sides of an A/B session run an e2e test in lockstep, one step each in turn, so step i of the
+base and step i of the head form pair i. The first step (model building, startup) is warm-up and is
+dropped when there are at least two. Per pair: each stat's per-step time (``step_ms:<stat>``), the
+step's examples/sec (``examples_per_sec``), the step's Python share (wall minus executor time, over
+wall: ``python_share``), and per-step op counts (``count:<stat>``, one pair per run, compared
+exactly).
 """
 
 from __future__ import annotations
@@ -15,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..results import RunResult
+from ..stats import after_warmup
 
 __all__ = ["MetricSamples", "e2e_samples", "step_python_shares"]
 
@@ -28,10 +28,6 @@ class MetricSamples:
     head: list[float]
 
 
-def _warm(values: list[float]) -> list[float]:
-    return values[1:] if len(values) >= 2 else list(values)
-
-
 def step_python_shares(run: RunResult) -> list[float] | None:
     """Each step's share of wall time outside the executor (all steps; None if unknown)."""
     executor = run.stats.executor_samples(run.executor_stat)
@@ -42,7 +38,7 @@ def step_python_shares(run: RunResult) -> list[float] | None:
 
 def _aligned(base: list[float], head: list[float]) -> tuple[list[float], list[float]]:
     n = min(len(base), len(head))
-    return _warm(base[:n]), _warm(head[:n])
+    return after_warmup(base[:n]), after_warmup(head[:n])
 
 
 def e2e_samples(base: RunResult, head: RunResult) -> Iterator[MetricSamples]:

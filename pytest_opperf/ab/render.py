@@ -1,9 +1,8 @@
 """The A/B section of the reports: terminal lines and markdown, from a CompareResult (pure).
 
-Both list every metric with base, head, the ratio (or difference) with its
-corrected interval and the verdict, regressed first, then undecided, improved
-and unchanged; unchanged metrics show their interval too, so the reader sees
-how fine the check was (``+-1.2%``: half the interval's width).
+Both list every metric with base, head, the ratio (or difference) with its corrected interval and
+the verdict, regressed first, then undecided, improved and unchanged; unchanged metrics show their
+interval too, so the reader sees how fine the check was (``+-1.2%``: half the interval's width).
 """
 
 from __future__ import annotations
@@ -82,9 +81,8 @@ def _title(result: CompareResult, width: int) -> list[str]:
 def terminal_lines(result: CompareResult, width: int = 100) -> list[str]:
     """The A/B section for the terminal; no line is longer than ``width`` (at least 40).
 
-    A metric whose name does not fit its column gets a line of its own, its
-    values on the next; long run ids lose their common prefix (named once), then
-    their middle."""
+    A metric whose name does not fit its column gets a line of its own, its values on the next; long
+    run ids lose their common prefix (named once), then their middle."""
     width = max(width, 40)
     runs = [d.key.run for d in result.decisions] + list(result.added) + list(result.removed)
     prefix = common_prefix(runs)

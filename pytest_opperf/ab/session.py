@@ -1,13 +1,11 @@
 """pytest glue of A/B mode in the main process: the base, the two sides, the controller.
 
-With ``--opperf --opperf-compare=REV|DIR`` the main pytest process runs no
-test itself (as pytest-xdist's controller): at session start it resolves the
-base (a revision becomes a temporary worktree, removed again however the
-session ends) and checks the base interpreter; it then skips collection, and
-its test loop is the :class:`~.controller.Controller`: both sides collect,
-the tests of both run in lockstep, the head's reports are shown as the
-session's own and its runs become the session's results, and the
-CompareResult goes to the report, the JSON and the gate.
+With ``--opperf --opperf-compare=REV|DIR`` the main pytest process runs no test itself (as
+pytest-xdist's controller): at session start it resolves the base (a revision becomes a temporary
+worktree, removed again however the session ends) and checks the base interpreter; it then skips
+collection, and its test loop is the :class:`~.controller.Controller`: both sides collect, the tests
+of both run in lockstep, the head's reports are shown as the session's own and its runs become the
+session's results, and the CompareResult goes to the report, the JSON and the gate.
 """
 
 from __future__ import annotations
@@ -19,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ..settings import usage_errors
 from .checkout import Base, CompareError, Workspace, check_python, resolve_base, side_environment
 from .controller import Controller, SideFailure, SideSpec, TestOutcome
 
@@ -34,8 +33,7 @@ _CONTROLLER_OPTIONS = ("compare", "compare-python", "compare-timeout", "compare-
 
 
 def _strip_options(args: list[str]) -> list[str]:
-    """``args`` without ``--opperf`` and the controller's ``--opperf-*`` options (and their
-    values)."""
+    """``args`` without ``--opperf`` and the controller's ``--opperf-*`` options, values too."""
     out: list[str] = []
     skip = False
     names = {f"--opperf-{name}" for name in _CONTROLLER_OPTIONS}
@@ -59,9 +57,8 @@ def _relative(arg: str, invocation: Path, rootdir: Path) -> str:
     try:
         rel = absolute.relative_to(rootdir.resolve()).as_posix()
     except ValueError:
-        raise CompareError(f"test path {arg!r} is outside the rootdir {rootdir}: "
-                           "both sides run the tests "
-                           "by their path in the rootdir") from None
+        raise CompareError(f"test path {arg!r} is outside the rootdir {rootdir}: both sides run "
+                           "the tests by their path in the rootdir") from None
     return rel + sep + rest
 
 
@@ -110,35 +107,27 @@ class ABSession:
         if config.getoption("numprocesses", None):
             raise pytest.UsageError(f"opperf: {label}: does not combine with pytest-xdist (-n): "
                                     "A/B runs one process per side")
-        try:
+        with usage_errors(label, CompareError):
             _, required = side_args(config)
-        except CompareError as exc:
-            raise pytest.UsageError(f"opperf: {label}: {exc}") from None
         if config.inipath is not None:
             try:
                 required.append(config.inipath.relative_to(config.rootpath).as_posix())
             except ValueError:
                 pass
-        try:
+        with usage_errors(label, CompareError):
             base = resolve_base(settings.compare or "", config.rootpath,
                                 settings.origin("compare", config.invocation_params.dir), required)
-        except CompareError as exc:
-            raise pytest.UsageError(f"opperf: {label}: {exc}") from None
         python = settings.compare_python or sys.executable
-        try:
+        with usage_errors(settings.label("compare_python"), CompareError):
             info = check_python(python, config.rootpath)
-        except CompareError as exc:
-            raise pytest.UsageError(f"opperf: {settings.label('compare_python')}: {exc}") from None
         workspace = Workspace(base)
         def close_workspace() -> None:  # at the very end: the terminal report is written by then
             for problem in workspace.close():
                 sys.stderr.write(f"opperf: A/B: {problem}\n")
 
         config.add_cleanup(close_workspace)
-        try:
+        with usage_errors(label, CompareError):
             base_root = workspace.prepare(Path(__file__).resolve().parent.parent)
-        except CompareError as exc:
-            raise pytest.UsageError(f"opperf: {label}: {exc}") from None
         missing = [p for p in required if not (base_root / p).exists()]
         if missing:
             raise pytest.UsageError(f"opperf: {label}: the base {base.label} has no "
@@ -210,8 +199,7 @@ class ABSession:
                 self.aborted = "the base cannot collect the tests"
                 raise pytest.UsageError(
                     f"opperf: {self.opperf.settings.label('compare')}: the base {self.base.label} "
-                    "cannot "
-                    f"collect the tests: {first.nodeid or '<rootdir>'}: {_last_line(first)}")
+                    f"cannot collect the tests: {first.nodeid or '<rootdir>'}: {_last_line(first)}")
             if errors["head"]:
                 self.aborted = "the head cannot collect the tests"
                 for data in errors["head"]:
@@ -268,7 +256,6 @@ class ABSession:
             hook.pytest_runtest_logfinish(nodeid=outcome.nodeid, location=reports[0].location)
         self.opperf.runs.extend(outcome.runs)
 
-
     def problem_violations(self) -> list[Any]:
         """Tests that could not be compared (a base test that failed): each fails the gate."""
         from pytest_opperf.gate import Violation
@@ -283,7 +270,6 @@ def _last_line(report: Any) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     last = lines[-1] if lines else report.outcome
     return last[1:].strip() if last.startswith("E ") else last
-
 
 
 def undecided_violations(decisions: list[Any]) -> list[Any]:

@@ -28,10 +28,6 @@ PLUGIN_NAME = "opperf-ab-side"
 MAX_CALIBRATE_ITERATIONS = 1 << 20
 
 
-def is_side(config: pytest.Config) -> bool:
-    return config.pluginmanager.has_plugin(PLUGIN_NAME)
-
-
 class SidePlugin:
     def __init__(self, config: pytest.Config, channel: Channel) -> None:
         self.config = config
@@ -131,17 +127,14 @@ class SidePlugin:
                   teardown: Callable[..., Any] | None = None) -> Any:
         """A per-op benchmark whose rounds the controller asks for (no calibration by
         pytest-benchmark)."""
+        from pytest_opperf.fixtures import pedantic_arguments
         from pytest_opperf.measure import op_run
 
         timer = self.opperf.benchmark_timer() or time.perf_counter
         result: list[Any] = [None]
 
         def one_round(iterations: int) -> float:
-            a, k = args, kwargs
-            if setup is not None:
-                made = setup()
-                if made:
-                    a, k = made
+            a, k = pedantic_arguments(setup, args, kwargs)
             start = timer()
             for _ in range(iterations):
                 result[0] = target(*a, **k)
@@ -182,9 +175,8 @@ class SidePlugin:
                                    "median_s": statistics.median(per_call)}
             timing = getattr(self.opperf.benchmark_timer(), "timing", "host")
             self.opperf.add_run(op_run(node.nodeid, bench.stat, per_call, iterations,
-                                       bench._opperf.device, timing,
-                                       kind=bench.kind, config=config, flops=bench.flops,
-                                       bytes=bench.bytes))
+                                       bench._opperf.device, timing, kind=bench.kind,
+                                       config=config, flops=bench.flops, bytes=bench.bytes))
         return result[0]
 
 
@@ -193,6 +185,5 @@ def pytest_configure(config: pytest.Config) -> None:
     fd = child_fd()
     if fd is None:
         raise pytest.UsageError("opperf: pytest_opperf.ab.side is the plugin of an A/B side "
-                                "process; "
-                                "it is loaded by --opperf-compare, not by hand")
+                                "process; it is loaded by --opperf-compare, not by hand")
     config.pluginmanager.register(SidePlugin(config, Channel.from_fd(fd)), PLUGIN_NAME)

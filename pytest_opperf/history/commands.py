@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
-import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from ..results import ResultsError, ResultSet, read_text
+from ..results import ResultsError, ResultSet, loads_strict, read_text
 from .store import History, HistoryError, Store, commit_time
 
 __all__ = ["add_commands", "run_command"]
@@ -61,12 +60,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 def _import(files: Sequence[str], into: str, out: TextIO) -> None:
     documents = []
     for name in files:  # read and check every file first: one bad file stores nothing
-        text = read_text(name, ResultsError, "a results file")
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ResultsError(f"{name}: not valid JSON: {exc.msg} at line {exc.lineno} column "
-                               f"{exc.colno}") from None
+        data = loads_strict(read_text(name, ResultsError, "a results file"), name)
         results = ResultSet.from_dict(data, source=name)
         compare = data.get("compare") if isinstance(data.get("compare"), dict) else None
         documents.append((name, results, compare))

@@ -1,11 +1,8 @@
 """The dashboard: one self-contained static page (plotly charts, plotly.js inline) of a history.
 
-Per device class and workload: examples/sec and the Python share over commits; each e2e run's top
-operators' per-step time over commits with the change points marked; every metric's trend, chosen
-through a search box; the latest session's shares of wall time; the latest A/B result when a session
-has one; the last sessions. Nothing is fetched at view time: plotly.js and the data are in the page.
-The charts are plotly figures built here and drawn by plotly.js; the page's own script only swaps
-the searched metric's data into its chart.
+What it shows is listed in the README ("History and dashboard"). Nothing is fetched at view time:
+plotly.js and the data are in the page. The charts are plotly figures built here and drawn by
+plotly.js; the page's own script only swaps the searched metric's data into its chart.
 """
 
 from __future__ import annotations
@@ -151,9 +148,8 @@ def _group_html(gi: int, group: Group, latest: dict[str, Any], go: Any, pio: Any
         _add_series(go, fig, _trace_data(group, metrics[0]), first)
         options = "".join(f'<option value="{html.escape(k)}"></option>' for k in data["series"])
         parts += [f"<h3>per-op trends</h3><p><label>metric ({len(metrics)}): <input "
-                  f"id=\"search-{gi}\" "
-                  f'list="metrics-{gi}" size="90" placeholder="type to search, e.g. '
-                  'conv2d"></label></p>'
+                  f'id="search-{gi}" list="metrics-{gi}" size="90" placeholder="type to search, '
+                  'e.g. conv2d"></label></p>'
                   f'<datalist id="metrics-{gi}">{options}</datalist>',
                   _div(pio, fig, f"trend-{gi}"),
                   f'<script type="application/json" id="data-{gi}">{_json(data)}</script>']
@@ -208,14 +204,11 @@ def _latest(group: Group, history_runs: Any, history_stats: Any) -> dict[str, An
     """The latest session's shares, which stats are top-level kernels, the latest A/B result."""
     ids = {s.id for s in group.sessions}
     latest_id = group.sessions[-1].id if group.sessions else None
-    kernels: dict[tuple[str, str], bool] = {}
-    for st in history_stats:
-        if st.session_id in ids and st.kernel:
-            kernels[(st.run, st.name)] = True
-    shares: dict[str, tuple[float, float, float, list[tuple[str, float]]]] = {}
-    for r in history_runs:
-        if r.session_id == latest_id and r.kind == "e2e" and r.wall_s > 0:
-            shares[r.run] = (r.wall_s * 1e3, r.python_share, r.framework_share, [])
+    kernels = {(st.run, st.name): True for st in history_stats
+               if st.session_id in ids and st.kernel}
+    shares: _Shares = {r.run: (r.wall_s * 1e3, r.python_share, r.framework_share, [])
+                       for r in history_runs
+                       if r.session_id == latest_id and r.kind == "e2e" and r.wall_s > 0}
     for st in history_stats:
         if st.session_id == latest_id and st.run in shares and st.kernel and "/" not in st.name:
             shares[st.run][3].append((st.name, st.total_ms))

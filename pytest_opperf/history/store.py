@@ -30,7 +30,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from ..results import ResultSet, RunResult, StatResult
-from ..stats import median
+from ..stats import after_warmup, median
 
 __all__ = ["EXTRA_HINT", "MIGRATIONS", "SAMPLES_KEPT", "History", "HistoryError", "MissingExtra",
            "Store", "StoredRun", "StoredSession", "StoredStat", "check_target", "commit_time",
@@ -169,8 +169,7 @@ def step_value(run: RunResult, stat: StatResult) -> float | None:
     gate takes them) or per-call median (per-op benchmarks); without samples the mean."""
     samples = stat.samples_ms
     if samples:
-        kept = samples[1:] if run.kind == "e2e" and len(samples) >= 2 else samples
-        return median(kept)
+        return median(after_warmup(samples) if run.kind == "e2e" else samples)
     if run.kind == "e2e":
         return stat.total_ms / run.batches if run.batches else None
     return stat.avg_ms
@@ -277,7 +276,6 @@ def _wal(conn: sqlite3.Connection, timeout_s: float) -> None:
             time.sleep(0.02)
 
 
-
 class Store:
     """An open history store (use as a context manager, or :meth:`close`).
 
@@ -378,9 +376,8 @@ class Store:
             return self._execute(
                 "SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = current_schema() "
                 "AND tablename = 'opperf_schema'").fetchone() is not None
-        row = self._execute("SELECT name FROM sqlite_master "
-                            "WHERE type = 'table' AND name = 'opperf_schema'")
-        return row.fetchone() is not None
+        return self._execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name = "
+                             "'opperf_schema'").fetchone() is not None
 
     def _version(self) -> int:
         if not self._has_schema_table():

@@ -3,11 +3,8 @@
 Sessions are grouped by device class and workload (numbers from different hardware or sizes are
 never on one line). Within a group, the points of a series are commits in time order: sessions of
 one clean commit are one point (the median of their values); a session of a dirty tree, or without
-git, is a point of its own. Metrics, named as the gate names them:
-
-* e2e runs: ``examples_per_sec``, ``python_share``, and ``step_ms:<stat>``, the stat's per-step
-  median;
-* per-op and overhead benchmarks: ``call_ms:<stat>``, the median per call.
+git, is a point of its own. Metrics are named as the gate names them (listed in the README,
+"History and dashboard"): ``step_ms:<stat>`` is the per-step median, ``call_ms:<stat>`` per call.
 """
 
 from __future__ import annotations

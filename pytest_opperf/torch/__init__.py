@@ -1,20 +1,8 @@
 """PyTorch support: each aten op of a window as a kernel stat, the torch device, op benchmarks.
 
-::
-
-    from pytest_opperf.torch import profile
-
-    def test_train(opperf):
-        with opperf.measure() as run, profile():
-            for x, y in batches:
-                loss = loss_fn(model(x), y)
-                loss.backward()
-                opt.step()
-                run.step(examples=len(x))
-
-and in the suite's ``conftest.py``::
-
-    from pytest_opperf.torch import pytest_opperf_select_device  # CUDA when usable, else the CPU
+Use (the README's "PyTorch" section shows it whole): ``with opperf.measure() as run, profile():``
+around the training loop, and ``from pytest_opperf.torch import pytest_opperf_select_device`` in
+the suite's ``conftest.py`` (CUDA when usable, else the CPU).
 
 :func:`profile` is in :mod:`pytest_opperf.torch.profiling` (its default mechanism on the CPU,
 torch's profiler read after the window, in :mod:`pytest_opperf.torch.recorded`); the device hook and

@@ -1,42 +1,21 @@
 """``profile()``: every aten operator that runs in a measured window becomes a kernel stat.
 
-Two mechanisms (``profile(mechanism=...)``). ``"profiler"``, the default on the host clock: torch's
-own profiler records the window and its events become the stats after the window has closed
-(:mod:`pytest_opperf.torch.recorded`): about 0.3 us per op inside the window on the 2-core CPU
-machine (at most 1.9 us per op of a small CNN, as ``torch.profiler`` itself), where the dispatch
-mode costs 3.5-9 us; the same ops, counts, nesting, threads, module grouping and per-step samples
-(``benchmarks/torch_profile_overhead.py``). ``"dispatch"``, the default on CUDA (the only one that
-reads CUDA events), is described below.
+What it lists, how it times and groups, and what each mechanism costs are written out in
+docs/contract-additions.md ("PyTorch: ``pytest_opperf.torch``") and the README. Two mechanisms
+(``profile(mechanism=...)``): ``"profiler"``, the default on the host clock, is
+:mod:`pytest_opperf.torch.recorded`; ``"dispatch"``, the default on CUDA (the only one that reads
+CUDA events), is this module's ``TorchDispatchMode``.
 
-The dispatch mechanism: a ``TorchDispatchMode``. Torch calls it for every operator that reaches the
-dispatcher's Python key, i.e. below autograd and after ``CompositeImplicitAutograd`` decomposition:
-the ops that do the work (``aten::convolution``, ``aten::convolution_backward``, ``aten::addmm`` for
-a ``Linear``, the optimizer's ``aten::add_``...). Each is timed around its call and filed in the
-window's :class:`pytest_opperf.timers.Table` under its schema name without the overload
-(``aten::add`` for ``aten::add.Tensor``). A composite op's parts show as their own stats
-(``nn.Linear`` as ``aten::t`` and ``aten::addmm``); what a kernel calls internally
-(``aten::convolution``'s call into its backend) is inside its time and never listed again, so
-nothing is counted twice. ``profile(nested=True)`` lists those calls too, each under the op that
-made it (``aten::convolution/aten::_convolution``). Ops nest under the regions the code opens with
-``timers.timer``, as regions do.
-
-Threads: a dispatch mode belongs to the thread that entered it, and torch's autograd engine carries
-it to the threads it runs backward on (its device threads, and the pool it uses for deeply reentrant
-backward). Those ops are filed into the same table through :meth:`Table.record`, under a lock, as if
-they had run inside the region open on the recording thread: nothing timed on an autograd thread is
-dropped.
-
-Clocks: on the CPU the host clock. In a window measured on a GPU (its recording has a device clock:
-``pytest_opperf_select_device`` chose CUDA) each op on CUDA tensors is bracketed by two CUDA events
-on the current stream, read at the next ``run.step()`` (one synchronisation per step, through
-``Table.on_flush``); with ``--opperf-timing=sync`` the device is synchronised around every op
-instead and the host clock reads device time.
-
-``profile(by="module")`` groups by ``nn.Module`` class instead: one sample per module call, its time
-the sum of the ops inside it (on CUDA: the device span of the call), nested as modules nest
-(``Sequential/Bottleneck/Conv2d``); the backward ops of the autograd nodes a module's forward made
-are samples of ``<Class>.backward`` (one per op; the innermost module's class); ops outside every
-module keep their op names.
+The dispatch mode: torch calls it for every operator that reaches the dispatcher's Python key
+(below autograd, after ``CompositeImplicitAutograd`` decomposition); each op is timed around its
+call and filed in the window's :class:`pytest_opperf.timers.Table` under its schema name without
+the overload. The mode belongs to the thread that entered it, and torch's autograd engine carries
+it to the threads it runs backward on (its device threads, and the pool it uses for deeply
+reentrant backward): those ops are filed through :meth:`Table.record`, under a lock, as if they had
+run inside the region open on the recording thread. In a window measured on a GPU each op on CUDA
+tensors is bracketed by two CUDA events on the current stream, read at the next ``run.step()``
+(one synchronisation per step, through ``Table.on_flush``); with ``--opperf-timing=sync`` the
+device is synchronised around every op instead and the host clock reads device time.
 """
 
 from __future__ import annotations
@@ -54,7 +33,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from pytest_opperf import measure, timers
 
-from .recorded import ForwardHooks
+from .recorded import SKIPPED_NAMESPACES, ForwardHooks
 
 __all__ = ["ACCOUNTING_NOTE", "GROUPINGS", "MECHANISMS", "Profile", "profile"]
 
@@ -62,9 +41,6 @@ ACCOUNTING_NOTE = ("torch: executor time is the time inside top-level aten opera
                    "what runs around them (nn.Module calls, hooks, optimizer loops, data handling)")
 GROUPINGS = ("op", "module")
 MECHANISMS = ("auto", "profiler", "dispatch")
-# record_function markers (optimizer.step opens one) reach the dispatcher as ops of
-# this namespace; they mark ranges, they do no work.
-SKIPPED_NAMESPACES = frozenset({"profiler"})
 _TAG = "opperf.module"  # key of an autograd node's metadata: the module whose forward made it
 
 
@@ -414,8 +390,7 @@ def profile(by: str = "op", nested: bool = False, mechanism: str = "auto") -> It
     by op. Where nothing records on this thread (``opperf.measure()`` without ``--opperf``), it does
     nothing, as ``timers.timer`` does, and yields a :class:`Profile` with ``table=None`` and
     ``timing="off"``. ``nested=True`` also lists what each op calls through the dispatcher, under it
-    (``aten::convolution/aten::_convolution/aten::mkldnn_convolution``); the top-level ops and their
-    times stay the same.
+    (``aten::convolution/aten::_convolution``); the top-level ops and their times stay the same.
 
     ``mechanism``: ``"profiler"`` records with torch's own profiler and builds the stats after the
     window (:mod:`pytest_opperf.torch.recorded`; about 0.3 us per op); ``"dispatch"`` times each op
@@ -465,9 +440,8 @@ def _profiling(table: timers.Table, by: str, nested: bool, mechanism: str) -> It
         unread.finish()
     if run is not None:
         run.kernels_are_executor(ACCOUNTING_NOTE)
-    # Device time where the window measures on a GPU (its recording has a device
-    # clock); a CPU session on a CUDA machine keeps the host clock and never
-    # touches CUDA.
+    # Device time where the window measures on a GPU (its recording has a device clock); a CPU
+    # session on a CUDA machine keeps the host clock and never touches CUDA.
     cuda = table.device_clock is not None and torch.cuda.is_available()
     sync = cuda and table.sync
     timing = "sync" if sync else "events" if cuda else "host"
@@ -475,8 +449,7 @@ def _profiling(table: timers.Table, by: str, nested: bool, mechanism: str) -> It
         mechanism = "profiler" if timing == "host" else "dispatch"
     elif mechanism == "profiler" and timing != "host":
         raise ValueError("profile: mechanism='profiler' times on the host; a window timed with "
-                         f"{timing} "
-                         "on CUDA needs mechanism='dispatch'")
+                         f"{timing} on CUDA needs mechanism='dispatch'")
     if mechanism == "profiler":
         with _recorded(table, nested, run, by):
             yield Profile(table, by, timing, mechanism)

@@ -8,28 +8,20 @@ profiler about 2.6 us per event, reading them about 0.5 us, then this module's P
 done when the measured window has closed, after its wall clock stopped
 (:meth:`pytest_opperf.measure.Run.defer`), or at the end of ``profile()`` where no window measures.
 
-Building the stats (:func:`op_samples`, :func:`file_samples`; pure, tested on synthetic events):
+Building the stats (:func:`op_samples`, :func:`file_samples`, :func:`file_module_samples`; pure,
+tested on synthetic events) follows docs/contract-additions.md ("PyTorch"): which events are ops
+(:func:`op_kind`), the step an op belongs to, ``by="module"``'s attribution. The mechanics:
 
-* Ops: an event is an op when its name is a dispatcher operator. Ops whose every overload is
-  ``CompositeImplicitAutograd`` (``aten::conv2d``, ``aten::linear``, ``aten::to``...) decompose into
-  other ops before any kernel runs; they are transparent, as the autograd nodes' and
-  ``record_function`` ranges are, so the ops listed are the ones a ``TorchDispatchMode`` sees:
-  ``aten::convolution``, ``aten::t`` and ``aten::addmm``. An op inside another op (same thread, its
-  interval inside the other's) is a call the op made: not listed, or with ``nested=True`` listed
-  under it (``aten::convolution/aten::_convolution``).
-* Steps: ``run.step()`` (the recording's flush) drops a marker event into the profiler's stream; an
-  op belongs to the step of the first marker after its start. Ops that start after the last step are
-  in the totals only, as live timing would have them.
+* Steps: ``run.step()`` (the recording's flush) drops a marker event into the profiler's stream;
+  ops that start after the last one are in the totals only, as live timing would have them.
 * Regions: the recording thread's open region (``timers.timer``) is logged with ``perf_counter_ns``
   at every change (for the window the table's class is a subclass whose ``current`` is a property
   that logs what it is set to); an op is filed inside the region open on the recording thread when
   it started, on whatever thread it ran, as :meth:`pytest_opperf.timers.Table.record` files it.
-* Modules (``by="module"``, :func:`file_module_samples`): global forward hooks log each module call
-  on the recording thread (``perf_counter_ns``); an op's time goes to the innermost call open when
-  it started, and the autograd node it made (the profiler's sequence number on its thread) to that
-  call's class; an op inside the engine's range for that node (``autograd::engine::
-  evaluate_function: ...``, with the same sequence number and forward thread) is a sample of
-  ``<Class>.backward``.
+* Modules: global forward hooks log each module call on the recording thread
+  (``perf_counter_ns``); the autograd node an op made is known by the profiler's sequence number on
+  its thread, and the engine's range for that node (``autograd::engine::evaluate_function: ...``)
+  carries the same sequence number and forward thread.
 * Clocks: the profiler stamps events on its own clock (Unix time, from the TSC); each marker is made
   between two ``perf_counter_ns`` reads, which gives the offset between the clocks at that marker
   (to well under a microsecond); a time is converted with the offset of the last marker before it.
