@@ -265,15 +265,20 @@ def test_a_side_that_dies_is_named_with_its_status(tmp_path):
     assert len(processes) == 2 and all(p.poll() is not None for p in processes)
 
 
+def run_session(c: Controller) -> paired.CompareResult:
+    """Start, run and always close a controller."""
+    try:
+        c.start()
+        return c.run()
+    finally:
+        c.close()
+
+
 def test_a_change_not_confirmed_by_a_second_run_is_undecided(tmp_path):
     c = controller(
         tmp_path, {"base": 1.0, "head": 2.0}, {"base": ["t::a"], "head": ["t::a"]}, budget_s=1e-6
     )
-    try:
-        c.start()
-        result = c.run()
-    finally:
-        c.close()
+    result = run_session(c)
     (d,) = result.decisions
     assert d.verdict == "undecided" and d.pairs == MIN_PAIRS and result.budget_exhausted
     assert d.statistic.endswith(
@@ -293,11 +298,7 @@ def test_the_start_order_of_the_sides_cannot_make_a_regression(tmp_path, head_ms
     # here in A/A, 5-9 %). With one fixed order, base then head, A/A read as "regressed".
     c = controller(tmp_path, {"base": 1.0, "head": head_ms}, {"base": ["t::a"], "head": ["t::a"]},
                    second_slower=1.10)
-    try:
-        c.start()
-        result = c.run()
-    finally:
-        c.close()
+    result = run_session(c)
     (d,) = result.decisions
     assert d.verdict == ("unchanged" if head_ms == 1.0 else "regressed")
     blocks = _blocks(tmp_path)
@@ -316,11 +317,7 @@ def test_a_fluke_of_one_process_does_not_make_a_small_slowdown_a_regression(tmp_
     # on their own, and 3 % does not: checking them for direction only would have confirmed it.
     c = controller(tmp_path, {"base": 1.0, "head": 1.03}, {"base": ["t::a"], "head": ["t::a"]},
                    first_process={"head": 1.2 / 1.03})
-    try:
-        c.start()
-        result = c.run()
-    finally:
-        c.close()
+    result = run_session(c)
     (d,) = result.decisions
     assert d.verdict != "regressed", d
     assert len({pid for s, pid, _ in _blocks(tmp_path) if s == "head"}) >= 2
