@@ -27,7 +27,6 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from .ab.paired import CompareSettings, parse_compare
-from .ab.pairs import step_python_shares
 from .gpu_report import steady_examples_per_sec
 from .identity import mismatch
 from .keys import ThresholdsError, keys, parse, table_key, type_name, unknown
@@ -254,12 +253,6 @@ def _per_example_ms(run: RunResult) -> list[float]:
     return [ms / n for ms, n in pairs if n > 0]
 
 
-def _step_python_shares(run: RunResult) -> list[float]:
-    """Each step's share of wall time outside the executor, after warm-up (empty if unknown)."""
-    shares = step_python_shares(run)
-    return after_warmup(shares) if shares and all(w > 0 for w in run.step_ms) else []
-
-
 def _pct(ratio: float) -> str:
     return f"{(ratio - 1) * 100:+.1f}%" if math.isfinite(ratio) else "+inf%"
 
@@ -394,7 +387,7 @@ class _Gate:
     def python_share(self, base: RunResult, new: RunResult) -> None:
         self.verdict.checks += 1
         increase = self.regression.max_python_share_increase
-        b, n = _step_python_shares(base), _step_python_shares(new)
+        b, n = base.steady_python_shares(), new.steady_python_shares()
         if b and n:
             # The steady state decides: the whole-window share also holds the warm-up step
             # (model building, startup), whose noise is larger than a regression of the steps,

@@ -15,7 +15,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .gate import Verdict, _step_python_shares
+from .gate import Verdict
 from .gpu_report import device_host_lines, steady_lines
 from .layout import middle, run_group, table, wrap
 from .results import SCHEMA, ResultSet, RunResult
@@ -82,7 +82,7 @@ def _outside(run: RunResult) -> str:
 def _steady_shares(run: RunResult) -> list[str]:
     """The shares of the steps after warm-up, each the median of its per-step values (the
     gate's Python share); empty with fewer than two steps."""
-    python, steps = _step_python_shares(run), after_warmup(run.step_ms)
+    python, steps = run.steady_python_shares(), after_warmup(run.step_ms)
     if len(run.step_ms) < 2 or len(python) != len(steps):
         return []
     roots = [t.samples_ms for depth, t in run.stats.ordered() if depth == 0 and t.kernel]

@@ -24,6 +24,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from .stats import after_warmup
 from .stattree import StatResult, StatTree, StatTreeError
 
 __all__ = ["KINDS", "SCHEMA", "ResultSet", "ResultsError", "RunResult", "StatResult",
@@ -76,6 +77,18 @@ class RunResult:
 
     def stat_map(self) -> dict[str, StatResult]:
         return {s.name: s for s in self.stats}
+
+    def step_python_shares(self) -> list[float] | None:
+        """Each step's share of wall time outside the executor (all steps; None if unknown)."""
+        executor = self.stats.executor_samples(self.executor_stat)
+        if not executor or len(executor) != len(self.step_ms):
+            return None
+        return [(w - e) / w if w > 0 else 0.0 for w, e in zip(self.step_ms, executor, strict=True)]
+
+    def steady_python_shares(self) -> list[float]:
+        """The step shares after warm-up, what the gate decides on (empty if unknown)."""
+        shares = self.step_python_shares()
+        return after_warmup(shares) if shares and all(w > 0 for w in self.step_ms) else []
 
     def to_dict(self, with_trace: bool = False) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items() if k not in ("stats", "trace")}

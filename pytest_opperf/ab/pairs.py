@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ..results import RunResult
 from ..stats import after_warmup
 
-__all__ = ["MetricSamples", "e2e_samples", "step_python_shares"]
+__all__ = ["MetricSamples", "e2e_samples"]
 
 
 @dataclass(frozen=True)
@@ -26,14 +26,6 @@ class MetricSamples:
     kind: str  # time | rate | share | count
     base: list[float]
     head: list[float]
-
-
-def step_python_shares(run: RunResult) -> list[float] | None:
-    """Each step's share of wall time outside the executor (all steps; None if unknown)."""
-    executor = run.stats.executor_samples(run.executor_stat)
-    if not executor or len(executor) != len(run.step_ms):
-        return None
-    return [(w - e) / w if w > 0 else 0.0 for w, e in zip(run.step_ms, executor, strict=True)]
 
 
 def _aligned(base: list[float], head: list[float]) -> tuple[list[float], list[float]]:
@@ -58,7 +50,7 @@ def e2e_samples(base: RunResult, head: RunResult) -> Iterator[MetricSamples]:
     if all(rates) and any(base.step_examples):
         xs, ys = _aligned(*rates)
         yield MetricSamples(run, "examples_per_sec", "rate", xs, ys)
-    shares = (step_python_shares(base), step_python_shares(head))
+    shares = (base.step_python_shares(), head.step_python_shares())
     if shares[0] and shares[1]:
         xs, ys = _aligned(shares[0], shares[1])
         yield MetricSamples(run, "python_share", "share", xs, ys)
