@@ -85,7 +85,7 @@ def _steady_shares(run: RunResult) -> list[str]:
     python, steps = run.steady_python_shares(), after_warmup(run.step_ms)
     if len(run.step_ms) < 2 or len(python) != len(steps):
         return []
-    roots = [t.samples_ms for depth, t in run.stats.ordered() if depth == 0 and t.kernel]
+    roots = [t.samples_ms for t in run.stats.kernel_roots]
     kernels = [after_warmup(x) for x in roots if x and len(x) == len(run.step_ms)]
     kernel = [sum(k) / w for w, *k in zip(steps, *kernels, strict=True)]
     framework = [max(0.0, 1 - p - k) for p, k in zip(python, kernel, strict=True)]

@@ -134,9 +134,13 @@ class StatTree(tuple[StatResult, ...]):
         return parent is not None
 
     @property
+    def kernel_roots(self) -> list[StatResult]:
+        """The kernel stats without a kernel ancestor: the kernel time is their total."""
+        return [s for s in self if s.kernel and self._kernel_parent[s.name] is None]
+
+    @property
     def kernel_ms(self) -> float:
-        """Kernel time: the total of the kernel stats without a kernel ancestor."""
-        return sum(s.total_ms for s in self if s.kernel and self._kernel_parent[s.name] is None)
+        return sum(s.total_ms for s in self.kernel_roots)
 
     def executor_ms(self, executor_stat: str | None) -> float:
         """The total of ``executor_stat``, or without that stat the sum of the top-level stats."""
