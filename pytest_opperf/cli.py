@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import NoReturn, TextIO
 
 from pytest_opperf import report
-from pytest_opperf.gate import ThresholdsError, Verdict, evaluate, load_thresholds
+from pytest_opperf.gate import evaluate
 from pytest_opperf.history.store import HistoryError
 from pytest_opperf.results import ResultsError, read_results
+from pytest_opperf.thresholds import ThresholdsError, load_thresholds
+from pytest_opperf.verdict import Verdict
 
 __all__ = ["main"]
 
@@ -60,12 +62,16 @@ def _compare(args: argparse.Namespace, out: TextIO) -> int:
     thresholds = load_thresholds(args.thresholds) if args.thresholds else None
     verdict = evaluate(new, thresholds, base, args.base)
     out.write(f"opperf compare: {args.base} -> {args.new}\n")
+    width = shutil.get_terminal_size().columns  # COLUMNS when set
+    if verdict.drift is not None:
+        for line in report.drift_section(verdict.drift, width):
+            out.write(line + "\n")
     out.write(report.verdict_line(verdict) + "\n")
     for line in [f"warning: {w}" for w in verdict.warnings] + [f"note: {n}" for n in verdict.notes]:
         out.write(line + "\n")
     if not verdict.passed:
         out.write("=" * 30 + " opperf gate " + "=" * 30 + "\n")
-        for line in report.gate_lines(verdict, shutil.get_terminal_size().columns):
+        for line in report.gate_lines(verdict, width):
             out.write(line + "\n")
     if args.markdown:
         from pytest_opperf.results import write_text_atomic

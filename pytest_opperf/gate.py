@@ -1,203 +1,40 @@
-"""The gate: thresholds file, absolute limits and baseline regressions, to a verdict.
+"""The gate: one place that turns comparisons into violations (limits, counts, time, A/B).
 
-Thresholds (TOML, ARCHITECTURE section 7) hold ``[regression]`` tolerances and ``[[limit]]`` tables
-matched to runs and stats by glob, each key declared once in :class:`Regression` and :class:`Limit`
-and checked by :mod:`pytest_opperf.keys`; the A/B ``[compare]`` table is
-:mod:`pytest_opperf.ab.paired`'s.
+The policy (ARCHITECTURE section 10; the rules in docs/contract-additions.md, "Thresholds file"):
+a time verdict fails the gate only when both sides were measured in the same job (A/B, whose
+decisions :mod:`pytest_opperf.ab.paired` makes). Against a stored baseline, what cannot drift is
+hard - per-step op counts (exact), the absolute ``[[limit]]``s - and time (stat times, examples/sec,
+the Python share) is a :class:`~pytest_opperf.verdict.Drift` table: each metric's ratio to its
+baseline, the machine factor (their median) and each ratio over it. With ``[regression] time =
+"gate"`` the drift's regressions fail too, unless the baseline is from other hardware or another
+workload (advisory again, one warning line).
 
-The rules (written out in docs/contract-additions.md, "Thresholds file"): a stat is slower than its
-baseline when its median sample exceeds the baseline's by more than ``max_slowdown`` AND by more
-than a floor in ms AND a one-sided Mann-Whitney U test at ``alpha`` says so (with fewer than
-``min_samples`` samples: twice the tolerance and every sample slower). Samples are per-step totals
-after the warm-up step for e2e runs and per-call round times for per-op benchmarks. Throughput and
-the per-step Python share (after warm-up; the whole window only without per-step samples) go through
-the same test; per-step counts must be equal. A baseline that matches fewer than
-``min_baseline_share`` of the session's runs is one ``baseline_match`` violation; a ``[[limit]]``
-matching nothing is a warning.
+The regression rule on time: a series is slower than its baseline when its median exceeds the
+baseline's by more than ``max_slowdown`` AND by more than a floor in ms AND a one-sided
+Mann-Whitney U test at ``alpha`` says so (with fewer than ``min_samples`` samples: twice the
+tolerance and every sample slower). Samples are a run's steady state (:func:`pytest_opperf.metrics
+.view`). A baseline that matches fewer than ``min_baseline_share`` of the session's runs is one
+``baseline_match`` violation; a ``[[limit]]`` matching nothing is a warning.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import sys
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+import statistics
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Any
 
-from .ab.paired import CompareSettings, parse_compare
 from .gpu_report import steady_examples_per_sec
 from .identity import mismatch
-from .keys import ThresholdsError, keys, parse, table_key, type_name, unknown
 from .layout import listing
-from .results import ResultSet, RunResult, read_text, same_hardware
+from .metrics import AVG, COUNT, EXAMPLES_PER_SEC, PYTHON_SHARE, TIME_KINDS, Series, metric, view
+from .results import ResultSet, RunResult, same_hardware
 from .stats import Samples, after_warmup, mann_whitney_u
+from .thresholds import Regression, Thresholds
+from .verdict import Drift, DriftRow, Verdict, Violation
 
-__all__ = ["Comparison", "compare_higher", "Limit", "Regression", "Thresholds", "ThresholdsError",
-           "Verdict", "Violation", "compare_slower", "evaluate", "load_thresholds",
-           "parse_thresholds"]
-
-
-@dataclass(frozen=True)
-class Regression:
-    """``[regression]``: tolerances against the baseline."""
-
-    max_slowdown: float = table_key(0.10, "relative, per stat and for examples/sec", 0.0)
-    max_python_share_increase: float = table_key(
-        0.02, "the tolerance of the Python share (absolute)", 0.0, 1.0)
-    counts: str = table_key("exact", "per-step op counts must not change, or are not compared",
-                            choices=("exact", "ignore"))
-    alpha: float = table_key(0.01, "significance level of the one-sided Mann-Whitney U test",
-                             0.0, 1.0, lo_open=True)
-    min_diff_ms: float = table_key(
-        0.05, "floor: a stat's median per-step total must grow by more than this", 0.0)
-    op_min_diff_ms: float = table_key(0.001, "the same floor per call, for per-op benchmarks", 0.0)
-    min_samples: int = table_key(5, "fewer samples on either side: the conservative rule", 2)
-    op_max_slowdown: float | None = table_key(
-        None, "the relative tolerance of per-op benchmarks (default: max_slowdown); timed in "
-        "isolation, they drift between sessions more than the steps of a run", 0.0)
-    min_step_share: float = table_key(
-        0.0, "a second e2e floor: a stat must also grow by more than this share of the "
-        "baseline's median step time", 0.0, 1.0)
-    min_baseline_share: float = table_key(
-        0.5, "the share of the session's runs that must have a run of the same id in the "
-        "baseline; below it the baseline is the wrong one and the gate fails", 0.0, 1.0)
-
-
-@dataclass(frozen=True)
-class Limit:
-    """One ``[[limit]]``: absolute limits for the runs (and stats) its globs match."""
-
-    run: str = table_key("*", "the runs it applies to (a glob on run ids)")
-    stat: str | None = table_key(
-        None, "the stats max_avg_ms and max_total_ms apply to (a glob; unset: every stat)")
-    max_avg_ms: float | None = table_key(None, "upper limit of a stat's average (ms)", 0.0)
-    max_total_ms: float | None = table_key(None, "upper limit of a stat's total (ms)", 0.0)
-    min_examples_per_sec: float | None = table_key(
-        None, "lower limit of a run's examples/sec (of the steps after warm-up, if any)", 0.0)
-    max_python_share: float | None = table_key(None, "upper limit of a run's Python share of wall "
-                                               "time", 0.0, 1.0, what="a share of wall time")
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    regression: Regression = Regression()
-    limits: tuple[Limit, ...] = ()
-    source: str | None = None
-    compare: CompareSettings = CompareSettings()  # [compare]: the A/B decision (ab.paired)
-
-
-_STAT_LIMITS = ("max_avg_ms", "max_total_ms")
-_RUN_LIMITS = ("min_examples_per_sec", "max_python_share")
-
-
-def _parse_limit(table: Any, index: int, source: str) -> Limit:
-    where = f"[[limit]] #{index}"
-    values = parse(keys(Limit), table, where, source)
-    if not any(k in values for k in _STAT_LIMITS + _RUN_LIMITS):
-        raise ThresholdsError(f"{source}: {where} sets no limit "
-                              f"(give one of {', '.join(_STAT_LIMITS + _RUN_LIMITS)})")
-    run_level = [k for k in _RUN_LIMITS if k in values]
-    if "stat" in values and run_level:
-        raise ThresholdsError(f"{source}: {where} {run_level[0]} limits a run, but the table "
-                              f"also names stat = {values['stat']!r}; put it in a [[limit]] "
-                              "without stat")
-    return Limit(**values)
-
-
-def parse_thresholds(data: Mapping[str, Any], source: str = "<thresholds>") -> Thresholds:
-    """Thresholds from a parsed TOML document (raises :class:`ThresholdsError`)."""
-    unknown(data, ["regression", "limit", "compare"], "the top level", source)
-    regression = parse(keys(Regression), data.get("regression", {}), "[regression]", source)
-    limits = data.get("limit", [])
-    if not isinstance(limits, list):
-        raise ThresholdsError(f"{source}: limit must be an array of tables ([[limit]]), "
-                              f"got {type_name(limits)}")
-    compare = parse_compare(data["compare"], source) if "compare" in data else CompareSettings()
-    parsed = tuple(_parse_limit(t, i + 1, source) for i, t in enumerate(limits))
-    return Thresholds(Regression(**regression), parsed, source, compare)
-
-
-def load_thresholds(path: str | os.PathLike[str]) -> Thresholds:
-    """Read a thresholds file; any problem is one line naming the file."""
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # Python 3.10
-        import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
-    source = str(path)
-    text = read_text(path, ThresholdsError, "a thresholds file")
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ThresholdsError(f"{source}: not valid TOML: {exc}") from None
-    except RecursionError:
-        raise ThresholdsError(f"{source}: not a thresholds file: nested too deeply") from None
-    return parse_thresholds(data, source)
-
-
-# --- verdicts --------------------------------------------------------------------
-
-
-@dataclass
-class Violation:
-    """One failed check (section 6 fields plus the statistic that decided it)."""
-
-    run: str
-    metric: str
-    value: float | None  # None only in a verdict read back from a file (show)
-    limit: float | None
-    baseline: float | None
-    message: str
-    statistic: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class Verdict:
-    """The gate's outcome for one session."""
-
-    violations: list[Violation] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    checks: int = 0
-    baseline: str | None = None
-    thresholds: str | None = None
-    # why the session did not run to its end (interrupted, -x): such a verdict never passes
-    incomplete: str | None = None
-    undecided: int = 0  # A/B metrics that neither passed nor failed (shown in the verdict line)
-
-    @property
-    def passed(self) -> bool:
-        return not self.violations and self.incomplete is None
-
-    def to_dict(self) -> dict[str, Any]:
-        d = {"passed": self.passed, "violations": [v.to_dict() for v in self.violations],
-             "warnings": list(self.warnings), "notes": list(self.notes), "checks": self.checks,
-             "baseline": self.baseline, "thresholds": self.thresholds, "undecided": self.undecided}
-        if self.incomplete is not None:
-            d["incomplete"] = self.incomplete
-        return d
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
-        """A verdict stored in a results file (lenient: display only)."""
-        violations = [Violation(
-            run=str(v.get("run", "")), metric=str(v.get("metric", "")), value=v.get("value"),
-            limit=v.get("limit"), baseline=v.get("baseline"), message=str(v.get("message", "")),
-            statistic=str(v.get("statistic", ""))) for v in data.get("violations", [])
-            if isinstance(v, dict)]
-        incomplete = data.get("incomplete")
-        if incomplete is None and data.get("passed") is False and not violations:
-            # never show PASSED for a file that says otherwise
-            incomplete = "the stored verdict did not pass"
-        return cls(violations=violations, warnings=list(data.get("warnings", [])),
-                   notes=list(data.get("notes", [])), checks=int(data.get("checks", 0)),
-                   baseline=data.get("baseline"), thresholds=data.get("thresholds"),
-                   incomplete=str(incomplete) if incomplete is not None else None,
-                   undecided=int(data.get("undecided", 0)))
+__all__ = ["Comparison", "compare_higher", "compare_slower", "evaluate"]
 
 
 @dataclass(frozen=True)
@@ -246,15 +83,42 @@ def compare_slower(base: Sequence[float], new: Sequence[float], regression: Regr
     return compare_higher(base, new, regression, lambda m: m * (1 + slowdown), floor)
 
 
-def _per_example_ms(run: RunResult) -> list[float]:
-    """Per-step wall ms per example, after warm-up."""
-    pairs = list(zip(run.step_ms, run.step_examples, strict=False))
-    pairs = pairs[1:] if len(pairs) >= 2 else pairs
-    return [ms / n for ms, n in pairs if n > 0]
-
-
 def _pct(ratio: float) -> str:
     return f"{(ratio - 1) * 100:+.1f}%" if math.isfinite(ratio) else "+inf%"
+
+
+def _matched(base: RunResult, new: RunResult) -> Iterator[tuple[str, Series, Series]]:
+    """The time, rate and share metrics of ``new`` that ``base`` has too, from both views. Where
+    one side has samples and the other a summary, both are compared by their summaries: a stat's
+    average (``avg_ms:<stat>``), a run's whole-window examples/sec or Python share."""
+    bv, nv = view(base), view(new)
+    base_stats, new_stats = base.stat_map(), new.stat_map()
+    for name, n in nv.items():
+        b = bv.get(name)
+        if n.kind == "count":
+            continue
+        if b is not None and b.sampled == n.sampled:
+            yield name, b, n
+        elif n.stat is not None and n.stat in base_stats:
+            avg = metric(AVG, n.stat)
+            yield (avg, Series(avg, "time", (base_stats[n.stat].avg_ms,), False),
+                   Series(avg, "time", (new_stats[n.stat].avg_ms,), False))
+        elif b is not None and name in _WHOLE:
+            yield (name, Series(name, b.kind, (_WHOLE[name](base),), False),
+                   Series(name, n.kind, (_WHOLE[name](new),), False))
+
+
+_WHOLE: dict[str, Callable[[RunResult], float]] = {
+    EXAMPLES_PER_SEC: lambda r: r.examples_per_sec, PYTHON_SHARE: lambda r: r.python_share}
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """One time metric compared: the comparison, and the violation it would be."""
+
+    comparison: Comparison
+    message: str
+    statistic: str
 
 
 class _Gate:
@@ -266,6 +130,7 @@ class _Gate:
         self.verdict = Verdict(thresholds=thresholds.source)
         self.limit_runs: set[int] = set()  # [[limit]] tables whose run glob matched a run
         self.limit_stats: set[int] = set()  # ... and whose stat glob matched a stat of one
+        self.drift: list[DriftRow] = []
 
     def unmatched_limits(self) -> None:
         """A warning per [[limit]] matching nothing: a typo must not switch it off silently."""
@@ -328,84 +193,7 @@ class _Gate:
                                   f"{s.name} {key} {value:.4g} ms is above the limit {bound:g} ms",
                                   "absolute limit")
 
-    # regressions
-
-    def stats(self, base: RunResult, new: RunResult) -> None:
-        e2e = new.kind == "e2e"
-        reg = self.regression
-        if e2e:
-            steps = after_warmup(base.step_ms)
-            step_floor = reg.min_step_share * Samples(steps).median if steps else 0.0
-            floor = max(reg.min_diff_ms, step_floor)
-            tolerance = reg.max_slowdown
-        else:
-            floor = reg.op_min_diff_ms
-            tolerance = reg.max_slowdown if reg.op_max_slowdown is None else reg.op_max_slowdown
-        sampled_unit = "median per-step time" if e2e else "median time per call"
-        pick = after_warmup if e2e else (lambda samples: list(samples or []))
-        base_stats = base.stat_map()
-        for s in new.stats:
-            b = base_stats.get(s.name)
-            if b is None:
-                continue
-            self.verdict.checks += 1
-            new_samples, base_samples = pick(s.samples_ms), pick(b.samples_ms)
-            if new_samples and base_samples:
-                metric, unit = f"{'step_ms' if e2e else 'call_ms'}:{s.name}", sampled_unit
-                c = compare_slower(base_samples, new_samples, reg, floor, tolerance)
-            else:  # one value each: the few-samples rule on the averages is all there is
-                metric, unit = f"avg_ms:{s.name}", "average time"
-                c = compare_slower([b.avg_ms], [s.avg_ms], reg, floor, tolerance)
-                statistic = f"no samples: averages compared, {c.statistic}"
-                c = Comparison(c.regressed, c.base, c.new, c.limit, statistic)
-            if c.regressed:
-                ratio = c.new / c.base if c.base > 0 else math.inf
-                self.fail(new.id, metric, c.new, c.limit, c.base,
-                          f"{s.name} {unit} {c.new:.4g} ms vs baseline {c.base:.4g} ms "
-                          f"({_pct(ratio)}, tolerance +{tolerance:.0%}, floor {floor:.3g} ms)",
-                          c.statistic)
-
-    def throughput(self, base: RunResult, new: RunResult) -> None:
-        if base.examples_per_sec <= 0 or new.examples <= 0:
-            return
-        self.verdict.checks += 1
-        limit = base.examples_per_sec * (1 - self.regression.max_slowdown)
-        if new.examples_per_sec >= limit:
-            return
-        b, n = _per_example_ms(base), _per_example_ms(new)
-        if b and n:  # the headline failed; the steps decide whether it is real
-            c = compare_slower(b, n, self.regression, 0.0)
-            regressed, statistic = c.regressed, f"per-step ms per example: {c.statistic}"
-        else:
-            regressed, statistic = True, "no per-step samples: examples/sec compared"
-        if regressed:
-            was, now = base.examples_per_sec, new.examples_per_sec
-            self.fail(new.id, "examples_per_sec", now, limit, was,
-                      f"{now:.5g} examples/sec vs baseline {was:.5g} ({_pct(now / was)}, "
-                      f"tolerance -{self.regression.max_slowdown:.0%})", statistic)
-
-    def python_share(self, base: RunResult, new: RunResult) -> None:
-        self.verdict.checks += 1
-        increase = self.regression.max_python_share_increase
-        b, n = base.steady_python_shares(), new.steady_python_shares()
-        if b and n:
-            # The steady state decides: the whole-window share also holds the warm-up step
-            # (model building, startup), whose noise is larger than a regression of the steps,
-            # and one slow step moves it by points where the steps' median does not.
-            c = compare_higher(b, n, self.regression, lambda m: m + increase)
-            if c.regressed:
-                self.fail(new.id, "python_share", c.new, c.limit, c.base,
-                          f"Python share of the steps after warm-up {c.new:.2%} vs baseline "
-                          f"{c.base:.2%} (tolerance +{increase:.2%} absolute; whole window "
-                          f"{new.python_share:.2%} vs {base.python_share:.2%})",
-                          f"per-step Python share: {c.statistic}")
-            return
-        limit = base.python_share + increase
-        if new.python_share > limit:
-            self.fail(new.id, "python_share", new.python_share, limit, base.python_share,
-                      f"Python share {new.python_share:.2%} vs baseline {base.python_share:.2%} "
-                      f"(tolerance +{increase:.2%} absolute)",
-                      "no per-step samples: whole-window share compared")
+    # against a stored baseline: counts (hard), time (drift; hard with time = "gate")
 
     def counts(self, base: RunResult, new: RunResult) -> None:
         if self.regression.counts != "exact" or not base.batches or not new.batches:
@@ -414,61 +202,161 @@ class _Gate:
             self.verdict.checks += 1
             was, now = base.counts.get(name, 0), new.counts.get(name, 0)
             if was != now:
-                self.fail(new.id, f"count:{name}", now, was, was,
+                self.fail(new.id, metric(COUNT, name), now, was, was,
                           f"{name} runs {now} times per step, baseline {was}",
                           "per-step count (exact)")
 
-    def against(self, base: RunResult, new: RunResult) -> None:
-        self.stats(base, new)
-        if new.kind == "e2e" and base.kind == "e2e":
-            self.throughput(base, new)
-            self.python_share(base, new)
-            self.counts(base, new)
+    def time(self, base: RunResult, new: RunResult, gating: bool) -> None:
+        """Every time metric of ``new`` against ``base``: a drift row each, and a violation
+        each that the rule finds slower when ``gating``."""
+        for name, b, n in _matched(base, new):
+            checked = self._check(base, new, name, b, n)
+            c = checked.comparison
+            slowdown = difference = None
+            if n.kind == "time":
+                slowdown = c.new / c.base if c.base > 0 else None
+            elif n.kind == "rate":  # compared as time per example: c holds ms per example
+                slowdown = c.new / c.base if c.base > 0 else None
+            else:
+                difference = c.new - c.base
+            value, baseline = (1e3 / c.new, 1e3 / c.base) if n.kind == "rate" else (c.new, c.base)
+            self.drift.append(DriftRow(new.id, name, n.kind, value, baseline, slowdown, None,
+                                       difference, c.regressed, checked.statistic))
+            if gating:
+                self.verdict.checks += 1
+                if c.regressed:
+                    limit = 1e3 / c.limit if n.kind == "rate" else c.limit
+                    self.fail(new.id, name, value, limit, baseline, checked.message,
+                              checked.statistic)
+
+    def _check(self, base: RunResult, new: RunResult, name: str, b: Series,
+               n: Series) -> _Checked:
+        reg = self.regression
+        if n.kind == "share":
+            increase = reg.max_python_share_increase
+            c = compare_higher(b.samples, n.samples, reg, lambda m: m + increase)
+            if n.sampled and b.sampled:
+                # The steady state decides: the whole-window share also holds the warm-up step
+                # (model building, startup), whose noise is larger than a regression of the steps.
+                message = (f"Python share of the steps after warm-up {c.new:.2%} vs baseline "
+                           f"{c.base:.2%} (tolerance +{increase:.2%} absolute; whole window "
+                           f"{new.python_share:.2%} vs {base.python_share:.2%})")
+                return _Checked(c, message, f"per-step Python share: {c.statistic}")
+            regressed = c.new > c.limit
+            c = Comparison(regressed, c.base, c.new, c.limit, c.statistic)
+            return _Checked(c, f"Python share {c.new:.2%} vs baseline {c.base:.2%} (tolerance "
+                               f"+{increase:.2%} absolute)",
+                            "no per-step samples: whole-window share compared")
+        if n.kind == "rate":  # as time per example, so that slower is higher
+            per_b = [1e3 / r for r in b.samples if r > 0] or [math.inf]
+            per_n = [1e3 / r for r in n.samples if r > 0] or [math.inf]
+            c = compare_slower(per_b, per_n, reg, 0.0)
+            was, now = 1e3 / c.base, 1e3 / c.new
+            what = "per-step ms per example" if n.sampled else "no per-step samples"
+            return _Checked(c, f"{now:.5g} examples/sec vs baseline {was:.5g} "
+                               f"({_pct(now / was)}, tolerance -{reg.max_slowdown:.0%})",
+                            f"{what}: {c.statistic}")
+        e2e = new.kind == "e2e"
+        if e2e:
+            steps = after_warmup(base.step_ms)
+            step_floor = reg.min_step_share * Samples(steps).median if steps else 0.0
+            floor = max(reg.min_diff_ms, step_floor)
+            tolerance = reg.max_slowdown
+        else:
+            floor = reg.op_min_diff_ms
+            tolerance = reg.max_slowdown if reg.op_max_slowdown is None else reg.op_max_slowdown
+        c = compare_slower(b.samples, n.samples, reg, floor, tolerance)
+        statistic = c.statistic if n.sampled else f"no samples: averages compared, {c.statistic}"
+        unit = ("average time" if not n.sampled else
+                "median per-step time" if e2e else "median time per call")
+        ratio = c.new / c.base if c.base > 0 else math.inf
+        stat = n.stat or name
+        return _Checked(c, f"{stat} {unit} {c.new:.4g} ms vs baseline {c.base:.4g} ms "
+                           f"({_pct(ratio)}, tolerance +{tolerance:.0%}, floor {floor:.3g} ms)",
+                        statistic)
+
+    def drift_table(self, gating: bool) -> Drift:
+        """The drift rows with the machine factor, the furthest from it first."""
+        slowdowns = [r.slowdown for r in self.drift
+                     if r.kind in TIME_KINDS and r.slowdown is not None
+                     and math.isfinite(r.slowdown) and r.slowdown > 0]
+        factor = statistics.median(slowdowns) if slowdowns else None
+        rows = [r if r.slowdown is None or factor is None else
+                DriftRow(r.run, r.metric, r.kind, r.value, r.baseline, r.slowdown,
+                         r.slowdown / factor, r.difference, r.beyond, r.statistic)
+                for r in self.drift]
+        rows.sort(key=lambda r: (r.relative is None, -(r.relative or 0.0),
+                                 -(r.difference or 0.0)))
+        return Drift(factor, rows, gating)
+
+
+def _time_advisory(baseline: ResultSet, results: ResultSet) -> str | None:
+    """Why times of ``baseline`` cannot gate ``results`` even with ``time = "gate"``."""
+    other = same_hardware(baseline.machine, results.machine)
+    if other:
+        return f"other hardware ({other})"
+    was, now = (baseline.session or {}).get("workload"), (results.session or {}).get("workload")
+    if was and now and was != now:
+        return f"another workload ({now} vs baseline {was})"
+    return None
 
 
 def evaluate(results: ResultSet, thresholds: Thresholds | None = None,
              baseline: ResultSet | None = None, baseline_name: str | None = None) -> Verdict:
-    """Check ``results`` against the absolute limits and, when given, a baseline."""
+    """Check ``results`` against the absolute limits and, when given, a stored baseline (counts
+    hard; time as drift, hard only with ``time = "gate"`` on comparable hardware)."""
     gate = _Gate(thresholds or Thresholds())
     verdict = gate.verdict
     verdict.baseline = baseline_name
     for run in results.runs:
         gate.limits(run)
     gate.unmatched_limits()
-    if baseline is not None:
-        other = same_hardware(baseline.machine, results.machine)
-        if other:
-            verdict.warnings.append(f"baseline {baseline_name or ''} is from other hardware "
-                                    f"({other}); relative checks still run".replace("  ", " "))
-        unmatched = []
-        measured_otherwise: list[str] = []
-        for run in results.runs:
-            base = baseline.run(run.id)
-            if base is None:
-                unmatched.append(run.id)
-            elif mismatch(base, run):  # other timing or cache state: times are other quantities
-                measured_otherwise.append(f"{run.id} ({mismatch(base, run)})")
-                gate.counts(base, run)
-            else:
-                gate.against(base, run)
-        if measured_otherwise:
-            verdict.warnings.append(f"{len(measured_otherwise)} run(s) measured otherwise than "
-                                    "their baseline run, times not compared (counts still are): "
-                                    f"{listing(measured_otherwise)}")
-        if unmatched:
-            verdict.notes.append(f"{len(unmatched)} run(s) have no baseline run: "
-                                 f"{listing(unmatched)}")
-        _baseline_match(gate, results, baseline, baseline_name, len(results.runs) - len(unmatched))
-        measured = {r.id for r in results.runs}
-        missing = [r.id for r in baseline.runs if r.id not in measured]
-        if missing:
-            verdict.notes.append(f"{len(missing)} baseline run(s) not measured in this "
-                                 f"session: {listing(missing)}")
+    if baseline is None:
+        return verdict
+    label = f"baseline {baseline_name}" if baseline_name else "the baseline"
+    why = _time_advisory(baseline, results)
+    gating = gate.regression.time == "gate" and why is None
+    if gate.regression.time == "gate" and why is not None:
+        verdict.warnings.append(f'{label} is from {why}: time is advisory drift, not gated '
+                                '(time = "gate" needs the same hardware and workload); counts '
+                                'and limits still gate')
+    elif why is not None:
+        verdict.notes.append(f"{label} is from {why}: its times are drift only, as always")
+    index = {r.id: r for r in baseline.runs}
+    unmatched = []
+    measured_otherwise: list[str] = []
+    for run in results.runs:
+        base = index.get(run.id)
+        if base is None:
+            unmatched.append(run.id)
+            continue
+        if run.kind == "e2e" and base.kind == "e2e":
+            gate.counts(base, run)
+        if mismatch(base, run):  # other timing or cache state: times are other quantities
+            measured_otherwise.append(f"{run.id} ({mismatch(base, run)})")
+        elif base.kind == run.kind:
+            gate.time(base, run, gating)
+    if measured_otherwise:
+        verdict.warnings.append(f"{len(measured_otherwise)} run(s) measured otherwise than "
+                                "their baseline run, times not compared (counts still are): "
+                                f"{listing(measured_otherwise)}")
+    if unmatched:
+        verdict.notes.append(f"{len(unmatched)} run(s) have no baseline run: "
+                             f"{listing(unmatched)}")
+    _baseline_match(gate, results, baseline, baseline_name, len(results.runs) - len(unmatched),
+                    index)
+    measured = {r.id for r in results.runs}
+    missing = [r.id for r in baseline.runs if r.id not in measured]
+    if missing:
+        verdict.notes.append(f"{len(missing)} baseline run(s) not measured in this "
+                             f"session: {listing(missing)}")
+    if gate.drift:
+        verdict.drift = gate.drift_table(gating)
     return verdict
 
 
 def _baseline_match(gate: _Gate, results: ResultSet, baseline: ResultSet, name: str | None,
-                    matched: int) -> None:
+                    matched: int, index: dict[str, RunResult]) -> None:
     """A ``baseline_match`` violation when the baseline compares nothing, or too few of the
     session's runs."""
     total = len(results.runs)
@@ -477,7 +365,7 @@ def _baseline_match(gate: _Gate, results: ResultSet, baseline: ResultSet, name: 
     if total == 0:
         message = f"the session measured no runs: nothing was compared with {label}"
     elif matched == 0 or matched / total < least:
-        new_id = next(r.id for r in results.runs if baseline.run(r.id) is None)
+        new_id = next(r.id for r in results.runs if r.id not in index)
         base_id = f"{baseline.runs[0].id!r}" if baseline.runs else "none (it has no runs)"
         message = (f"{label} has a run for only {matched} of the session's {total} run(s) (at "
                    f"least {least:.0%} expected): a wrong baseline, another workload or suite, or "

@@ -15,15 +15,17 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .gate import Verdict
 from .gpu_report import device_host_lines, steady_lines
 from .layout import middle, run_group, table, wrap
 from .results import SCHEMA, ResultSet, RunResult
 from .stats import Samples, after_warmup
 from .stattree import SORT_KEYS, Shares, short_name
+from .verdict import Drift, DriftRow, Verdict
 
-__all__ = ["SORT_KEYS", "chrome_trace", "gate_lines", "markdown", "op_table_lines", "run_lines",
-           "terminal_lines", "verdict_line"]
+__all__ = ["SORT_KEYS", "chrome_trace", "drift_lines", "drift_section", "gate_lines", "markdown",
+           "op_table_lines", "run_lines", "terminal_lines", "verdict_line"]
+
+DRIFT_ROWS = 10  # the drift table's rows in the terminal (the markdown shows twice as many)
 
 # C0 controls (newline, ESC...), DEL and C1 controls: a run id or stat name read
 # from a file must not move the cursor, colour the terminal or start a new line
@@ -198,6 +200,56 @@ def gate_lines(verdict: Verdict, width: int = 100) -> list[str]:
         for line in wrap(clean(text), width, " " * 5)]
 
 
+def _drift_title(drift: Drift) -> str:
+    how = ("gated: time = \"gate\"" if drift.gating
+           else "advisory: time is gated in A/B only, or with time = \"gate\"")
+    return f"drift against the baseline ({how})"
+
+
+def _drift_head(drift: Drift) -> str:
+    beyond = len(drift.beyond)
+    rule = (f"; {beyond} metric(s) beyond the regression rule" if beyond
+            else "; none beyond the regression rule")
+    return f"{drift.factor_text()}{rule}; furthest from that factor first:"
+
+
+def _drift_cells(r: DriftRow) -> list[str]:
+    if r.kind == "share":
+        return [f"{r.value:.2%}", f"{r.baseline:.2%}", f"{(r.difference or 0) * 100:+.2f} pt", "",
+                "yes" if r.beyond else ""]
+    slow = f"{r.slowdown:.3f}x" if r.slowdown is not None else "-"
+    rel = f"{r.relative:.3f}x" if r.relative is not None else "-"
+    return [f"{r.value:.4g}", f"{r.baseline:.4g}", slow, rel, "yes" if r.beyond else ""]
+
+
+_DRIFT_HEADERS = ["run / metric", "value", "baseline", "slowdown", "vs machine", "beyond"]
+
+
+def drift_lines(drift: Drift, width: int = 100, rows: int = DRIFT_ROWS) -> list[str]:
+    """The drift table for the terminal: the machine factor, then the ``rows`` metrics furthest
+    from it (``slowdown``: how many times longer the work took; ``vs machine``: that over the
+    factor), each under its run."""
+    shown = drift.rows[:rows]
+    lines = wrap(clean(_drift_head(drift)), width)
+    if not shown:
+        return lines
+    headings, cells, last = [], [], None
+    for r in shown:
+        headings.append(middle(clean(r.run), width) if r.run != last else "")
+        last = r.run
+        cells.append(["  " + clean(r.metric), *_drift_cells(r)])
+    lines += table(cells, _DRIFT_HEADERS, ["left"] + ["right"] * 5, width, headings)
+    if len(drift.rows) > rows:
+        lines += wrap(f"... and {len(drift.rows) - rows} more metric(s) in the results JSON "
+                      "(gate.drift)", width)
+    return lines
+
+
+def drift_section(drift: Drift, width: int = 100) -> list[str]:
+    """The drift table under its ``--- drift against the baseline (...) ---`` title."""
+    return [*_prose([f"--- {_drift_title(drift)} ---"], width), *drift_lines(drift, width)]
+
+
 def terminal_lines(results: ResultSet, verdict: Verdict | None, sort: str = "total",
                    notes: Sequence[str] = (), sections: Sequence[tuple[str, Sequence[str]]] = (),
                    width: int = 100) -> list[str]:
@@ -216,6 +268,8 @@ def terminal_lines(results: ResultSet, verdict: Verdict | None, sort: str = "tot
         lines += ["", *_prose(table_lines[:1], width), *map(clean, table_lines[1:])]
     for title, section in sections:
         lines += ["", *_prose([f"--- {title} ---"], width), *map(clean, section)]
+    if verdict is not None and verdict.drift is not None:
+        lines += ["", *drift_section(verdict.drift, width)]
     ends = [f"warning: {w}" for w in verdict.warnings] if verdict else []
     ends += [f"note: {n}" for n in verdict.notes] if verdict else []
     return lines + ["", clean(verdict_line(verdict))] + _prose(ends, width)  # a line tools grep
@@ -277,7 +331,24 @@ def markdown(results: ResultSet, verdict: Verdict | None, sort: str = "total",
         out += ["", f"### {_md(lines[0])}", ""] + lines[1:]
     for title, section in sections:
         out += ["", f"### {_md(title)}", "", "```", *section, "```"]
+    if verdict is not None and verdict.drift is not None:
+        out += _drift_markdown(verdict.drift)
     return "\n".join(out) + "\n"
+
+
+def _drift_markdown(drift: Drift, rows: int = 2 * DRIFT_ROWS) -> list[str]:
+    drift_title = _drift_title(drift)
+    out = ["", f"### {_md(drift_title[0].upper() + drift_title[1:])}", "", _md(_drift_head(drift))]
+    cells = [[_md(r.run), _md(r.metric), *_drift_cells(r)] for r in drift.rows[:rows]]
+    if cells:
+        out.append("")
+        out += tabulate(cells, ["run", "metric", *_DRIFT_HEADERS[1:]], tablefmt="github",
+                        disable_numparse=True, colalign=["left", "left"] + ["right"] * 5
+                        ).splitlines()
+    if len(drift.rows) > rows:
+        out += ["", f"... and {len(drift.rows) - rows} more metric(s) in the results JSON "
+                "(`gate.drift`)."]
+    return out
 
 
 # --- Chrome trace ---------------------------------------------------------------------

@@ -13,7 +13,7 @@ import pytest
 from pytest_opperf import benchmark_adapter, gpu_env, hookspec, nvtx_ranges, report
 from pytest_opperf.device import CPU_HOST, DeviceInfo, benchmark_timer
 from pytest_opperf.fixtures import run_id_of
-from pytest_opperf.gate import Thresholds, ThresholdsError, Verdict, evaluate, load_thresholds
+from pytest_opperf.gate import evaluate
 from pytest_opperf.identity import baseline_variant
 from pytest_opperf.measure import op_run
 from pytest_opperf.results import (
@@ -32,6 +32,8 @@ from pytest_opperf.results import (
 )
 from pytest_opperf.save import SaveRefused, baseline_to_save
 from pytest_opperf.settings import Settings, resolved_workload, select_device, usage_errors
+from pytest_opperf.thresholds import Thresholds, ThresholdsError, load_thresholds
+from pytest_opperf.verdict import Verdict
 from pytest_opperf.xdist_gpu import different_models
 
 

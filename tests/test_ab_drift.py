@@ -12,8 +12,10 @@ import math
 import numpy as np
 import pytest
 
-from pytest_opperf.ab.paired import CompareSettings, MetricKey, Paired, decide
-from pytest_opperf.gate import Regression, compare_slower
+from pytest_opperf.ab.paired import Paired, decide
+from pytest_opperf.gate import compare_slower
+from pytest_opperf.metrics import MetricKey
+from pytest_opperf.thresholds import CompareSettings, Regression
 
 PAIRS = 60
 COST_MS = 2.0

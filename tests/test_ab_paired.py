@@ -12,20 +12,25 @@ import pytest
 from pytest_opperf.ab import paired
 from pytest_opperf.ab.paired import (
     CompareResult,
-    CompareSettings,
     Decision,
-    MetricKey,
-    Override,
     Paired,
     decide,
-    parse_compare,
     rule,
     signed_rank_cdf,
     walsh_interval,
 )
-from pytest_opperf.gate import ThresholdsError, Violation, load_thresholds, parse_thresholds
 from pytest_opperf.keys import keys as table_keys
+from pytest_opperf.metrics import MetricKey
 from pytest_opperf.results import ResultsError
+from pytest_opperf.thresholds import (
+    CompareSettings,
+    Override,
+    ThresholdsError,
+    load_thresholds,
+    parse_compare,
+    parse_thresholds,
+)
+from pytest_opperf.verdict import Violation
 
 RUN = "suites/test_ops.py::test_op[conv2d]"
 

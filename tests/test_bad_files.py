@@ -15,7 +15,6 @@ from dataclasses import replace
 import pytest
 
 from pytest_opperf import cli, report
-from pytest_opperf.gate import ThresholdsError, Verdict, load_thresholds
 from pytest_opperf.results import (
     ResultsError,
     dumps_results,
@@ -23,6 +22,8 @@ from pytest_opperf.results import (
     write_results,
     write_text_atomic,
 )
+from pytest_opperf.thresholds import ThresholdsError, load_thresholds
+from pytest_opperf.verdict import Verdict
 from tests.opperf_factories import e2e_run, results
 from tests.opperf_suites import assert_one_line_usage_error, e2e, inner_run_env  # noqa: F401
 

@@ -9,6 +9,7 @@ import pytest
 from pytest_opperf.cli import main
 from pytest_opperf.gate import evaluate
 from pytest_opperf.results import write_results
+from pytest_opperf.thresholds import parse_thresholds
 from tests.opperf_factories import e2e_run, results
 from tests.test_gate import noisy
 
@@ -38,14 +39,31 @@ def test_compare_passes_a_a(files):
     base, same, _ = files
     code, out, err = run_cli("compare", str(base), str(same))
     assert code == 0 and not err
-    assert out.splitlines()[1].startswith("gate: PASSED (")
+    assert any(line.startswith("gate: PASSED (") for line in out.splitlines())
     assert "opperf gate" not in out
+    assert "none beyond the regression rule" in out
 
 
-def test_compare_flags_a_slower_stat(files, tmp_path):
+def test_compare_shows_a_slower_stat_as_drift_and_passes(files, tmp_path):
     base, _, slow = files
     md = tmp_path / "report.md"
     code, out, _ = run_cli("compare", str(base), str(slow), "--markdown", str(md))
+    assert code == 0, out
+    assert "gate: PASSED" in out
+    assert "--- drift against the baseline (advisory: time is gated in A/B only" in out
+    assert "1 metric(s) beyond the regression rule" in out
+    assert "step_ms:conv2d" in out.split("--- drift against the baseline")[1]
+    text = md.read_text()
+    assert "### Drift against the baseline" in text and "| step_ms:conv2d" in text
+
+
+def test_compare_flags_a_slower_stat_with_time_gated(files, tmp_path):
+    base, _, slow = files
+    md = tmp_path / "report.md"
+    t = tmp_path / "t.toml"
+    t.write_text('[regression]\ntime = "gate"\n')
+    code, out, _ = run_cli("compare", str(base), str(slow), "--markdown", str(md),
+                           "--thresholds", str(t))
     assert code == 1
     assert "gate: FAILED (1 violation(s)" in out
     assert "opperf gate" in out
@@ -102,7 +120,8 @@ def test_show_prints_the_report_and_stored_verdict(files, tmp_path):
     rs = results(e2e_run(stats={"conv2d": noisy(6.0, seed=2)}))
     from pytest_opperf.results import read_results
 
-    rs.gate = evaluate(rs, None, read_results(base), str(base)).to_dict()
+    gated = parse_thresholds({"regression": {"time": "gate"}})
+    rs.gate = evaluate(rs, gated, read_results(base), str(base)).to_dict()
     path = tmp_path / "r.json"
     write_results(path, rs)
     code, out, _ = run_cli("show", str(path))

@@ -7,19 +7,18 @@ from pathlib import Path
 import pytest
 
 from pytest_opperf.device import CPU_HOST
-from pytest_opperf.gate import (
+from pytest_opperf.gate import compare_slower, evaluate
+from pytest_opperf.keys import keys as table_keys
+from pytest_opperf.measure import op_run
+from pytest_opperf.thresholds import (
     Limit,
     Regression,
     Thresholds,
     ThresholdsError,
-    Verdict,
-    compare_slower,
-    evaluate,
     load_thresholds,
     parse_thresholds,
 )
-from pytest_opperf.keys import keys as table_keys
-from pytest_opperf.measure import op_run
+from pytest_opperf.verdict import Verdict
 from tests.opperf_factories import e2e_run, results
 
 SECTION_7 = """
@@ -38,6 +37,9 @@ run = "*"
 stat = "conv2d*"
 max_avg_ms = 5.0
 """
+
+
+GATE = Thresholds(regression=Regression(time="gate"))  # time gates: dedicated, quiet hardware
 
 
 def noisy(center, n=20, spread=0.03, seed=0):
@@ -153,13 +155,14 @@ def test_step_share_floor_and_op_tolerance():
     new = e2e_run(
         stats={"relu": noisy(1.3, seed=1), "conv2d": noisy(65.0, seed=1)}, step_ms=[100.0] * 20
     )
-    loose = Thresholds(regression=Regression(max_slowdown=0.25, min_step_share=0.01))
+    loose = Thresholds(regression=Regression(max_slowdown=0.25, min_step_share=0.01, time="gate"))
     (x,) = evaluate(results(new), loose, results(base)).violations
     assert x.metric == "step_ms:conv2d" and "floor 1 ms" in x.message
     assert {
         v.metric
         for v in evaluate(
-            results(new), Thresholds(regression=Regression(max_slowdown=0.25)), results(base)
+            results(new), Thresholds(regression=Regression(max_slowdown=0.25, time="gate")),
+            results(base),
         ).violations
     } == {"step_ms:conv2d", "step_ms:relu"}
     # per-op benchmarks: their own tolerance, the e2e one left alone
@@ -176,11 +179,11 @@ def test_step_share_floor_and_op_tolerance():
     )
     assert evaluate(
         results(ops_new),
-        Thresholds(regression=Regression(max_slowdown=0.25, op_max_slowdown=0.5)),
+        Thresholds(regression=Regression(max_slowdown=0.25, op_max_slowdown=0.5, time="gate")),
         results(ops_base),
     ).passed
-    assert not evaluate(results(ops_new), Thresholds(regression=Regression(max_slowdown=0.25)),
-                        results(ops_base)).passed
+    gated = Thresholds(regression=Regression(max_slowdown=0.25, time="gate"))
+    assert not evaluate(results(ops_new), gated, results(ops_base)).passed
 
 
 def test_floor_keeps_microsecond_stats_quiet():
@@ -245,7 +248,7 @@ def test_regressions_against_baseline():
                    step_ms=[80.0] + noisy(10.0, seed=3))
     new = e2e_run(stats={"conv2d": [50.0] + noisy(6.0, seed=4), "relu": noisy(1.0, seed=5)},
                   step_ms=[80.0] + noisy(14.0, seed=6))
-    v = evaluate(results(new), None, results(base), "base.json")
+    v = evaluate(results(new), GATE, results(base), "base.json")
     metrics = {x.metric: x for x in v.violations}
     assert set(metrics) == {"step_ms:conv2d", "examples_per_sec"}
     conv = metrics["step_ms:conv2d"]
@@ -262,7 +265,7 @@ def test_first_step_is_warm_up():
     # only the first step (startup) got slower: no stat regression
     base = e2e_run(stats={"conv2d": [5.0] + noisy(2.0)})
     new = e2e_run(stats={"conv2d": [500.0] + noisy(2.0, seed=1)})
-    assert evaluate(results(new), None, results(base)).passed
+    assert evaluate(results(new), GATE, results(base)).passed
 
 
 def test_aa_noise_never_flags():
@@ -274,7 +277,7 @@ def test_aa_noise_never_flags():
             stats={"conv2d": noisy(2.0, seed=seed + 300), "relu": noisy(0.3, seed=seed + 400)},
             step_ms=noisy(10.0, seed=seed + 500),
         )
-        alarms += len(evaluate(results(new), None, results(base)).violations)
+        alarms += len(evaluate(results(new), GATE, results(base)).violations)
     assert alarms == 0
 
 
@@ -290,10 +293,10 @@ def share_run(executor_ms, step_ms=None):
 def test_python_share_tolerance_is_absolute():
     base = share_run(noisy(8.0))  # Python share 0.2
     assert evaluate(
-        results(share_run(noisy(7.85, seed=1))), None, results(base)
+        results(share_run(noisy(7.85, seed=1))), GATE, results(base)
     ).passed  # +1.5 points
     v = evaluate(
-        results(share_run(noisy(7.6, seed=1))), None, results(base)
+        results(share_run(noisy(7.6, seed=1))), GATE, results(base)
     )  # +4 points, every step
     (x,) = v.violations
     assert (x.metric, x.baseline) == ("python_share", pytest.approx(0.2, abs=0.01))
@@ -307,7 +310,7 @@ def test_one_slow_step_does_not_move_the_python_share_verdict():
     steps[5] = 30.0  # one 20 ms hiccup outside the executor: whole-window share +8 points
     new = share_run(noisy(8.0, seed=1), steps)
     assert new.python_share > base.python_share + 0.05
-    assert evaluate(results(new), None, results(base)).passed
+    assert evaluate(results(new), GATE, results(base)).passed
 
 
 def test_a_steady_state_python_share_regression_is_caught_whatever_the_warm_up_did():
@@ -316,7 +319,7 @@ def test_a_steady_state_python_share_regression_is_caught_whatever_the_warm_up_d
     base = share_run([100.0] + noisy(9.9, n=19, spread=0.002), [200.0] + [10.0] * 19)
     new = share_run([150.0] + noisy(9.8, n=19, spread=0.002, seed=1), [200.0] + [10.0] * 19)
     assert new.python_share < base.python_share
-    tight = Thresholds(regression=Regression(max_python_share_increase=0.005))
+    tight = Thresholds(regression=Regression(max_python_share_increase=0.005, time="gate"))
     (x,) = evaluate(results(new), tight, results(base)).violations
     assert x.metric == "python_share" and x.statistic.startswith(
         "per-step Python share: Mann-Whitney U"
@@ -324,19 +327,19 @@ def test_a_steady_state_python_share_regression_is_caught_whatever_the_warm_up_d
     assert x.value == pytest.approx(0.02, abs=0.002) and x.baseline == pytest.approx(
         0.01, abs=0.002
     )
-    assert evaluate(results(new), None, results(base)).passed  # within the default 2 points
+    assert evaluate(results(new), GATE, results(base)).passed  # within the default 2 points
 
 
 def test_python_share_without_steps_compares_the_headline():
     base, new = e2e_run(stats={}, python_share=0.2), e2e_run(stats={}, python_share=0.25)
-    (x,) = evaluate(results(new), None, results(base)).violations
+    (x,) = evaluate(results(new), GATE, results(base)).violations
     assert x.metric == "python_share" and x.statistic.startswith("no per-step samples")
 
 
 def test_counts_are_exact():
     base = e2e_run(counts={"conv2d": 53, "relu": 49})
     new = e2e_run(counts={"conv2d": 54, "relu": 49, "dropout": 1})
-    v = evaluate(results(new), None, results(base))
+    v = evaluate(results(new), GATE, results(base))
     assert sorted((x.metric, x.value, x.baseline) for x in v.violations) == [
         ("count:conv2d", 54, 53), ("count:dropout", 1, 0)]
     ignore = Thresholds(Regression(counts="ignore"))
@@ -348,19 +351,24 @@ def test_throughput_needs_the_steps_to_agree():
     base = e2e_run(step_ms=[10.0] + noisy(10.0), wall_s=0.2)
     new = e2e_run(step_ms=[100.0] + noisy(10.0, seed=1), wall_s=0.29)
     assert new.examples_per_sec < base.examples_per_sec * 0.9
-    assert evaluate(results(new), None, results(base)).passed
+    assert evaluate(results(new), GATE, results(base)).passed
 
 
-def test_other_hardware_warns_and_still_checks():
+def test_other_hardware_makes_gated_time_advisory_with_one_warning():
     base = results(
         e2e_run(stats={"conv2d": noisy(1.0)}), machine={"cpu": "A", "device_class": "cpu"}
     )
     new = results(
         e2e_run(stats={"conv2d": noisy(3.0, seed=1)}), machine={"cpu": "B", "device_class": "cpu"}
     )
-    v = evaluate(new, None, base, "b.json")
-    assert "from other hardware (cpu 'A' vs 'B')" in v.warnings[0]
-    assert [x.metric for x in v.violations] == ["step_ms:conv2d"]
+    v = evaluate(new, GATE, base, "b.json")
+    (warning,) = v.warnings
+    assert "baseline b.json is from other hardware (cpu 'A' vs 'B'): time is advisory" in warning
+    assert v.passed and v.drift is not None and not v.drift.gating
+    assert [r.metric for r in v.drift.beyond] == ["step_ms:conv2d"]
+    same = results(e2e_run(stats={"conv2d": noisy(3.0, seed=1)}),
+                   machine={"cpu": "A", "device_class": "cpu"})
+    assert [x.metric for x in evaluate(same, GATE, base, "b.json").violations] == ["step_ms:conv2d"]
 
 
 def test_unmatched_runs_are_noted():
@@ -435,7 +443,7 @@ def test_an_averages_fallback_does_not_leak_into_later_messages():
     base = e2e_run(stats={"a": noisy(1.0), "b": noisy(1.0)})
     new = e2e_run(stats={"a": noisy(3.0, seed=1), "b": noisy(3.0, seed=2)})
     base.stats = [replace(base.stats[0], samples_ms=None), base.stats[1]]  # a: averages compared
-    x, y = evaluate(results(new), None, results(base)).violations
+    x, y = evaluate(results(new), GATE, results(base)).violations
     assert (x.metric, y.metric) == ("avg_ms:a", "step_ms:b")
     assert "a average time" in x.message and "b median per-step time" in y.message
 
@@ -460,11 +468,11 @@ def test_op_runs_use_call_samples_and_the_op_floor():
         CPU_HOST,
         "host",
     )
-    (x,) = evaluate(results(slow), None, results(base)).violations
+    (x,) = evaluate(results(slow), GATE, results(base)).violations
     assert x.metric == "call_ms:relu" and x.value == pytest.approx(0.030, rel=0.05)
-    assert evaluate(results(same), None, results(base)).passed
+    assert evaluate(results(same), GATE, results(base)).passed
     # op runs have no counts, throughput or Python share checks
-    assert evaluate(results(same), None, results(base)).checks == 1
+    assert evaluate(results(same), GATE, results(base)).checks == 1
 
 
 def test_verdict_round_trip():
@@ -474,3 +482,78 @@ def test_verdict_round_trip():
     back = Verdict.from_dict(v.to_dict())
     assert back.violations == v.violations and back.baseline == "b.json" and not back.passed
     assert v.to_dict()["passed"] is False
+
+
+# --- the policy: time against a stored baseline is drift unless time = "gate" ------------
+
+
+def test_time_against_a_stored_baseline_is_advisory_drift_by_default():
+    base = e2e_run(stats={"conv2d": [50.0] + noisy(2.0), "relu": noisy(1.0, seed=2)},
+                   step_ms=[80.0] + noisy(10.0, seed=3))
+    new = e2e_run(stats={"conv2d": [50.0] + noisy(6.0, seed=4), "relu": noisy(1.0, seed=5)},
+                  step_ms=[80.0] + noisy(14.0, seed=6))
+    v = evaluate(results(new), None, results(base), "base.json")
+    assert v.passed and v.checks == len(set(base.counts) | set(new.counts))  # counts only
+    assert v.drift is not None and not v.drift.gating
+    rows = {r.metric: r for r in v.drift.rows}
+    assert set(rows) == {"step_ms:conv2d", "step_ms:relu", "examples_per_sec", "python_share"}
+    assert rows["step_ms:conv2d"].slowdown == pytest.approx(3.0, rel=0.05)
+    assert rows["examples_per_sec"].slowdown == pytest.approx(1.4, rel=0.05)  # time per example
+    assert rows["step_ms:conv2d"].beyond and not rows["step_ms:relu"].beyond
+    assert v.drift.rows[0].metric == "step_ms:conv2d"  # the furthest from the machine factor
+    # the same comparison with time = "gate" fails on what the drift marks beyond the rule
+    gated = evaluate(results(new), GATE, results(base), "base.json")
+    assert {x.metric for x in gated.violations} == {r.metric for r in v.drift.beyond}
+    assert gated.drift is not None and gated.drift.gating
+
+
+def test_the_machine_factor_is_the_median_slowdown_and_ranks_the_metric_that_moved():
+    names = [f"op{i}" for i in range(9)]
+    base = e2e_run(stats={n: noisy(1.0, seed=i) for i, n in enumerate(names)},
+                   step_ms=noisy(20.0, seed=50))
+    # a machine 1.9x slower on everything, and op4 a further 1.3x
+    new = e2e_run(stats={n: noisy(1.9 * (1.3 if n == "op4" else 1.0), seed=i + 10)
+                         for i, n in enumerate(names)}, step_ms=noisy(38.0, seed=51))
+    drift = evaluate(results(new), None, results(base)).drift
+    assert drift is not None and drift.machine_factor == pytest.approx(1.9, rel=0.05)
+    top = drift.rows[0]
+    assert top.metric == "step_ms:op4" and top.relative == pytest.approx(1.3, rel=0.06)
+    assert "this machine ran the baseline's work 1.9" in drift.factor_text()
+    assert "x slower (median of 10 time metrics)" in drift.factor_text()
+
+
+def test_counts_and_limits_stay_hard_against_a_stored_baseline():
+    base = e2e_run(stats={"conv2d": noisy(2.0)}, counts={"relu": 49})
+    new = e2e_run(stats={"conv2d": noisy(2.0, seed=1)}, counts={"relu": 50}, python_share=0.4)
+    t = parse_thresholds({"limit": [{"max_python_share": 0.25}]})
+    v = evaluate(results(new), t, results(base), "b.json")
+    assert sorted(x.metric for x in v.violations) == ["count:relu", "python_share"]
+    assert all(x.statistic != "" for x in v.violations)
+
+
+def test_time_gate_fails_a_three_times_slower_step_on_the_same_hardware():
+    base = e2e_run(stats={"conv2d": noisy(5.0)}, step_ms=noisy(10.0, seed=1))
+    new = e2e_run(stats={"conv2d": noisy(15.0, seed=2)}, step_ms=noisy(30.0, seed=3))
+    assert evaluate(results(new), None, results(base)).passed
+    failed = {x.metric for x in evaluate(results(new), GATE, results(base)).violations}
+    assert failed == {"step_ms:conv2d", "examples_per_sec"}
+
+
+def test_another_workload_makes_gated_time_advisory():
+    base = results(e2e_run(stats={"conv2d": noisy(1.0)}))
+    base.session = {"workload": "full"}
+    new = results(e2e_run(stats={"conv2d": noisy(3.0, seed=1)}))
+    new.session = {"workload": "small"}
+    v = evaluate(new, GATE, base, "b.json")
+    assert v.passed
+    assert v.warnings == ['baseline b.json is from another workload (small vs baseline full): '
+                          'time is advisory drift, not gated (time = "gate" needs the same '
+                          'hardware and workload); counts and limits still gate']
+
+
+def test_the_drift_survives_the_results_file():
+    base = e2e_run(stats={"conv2d": noisy(1.0)})
+    new = e2e_run(stats={"conv2d": noisy(1.5, seed=1)})
+    v = evaluate(results(new), None, results(base), "b.json")
+    back = Verdict.from_dict(v.to_dict())
+    assert back.drift == v.drift

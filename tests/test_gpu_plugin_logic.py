@@ -8,7 +8,7 @@ import pytest
 
 from pytest_opperf import gpu_env, timers
 from pytest_opperf.device import DeviceInfo
-from pytest_opperf.gate import evaluate, parse_thresholds
+from pytest_opperf.gate import evaluate
 from pytest_opperf.gpu_report import bound, device_host_lines, steady_examples_per_sec, steady_lines
 from pytest_opperf.identity import baseline_variant, mismatch
 from pytest_opperf.measure import Run, measure_window
@@ -16,6 +16,7 @@ from pytest_opperf.nvtx_ranges import NvtxRanges
 from pytest_opperf.oploop import LoopSettings, time_rounds
 from pytest_opperf.report import run_lines
 from pytest_opperf.results import ResultSet, StatResult, baseline_file, same_hardware
+from pytest_opperf.thresholds import parse_thresholds
 from tests.opperf_factories import e2e_run, results, stat
 
 # --- throughput limits on the steady state -------------------------------------------

@@ -4,7 +4,6 @@ import json
 from dataclasses import replace
 
 from pytest_opperf.device import CPU_HOST
-from pytest_opperf.gate import Verdict, Violation
 from pytest_opperf.measure import op_run
 from pytest_opperf.report import (
     chrome_trace,
@@ -16,6 +15,7 @@ from pytest_opperf.report import (
     verdict_line,
 )
 from pytest_opperf.results import ResultSet, RunResult, StatResult
+from pytest_opperf.verdict import Verdict, Violation
 
 
 def s(name, total, count, parent="ExecutorRunTimer", kernel=True, avg=None, mx=1.0, mn=0.1, **kw):

@@ -21,7 +21,7 @@ from pytest_opperf import report
 from pytest_opperf.ab import render as render_ab
 from pytest_opperf.ab.paired import CompareResult
 from pytest_opperf.cli import main
-from pytest_opperf.gate import Verdict, Violation, evaluate
+from pytest_opperf.gate import evaluate
 from pytest_opperf.results import (
     ResultsError,
     ResultSet,
@@ -30,6 +30,7 @@ from pytest_opperf.results import (
     dumps_results,
     machine_info,
 )
+from pytest_opperf.verdict import Drift, DriftRow, Verdict, Violation
 from tests.opperf_factories import e2e_run, results
 from tests.opperf_suites import e2e, inner_run_env  # noqa: F401
 from tests.results_schema import SCHEMA, VALIDATOR, assert_valid, problems
@@ -104,7 +105,8 @@ def test_a_session_against_a_baseline_with_a_regression(pytester):
     result = pytester.runpytest("--opperf", "--opperf-baseline=base.json", "--opperf-json=new.json")
     assert result.ret == 1
     gate = load(pytester.path / "new.json")["gate"]
-    assert {v["metric"] for v in gate["violations"]} >= {"step_ms:relu", "count:relu"}
+    assert {v["metric"] for v in gate["violations"]} == {"count:relu"}  # time is drift
+    assert {r["metric"] for r in gate["drift"]["rows"] if r["beyond"]} >= {"step_ms:relu"}
     assert gate["baseline"].endswith("base.json")
     assert all(v["baseline"] is not None for v in gate["violations"])
 
@@ -180,7 +182,8 @@ def rich_document() -> dict[str, Any]:
     rs.session = {"device": "cpu", "timing": "host"}
     compare = compare_result()
     compare.decisions = compare.decisions[3:5]  # an undecided one (unbounded) and a regressed share
-    verdict = evaluate(rs)
+    verdict = evaluate(rs, baseline=results(run, op))  # a drift table
+    assert verdict.drift is not None
     verdict.violations += compare.violations()
     rs.gate, rs.compare = verdict.to_dict(), compare.to_dict()
     doc = json.loads(dumps_results(rs))
@@ -326,7 +329,10 @@ def test_the_schema_has_the_keys_the_writers_write():
     assert set(DEFS["run"]["required"]) == set(run.to_dict())
     assert props("top") == set(ResultSet(gate={}, compare={}).to_dict())
     assert set(SCHEMA["required"]) == set(ResultSet().to_dict())
-    assert props("gate") == set(Verdict(incomplete="x").to_dict())
+    assert props("gate") == set(Verdict(incomplete="x", drift=Drift(None)).to_dict())
+    assert props("drift") == set(DEFS["drift"]["required"]) == set(Drift(None).to_dict())
+    row = DriftRow("r", "m", "time", 1.0, 1.0, 1.0, 1.0, None, False, "s")
+    assert props("drift_row") == set(DEFS["drift_row"]["required"]) == set(row.to_dict())
     # files of writers before A/B have no undecided
     assert set(DEFS["gate"]["required"]) == set(Verdict().to_dict()) - {"undecided"}
     violation = {f.name for f in fields(Violation)}
@@ -370,7 +376,10 @@ def recording(doc: dict[str, Any], seen: dict[str, set[str]]) -> Recording:
     top["runs"] = [wrap({**r, "stats": [wrap(s, "stat") for s in r["stats"]]}, "run")
                    for r in doc["runs"]]
     gate, compare = doc["gate"], doc["compare"]
-    top["gate"] = wrap({**gate, "violations": [wrap(v, "violation") for v in gate["violations"]]},
+    drift = gate["drift"]
+    top["gate"] = wrap({**gate, "violations": [wrap(v, "violation") for v in gate["violations"]],
+                        "drift": wrap({**drift, "rows": [wrap(r, "drift_row")
+                                                         for r in drift["rows"]]}, "drift")},
                        "gate")
     top["compare"] = wrap({**compare, "decisions": [wrap(d, "decision")
                                                     for d in compare["decisions"]]}, "compare")
@@ -382,6 +391,7 @@ def recording(doc: dict[str, Any], seen: dict[str, set[str]]) -> Recording:
 def test_the_readers_read_no_key_the_schema_does_not_know():
     seen: dict[str, set[str]] = {}
     assert read_back(recording(rich_document(), seen)) is None
-    assert {"top", "run", "stat", "gate", "violation", "compare", "decision"} <= set(seen)
+    assert {"top", "run", "stat", "gate", "violation", "compare", "decision", "drift",
+            "drift_row"} <= set(seen)
     for kind, keys in seen.items():
         assert keys <= props(kind), (kind, keys - props(kind))

@@ -465,7 +465,7 @@ class Controller:
                 continue
             for s in e2e_samples(base[head.id], head):
                 key = paired.MetricKey(s.run, s.metric)
-                new = paired.Paired(key, s.kind)  # type: ignore[arg-type]
+                new = paired.Paired(key, s.kind)
                 target = self.samples.setdefault(key, new)
                 for x, y in zip(s.base, s.head, strict=True):
                     target.add(x, y)

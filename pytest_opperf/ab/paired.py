@@ -14,25 +14,21 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
-from fnmatch import fnmatchcase
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from statistics import NormalDist
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from ..keys import ThresholdsError, keys, parse, table_key, type_name
+from ..metrics import Kind, MetricKey
 from ..results import ResultsError, _is_num
 from ..stats import most_common
+from ..thresholds import CompareSettings
+from ..verdict import Violation
 
-if TYPE_CHECKING:
-    from ..gate import Violation
-
-__all__ = ["CompareResult", "CompareSettings", "Decision", "Kind", "MetricKey", "Override",
-           "Paired", "Verdict", "decide", "parse_compare", "rule", "signed_rank_cdf",
+__all__ = ["CompareResult", "Decision", "Paired", "Verdict", "decide", "rule", "signed_rank_cdf",
            "violation_message", "walsh_interval"]
 
-Kind = Literal["time", "rate", "share", "count"]
 Verdict = Literal["regressed", "improved", "unchanged", "undecided"]
 KINDS: tuple[str, ...] = ("time", "rate", "share", "count")
 # the report's order
@@ -43,22 +39,6 @@ _CHUNK = 2_000_000  # Walsh averages held at once (16 MB)
 
 
 # --- samples -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MetricKey:
-    """One metric of one run: ``run`` is the run id (the same on both sides), ``metric`` the
-    gate's metric name (``call_ms:<stat>``, ``step_ms:<stat>``, ``examples_per_sec``,
-    ``python_share``, ``count:<stat>``)."""
-
-    run: str
-    metric: str
-
-    @property
-    def stat(self) -> str | None:
-        """The stat of ``call_ms:conv2d`` (``conv2d``); None for run-level metrics."""
-        _, sep, stat = self.metric.partition(":")
-        return stat if sep else None
 
 
 @dataclass
@@ -85,83 +65,6 @@ class Paired:
     @property
     def pairs(self) -> int:
         return len(self.base)
-
-
-# --- settings: the [compare] table ---------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Override:
-    """One ``[[compare.override]]``: values for the runs (and stats) its globs match; None =
-    not set. Each value is checked as the ``[compare]`` key of its name."""
-
-    run: str = table_key("*", "glob on run ids")
-    stat: str | None = table_key(None, "glob on the stat of call_ms:, step_ms: and count: metrics")
-    min_slowdown: float | None = None
-    max_python_share_increase: float | None = None
-    min_call_ms: float | None = None
-    min_step_ms: float | None = None
-    min_pairs: int | None = None
-
-    def matches(self, key: MetricKey) -> bool:
-        if not fnmatchcase(key.run, self.run):
-            return False
-        if self.stat is None:
-            return True
-        return key.stat is not None and fnmatchcase(key.stat, self.stat)
-
-
-PER_METRIC: tuple[str, ...] = tuple(f.name for f in fields(Override))[2:]  # what an override sets
-
-
-@dataclass(frozen=True)
-class CompareSettings:
-    """The ``[compare]`` table of the thresholds file; the defaults when it is absent."""
-
-    min_slowdown: float = table_key(0.05, "the smallest relative slowdown that counts (times up, "
-                                    "examples/sec down)", 0.0, 1.0, hi_open=True)
-    max_python_share_increase: float = table_key(
-        0.01, "the smallest increase of the steady-state Python share that counts (absolute)",
-        0.0, 1.0)
-    alpha: float = table_key(0.05, "family-wise error rate, Bonferroni-corrected for the number of "
-                             "metrics tested", 0.0, 1.0, lo_open=True, hi_open=True)
-    budget_s: float = table_key(600.0, "wall-time budget of the whole A/B session (s); what is "
-                                "undecided when it is spent is reported undecided", 0.0,
-                                lo_open=True)
-    min_call_ms: float = table_key(0.001, "floor of per-op metrics (call_ms): a call must grow by "
-                                   "at least this many ms to count", 0.0)
-    min_step_ms: float = table_key(0.05, "floor of e2e stats (step_ms): a stat's per-step total "
-                                   "must grow by at least this many ms to count", 0.0)
-    min_pairs: int = table_key(10, "below this many pairs a metric is undecided", 2, 1_000_000)
-    overrides: tuple[Override, ...] = ()
-
-    def for_metric(self, key: MetricKey) -> CompareSettings:
-        """The settings of one metric: each of :data:`PER_METRIC` from the last matching
-        override that sets it, else the table's."""
-        values = {n: getattr(o, n) for o in self.overrides if o.matches(key) for n in PER_METRIC
-                  if getattr(o, n) is not None}
-        return replace(self, **values, overrides=()) if values else self
-
-
-def _parse_override(table: Any, index: int, source: str) -> Override:
-    where = f"[[compare.override]] #{index}"
-    specs = {**keys(Override), **{name: keys(CompareSettings)[name] for name in PER_METRIC}}
-    values = parse(specs, table, where, source)
-    if not any(k in values for k in PER_METRIC):
-        raise ThresholdsError(f"{source}: {where} sets nothing "
-                              f"(give one of {', '.join(PER_METRIC)})")
-    return Override(**values)
-
-
-def parse_compare(table: Mapping[str, Any], source: str = "<thresholds>") -> CompareSettings:
-    """``[compare]`` from a parsed TOML table (raises :class:`ThresholdsError`)."""
-    values = parse(keys(CompareSettings), table, "[compare]", source, ["override"])
-    overrides = table.get("override", [])
-    if not isinstance(overrides, list):
-        raise ThresholdsError(f"{source}: compare.override must be an array of tables "
-                              f"([[compare.override]]), got {type_name(overrides)}")
-    values["overrides"] = tuple(_parse_override(t, i + 1, source) for i, t in enumerate(overrides))
-    return CompareSettings(**values)
 
 
 # --- the signed-rank interval ------------------------------------------------------
@@ -507,8 +410,6 @@ class CompareResult:
 
     def violations(self) -> list[Violation]:
         """One gate violation per regressed metric."""
-        from ..gate import Violation
-
         return [Violation(d.key.run, d.key.metric, d.head, _limit_value(d), d.base,
                           violation_message(d), d.statistic)
                 for d in self.decisions if d.verdict == "regressed"]

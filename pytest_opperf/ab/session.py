@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..settings import usage_errors
+from ..verdict import Violation
 from .checkout import Base, CompareError, Workspace, check_python, resolve_base, side_environment
 from .controller import Controller, SideFailure, SideSpec, TestOutcome
 
@@ -177,7 +178,7 @@ class ABSession:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool:
-        from pytest_opperf.gate import Thresholds
+        from pytest_opperf.thresholds import Thresholds
 
         thresholds = self.opperf.thresholds or Thresholds()
         base_spec, head_spec = self._specs()
@@ -256,10 +257,8 @@ class ABSession:
             hook.pytest_runtest_logfinish(nodeid=outcome.nodeid, location=reports[0].location)
         self.opperf.runs.extend(outcome.runs)
 
-    def problem_violations(self) -> list[Any]:
+    def problem_violations(self) -> list[Violation]:
         """Tests that could not be compared (a base test that failed): each fails the gate."""
-        from pytest_opperf.gate import Violation
-
         return [Violation(run=test, metric=metric, value=0.0, limit=0.0, baseline=None, message=why,
                           statistic="A/B: a test must pass on both sides to be compared")
                 for test, metric, why in self.problems]
@@ -272,10 +271,8 @@ def _last_line(report: Any) -> str:
     return last[1:].strip() if last.startswith("E ") else last
 
 
-def undecided_violations(decisions: list[Any]) -> list[Any]:
+def undecided_violations(decisions: list[Any]) -> list[Violation]:
     """``--opperf-compare-undecided=fail``: one violation per undecided metric."""
-    from pytest_opperf.gate import Violation
-
     return [Violation(run=d.key.run, metric=d.key.metric, value=d.estimate, limit=d.high,
                       baseline=d.base, statistic=d.statistic,
                       message=f"A/B undecided after {d.pairs} pair(s): "

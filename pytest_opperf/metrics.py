@@ -1,0 +1,109 @@
+"""The metric vocabulary, and the steady-state view of a run that every comparison reads.
+
+A metric is one named series of a run: ``step_ms:<stat>`` (an e2e stat's per-step totals),
+``call_ms:<stat>`` (a per-op benchmark's time per call, one sample a round), ``avg_ms:<stat>`` (a
+stat's average where it has no samples), ``examples_per_sec`` (per step), ``python_share`` (each
+step's share of wall time outside the executor) and ``count:<stat>`` (per-step op counts). Its
+*kind* says how two of them compare: ``time`` (larger is slower), ``rate`` (smaller is slower),
+``share`` (a difference in points) or ``count`` (exact).
+
+:func:`view` is the steady state: the warm-up rule (:func:`pytest_opperf.stats.after_warmup`)
+applied once, here, for the stored-baseline gate, the drift table and the A/B pairs alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from .results import RunResult
+from .stats import after_warmup
+
+__all__ = ["AVG", "CALL", "COUNT", "EXAMPLES_PER_SEC", "PYTHON_SHARE", "STEP", "Kind", "MetricKey",
+           "Series", "TIME_KINDS", "metric", "view"]
+
+Kind = Literal["time", "rate", "share", "count"]
+TIME_KINDS: tuple[str, ...] = ("time", "rate")  # the kinds a machine's speed moves
+
+STEP, CALL, AVG, COUNT = "step_ms", "call_ms", "avg_ms", "count"
+EXAMPLES_PER_SEC, PYTHON_SHARE = "examples_per_sec", "python_share"
+
+
+def metric(prefix: str, stat: str) -> str:
+    """A stat's metric name: ``metric(STEP, "conv2d")`` is ``step_ms:conv2d``."""
+    return f"{prefix}:{stat}"
+
+
+@dataclass(frozen=True)
+class MetricKey:
+    """One metric of one run: ``run`` is the run id (the same on both sides of a comparison),
+    ``metric`` a name of this module's vocabulary."""
+
+    run: str
+    metric: str
+
+    @property
+    def stat(self) -> str | None:
+        """The stat of ``call_ms:conv2d`` (``conv2d``); None for run-level metrics."""
+        _, sep, stat = self.metric.partition(":")
+        return stat if sep else None
+
+    @property
+    def prefix(self) -> str:
+        """``call_ms`` of ``call_ms:conv2d``; the whole name of a run-level metric."""
+        return self.metric.partition(":")[0]
+
+
+@dataclass(frozen=True)
+class Series:
+    """One metric of a run in its steady state: ``sampled`` is False where ``samples`` is a
+    single summary value (a stat's average, a run's whole-window share) rather than samples."""
+
+    metric: str
+    kind: Kind
+    samples: tuple[float, ...]
+    sampled: bool = True
+
+    @property
+    def stat(self) -> str | None:
+        return MetricKey("", self.metric).stat
+
+
+def _series(name: str, kind: Kind, values: Sequence[float], sampled: bool = True) -> Series:
+    return Series(name, kind, tuple(float(v) for v in values), sampled)
+
+
+def view(run: RunResult) -> dict[str, Series]:
+    """Every metric of ``run``, in its steady state (e2e: the steps after the warm-up step;
+    per-op: every round), keyed by metric name, in the run's stat order then run-level ones.
+
+    A stat without samples is ``avg_ms:<stat>`` (its average); e2e runs add the per-step
+    ``examples_per_sec`` and ``python_share`` (the whole window's share when the run has no
+    per-step executor time) and ``count:<stat>`` for each per-step op count."""
+    e2e = run.kind == "e2e"
+    out: dict[str, Series] = {}
+    for s in run.stats:
+        samples = after_warmup(s.samples_ms) if e2e else list(s.samples_ms or [])
+        if samples:
+            name = metric(STEP if e2e else CALL, s.name)
+            out[name] = _series(name, "time", samples)
+        else:
+            name = metric(AVG, s.name)
+            out[name] = _series(name, "time", [s.avg_ms], sampled=False)
+    if not e2e:
+        return out
+    rates = [e / ms * 1e3 for e, ms in zip(run.step_examples, run.step_ms, strict=False) if ms > 0]
+    if any(run.step_examples) and len(rates) == min(len(run.step_examples), len(run.step_ms)):
+        out[EXAMPLES_PER_SEC] = _series(EXAMPLES_PER_SEC, "rate", after_warmup(rates))
+    elif run.examples > 0 and run.examples_per_sec > 0:
+        out[EXAMPLES_PER_SEC] = _series(EXAMPLES_PER_SEC, "rate", [run.examples_per_sec],
+                                        sampled=False)
+    shares = run.steady_python_shares()
+    out[PYTHON_SHARE] = (_series(PYTHON_SHARE, "share", shares) if shares
+                         else _series(PYTHON_SHARE, "share", [run.python_share], sampled=False))
+    if run.batches:
+        for name in sorted(run.counts):
+            key = metric(COUNT, name)
+            out[key] = _series(key, "count", [run.counts[name]], sampled=False)
+    return out
