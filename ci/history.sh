@@ -2,7 +2,8 @@
 # The push job's history step (.github/workflows/ci.yml, job opperf-history):
 #   ci/history.sh RESULTS.json SITE_DIR
 # fetches the history (opperf-history.sqlite.gz on the opperf-history branch),
-# appends RESULTS.json, writes the dashboard to SITE_DIR (with a copy of the
+# appends RESULTS.json, lists the suspected regressions of the last commits in
+# the job summary, writes the dashboard to SITE_DIR (with a copy of the
 # history), and pushes the branch back as one commit that replaces the last,
 # so the repository does not grow by a copy of the database per push. The
 # push is --force-with-lease against the commit that was read: a history
@@ -40,7 +41,10 @@ else
 fi
 
 python -m pytest_opperf history import "$results" --into "$work/$db"
-python -m pytest_opperf history "$work/$db" --last 10
+# The trends of the last 10 commits, and the suspected regressions among them (a metric that
+# stepped for the worse and held for two commits or more) as warnings in the job summary: drift
+# across commits is judged here, never by a red build.
+python -m pytest_opperf history "$work/$db" --last 10 --summary "${GITHUB_STEP_SUMMARY:-/dev/null}"
 python -m pytest_opperf dashboard "$work/$db" --out "$site"
 cp "$work/$db" "$site/$db"
 gzip -9 "$work/$db"

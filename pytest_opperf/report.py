@@ -23,7 +23,7 @@ from .stattree import SORT_KEYS, Shares, short_name
 from .verdict import Drift, DriftRow, Verdict
 
 __all__ = ["SORT_KEYS", "chrome_trace", "drift_lines", "drift_section", "gate_lines", "markdown",
-           "op_table_lines", "run_lines", "terminal_lines", "verdict_line"]
+           "md_text", "op_table_lines", "run_lines", "terminal_lines", "verdict_line"]
 
 DRIFT_ROWS = 10  # the drift table's rows in the terminal (the markdown shows twice as many)
 
@@ -282,6 +282,9 @@ def _md(text: str) -> str:
     """Text for a markdown line or table cell: control characters escaped, no
     HTML tags, no column breaks."""
     return clean(text).replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+
+
+md_text = _md  # for the other markdown writers (the history's job summary)
 
 
 def _code(text: str) -> str:

@@ -204,8 +204,8 @@ class OpPerfSession:
         if self.baseline is not None:
             other = same_hardware(self.baseline.machine, self.machine)
             if other:
-                self._warn(f"baseline {self.baseline_name} is from other hardware ({other}); "
-                           "relative checks still run", report=False)
+                self._warn(f"baseline {self.baseline_name} is from other hardware ({other}): its "
+                           "times are drift only; counts and limits still gate", report=False)
 
     def _gpu_start(self) -> None:
         """The L2 flush (a usage error on a device without one) and the NVML facts at the start."""

@@ -11,12 +11,33 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .timers import Stat
+from typing import Any, Protocol
 
 __all__ = ["SORT_KEYS", "Shares", "StatResult", "StatTree", "StatTreeError", "short_name"]
+
+
+class LiveStat(Protocol):
+    """What the tree reads of a live stat (:class:`pytest_opperf.timers.Stat`), so that this
+    module needs no import of the timers that import it."""
+
+    @property
+    def parent(self) -> str | None: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def kernel(self) -> bool: ...
+    @property
+    def clock(self) -> str: ...
+    @property
+    def total_ms(self) -> float: ...
+    @property
+    def avg_ms(self) -> float: ...
+    @property
+    def min_ms(self) -> float: ...
+    @property
+    def max_ms(self) -> float: ...
+    @property
+    def host_total_ms(self) -> float: ...
 
 
 class StatTreeError(ValueError):
@@ -99,7 +120,8 @@ class StatTree(tuple[StatResult, ...]):
         return self
 
     @classmethod
-    def from_table(cls, table: Mapping[str, Stat], samples: Mapping[str, list[float]] | None = None,
+    def from_table(cls, table: Mapping[str, LiveStat],
+                   samples: Mapping[str, list[float]] | None = None,
                    work: Mapping[str, list[float]] | None = None) -> StatTree:
         """The tree of a live :class:`~pytest_opperf.timers.Table`, with per-step ``samples``
         and ``work`` (``[flops, bytes]``) by stat name where the run has them."""

@@ -2,8 +2,9 @@
 
 * ``history import FILE.json... --into SOURCE``: store results files and baselines (each once: a
   file already stored is skipped and said so).
-* ``history SOURCE [--run GLOB] [--stat NAME] [--last N]``: sessions, trend tables over the last N
-  commits and change points.
+* ``history SOURCE [--run GLOB] [--stat NAME] [--last N] [--summary PATH]``: sessions, trend
+  tables over the last N commits, change points, and the suspected regressions among them
+  (:mod:`.suspects`; ``--summary`` also appends them as markdown, e.g. to the job summary).
 * ``dashboard SOURCE --out DIR [--last N]``: ``DIR/index.html``.
 """
 
@@ -35,7 +36,7 @@ def _positive(value: str) -> int:
 def add_commands(commands: argparse._SubParsersAction) -> None:
     history = commands.add_parser(
         "history", help="sessions, trends, change points of a history (or: history import FILE...)",
-        usage="%(prog)s SOURCE [--run GLOB] [--stat NAME] [--last N]\n"
+        usage="%(prog)s SOURCE [--run GLOB] [--stat NAME] [--last N] [--summary PATH]\n"
               "       %(prog)s import FILE.json... --into SOURCE")
     history.add_argument("source", metavar="SOURCE",
                          help="a SQLite file or a postgresql:// URL; or 'import'")
@@ -49,6 +50,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                          "default: the run metrics and each e2e run's top 10 stats)")
     history.add_argument("--last", metavar="N", type=_positive, default=10,
                          help="commits shown in the trend tables (default: 10)")
+    history.add_argument("--summary", metavar="PATH",
+                         help="append the suspected regressions of the last N commits as markdown "
+                         "to PATH (e.g. $GITHUB_STEP_SUMMARY)")
     dashboard = commands.add_parser("dashboard", help="write a static dashboard DIR/index.html")
     dashboard.add_argument("source", metavar="SOURCE", help="a SQLite file or a postgresql:// URL")
     dashboard.add_argument("--out", metavar="DIR", required=True,
@@ -88,16 +92,29 @@ def run_command(args: argparse.Namespace, out: TextIO) -> int:
         if args.source == "import":
             if not args.files or not args.into:
                 raise HistoryError("history import: expected FILE.json... --into SOURCE")
+            if args.summary:
+                raise HistoryError("history import: --summary is for history SOURCE")
             _import(args.files, args.into, out)
             return 0
         if args.files or args.into:
             raise HistoryError(f"history {args.source}: unexpected arguments "
                                f"{' '.join(args.files) or '--into'} "
                                "(to store files: history import FILE.json... --into SOURCE)")
+        from . import suspects
+
         label, history = _load(args.source, args.run)
         groups = trends.build(history)
-        for line in trends.history_lines(label, groups, args.stat, args.last):
+        found = suspects.find(groups, args.last)
+        for line in [*trends.history_lines(label, groups, args.stat, args.last), "",
+                     *suspects.text_lines(found, args.last)]:
             out.write(line + "\n")
+        if args.summary:
+            text = "\n".join(suspects.markdown_lines(found, args.last)) + "\n"
+            try:
+                with open(args.summary, "a", encoding="utf-8") as f:
+                    f.write(text)
+            except OSError as exc:
+                raise HistoryError(f"--summary {args.summary}: cannot write: {exc}") from None
         return 0
     from . import dashboard
 

@@ -1,0 +1,93 @@
+"""Suspected regressions: where a metric of the history stepped for the worse and stayed there.
+
+Time that drifts across commits is the history's to judge, not a gate's: on pushes to ``main``
+the CI job lists, in its summary and as warnings, each metric whose per-commit series has a change
+point (:func:`pytest_opperf.history.changepoints.detect`) for the worse within the last commits, the
+new level holding for at least ``HOLD`` commits. One outlying commit is no segment, so it names
+nothing; a step names the commit range it happened in (the last commit before it and the first
+at the new level) and its size. Pure: the history command and the CI script print the lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .changepoints import detect
+from .trends import HIGHER_IS_BETTER, Group
+
+__all__ = ["HOLD", "Suspect", "find", "markdown_lines", "text_lines"]
+
+HOLD = 2  # commits a new level must hold (and the level before it) to count as a step
+
+
+@dataclass(frozen=True)
+class Suspect:
+    """One metric that stepped for the worse between ``before`` and ``first`` (commit labels)."""
+
+    group: str
+    run: str
+    metric: str
+    before: str  # the last commit at the old level
+    first: str  # the first commit at the new level
+    old: float
+    new: float
+    held: int  # commits at the new level so far
+
+    @property
+    def change(self) -> float:
+        """Relative change of the value (``+0.10``: 10 % higher)."""
+        return self.new / self.old - 1.0 if self.old else float("inf")
+
+    def describe(self) -> str:
+        return (f"{self.group}: {self.run} {self.metric} stepped {self.change:+.1%} between "
+                f"{self.before} and {self.first} ({_fmt(self.metric, self.old)} -> "
+                f"{_fmt(self.metric, self.new)}, held for {self.held} commit(s))")
+
+
+def _fmt(metric: str, value: float) -> str:
+    return f"{value:.2%}" if metric == "python_share" else f"{value:.4g}"
+
+
+def find(groups: Sequence[Group], last: int = 10, hold: int = HOLD) -> list[Suspect]:
+    """The worse steps of every series whose new level starts within the last ``last`` commits
+    of its group and holds for ``hold`` commits or more, the largest first."""
+    out = []
+    for g in groups:
+        first_recent = max(0, len(g.commits) - last)
+        for s in g.series:
+            for c in detect(s.values, min_size=hold):
+                worse = (c.after < c.before) if s.metric in HIGHER_IS_BETTER else (
+                    c.after > c.before)
+                commit = s.points[c.index]
+                if not worse or commit < first_recent or c.index == 0:
+                    continue
+                held = sum(1 for p in s.points if p >= commit)
+                out.append(Suspect(g.title, s.run, s.metric, g.commits[s.points[c.index - 1]].label,
+                                   g.commits[commit].label, c.before, c.after, held))
+    return sorted(out, key=lambda x: -abs(x.change))
+
+
+def text_lines(suspects: Sequence[Suspect], last: int) -> list[str]:
+    """``warning: suspected regression: ...`` per suspect, or one line saying there is none."""
+    if not suspects:
+        return [f"suspected regressions in the last {last} commit(s): none"]
+    return [f"warning: suspected regression: {s.describe()}" for s in suspects]
+
+
+def markdown_lines(suspects: Sequence[Suspect], last: int) -> list[str]:
+    """The job summary's section: a warning, never a failure."""
+    from ..report import md_text
+
+    out = ["## opperf history: suspected regressions", ""]
+    if not suspects:
+        return out + [f"No metric stepped for the worse in the last {last} commit(s)."]
+    out += [f"{len(suspects)} metric(s) stepped for the worse in the last {last} commit(s) and "
+            f"held for at least {HOLD} commits (a warning: drift across commits is not gated; "
+            "bisect the range, or run A/B with `--opperf-compare` on it):", "",
+            "| group | run | metric | commits | change | before | after |",
+            "|---|---|---|---|---:|---:|---:|"]
+    out += [f"| {md_text(s.group)} | {md_text(s.run)} | {md_text(s.metric)} | "
+            f"{md_text(s.before)}..{md_text(s.first)} | {s.change:+.1%} | "
+            f"{_fmt(s.metric, s.old)} | {_fmt(s.metric, s.new)} |" for s in suspects]
+    return out
