@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
-from pathlib import Path
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
@@ -15,26 +13,12 @@ import pytest
 
 from pytest_opperf import benchmark_adapter, hookspec
 from pytest_opperf.device import DeviceInfo
-from pytest_opperf.settings import SESSION_PLUGIN, SETTINGS, resolved_workload, select_device
+from pytest_opperf.identity import run_id_of
+from pytest_opperf.recorder import RECORDER, Recorder
+from pytest_opperf.settings import SETTINGS, resolved_workload, select_device
 
 if TYPE_CHECKING:
     from pytest_opperf.measure import CountingRun, Run
-    from pytest_opperf.session import OpPerfSession
-
-
-def run_id_of(node: Any) -> str:
-    """A test's run id: its node id with the file part relative to the rootdir.
-
-    pytest names a file outside the rootdir relative to the argument it was
-    collected from, so the same test would get another id when pytest is run
-    from another directory, and match no baseline run."""
-    nodeid = node.nodeid
-    path = getattr(node, "path", None)
-    if path is None:
-        return nodeid
-    _, sep, rest = nodeid.partition("::")
-    rel = Path(os.path.relpath(path, node.config.rootpath)).as_posix()
-    return f"{rel}::{rest}" if sep else rel
 
 
 class OpPerf:
@@ -44,7 +28,7 @@ class OpPerf:
         self._request = request
         self._config = request.config
         self._settings = request.config.stash[SETTINGS]
-        self._session: OpPerfSession | None = self._config.pluginmanager.get_plugin(SESSION_PLUGIN)
+        self._recorder: Recorder | None = self._config.stash.get(RECORDER, None)
         self._windows = 0
         self._names: set[str | None] = set()
         self._open: str | None = None  # the id of the window open now
@@ -52,7 +36,7 @@ class OpPerf:
     @property
     def enabled(self) -> bool:
         """Whether ``--opperf`` is on; off, windows only count steps."""
-        return self._session is not None
+        return self._recorder is not None
 
     @property
     def device(self) -> DeviceInfo:
@@ -99,12 +83,13 @@ class OpPerf:
         problem = json_problem(config, "config") if config is not None else None
         if problem:
             raise ValueError(f"opperf.measure: run {run_id!r}: {problem}")
-        if self._session is None:
+        recorder = self._recorder
+        if recorder is None:
             yield measure.CountingRun()
             return
         run = measure.Run(run_id, kind, config, self.device, self.timing,
                           self._settings.executor_stat, trace="trace" in self._settings.paths,
-                          annotate=self._session.nvtx, handover=self._session.step_handover)
+                          annotate=recorder.nvtx, handover=recorder.step_handover)
         self._open = run_id
         try:
             with measure.measure_window(run):
@@ -114,7 +99,7 @@ class OpPerf:
         for note in run.count_warnings:
             warnings.warn(hookspec.OpPerfStepCountWarning(f"{run_id}: {note}"), stacklevel=3)
         assert run.result is not None  # set when the window closed normally
-        self._session.add_run(run.result)
+        recorder.add_run(run.result)
 
 
 @pytest.fixture
@@ -155,13 +140,13 @@ class OpBenchmark:
         return self
 
     @property
-    def _session(self) -> OpPerfSession:
-        session = self._opperf._session
-        assert session is not None  # only asked for with --opperf
-        return session
+    def _recorder(self) -> Recorder:
+        recorder = self._opperf._recorder
+        assert recorder is not None  # only asked for with --opperf
+        return recorder
 
     def _benchmark(self) -> Any:
-        timer = self._session.benchmark_timer()
+        timer = self._recorder.benchmark_timer()
         if timer is not None:
             benchmark_adapter.use_timer(self._request.node, timer)
         self._bench = self._request.getfixturevalue("benchmark")
@@ -170,10 +155,10 @@ class OpBenchmark:
     def __call__(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if not self._opperf.enabled:
             return function(*args, **kwargs)
-        session = self._session
-        if session.ab_benchmark is not None:  # an A/B side: the controller asks for the rounds
-            return session.ab_benchmark(self, function, args, kwargs)
-        if session.own_loop:
+        recorder = self._recorder
+        if recorder.ab_benchmark is not None:  # an A/B side: the controller asks for the rounds
+            return recorder.ab_benchmark(self, function, args, kwargs)
+        if recorder.own_loop:
             return self._own_loop(partial(function, *args, **kwargs))
         return self._benchmark()(self._annotated(function), *args, **kwargs)
 
@@ -187,11 +172,11 @@ class OpBenchmark:
             if teardown is not None:
                 teardown(*args, **kwargs)
             return result
-        session = self._session
-        if session.ab_benchmark is not None:  # an A/B side: the controller asks for the rounds
-            return session.ab_benchmark(self, target, args, kwargs or {}, setup=setup,
+        recorder = self._recorder
+        if recorder.ab_benchmark is not None:  # an A/B side: the controller asks for the rounds
+            return recorder.ab_benchmark(self, target, args, kwargs or {}, setup=setup,
                                         teardown=teardown)
-        if session.own_loop:
+        if recorder.own_loop:
             return self._own_pedantic(target, args, kwargs, setup, teardown, rounds, warmup_rounds,
                                       iterations)
         return self._benchmark().pedantic(
@@ -202,7 +187,7 @@ class OpBenchmark:
 
     def _annotated(self, function: Callable[..., Any]) -> Callable[..., Any]:
         """``function`` inside an NVTX range named by the stat, with ``--opperf-nvtx``."""
-        nvtx = self._session.nvtx
+        nvtx = self._recorder.nvtx
         if nvtx is None:
             return function
 
@@ -217,25 +202,25 @@ class OpBenchmark:
     def _own_loop(self, call: Callable[[], Any]) -> Any:
         from pytest_opperf.oploop import LoopSettings, time_rounds
 
-        session = self._session
+        recorder = self._recorder
         option = partial(benchmark_adapter.loop_option, self._request.config)
         settings = LoopSettings(min_rounds=int(option("min_rounds")), max_time=option("max_time"),
                                 min_time=option("min_time"))
         result = call()  # the call whose result the test gets (and one more warm-up)
-        timer = session.benchmark_timer() or perf_counter
-        self._own_rounds = time_rounds(self._annotated(call), timer, settings, session.flush)
+        timer = recorder.benchmark_timer() or perf_counter
+        self._own_rounds = time_rounds(self._annotated(call), timer, settings, recorder.flush)
         return result
 
     def _own_pedantic(self, target: Callable[..., Any], args: tuple, kwargs: dict[str, Any] | None,
                       setup: Callable[[], Any] | None, teardown: Callable[..., Any] | None,
                       rounds: int, warmup_rounds: int, iterations: int) -> Any:
-        session = self._session
-        timer = session.benchmark_timer() or perf_counter
+        recorder = self._recorder
+        timer = recorder.benchmark_timer() or perf_counter
         per_call, result = [], None
         for i in range(warmup_rounds + rounds):
             a, k = pedantic_arguments(setup, args, kwargs)
-            if session.flush is not None:
-                session.flush()
+            if recorder.flush is not None:
+                recorder.flush()
             call = self._annotated(partial(target, *a, **k))
             start = timer()
             for _ in range(iterations):
@@ -249,35 +234,36 @@ class OpBenchmark:
         return result
 
     def _finish(self) -> None:
-        session = self._opperf._session
-        if session is None:
+        recorder = self._opperf._recorder
+        if recorder is None:
             return
         node = self._request.node
         if self._own_rounds is not None:
             rounds, iterations = self._own_rounds
             if rounds:
-                flushed = {"l2_flush": True} if session.flush is not None else {}
-                self._add_run(session, node.nodeid, rounds, iterations, loop="opperf", **flushed)
+                flushed = {"l2_flush": True} if recorder.flush is not None else {}
+                self._add_run(recorder, run_id_of(node), rounds, iterations, loop="opperf",
+                              **flushed)
             return
         if self._bench is None or benchmark_adapter.failed(self._bench):
             return
         measured = benchmark_adapter.rounds(self._bench)
         if measured is None:  # pytest-benchmark disabled: the target ran untimed
-            session.untimed_benchmarks += 1
+            recorder.untimed()
             warnings.warn(hookspec.OpPerfBenchmarkWarning(
                 f"{node.nodeid}: not timed, pytest-benchmark is disabled (--benchmark-disable, "
                 "or xdist)"), stacklevel=2)
             return
-        self._add_run(session, run_id_of(node), *measured)
+        self._add_run(recorder, run_id_of(node), *measured)
 
-    def _add_run(self, session: OpPerfSession, run_id: str, rounds: list[float], iterations: int,
+    def _add_run(self, recorder: Recorder, run_id: str, rounds: list[float], iterations: int,
                  **loop: Any) -> None:
         from pytest_opperf.measure import op_run
 
         config = {**self.config,
                   "benchmark": {"rounds": len(rounds), "iterations": iterations, **loop}}
-        timing = getattr(session.benchmark_timer(), "timing", "host")  # what timed the rounds
-        session.add_run(op_run(run_id, self.stat, rounds, iterations, self._opperf.device, timing,
+        timing = getattr(recorder.benchmark_timer(), "timing", "host")  # what timed the rounds
+        recorder.add_run(op_run(run_id, self.stat, rounds, iterations, self._opperf.device, timing,
                                kind=self.kind, config=config, flops=self.flops, bytes=self.bytes))
 
 

@@ -4,15 +4,34 @@ A baseline is only comparable with a run measured the same way: CUDA-event spans
 per-op-synchronised host times are different quantities, and a per-op benchmark with the L2 cache
 flushed before each call (cold) measures other work than one with a warm cache.
 :func:`baseline_variant` names the baseline file of a measurement (``nvidia-h200-full-sync.json``),
-and :func:`mismatch` says why a baseline run must not be compared with a run. No pytest import.
+and :func:`mismatch` says why a baseline run must not be compared with a run; :func:`run_id_of`
+is the one id of a test's run. No pytest import.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-__all__ = ["baseline_variant", "mismatch", "run_identity"]
+__all__ = ["baseline_variant", "mismatch", "run_id_of", "run_identity"]
+
+
+def run_id_of(node: Any) -> str:
+    """A test's run id, on every path that records one (windows, per-op benchmarks, plain
+    benchmarks, A/B sides): its node id with the file part relative to the rootdir.
+
+    pytest names a file outside the rootdir relative to the argument it was
+    collected from, so the same test would get another id when pytest is run
+    from another directory, and match no baseline run."""
+    nodeid = node.nodeid
+    path = getattr(node, "path", None)
+    if path is None:
+        return str(nodeid)
+    _, sep, rest = nodeid.partition("::")
+    rel = Path(os.path.relpath(path, node.config.rootpath)).as_posix()
+    return f"{rel}::{rest}" if sep else rel
 
 
 def baseline_variant(timing: str, l2_flush: bool = False) -> str:

@@ -12,10 +12,10 @@ import pytest
 
 from pytest_opperf import benchmark_adapter, gpu_env, hookspec, nvtx_ranges, report
 from pytest_opperf.device import CPU_HOST, DeviceInfo, benchmark_timer
-from pytest_opperf.fixtures import run_id_of
 from pytest_opperf.gate import evaluate
-from pytest_opperf.identity import baseline_variant
+from pytest_opperf.identity import baseline_variant, run_id_of
 from pytest_opperf.measure import op_run
+from pytest_opperf.recorder import RECORDER, Recorder
 from pytest_opperf.results import (
     ResultsError,
     ResultSet,
@@ -85,11 +85,20 @@ class OpPerfSession:
         if settings.nvtx:
             with usage_errors("--opperf-nvtx", nvtx_ranges.NvtxUnavailable):
                 self.nvtx = nvtx_ranges.load()
-        # A/B (pytest_opperf/ab): the controller in the main process; hand-over points on a side
-        self.ab: Any = None  # ab.session.ABSession
-        self.compare: Any = None  # ab.paired.CompareResult
-        self.step_handover: Callable[[Any], None] | None = None  # a side's: after each run.step()
-        self.ab_benchmark: Callable[..., Any] | None = None  # set on a side: runs per-op benchmarks
+        self.ab: Any = None  # ab.session.ABSession: the A/B controller in the main process
+        # the fixtures' (and an A/B side's) narrow view of this session
+        self.recorder = Recorder(add_run=self.add_run, untimed=self._untimed,
+                                 benchmark_timer=self.benchmark_timer, nvtx=self.nvtx,
+                                 own_loop=bool(self.own_loop))
+        config.stash[RECORDER] = self.recorder
+
+    @property
+    def compare(self) -> Any:
+        """The A/B session's result (ab.paired.CompareResult), when it ran to its end."""
+        return self.ab.compare if self.ab is not None else None
+
+    def _untimed(self) -> None:
+        self.untimed_benchmarks += 1
 
     def add_run(self, run: RunResult) -> None:
         if any(r.id == run.id for r in self.runs):
@@ -136,8 +145,8 @@ class OpPerfSession:
         config = {"benchmark": {"rounds": len(rounds), "iterations": iterations},
                   "timer": "pytest-benchmark"}
         try:
-            self.add_run(op_run(run_id_of(item), stat, rounds, iterations, self.device, "host",
-                                config=config))
+            self.recorder.add_run(op_run(run_id_of(item), stat, rounds, iterations, self.device,
+                                         "host", config=config))
         except ValueError as exc:  # its id is taken (the test also opened a window): say so
             self.errors.append(f"{item.nodeid}: plain benchmark not recorded: {exc}")
 
@@ -195,7 +204,8 @@ class OpPerfSession:
         if self.settings.compare:
             from pytest_opperf.ab.session import ABSession
 
-            self.ab = ABSession.start(self)
+            self.ab = ABSession.start(self.config, self.settings, self.thresholds,
+                                      self.runs.extend)
         self.machine = machine_info(self.device)
         if self.gpu_env:
             self.machine["gpu_env"] = self.gpu_env
@@ -214,7 +224,7 @@ class OpPerfSession:
                 raise pytest.UsageError(f"opperf: --opperf-l2-flush: device {self.device.name} has "
                                         "no cache flush (a GPU device of "
                                         "pytest_opperf_select_device provides one)")
-            self.flush = self.device.flush_cache
+            self.flush = self.recorder.flush = self.device.flush_cache
         if self.device.is_gpu:
             self.gpu_env = {"start": gpu_env.snapshot(self.device.pci_bus_id)}
 

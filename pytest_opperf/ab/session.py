@@ -12,18 +12,19 @@ from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
-from ..settings import usage_errors
+from ..results import RunResult
+from ..settings import Settings, usage_errors
+from ..thresholds import Thresholds
 from ..verdict import Violation
 from .checkout import Base, CompareError, Workspace, check_python, resolve_base, side_environment
 from .controller import Controller, SideFailure, SideSpec, TestOutcome
-
-if TYPE_CHECKING:
-    from pytest_opperf.plugin import OpPerfSession
+from .paired import CompareResult
 
 PLUGIN_NAME = "opperf-ab"
 
@@ -83,10 +84,14 @@ def side_args(config: pytest.Config) -> tuple[list[str], list[str]]:
 class ABSession:
     """Registered as ``opperf-ab`` in the main process while an A/B session runs."""
 
-    def __init__(self, opperf: OpPerfSession, base: Base, workspace: Workspace, base_root: Path,
-                 python: str, with_plugin: bool) -> None:
-        self.opperf = opperf
-        self.config = opperf.config
+    def __init__(self, config: pytest.Config, settings: Settings, thresholds: Thresholds | None,
+                 add_runs: Callable[[list[RunResult]], None], base: Base, workspace: Workspace,
+                 base_root: Path, python: str, with_plugin: bool) -> None:
+        self.config = config
+        self.settings = settings
+        self.thresholds = thresholds or Thresholds()
+        self.add_runs = add_runs  # the head's runs of each test's first visit: the session's
+        self.compare: CompareResult | None = None  # when the A/B ran to its end
         self.base = base
         self.workspace = workspace
         self.base_root = base_root
@@ -102,8 +107,10 @@ class ABSession:
     # --- start: before any test runs, every bad input is a usage error ---------------------------
 
     @classmethod
-    def start(cls, opperf: OpPerfSession) -> ABSession:
-        config, settings = opperf.config, opperf.settings
+    def start(cls, config: pytest.Config, settings: Settings, thresholds: Thresholds | None,
+              add_runs: Callable[[list[RunResult]], None]) -> ABSession:
+        """Check every input, prepare the base and register the A/B session; ``add_runs``
+        receives the head's runs."""
         label = settings.label("compare")
         if config.getoption("numprocesses", None):
             raise pytest.UsageError(f"opperf: {label}: does not combine with pytest-xdist (-n): "
@@ -133,7 +140,8 @@ class ABSession:
         if missing:
             raise pytest.UsageError(f"opperf: {label}: the base {base.label} has no "
                                     f"{', '.join(missing)}")
-        session = cls(opperf, base, workspace, base_root, python, not info.has_plugin_entry_point)
+        session = cls(config, settings, thresholds, add_runs, base, workspace, base_root, python,
+                      not info.has_plugin_entry_point)
         config.pluginmanager.register(session, PLUGIN_NAME)
         session._trap_sigterm()
         return session
@@ -159,7 +167,7 @@ class ABSession:
         return True  # the sides collect
 
     def _specs(self) -> tuple[SideSpec, SideSpec]:
-        settings = self.opperf.settings
+        settings = self.settings
         args, _ = side_args(self.config)
         fixed = [f"--opperf-workload={settings.workload}", f"--opperf-device={settings.device}",
                  f"--opperf-timing={settings.timing}"]
@@ -178,15 +186,12 @@ class ABSession:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool:
-        from pytest_opperf.thresholds import Thresholds
-
-        thresholds = self.opperf.thresholds or Thresholds()
         base_spec, head_spec = self._specs()
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
         controller = self.controller = Controller(
-            base_spec, head_spec, thresholds.compare, self.base.label,
+            base_spec, head_spec, self.thresholds.compare, self.base.label,
             f"working tree {self.config.rootpath}",
-            timeout_s=self.opperf.settings.compare_timeout, on_outcome=self._outcome,
+            timeout_s=self.settings.compare_timeout, on_outcome=self._outcome,
             should_stop=lambda: bool(session.shouldfail or session.shouldstop))
         finished = False
         try:
@@ -199,7 +204,7 @@ class ABSession:
                 first = self._report(errors["base"][0])
                 self.aborted = "the base cannot collect the tests"
                 raise pytest.UsageError(
-                    f"opperf: {self.opperf.settings.label('compare')}: the base {self.base.label} "
+                    f"opperf: {self.settings.label('compare')}: the base {self.base.label} "
                     f"cannot collect the tests: {first.nodeid or '<rootdir>'}: {_last_line(first)}")
             if errors["head"]:
                 self.aborted = "the head cannot collect the tests"
@@ -213,7 +218,7 @@ class ABSession:
                               f"{len(plan.added)} on the head only, "
                               f"{len(plan.removed)} on the base only")
             try:
-                self.opperf.compare = controller.run()
+                self.compare = controller.run()
                 finished = True
             except SideFailure as exc:
                 self._abort(session, exc)
@@ -255,7 +260,7 @@ class ABSession:
             for report in reports:
                 hook.pytest_runtest_logreport(report=report)
             hook.pytest_runtest_logfinish(nodeid=outcome.nodeid, location=reports[0].location)
-        self.opperf.runs.extend(outcome.runs)
+        self.add_runs(outcome.runs)
 
     def problem_violations(self) -> list[Violation]:
         """Tests that could not be compared (a base test that failed): each fails the gate."""

@@ -35,7 +35,8 @@ class SidePlugin:
         self.name = os.environ.get("OPPERF_AB_SIDE", "side")
         self.errors: list[dict[str, Any]] = []
         self.reports: list[Any] = []
-        self.opperf: Any = None
+        self.runs: list[Any] = []  # the runs of the test now running (RunResult)
+        self.recorder: Any = None  # the session's pytest_opperf.recorder.Recorder
 
     # --- the orders -----------------------------------------------------------------------
 
@@ -62,13 +63,15 @@ class SidePlugin:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        from pytest_opperf.plugin import SESSION_PLUGIN
+        from pytest_opperf.recorder import RECORDER
 
-        self.opperf = session.config.pluginmanager.get_plugin(SESSION_PLUGIN)
-        if self.opperf is None:
+        recorder = session.config.stash.get(RECORDER, None)
+        if recorder is None:
             self.fail("--opperf is off on the side")
-        self.opperf.step_handover = self.step_handover
-        self.opperf.ab_benchmark = self.benchmark
+        self.recorder = recorder
+        recorder.add_run = self.runs.append  # the controller keeps the runs, test by test
+        recorder.step_handover = self.step_handover
+        recorder.ab_benchmark = self.benchmark
 
     def pytest_collectreport(self, report: Any) -> None:
         if report.failed:
@@ -99,10 +102,9 @@ class SidePlugin:
                 item._initrequest()  # a second visit: fresh fixture values, as in rerunfailures
             ran.add(nodeid)
             self.reports = []
-            before = len(self.opperf.runs)
             item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
-            runs = self.opperf.runs[before:]
-            del self.opperf.runs[before:]  # the controller keeps the runs, not the side
+            runs = list(self.runs)
+            self.runs.clear()
             from pytest_opperf.results import ResultSet
 
             self.send({"ev": "done", "nodeid": nodeid,
@@ -128,9 +130,10 @@ class SidePlugin:
         """A per-op benchmark whose rounds the controller asks for (no calibration by
         pytest-benchmark)."""
         from pytest_opperf.fixtures import pedantic_arguments
+        from pytest_opperf.identity import run_id_of
         from pytest_opperf.measure import op_run
 
-        timer = self.opperf.benchmark_timer() or time.perf_counter
+        timer = self.recorder.benchmark_timer() or time.perf_counter
         result: list[Any] = [None]
 
         def one_round(iterations: int) -> float:
@@ -144,7 +147,8 @@ class SidePlugin:
             return elapsed
 
         node = bench._request.node
-        self.send({"ev": "bench", "run": node.nodeid, "stat": bench.stat})
+        run_id = run_id_of(node)
+        self.send({"ev": "bench", "run": run_id, "stat": bench.stat})
         per_call: list[float] = []
         iterations = 1
         while True:
@@ -173,8 +177,8 @@ class SidePlugin:
             config = dict(bench.config)
             config["benchmark"] = {"rounds": len(per_call), "iterations": iterations, "ab": True,
                                    "median_s": statistics.median(per_call)}
-            timing = getattr(self.opperf.benchmark_timer(), "timing", "host")
-            self.opperf.add_run(op_run(node.nodeid, bench.stat, per_call, iterations,
+            timing = getattr(self.recorder.benchmark_timer(), "timing", "host")
+            self.recorder.add_run(op_run(run_id, bench.stat, per_call, iterations,
                                        bench._opperf.device, timing, kind=bench.kind,
                                        config=config, flops=bench.flops, bytes=bench.bytes))
         return result[0]
