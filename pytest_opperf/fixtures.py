@@ -167,11 +167,9 @@ class OpBenchmark:
                  teardown: Callable[..., Any] | None = None, rounds: int = 1,
                  warmup_rounds: int = 0, iterations: int = 1) -> Any:
         if not self._opperf.enabled:
-            args, kwargs = pedantic_arguments(setup, args, kwargs)
-            result = target(*args, **kwargs)
-            if teardown is not None:
-                teardown(*args, **kwargs)
-            return result
+            from pytest_opperf.oploop import pedantic_round
+
+            return pedantic_round(target, args, kwargs, 1, perf_counter, setup, teardown)[1]
         recorder = self._recorder
         if recorder.ab_benchmark is not None:  # an A/B side: the controller asks for the rounds
             return recorder.ab_benchmark(self, target, args, kwargs or {}, setup=setup,
@@ -214,22 +212,16 @@ class OpBenchmark:
     def _own_pedantic(self, target: Callable[..., Any], args: tuple, kwargs: dict[str, Any] | None,
                       setup: Callable[[], Any] | None, teardown: Callable[..., Any] | None,
                       rounds: int, warmup_rounds: int, iterations: int) -> Any:
+        from pytest_opperf.oploop import pedantic_round
+
         recorder = self._recorder
         timer = recorder.benchmark_timer() or perf_counter
         per_call, result = [], None
         for i in range(warmup_rounds + rounds):
-            a, k = pedantic_arguments(setup, args, kwargs)
-            if recorder.flush is not None:
-                recorder.flush()
-            call = self._annotated(partial(target, *a, **k))
-            start = timer()
-            for _ in range(iterations):
-                result = call()
-            elapsed = timer() - start
+            elapsed, result = pedantic_round(self._annotated(target), args, kwargs, iterations,
+                                             timer, setup, teardown, recorder.flush)
             if i >= warmup_rounds:
                 per_call.append(elapsed / iterations)
-            if teardown is not None:
-                teardown(*a, **k)
         self._own_rounds = (per_call, iterations)
         return result
 
@@ -265,13 +257,6 @@ class OpBenchmark:
         timing = getattr(recorder.benchmark_timer(), "timing", "host")  # what timed the rounds
         recorder.add_run(op_run(run_id, self.stat, rounds, iterations, self._opperf.device, timing,
                                kind=self.kind, config=config, flops=self.flops, bytes=self.bytes))
-
-
-def pedantic_arguments(setup: Callable[[], Any] | None, args: tuple,
-                       kwargs: dict[str, Any] | None) -> tuple[tuple, dict[str, Any]]:
-    """A pedantic call's arguments: what ``setup`` returns, when it returns them."""
-    made = setup() if setup is not None else None
-    return made if made else (args, kwargs or {})
 
 
 @pytest.fixture

@@ -7,6 +7,10 @@ GPU's L2 cache before every timed call. :func:`time_rounds` follows pytest-bench
 mode (warm-up, iterations calibrated until a round lasts ``min_time``, rounds until ``max_time`` has
 passed and at least ``min_rounds`` were done) and returns per-call seconds of each round. No pytest
 import.
+
+:func:`pedantic_round` is one round of a pedantic benchmark (``setup`` gives each round its
+arguments, ``teardown`` follows it): the one round loop of the plugin's own per-op timing and of an
+A/B side, which times the rounds the controller orders.
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
+from typing import Any
 
-__all__ = ["LoopSettings", "time_rounds"]
+__all__ = ["LoopSettings", "pedantic_arguments", "pedantic_round", "time_rounds"]
 
 
 @dataclass(frozen=True)
@@ -64,3 +69,31 @@ def time_rounds(call: Callable[[], object], timer: Callable[[], float],
             before_round()
         rounds.append(_round(call, timer, iterations) / iterations)
     return rounds, iterations
+
+
+def pedantic_arguments(setup: Callable[[], Any] | None, args: tuple,
+                       kwargs: dict[str, Any] | None) -> tuple[tuple, dict[str, Any]]:
+    """A pedantic call's arguments: what ``setup`` returns, when it returns them."""
+    made = setup() if setup is not None else None
+    return made if made else (args, kwargs or {})
+
+
+def pedantic_round(target: Callable[..., Any], args: tuple, kwargs: dict[str, Any] | None,
+                   iterations: int, timer: Callable[[], float],
+                   setup: Callable[[], Any] | None = None,
+                   teardown: Callable[..., Any] | None = None,
+                   before: Callable[[], object] | None = None) -> tuple[float, Any]:
+    """``(seconds, last result)`` of one round: ``iterations`` calls of ``target`` timed together
+    on ``timer``, with the arguments of ``setup`` (else ``args``, ``kwargs``); ``before`` (an L2
+    flush) and ``teardown`` run outside the timed span."""
+    a, k = pedantic_arguments(setup, args, kwargs)
+    if before is not None:
+        before()
+    result = None
+    start = timer()
+    for _ in range(iterations):
+        result = target(*a, **k)
+    elapsed = timer() - start
+    if teardown is not None:
+        teardown(*a, **k)
+    return elapsed, result

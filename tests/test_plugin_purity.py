@@ -1,5 +1,5 @@
 """Dependency rules: pure modules never import pytest; the plugin never imports the framework or
-cupy."""
+cupy; no import circle anywhere in the package, its subpackages included."""
 
 import ast
 import subprocess
@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_opperf"
-PURE = ["timers", "stattree", "stats", "results", "gate", "report", "measure", "device", "cli"]
+PURE = ["timers", "stattree", "stats", "results", "gate", "report", "measure", "device", "cli",
+        "thresholds", "metrics", "verdict", "keys", "ab.paired", "ab.pairs", "ab.controller",
+        "history.suspects", "history.trends"]
+MODULES = sorted(PACKAGE.rglob("*.py"))
 
 
 def test_pure_modules_do_not_import_pytest():
@@ -21,7 +24,7 @@ def test_pure_modules_do_not_import_pytest():
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.parametrize("path", sorted(PACKAGE.glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.relative_to(PACKAGE).as_posix())
 def test_no_framework_or_cupy_import(path):
     tree = ast.parse(path.read_text())
     for node in ast.walk(tree):
@@ -35,3 +38,81 @@ def test_no_framework_or_cupy_import(path):
             assert name.split(".")[0] not in ("reference_framework", "cupy"), (
                 f"{path.name}: import {name}"
             )
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Every module of the package and the modules of the package it imports, wherever the
+    import stands (top level, in a function, under TYPE_CHECKING): a circle through any of them is
+    a circle of the design."""
+    modules = {_module(p): p for p in MODULES}
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package
+                    for _ in range(node.level - 1):
+                        anchor = anchor.rpartition(".")[0]
+                    base = f"{anchor}.{node.module}" if node.module else anchor
+                targets = [base, *(f"{base}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            graph[name] |= {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_package_has_no_import_circle():
+    graph = import_graph()
+    assert {"pytest_opperf.ab.paired", "pytest_opperf.history.store", "pytest_opperf.torch"} <= set(
+        graph)
+    assert "pytest_opperf.thresholds" in graph["pytest_opperf.ab.paired"]  # the graph sees imports
+    assert circles(graph) == []
+
+
+def test_the_circle_finder_finds_a_circle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert circles(graph) == [["a", "b", "c"]]

@@ -129,21 +129,16 @@ class SidePlugin:
                   teardown: Callable[..., Any] | None = None) -> Any:
         """A per-op benchmark whose rounds the controller asks for (no calibration by
         pytest-benchmark)."""
-        from pytest_opperf.fixtures import pedantic_arguments
         from pytest_opperf.identity import run_id_of
         from pytest_opperf.measure import op_run
+        from pytest_opperf.oploop import pedantic_round
 
         timer = self.recorder.benchmark_timer() or time.perf_counter
         result: list[Any] = [None]
 
         def one_round(iterations: int) -> float:
-            a, k = pedantic_arguments(setup, args, kwargs)
-            start = timer()
-            for _ in range(iterations):
-                result[0] = target(*a, **k)
-            elapsed = timer() - start
-            if teardown is not None:
-                teardown(*a, **k)
+            elapsed, result[0] = pedantic_round(target, args, kwargs, iterations, timer, setup,
+                                                teardown)
             return elapsed
 
         node = bench._request.node
