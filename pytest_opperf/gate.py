@@ -28,7 +28,17 @@ from fnmatch import fnmatchcase
 from .gpu_report import steady_examples_per_sec
 from .identity import mismatch
 from .layout import listing
-from .metrics import AVG, COUNT, EXAMPLES_PER_SEC, PYTHON_SHARE, TIME_KINDS, Series, metric, view
+from .metrics import (
+    AVG,
+    COUNT,
+    EXAMPLES_PER_SEC,
+    PYTHON_SHARE,
+    TIME_KINDS,
+    TOTAL,
+    Series,
+    metric,
+    view,
+)
 from .results import ResultSet, RunResult, same_hardware
 from .stats import Samples, after_warmup, mann_whitney_u
 from .thresholds import Regression, Thresholds
@@ -183,14 +193,15 @@ class _Gate:
                 if not fnmatchcase(s.name, lim.stat or "*"):
                     continue
                 self.limit_stats.add(index)
-                for key, value, bound in (("avg", s.avg_ms, lim.max_avg_ms),
-                                          ("total", s.total_ms, lim.max_total_ms)):
+                for key, value, bound in ((AVG, s.avg_ms, lim.max_avg_ms),
+                                          (TOTAL, s.total_ms, lim.max_total_ms)):
                     if bound is None:
                         continue
                     self.verdict.checks += 1
                     if value > bound:
-                        self.fail(run.id, f"{key}_ms:{s.name}", value, bound, None,
-                                  f"{s.name} {key} {value:.4g} ms is above the limit {bound:g} ms",
+                        what = key.removesuffix("_ms")
+                        self.fail(run.id, metric(key, s.name), value, bound, None,
+                                  f"{s.name} {what} {value:.4g} ms is above the limit {bound:g} ms",
                                   "absolute limit")
 
     # against a stored baseline: counts (hard), time (drift; hard with time = "gate")

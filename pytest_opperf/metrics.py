@@ -20,13 +20,13 @@ from typing import Literal
 from .results import RunResult
 from .stats import after_warmup
 
-__all__ = ["AVG", "CALL", "COUNT", "EXAMPLES_PER_SEC", "PYTHON_SHARE", "STEP", "Kind", "MetricKey",
-           "Series", "TIME_KINDS", "metric", "view"]
+__all__ = ["AVG", "CALL", "COUNT", "EXAMPLES_PER_SEC", "PYTHON_SHARE", "STEP", "TOTAL", "Kind",
+           "MetricKey", "Series", "TIME_KINDS", "metric", "view"]
 
 Kind = Literal["time", "rate", "share", "count"]
 TIME_KINDS: tuple[str, ...] = ("time", "rate")  # the kinds a machine's speed moves
 
-STEP, CALL, AVG, COUNT = "step_ms", "call_ms", "avg_ms", "count"
+STEP, CALL, AVG, TOTAL, COUNT = "step_ms", "call_ms", "avg_ms", "total_ms", "count"
 EXAMPLES_PER_SEC, PYTHON_SHARE = "examples_per_sec", "python_share"
 
 

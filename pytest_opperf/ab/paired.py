@@ -20,7 +20,7 @@ from functools import cache, lru_cache
 from statistics import NormalDist
 from typing import Any, Literal
 
-from ..metrics import Kind, MetricKey
+from ..metrics import CALL, STEP, Kind, MetricKey
 from ..results import ResultsError, _is_num
 from ..stats import most_common
 from ..thresholds import CompareSettings
@@ -191,8 +191,7 @@ class Decision:
 def _threshold(p: Paired, ms: CompareSettings, base: float) -> float:
     """``c``: the smallest change that counts, in ``x`` units (the module docstring)."""
     if p.kind == "time":
-        prefix = p.key.metric.partition(":")[0]
-        floor = {"call_ms": ms.min_call_ms, "step_ms": ms.min_step_ms}.get(prefix, 0.0)
+        floor = {CALL: ms.min_call_ms, STEP: ms.min_step_ms}.get(p.key.prefix, 0.0)
         return max(math.log1p(ms.min_slowdown), math.log1p(floor / base))
     if p.kind == "rate":
         return -math.log1p(-ms.min_slowdown)
@@ -437,6 +436,6 @@ def violation_message(d: Decision) -> str:
     if d.kind == "rate":
         return (f"{d.head:.5g} examples/sec vs base {d.base:.5g}: {interval} "
                 f"(a drop counts from {d.limit:.3f})")
-    unit = "time per call" if d.key.metric.startswith("call_ms:") else "per-step time"
+    unit = "time per call" if d.key.prefix == CALL else "per-step time"
     return (f"{stat} median {unit} {d.head:.4g} ms vs base {d.base:.4g} ms: {interval} "
             f"(counts from {d.limit:.3f})")

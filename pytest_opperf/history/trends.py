@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from tabulate import tabulate
 
+from .. import metrics
 from ..stats import median
 from .changepoints import ChangePoint, detect
 from .store import History, StoredSession
@@ -70,7 +71,8 @@ class Group:
 
 
 def metric_name(kind: str, stat: str) -> str:
-    return f"{'step_ms' if kind == 'e2e' else 'call_ms'}:{stat}"
+    """A stat's metric in the history: per step for e2e runs, per call for per-op runs."""
+    return metrics.metric(metrics.STEP if kind == "e2e" else metrics.CALL, stat)
 
 
 def _commit_key(s: StoredSession) -> tuple[str, str]:
