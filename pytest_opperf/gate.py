@@ -25,11 +25,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
+from .ab.paired import CompareResult, Decision
 from .gpu_report import steady_examples_per_sec
 from .identity import mismatch
 from .layout import listing
 from .metrics import (
     AVG,
+    CALL,
     COUNT,
     EXAMPLES_PER_SEC,
     PYTHON_SHARE,
@@ -44,7 +46,7 @@ from .stats import Samples, after_warmup, mann_whitney_u
 from .thresholds import Regression, Thresholds
 from .verdict import Drift, DriftRow, Verdict, Violation
 
-__all__ = ["Comparison", "compare_higher", "compare_slower", "evaluate"]
+__all__ = ["Comparison", "add_compare", "compare_higher", "compare_slower", "evaluate"]
 
 
 @dataclass(frozen=True)
@@ -299,6 +301,59 @@ class _Gate:
         rows.sort(key=lambda r: (r.relative is None, -(r.relative or 0.0),
                                  -(r.difference or 0.0)))
         return Drift(factor, rows, gating)
+
+
+def add_compare(verdict: Verdict, compare: CompareResult | None,
+                problems: Sequence[tuple[str, str, str]] = (),
+                undecided_fail: bool = False) -> None:
+    """The A/B session's violations: each regressed metric, each test that could not be compared
+    (``problems``: a base test that failed; ``(test, metric, why)``), and with
+    ``--opperf-compare-undecided=fail`` each undecided metric. ``compare`` is None when the A/B
+    did not run to its end."""
+    if compare is not None:
+        verdict.checks += len(compare.decisions)
+        for d in compare.decisions:
+            if d.verdict == "regressed":
+                verdict.violations.append(Violation(d.key.run, d.key.metric, d.head,
+                                                    _limit_value(d), d.base, _ab_message(d),
+                                                    d.statistic))
+        undecided = [d for d in compare.decisions if d.verdict == "undecided"]
+        verdict.undecided = len(undecided)
+        if undecided_fail:
+            verdict.violations += [Violation(
+                d.key.run, d.key.metric, d.estimate, d.high, d.base,
+                f"A/B undecided after {d.pairs} pair(s): interval [{d.low:.4g}, {d.high:.4g}] "
+                "(--opperf-compare-undecided=fail)", d.statistic) for d in undecided]
+    verdict.violations += [Violation(test, metric, 0.0, 0.0, None, why,
+                                     "A/B: a test must pass on both sides to be compared")
+                           for test, metric, why in problems]
+
+
+def _limit_value(d: Decision) -> float:
+    """The head value from which the change counts, in the metric's own unit."""
+    if d.kind in ("time", "rate"):
+        return d.base * d.limit
+    if d.kind == "share":
+        return d.base + d.limit
+    return d.base
+
+
+def _ab_message(d: Decision) -> str:
+    """The gate's message for a regressed metric: base, head, ratio (or difference), interval."""
+    stat = d.key.stat or d.key.metric
+    if d.kind == "count":
+        return f"{stat} runs {d.head:g} times per step, base {d.base:g} (A/B, exact)"
+    if d.kind == "share":
+        return (f"Python share of the steps {d.head:.2%} vs base {d.base:.2%}: "
+                f"{d.estimate * 100:+.2f} points [{d.low * 100:+.2f}, {d.high * 100:+.2f}] "
+                f"(counts from +{d.limit * 100:.2f} points)")
+    interval = f"head/base {d.estimate:.3f} [{d.low:.3f}, {d.high:.3f}]"
+    if d.kind == "rate":
+        return (f"{d.head:.5g} examples/sec vs base {d.base:.5g}: {interval} "
+                f"(a drop counts from {d.limit:.3f})")
+    unit = "time per call" if d.key.prefix == CALL else "per-step time"
+    return (f"{stat} median {unit} {d.head:.4g} ms vs base {d.base:.4g} ms: {interval} "
+            f"(counts from {d.limit:.3f})")
 
 
 def _time_advisory(baseline: ResultSet, results: ResultSet) -> str | None:

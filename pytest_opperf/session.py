@@ -12,7 +12,7 @@ import pytest
 
 from pytest_opperf import benchmark_adapter, gpu_env, hookspec, nvtx_ranges, report
 from pytest_opperf.device import CPU_HOST, DeviceInfo, benchmark_timer
-from pytest_opperf.gate import evaluate
+from pytest_opperf.gate import add_compare, evaluate
 from pytest_opperf.identity import baseline_variant, run_id_of
 from pytest_opperf.measure import op_run
 from pytest_opperf.recorder import RECORDER, Recorder
@@ -397,18 +397,10 @@ class OpPerfSession:
 
     def _gate_compare(self, session: pytest.Session, results: ResultSet, verdict: Verdict) -> None:
         """A/B: regressed metrics and failed base tests are violations; undecided warn (or fail)."""
-        compare = self.compare
-        if compare is not None:
-            results.compare = compare.to_dict()
-            verdict.violations += compare.violations()
-            verdict.checks += len(compare.decisions)
-            undecided = [d for d in compare.decisions if d.verdict == "undecided"]
-            verdict.undecided = len(undecided)
-            if undecided and self.settings.compare_undecided == "fail":
-                from pytest_opperf.ab.session import undecided_violations
-
-                verdict.violations += undecided_violations(undecided)
-        verdict.violations += self.ab.problem_violations()
+        if self.compare is not None:
+            results.compare = self.compare.to_dict()
+        add_compare(verdict, self.compare, self.ab.problems,
+                    undecided_fail=self.settings.compare_undecided == "fail")
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:

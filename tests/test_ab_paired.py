@@ -19,6 +19,7 @@ from pytest_opperf.ab.paired import (
     signed_rank_cdf,
     walsh_interval,
 )
+from pytest_opperf.gate import add_compare
 from pytest_opperf.keys import keys as table_keys
 from pytest_opperf.metrics import MetricKey
 from pytest_opperf.results import ResultsError
@@ -30,7 +31,7 @@ from pytest_opperf.thresholds import (
     parse_compare,
     parse_thresholds,
 )
-from pytest_opperf.verdict import Violation
+from pytest_opperf.verdict import Verdict, Violation
 
 RUN = "suites/test_ops.py::test_op[conv2d]"
 
@@ -524,7 +525,9 @@ def test_from_dict_names_what_is_wrong(change, message):
 
 def test_violations_one_per_regressed_metric():
     r = result()
-    v = r.violations()
+    verdict = Verdict()
+    add_compare(verdict, r)
+    v = verdict.violations
     assert [(x.run, x.metric) for x in v] == [
         (RUN, "call_ms:conv2d"),
         (RUN, "python_share"),

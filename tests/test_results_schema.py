@@ -21,7 +21,7 @@ from pytest_opperf import report
 from pytest_opperf.ab import render as render_ab
 from pytest_opperf.ab.paired import CompareResult
 from pytest_opperf.cli import main
-from pytest_opperf.gate import evaluate
+from pytest_opperf.gate import add_compare, evaluate
 from pytest_opperf.results import (
     ResultsError,
     ResultSet,
@@ -150,8 +150,8 @@ def test_an_a_b_result_in_a_results_file():
     compare = compare_result()
     rs = results(e2e_run())
     verdict = evaluate(rs)
-    verdict.violations += compare.violations()
-    verdict.undecided = compare.counts()["undecided"]
+    add_compare(verdict, compare)
+    assert verdict.undecided == compare.counts()["undecided"]
     rs.gate, rs.compare = verdict.to_dict(), compare.to_dict()
     doc = json.loads(dumps_results(rs))
     assert_valid(doc)
@@ -184,7 +184,7 @@ def rich_document() -> dict[str, Any]:
     compare.decisions = compare.decisions[3:5]  # an undecided one (unbounded) and a regressed share
     verdict = evaluate(rs, baseline=results(run, op))  # a drift table
     assert verdict.drift is not None
-    verdict.violations += compare.violations()
+    add_compare(verdict, compare)
     rs.gate, rs.compare = verdict.to_dict(), compare.to_dict()
     doc = json.loads(dumps_results(rs))
     assert_valid(doc)

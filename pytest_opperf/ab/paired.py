@@ -24,10 +24,9 @@ from ..metrics import CALL, STEP, Kind, MetricKey
 from ..results import ResultsError, _is_num
 from ..stats import most_common
 from ..thresholds import CompareSettings
-from ..verdict import Violation
 
 __all__ = ["CompareResult", "Decision", "Paired", "Verdict", "decide", "rule", "signed_rank_cdf",
-           "violation_message", "walsh_interval"]
+           "walsh_interval"]
 
 Verdict = Literal["regressed", "improved", "unchanged", "undecided"]
 KINDS: tuple[str, ...] = ("time", "rate", "share", "count")
@@ -406,36 +405,3 @@ class CompareResult:
         return cls(data["base"], data["head"], decisions, list(data["added"]),
                    list(data["removed"]), data["pairs"], float(data["elapsed_s"]),
                    data["budget_exhausted"], list(data["notes"]))
-
-    def violations(self) -> list[Violation]:
-        """One gate violation per regressed metric."""
-        return [Violation(d.key.run, d.key.metric, d.head, _limit_value(d), d.base,
-                          violation_message(d), d.statistic)
-                for d in self.decisions if d.verdict == "regressed"]
-
-
-def _limit_value(d: Decision) -> float:
-    """The head value from which the change counts, in the metric's own unit."""
-    if d.kind in ("time", "rate"):
-        return d.base * d.limit
-    if d.kind == "share":
-        return d.base + d.limit
-    return d.base
-
-
-def violation_message(d: Decision) -> str:
-    """The gate's message for a regressed metric: base, head, ratio (or difference), interval."""
-    stat = d.key.stat or d.key.metric
-    if d.kind == "count":
-        return f"{stat} runs {d.head:g} times per step, base {d.base:g} (A/B, exact)"
-    if d.kind == "share":
-        return (f"Python share of the steps {d.head:.2%} vs base {d.base:.2%}: "
-                f"{d.estimate * 100:+.2f} points [{d.low * 100:+.2f}, {d.high * 100:+.2f}] "
-                f"(counts from +{d.limit * 100:.2f} points)")
-    interval = f"head/base {d.estimate:.3f} [{d.low:.3f}, {d.high:.3f}]"
-    if d.kind == "rate":
-        return (f"{d.head:.5g} examples/sec vs base {d.base:.5g}: {interval} "
-                f"(a drop counts from {d.limit:.3f})")
-    unit = "time per call" if d.key.prefix == CALL else "per-step time"
-    return (f"{stat} median {unit} {d.head:.4g} ms vs base {d.base:.4g} ms: {interval} "
-            f"(counts from {d.limit:.3f})")

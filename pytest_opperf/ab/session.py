@@ -21,7 +21,6 @@ import pytest
 from ..results import RunResult
 from ..settings import Settings, usage_errors
 from ..thresholds import Thresholds
-from ..verdict import Violation
 from .checkout import Base, CompareError, Workspace, check_python, resolve_base, side_environment
 from .controller import Controller, SideFailure, SideSpec, TestOutcome
 from .paired import CompareResult
@@ -262,11 +261,6 @@ class ABSession:
             hook.pytest_runtest_logfinish(nodeid=outcome.nodeid, location=reports[0].location)
         self.add_runs(outcome.runs)
 
-    def problem_violations(self) -> list[Violation]:
-        """Tests that could not be compared (a base test that failed): each fails the gate."""
-        return [Violation(run=test, metric=metric, value=0.0, limit=0.0, baseline=None, message=why,
-                          statistic="A/B: a test must pass on both sides to be compared")
-                for test, metric, why in self.problems]
 
 
 def _last_line(report: Any) -> str:
@@ -274,13 +268,3 @@ def _last_line(report: Any) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     last = lines[-1] if lines else report.outcome
     return last[1:].strip() if last.startswith("E ") else last
-
-
-def undecided_violations(decisions: list[Any]) -> list[Violation]:
-    """``--opperf-compare-undecided=fail``: one violation per undecided metric."""
-    return [Violation(run=d.key.run, metric=d.key.metric, value=d.estimate, limit=d.high,
-                      baseline=d.base, statistic=d.statistic,
-                      message=f"A/B undecided after {d.pairs} pair(s): "
-                              f"interval [{d.low:.4g}, {d.high:.4g}] "
-                              "(--opperf-compare-undecided=fail)")
-            for d in decisions]
