@@ -76,10 +76,16 @@ def test_benchmarks_become_op_runs(pytester):
     assert out.index("benchmark: 2 tests") < out.index("= opperf =")  # and the verdict comes last
 
 
-def test_a_slower_op_is_flagged(pytester):
+def test_a_slower_op_is_drift_and_fails_with_time_gated(pytester):
     result, _ = results_of(pytester, "--opperf-save=base.json", ms=0.5)
     assert result.ret == 0
     result, data = results_of(pytester, "--opperf-baseline=base.json", ms=1.5)
+    assert result.ret == 0, result.stdout.str()  # time against a stored baseline is drift
+    beyond = [r for r in data["gate"]["drift"]["rows"] if r["beyond"]]
+    assert [(r["run"], r["metric"]) for r in beyond] == [("test_ops.py::test_relu", "call_ms:relu")]
+    pytester.makefile(".toml", t='[regression]\ntime = "gate"\n')
+    result, data = results_of(pytester, "--opperf-baseline=base.json", "--opperf-thresholds=t.toml",
+                              ms=1.5)
     assert result.ret == 1
     (v,) = data["gate"]["violations"]
     assert (v["run"], v["metric"]) == ("test_ops.py::test_relu", "call_ms:relu")

@@ -25,10 +25,12 @@ def test_a_a_over_repeated_runs_passes(pytester):
         assert "opperf gate" not in result.stdout.str()
 
 
-def test_three_times_slower_region_is_flagged(pytester):
+def test_three_times_slower_region_is_flagged_with_time_gated(pytester):
     base = save_baseline(pytester, relu_ms=1.0)
     pytester.makepyfile(test_suite=e2e(relu_ms=3.0))
-    result = pytester.runpytest("--opperf", f"--opperf-baseline={base}", "--opperf-json=new.json")
+    pytester.makefile(".toml", t='[regression]\ntime = "gate"\n')
+    result = pytester.runpytest("--opperf", f"--opperf-baseline={base}", "--opperf-json=new.json",
+                                "--opperf-thresholds=t.toml")
     assert result.ret == 1
     result.assert_outcomes(passed=1)  # the tests pass; the gate fails the session
     out = result.stdout.str()
@@ -50,6 +52,24 @@ def test_three_times_slower_region_is_flagged(pytester):
     assert relu["value"] / relu["baseline"] == pytest.approx(3.0, rel=0.01)  # a fake clock: exact
     assert relu["limit"] == pytest.approx(relu["baseline"] * 1.1)
     assert set(relu) == {"run", "metric", "value", "limit", "baseline", "message", "statistic"}
+
+
+def test_a_slower_region_against_a_stored_baseline_is_drift_by_default(pytester):
+    base = save_baseline(pytester, relu_ms=1.0)
+    pytester.makepyfile(test_suite=e2e(relu_ms=3.0))
+    result = pytester.runpytest("--opperf", f"--opperf-baseline={base}", "--opperf-json=new.json",
+                                "--opperf-markdown=r.md")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "--- drift against the baseline (advisory: time is gated in A/B only, or with time =*",
+        "this machine ran the baseline's work *; 1 metric(s) beyond the regression rule*",
+        "*test_suite.py::test_train*",
+        "  step_ms:relu * 3.000x * yes",
+        "gate: PASSED (*",
+    ])
+    gate = json.loads((pytester.path / "new.json").read_text())["gate"]
+    assert gate["passed"] and gate["drift"]["beyond"] == 1 and not gate["drift"]["gating"]
+    assert "### Drift against the baseline" in (pytester.path / "r.md").read_text()
 
 
 def test_changed_per_step_count_is_flagged(pytester):

@@ -104,7 +104,7 @@ def run_command(args: argparse.Namespace, out: TextIO) -> int:
 
         label, history = _load(args.source, args.run)
         groups = trends.build(history)
-        found = suspects.find(groups, args.last)
+        found = suspects.find(groups, args.last, stat_glob=args.stat)
         for line in [*trends.history_lines(label, groups, args.stat, args.last), "",
                      *suspects.text_lines(found, args.last)]:
             out.write(line + "\n")

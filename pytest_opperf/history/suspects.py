@@ -10,6 +10,7 @@ at the new level) and its size. Pure: the history command and the CI script prin
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -49,13 +50,17 @@ def _fmt(metric: str, value: float) -> str:
     return f"{value:.2%}" if metric == "python_share" else f"{value:.4g}"
 
 
-def find(groups: Sequence[Group], last: int = 10, hold: int = HOLD) -> list[Suspect]:
-    """The worse steps of every series whose new level starts within the last ``last`` commits
-    of its group and holds for ``hold`` commits or more, the largest first."""
+def find(groups: Sequence[Group], last: int = 10, hold: int = HOLD,
+         stat_glob: str | None = None) -> list[Suspect]:
+    """The worse steps of every series (of the stats ``stat_glob`` matches, if given) whose new
+    level starts within the last ``last`` commits of its group and holds for ``hold`` commits or
+    more, the largest first."""
     out = []
     for g in groups:
         first_recent = max(0, len(g.commits) - last)
         for s in g.series:
+            if stat_glob is not None and not fnmatch.fnmatchcase(s.stat, stat_glob):
+                continue
             for c in detect(s.values, min_size=hold):
                 worse = (c.after < c.before) if s.metric in HIGHER_IS_BETTER else (
                     c.after > c.before)
