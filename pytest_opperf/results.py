@@ -13,6 +13,7 @@ import json
 import math
 import os
 import platform
+import re
 import secrets
 import stat
 import subprocess
@@ -28,12 +29,18 @@ from .stats import after_warmup
 from .stattree import StatResult, StatTree, StatTreeError
 
 __all__ = ["KINDS", "SCHEMA", "ResultSet", "ResultsError", "RunResult", "StatResult",
-           "baseline_file", "commit_info", "dumps_results", "json_problem", "machine_info",
-           "read_results", "same_hardware", "write_json_atomic", "write_results",
+           "baseline_file", "commit_info", "dumps_results", "is_sha", "json_problem",
+           "machine_info", "read_results", "same_hardware", "write_json_atomic", "write_results",
            "write_text_atomic"]
 
 SCHEMA = "opperf/1"
 KINDS = ("e2e", "op", "overhead")
+_SHA = re.compile(r"[0-9a-fA-F]{1,64}")
+
+
+def is_sha(value: Any) -> bool:
+    """A git object name as git prints it: hexadecimal digits (a file's sha goes to git as data)."""
+    return isinstance(value, str) and _SHA.fullmatch(value) is not None
 
 
 class ResultsError(Exception):
@@ -296,6 +303,18 @@ def _check_gate(gate: dict[str, Any], source: str) -> None:
               f"gate.{key} is not a string or null")
 
 
+def _check_commit(commit: dict[str, Any], source: str) -> None:
+    """The commit as git described it: its sha goes to git (``history import``), so it must be
+    hexadecimal; branch a string, dirty a boolean (each may be null)."""
+    sha = commit.get("sha")
+    _need(sha is None or is_sha(sha), source,
+          f"commit.sha must be a hexadecimal commit id, got {sha!r:.60}")
+    _need(commit.get("branch") is None or isinstance(commit["branch"], str), source,
+          "commit.branch is not a string or null")
+    _need(commit.get("dirty") is None or isinstance(commit["dirty"], bool), source,
+          "commit.dirty is not a boolean or null")
+
+
 def _load(data: Any, source: str) -> ResultSet:
     _need(isinstance(data, dict), source, "the top level is not an object")
     schema = data.get("schema")
@@ -312,6 +331,8 @@ def _load(data: Any, source: str) -> ResultSet:
     _need(isinstance(machine, dict), source, "machine is not an object")
     commit = data.get("commit")
     _need(commit is None or isinstance(commit, dict), source, "commit is not an object or null")
+    if commit is not None:
+        _check_commit(commit, source)
     gate = data.get("gate")
     _need(gate is None or isinstance(gate, dict), source, "gate is not an object")
     if gate is not None:

@@ -19,6 +19,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..results import is_sha
+
 __all__ = ["Base", "CompareError", "PythonInfo", "Workspace", "check_python", "git_toplevel",
            "resolve_base"]
 
@@ -78,11 +80,13 @@ def resolve_base(given: str, rootdir: Path, invocation_dir: Path, required: list
         raise CompareError(f"{given!r} is no directory, and the rootdir {rootdir} is in no git "
                            "repository to take a revision from")
     try:
-        done = _git(["rev-parse", "--verify", "--quiet", f"{given}^{{commit}}"], toplevel)
+        # --end-of-options: the value (perhaps from an ini file) is a revision, never an option
+        done = _git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{given}^{{commit}}"],
+                    toplevel)
     except (OSError, subprocess.SubprocessError) as exc:
         raise CompareError(f"cannot run git in {toplevel}: {exc}") from None
     sha = done.stdout.strip()
-    if done.returncode != 0 or not sha:
+    if done.returncode != 0 or not is_sha(sha):
         raise CompareError(f"{given!r} is neither a directory nor a revision of the repository "
                            f"{toplevel}")
     subdir = rootdir.resolve().relative_to(toplevel).as_posix()
@@ -154,7 +158,8 @@ class Workspace:
             return self.base.directory
         assert self.base.toplevel is not None and self.base.commit is not None
         target = self.path / "base"
-        done = _git(["worktree", "add", "--detach", str(target), self.base.commit],
+        done = _git(["worktree", "add", "--detach", "--end-of-options", str(target),
+                     self.base.commit],
                     self.base.toplevel)
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["?"])[-1]
