@@ -302,22 +302,38 @@ def test_an_interrupted_session_leaves_no_process_and_no_worktree(pytester, trac
             ["--opperf-compare=HEAD", "--opperf-compare-python=/no/such/python"],
             ["--opperf-compare-python=/no/such/python", "interpreter /no/such/python does not run"],
         ),
-        (
-            ["--opperf-compare=HEAD", "--opperf-compare-timeout=0"],
-            ["--opperf-compare-timeout", "'0'"],
+        *(
+            (
+                ["--opperf-compare=HEAD", f"--opperf-compare-timeout={value}"],
+                ["--opperf-compare-timeout", f"'{value}'"],
+            )
+            for value in ("0", "inf", "1e10", "nan", "-5", "abc", "infinity")
         ),
     ],
-    ids=["rev", "dir", "python", "timeout"],
+    ids=["rev", "dir", "python", "timeout-0", "timeout-inf", "timeout-1e10", "timeout-nan",
+         "timeout-negative", "timeout-text", "timeout-infinity"],
 )
 def test_bad_input_is_a_usage_error(pytester, args, fragments):
     make_repo(pytester.path, {"test_a.py": "def test_a():\n    pass\n"})
     (pytester.path / "elsewhere").mkdir()
     result = pytester.runpytest("--opperf", *args, "test_a.py")
-    if "--opperf-compare-timeout=0" in args:
-        assert result.ret == 4 and "'0'" in result.stderr.str()  # argparse's own message
+    if fragments[0] == "--opperf-compare-timeout":  # argparse's own message, before any test
+        text = result.stdout.str() + result.stderr.str()
+        assert result.ret == 4 and fragments[1] in result.stderr.str()
+        assert "expected a number of seconds in (0, 604800]" in result.stderr.str()
+        assert "INTERNALERROR" not in text and "Traceback" not in text
         return
     assert_one_line_usage_error(result, *fragments)
     assert len(worktrees(pytester.path)) == 1
+
+
+@pytest.mark.parametrize("value", ["inf", "1e10", "nan", "-1"])
+def test_a_bad_timeout_in_the_ini_file_is_one_line(pytester, value):
+    pytester.makeini(f"[pytest]\nopperf_compare_timeout = {value}\n")
+    pytester.makepyfile(test_a="def test_a():\n    raise AssertionError('ran')\n")
+    result = pytester.runpytest("--opperf")
+    assert_one_line_usage_error(result, "ini opperf_compare_timeout",
+                                f"expected a number of seconds in (0, 604800], got '{value}'")
 
 
 def test_compare_needs_opperf(pytester):
