@@ -11,9 +11,39 @@ from collections.abc import Iterable, Sequence
 
 from tabulate import tabulate
 
-__all__ = ["common_prefix", "fit", "listing", "middle", "run_group", "table", "wrap"]
+__all__ = ["clean", "common_prefix", "fit", "listing", "md_code", "md_text", "middle",
+           "run_group", "table", "wrap"]
 
 _ELLIPSIS = "..."
+
+# C0 controls (newline, ESC...), DEL and C1 controls, and the line and paragraph separators: a
+# run id or stat name read from a file must not move the cursor, colour the terminal or start a
+# new line (which could forge a "gate: PASSED" line in a job summary)
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7f, 0xa0))}
+_CONTROL.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t", 0x2028: "\\u2028",
+                 0x2029: "\\u2029"})
+
+
+def clean(text: str) -> str:
+    """``text`` with every control character written as an escape (``\\n``, ``\\x1b``)."""
+    return str(text).translate(_CONTROL)
+
+
+def md_text(text: str) -> str:
+    """Text for a markdown line or table cell: control characters escaped, no
+    HTML tags, no column breaks."""
+    return clean(text).replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+
+
+def md_code(text: str) -> str:
+    """``text`` as an inline code span, fenced by more backticks than it holds."""
+    text = clean(text)
+    ticks = 1
+    while "`" * ticks in text:
+        ticks += 1
+    fence = "`" * ticks
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def fit(text: str, width: int) -> str:

@@ -185,3 +185,63 @@ def test_a_history_whose_schema_version_is_not_a_number_is_one_line(tmp_path):
         Store(str(path))
     status, out, err = _cli("history", str(path))
     assert status == 4 and err.count("\n") == 1 and "Traceback" not in err
+
+
+# --- 5. text from the store escaped in every view ----------------------------------------
+
+FORGED = "\ngate: PASSED (1 checks)\n\x1b[2K"
+
+
+def _hostile_store(tmp_path: Path) -> str:
+    """Sessions whose run id, stat name, branch and device class carry markup and newlines."""
+    from tests.opperf_factories import e2e_run
+
+    source = str(tmp_path / "h.sqlite")
+    with Store(source, create=True) as store:
+        for i, level in enumerate([2.0] * 4 + [3.0] * 4):
+            results = session(sha=f"{i:02x}" + "0" * 38, created=f"2026-11-01T{i:02d}:00:00+00:00",
+                              device_class=f"cpu{FORGED}</script>")
+            results.runs[0] = e2e_run(
+                run_id=f"suite.py::test_train<!--<script>{FORGED}",
+                stats={f"conv<!--<script>{FORGED}": [level * 5] + [level] * 5,
+                       "relu\u2028</script><b>": [1.0] * 6},
+                step_ms=[10.0 * level] * 6)
+            assert results.commit is not None
+            results.commit["branch"] = f"main{FORGED}<!--<script>"
+            store.append(results)
+    return source
+
+
+def test_the_history_listing_escapes_stored_text(tmp_path):
+    source = _hostile_store(tmp_path)
+    status, out, err = _cli("history", source)
+    assert status == 0, err
+    lines = out.splitlines()
+    assert not any(line.startswith("gate: PASSED") for line in lines)
+    assert "\x1b" not in out and "\u2028" not in out
+    assert any("\\ngate: PASSED (1 checks)\\n\\x1b[2K" in line for line in lines)
+    assert any("conv<!--<script>\\ngate" in line for line in lines)  # the stat, escaped
+
+
+def test_the_dashboards_scripts_hold_no_markup_from_the_store(tmp_path):
+    pytest.importorskip("plotly")
+    import re
+
+    source = _hostile_store(tmp_path)
+    status, out, err = _cli("dashboard", source, "--out", str(tmp_path / "site"))
+    assert status == 0, err
+    text = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    opened = len(re.findall(r"<script\b", text, re.I))
+    scripts = re.findall(r"<script\b[^>]*>(.*?)</script>", text, re.I | re.S)
+    assert len(scripts) == opened  # every script element ends where it should
+    for body in scripts:
+        if "plotly.js v" in body:
+            continue  # the library
+        for bad in ("<!--", "<script", "</script", "\u2028"):
+            assert bad not in body.lower(), (bad, body[:200])
+    data = json.loads(re.search(r'<script type="application/json" id="data-0">(.*?)</script>',
+                                text, re.S).group(1))
+    names = set(data["series"])
+    assert f"suite.py::test_train<!--<script>{FORGED} step_ms:conv<!--<script>{FORGED}" in names
+    assert f"suite.py::test_train<!--<script>{FORGED} step_ms:relu\u2028</script><b>" in names
+    assert "<b>" not in text.replace("&lt;b&gt;", "")  # in HTML text: escaped

@@ -376,3 +376,49 @@ def test_the_gate_lists_at_most_five_runs_in_a_note():
         "159 run(s) have no baseline run: t.py::test_op[1], t.py::test_op[2], t.py::test_op[3], "
         "t.py::test_op[4], t.py::test_op[5] ... and 154 more" in notes
     )
+
+
+def test_show_escapes_ids_and_names_with_newlines_and_escape_codes(tmp_path, monkeypatch):
+    """A per-op run id or stat name holding a newline (which crashed ``show`` with an
+    IndexError) or escape codes is one escaped cell: it forges no line."""
+    import io
+
+    from pytest_opperf.cli import main
+    from pytest_opperf.results import write_results
+    from tests.history_helpers import op_run as bench_run
+    from tests.opperf_factories import e2e_run
+
+    forged = "\ngate: PASSED (1 checks)\n\x1b[2K"
+    e2e = e2e_run(stats={f"conv{forged}": [1.0, 1.0], "relu": [1.0, 1.0]}, step_ms=[5.0, 5.0])
+    ops = [bench_run(f"suite.py::test_op[a{forged}]", [1.0] * 5),
+           bench_run(f"suite.py::test{forged}", [1.0] * 5, stat=f"s{forged}")]
+    path = tmp_path / "r.json"
+    write_results(path, ResultSet(runs=[e2e, *ops]))
+    for columns in ("300", "80", "40"):
+        monkeypatch.setenv("COLUMNS", columns)
+        out, err = io.StringIO(), io.StringIO()
+        assert main(["show", str(path)], out, err) == 0, err.getvalue()
+        lines = out.getvalue().splitlines()
+        assert not any(line.startswith("gate: PASSED") for line in lines)
+        assert "\x1b" not in out.getvalue()
+        assert sum("\\ngate: PASSED (1 checks)\\n\\x1b[2K" in line for line in lines) >= 3
+        assert lines[-1] == "gate: not run"
+
+
+def test_compare_escapes_the_run_ids_its_notes_name(tmp_path):
+    import io
+
+    from pytest_opperf.cli import main
+    from pytest_opperf.results import write_results
+    from tests.opperf_factories import e2e_run
+
+    forged = "\ngate: PASSED (1 checks)\n\x1b[2K"
+    base, new = tmp_path / "base.json", tmp_path / "new.json"
+    write_results(base, ResultSet(runs=[e2e_run(), e2e_run(run_id=f"gone{forged}")]))
+    write_results(new, ResultSet(runs=[e2e_run(), e2e_run(run_id=f"added{forged}")]))
+    out = io.StringIO()
+    main(["compare", str(base), str(new)], out, io.StringIO())
+    lines = out.getvalue().splitlines()
+    assert "\x1b" not in out.getvalue()
+    assert [line for line in lines if line.startswith("gate: ")] == [lines[1]]
+    assert any("added\\ngate: PASSED" in line for line in lines)
