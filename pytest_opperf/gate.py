@@ -442,8 +442,9 @@ def evaluate(results: ResultSet, thresholds: Thresholds | None = None,
                                     f"({other}); relative checks still run".replace("  ", " "))
         unmatched = []
         measured_otherwise: list[str] = []
+        base_runs = baseline.by_id()  # one lookup per run: linear in the number of runs
         for run in results.runs:
-            base = baseline.run(run.id)
+            base = base_runs.get(run.id)
             if base is None:
                 unmatched.append(run.id)
             elif mismatch(base, run):  # other timing or cache state: times are other quantities
@@ -458,7 +459,8 @@ def evaluate(results: ResultSet, thresholds: Thresholds | None = None,
         if unmatched:
             verdict.notes.append(f"{len(unmatched)} run(s) have no baseline run: "
                                  f"{listing(unmatched)}")
-        _baseline_match(gate, results, baseline, baseline_name, len(results.runs) - len(unmatched))
+        _baseline_match(gate, results, baseline, baseline_name, len(results.runs) - len(unmatched),
+                        unmatched)
         measured = {r.id for r in results.runs}
         missing = [r.id for r in baseline.runs if r.id not in measured]
         if missing:
@@ -468,7 +470,7 @@ def evaluate(results: ResultSet, thresholds: Thresholds | None = None,
 
 
 def _baseline_match(gate: _Gate, results: ResultSet, baseline: ResultSet, name: str | None,
-                    matched: int) -> None:
+                    matched: int, unmatched: list[str]) -> None:
     """A ``baseline_match`` violation when the baseline compares nothing, or too few of the
     session's runs."""
     total = len(results.runs)
@@ -477,7 +479,7 @@ def _baseline_match(gate: _Gate, results: ResultSet, baseline: ResultSet, name: 
     if total == 0:
         message = f"the session measured no runs: nothing was compared with {label}"
     elif matched == 0 or matched / total < least:
-        new_id = next(r.id for r in results.runs if baseline.run(r.id) is None)
+        new_id = unmatched[0]
         base_id = f"{baseline.runs[0].id!r}" if baseline.runs else "none (it has no runs)"
         message = (f"{label} has a run for only {matched} of the session's {total} run(s) (at "
                    f"least {least:.0%} expected): a wrong baseline, another workload or suite, or "

@@ -18,6 +18,7 @@ import secrets
 import stat
 import subprocess
 import sys
+from array import array
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -118,10 +119,15 @@ class ResultSet:
     compare: dict[str, Any] | None = None  # A/B: the CompareResult (pytest_opperf.ab.paired)
 
     def run(self, run_id: str) -> RunResult | None:
+        """The run ``run_id`` (a scan: for a lookup per run, take :meth:`by_id` once)."""
         for r in self.runs:
             if r.id == run_id:
                 return r
         return None
+
+    def by_id(self) -> dict[str, RunResult]:
+        """The runs by id, for lookups that stay linear in the number of runs."""
+        return {r.id: r for r in self.runs}
 
     def to_dict(self, with_trace: bool = False) -> dict[str, Any]:
         d: dict[str, Any] = {"schema": SCHEMA, "created": self.created, "machine": self.machine,
@@ -215,15 +221,20 @@ def _load_stat(d: Any, where: str, source: str) -> StatResult:
         _need(_is_num(d.get(key)), source, f"{where}.{key} is missing or not a finite number")
         _need(d[key] >= 0, source, f"{where}.{key} must not be negative, got {d[key]!r}")
     samples = d.get("samples_ms")
-    _need(samples is None or (_num_list(samples) and all(x >= 0 for x in samples)), source,
-          f"{where}.samples_ms is not a list of finite numbers >= 0")
+    if isinstance(samples, array):  # packed while parsing (_packed): floats, finite ones checked
+        _need(not samples or (min(samples) >= 0 and max(samples) < math.inf), source,
+              f"{where}.samples_ms is not a list of finite numbers >= 0")
+    else:
+        _need(samples is None or (_num_list(samples) and all(x >= 0 for x in samples)), source,
+              f"{where}.samples_ms is not a list of finite numbers >= 0")
+        samples = array("d", samples) if samples is not None else None
     for key in ("flops", "bytes", "host_ms"):
         _need(d.get(key) is None or _nonneg(d[key]), source,
               f"{where}.{key} is not a finite number >= 0")
     return StatResult(
         name=d["name"], parent=d.get("parent"), count=d["count"], total_ms=float(d["total_ms"]),
         avg_ms=float(d["avg_ms"]), min_ms=float(d["min_ms"]), max_ms=float(d["max_ms"]),
-        samples_ms=[float(x) for x in samples] if samples is not None else None,
+        samples_ms=samples,
         kernel=bool(d.get("kernel", False)), clock=str(d.get("clock", "host")),
         flops=d.get("flops"), bytes=d.get("bytes"),
         host_ms=float(d["host_ms"]) if d.get("host_ms") is not None else None)
@@ -389,11 +400,23 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
+def _packed(obj: dict[str, Any]) -> dict[str, Any]:
+    """A stat's samples as an ``array('d')`` (8 bytes a sample, where a list of floats takes 32),
+    made as each object is parsed, so a file's samples never exist as lists all at once: reading
+    stays within a small multiple of the file's size. Only lists of floats are packed; anything
+    else is left for the reader's checks to name."""
+    samples = obj.get("samples_ms")
+    if type(samples) is list and all(type(x) is float for x in samples):
+        obj["samples_ms"] = array("d", samples)
+    return obj
+
+
 def loads_strict(text: str, source: str) -> Any:
     """Parse a results document: NaN and Infinity (which Python's json accepts)
-    are errors, as are documents nested too deeply to check."""
+    are errors, as are documents nested too deeply to check. Samples are packed
+    (:func:`_packed`)."""
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return json.loads(text, parse_constant=_no_constant, object_hook=_packed)
     except json.JSONDecodeError as exc:
         raise ResultsError(f"{source}: not valid JSON: {exc.msg} at line {exc.lineno} "
                            f"column {exc.colno}") from None
