@@ -31,8 +31,8 @@ from .stattree import StatResult, StatTree, StatTreeError
 
 __all__ = ["KINDS", "SCHEMA", "ResultSet", "ResultsError", "RunResult", "StatResult",
            "baseline_file", "commit_info", "dumps_results", "is_sha", "json_problem",
-           "machine_info", "read_results", "same_hardware", "write_json_atomic", "write_results",
-           "write_text_atomic"]
+           "machine_info", "read_results", "same_hardware", "utf8_text", "write_json_atomic",
+           "write_results", "write_text_atomic"]
 
 SCHEMA = "opperf/1"
 KINDS = ("e2e", "op", "overhead")
@@ -484,12 +484,33 @@ def remove_stale_temps(target: Path) -> int:
     return removed
 
 
+def utf8_text(text: str) -> str:
+    """``text`` as UTF-8 can encode it. Under a file-system encoding that is not
+    UTF-8 (``LC_ALL=C``) Python decodes a non-ASCII file name, and so a test's node
+    id, with surrogate escapes (``test_\\udcc3\\udca9.py``), which no UTF-8 writer
+    takes: their bytes are decoded as UTF-8 again (``test_é.py``); bytes that are no
+    UTF-8, and lone surrogates, become ``\\x``/``\\u`` escapes. Text without
+    surrogates is returned as it is."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate that escapes no byte (from "\\ud800" in JSON)
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
+
+
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` to ``path`` atomically (see :func:`write_json_atomic`).
 
     A symbolic link is written through: its target is replaced and the link stays. A path that is
     not a regular file (``/dev/null``, a FIFO) is written to in place, as a shell redirection would,
-    never replaced by a file. Temp files of killed earlier writers are removed first."""
+    never replaced by a file. Temp files of killed earlier writers are removed first. Text UTF-8
+    cannot encode (file names under a non-UTF-8 locale) is written as :func:`utf8_text` gives it."""
+    text = utf8_text(text)
     target = Path(path)
     if os.path.islink(target):
         target = Path(os.path.realpath(target))

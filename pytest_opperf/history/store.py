@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
-from ..results import ResultSet, RunResult, StatResult, is_sha
+from ..results import ResultSet, RunResult, StatResult, is_sha, utf8_text
 from ..stats import after_warmup, median
 
 __all__ = ["EXTRA_HINT", "MIGRATIONS", "SAMPLES_KEPT", "History", "HistoryError", "MissingExtra",
@@ -361,6 +361,12 @@ def _wal(conn: sqlite3.Connection, timeout_s: float) -> None:
             time.sleep(0.02)
 
 
+def _storable(params: Sequence[Any]) -> tuple[Any, ...]:
+    """Parameters both databases take: text as UTF-8 can encode it (run ids of test files with
+    non-ASCII names under a non-UTF-8 locale hold surrogate escapes; see ``utf8_text``)."""
+    return tuple(utf8_text(p) if isinstance(p, str) else p for p in params)
+
+
 class Store:
     """An open history store (use as a context manager, or :meth:`close`).
 
@@ -428,9 +434,10 @@ class Store:
         return sql.replace("?", "%s") if self.dialect == "postgresql" else sql
 
     def _execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        return self._conn.execute(self._sql(sql), params)
+        return self._conn.execute(self._sql(sql), _storable(params))
 
     def _executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        rows = [_storable(row) for row in rows]
         if self.dialect == "postgresql":
             with self._conn.cursor() as cur:
                 cur.executemany(self._sql(sql), rows)
