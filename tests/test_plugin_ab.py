@@ -239,7 +239,9 @@ def test_a_base_that_cannot_be_collected_is_a_usage_error(pytester):
     assert len(worktrees(pytester.path)) == 1
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize(
+    "sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"]
+)
 def test_an_interrupted_session_leaves_no_process_and_no_worktree(pytester, traces, sig):
     make_repo(pytester.path, {"test_s.py": suite(n=200, steps=10 ** 6)})
     command = [

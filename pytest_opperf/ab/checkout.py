@@ -3,10 +3,10 @@
 ``--opperf-compare=REV`` makes ``git worktree add --detach <tmp>/base <rev>`` of the repository the
 rootdir lives in; :meth:`Workspace.close` always removes it again (``git worktree remove --force``,
 then ``git worktree prune``), and the controller calls it on every way out: the end of the session,
-Ctrl-C, SIGTERM, a crashed side. ``--opperf-compare=DIR`` uses a checkout as it is. The workspace
-also holds the side logs and the import shim: a directory with only a ``pytest_opperf`` link to the
-head's package, put first on each side's ``PYTHONPATH``, so the head's plugin drives a base older
-than A/B. No pytest import: errors are :class:`CompareError` with a one-line message.
+Ctrl-C, SIGTERM, SIGHUP, a crashed side. ``--opperf-compare=DIR`` uses a checkout as it is. The
+workspace also holds the side logs and the import shim: a directory with only a ``pytest_opperf``
+link to the head's package, put first on each side's ``PYTHONPATH``, so the head's plugin drives a
+base older than A/B. No pytest import: errors are :class:`CompareError` with a one-line message.
 """
 
 from __future__ import annotations

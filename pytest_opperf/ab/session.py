@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from pytest_opperf.plugin import OpPerfSession
 
 PLUGIN_NAME = "opperf-ab"
+# signals that end an A/B session as Ctrl-C does (SIGHUP: not on Windows)
+TRAPPED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP")
+                        if hasattr(signal, name))
 
 # Options the controller keeps to itself: the sides measure and answer, nothing more.
 _CONTROLLER_OPTIONS = ("compare", "compare-python", "compare-timeout", "compare-undecided",
@@ -134,20 +137,25 @@ class ABSession:
                                     f"{', '.join(missing)}")
         session = cls(opperf, base, workspace, base_root, python, not info.has_plugin_entry_point)
         config.pluginmanager.register(session, PLUGIN_NAME)
-        session._trap_sigterm()
+        session._trap_signals()
         return session
 
-    def _trap_sigterm(self) -> None:
-        """SIGTERM ends the session as Ctrl-C does, so the sides end and the worktree goes."""
+    def _trap_signals(self) -> None:
+        """SIGTERM (a cancelled job) and SIGHUP (a closed terminal, a CI runner going away) end
+        the session as Ctrl-C does, so the sides end and the worktree and temp directory go."""
         def interrupt(signum: int, frame: Any) -> None:
             raise KeyboardInterrupt(f"signal {signum}")
 
-        try:
-            self._old_sigterm = signal.signal(signal.SIGTERM, interrupt)
-        except ValueError:  # not the main thread
-            return
+        old: dict[int, Any] = {}
+        for sig in TRAPPED_SIGNALS:
+            try:
+                old[sig] = signal.signal(sig, interrupt)
+            except ValueError:  # not the main thread
+                break
+
         def restore() -> None:
-            signal.signal(signal.SIGTERM, self._old_sigterm or signal.SIG_DFL)
+            for sig, handler in old.items():
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
         self.config.add_cleanup(restore)
 
