@@ -342,3 +342,31 @@ def test_compare_needs_opperf(pytester):
     make_repo(pytester.path, {"test_a.py": "def test_a():\n    pass\n"})
     result = pytester.runpytest("--opperf-compare=HEAD")
     assert_one_line_usage_error(result, "--opperf-compare needs --opperf")
+
+
+def test_a_base_on_another_interpreter_is_said_in_the_report_and_the_json(pytester, traces):
+    """--opperf-compare-python: a base interpreter whose numpy differs (a wrapper that puts a
+    numpy 0.0.1 distribution first on the path) is named in a note and the compare object."""
+    make_repo(pytester.path, {"test_s.py": suite(n=200)})
+    fake = pytester.path / "fake-site"
+    info = fake / "numpy-0.0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: numpy\nVersion: 0.0.1\n")
+    wrapper = pytester.path / "base-python"
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="{fake}:$PYTHONPATH" exec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    result = ab(pytester, "--opperf-compare=HEAD", f"--opperf-compare-python={wrapper}",
+                "--opperf-json=out.json", "--opperf-markdown=out.md", "test_s.py::test_op")
+    out = result.stdout.str()
+    assert "Traceback" not in out
+    data = compare_json(pytester)
+    interpreters = data["compare"]["interpreters"]
+    assert interpreters["base"] == {"executable": str(wrapper), "python": interpreters["head"][
+        "python"], "numpy": "0.0.1"}
+    assert interpreters["head"]["executable"] == sys.executable
+    note = data["compare"]["notes"][0]
+    assert note.startswith("the base side runs another Python or numpy: base Python ")
+    assert "numpy 0.0.1" in note
+    assert "note: the base side runs another Python or numpy" in out
+    assert "- note: the base side runs another Python or numpy" in (
+        pytester.path / "out.md").read_text()

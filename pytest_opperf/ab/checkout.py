@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +24,7 @@ from pathlib import Path
 from ..results import is_sha
 
 __all__ = ["Base", "CompareError", "PythonInfo", "Workspace", "check_python", "git_toplevel",
-           "resolve_base"]
+           "interpreter_note", "resolve_base", "this_python"]
 
 GIT_TIMEOUT_S = 120
 
@@ -100,6 +102,33 @@ class PythonInfo:
     executable: str
     version: str
     has_plugin_entry_point: bool  # pytest-opperf installed there (its pytest11 entry point)
+    numpy: str | None = None  # the numpy installed there (not imported), or None
+
+    def to_dict(self) -> dict[str, str | None]:
+        return {"executable": self.executable, "python": self.version, "numpy": self.numpy}
+
+
+def this_python() -> PythonInfo:
+    """The interpreter this process runs (the head side's)."""
+    from ..results import _version
+
+    return PythonInfo(sys.executable, platform.python_version(), True, _version("numpy"))
+
+
+def interpreter_note(base: PythonInfo, head: PythonInfo) -> str | None:
+    """A note when the base side runs another interpreter than the head (``--opperf-compare-
+    python``): a difference may then be the interpreter's or numpy's, not the code's."""
+    def versions(info: PythonInfo) -> str:
+        return f"Python {info.version}, numpy {info.numpy or 'not installed'}"
+
+    if (base.version, base.numpy) != (head.version, head.numpy):
+        return (f"the base side runs another Python or numpy: base {versions(base)} "
+                f"({base.executable}); head {versions(head)} ({head.executable}): a change may be "
+                "theirs, not the code's")
+    if os.path.realpath(base.executable) != os.path.realpath(head.executable):
+        return (f"the base side runs another interpreter ({base.executable}; head "
+                f"{head.executable}) with the same {versions(head)}")
+    return None
 
 
 _PROBE = (
@@ -108,8 +137,12 @@ _PROBE = (
     "import pytest\n"
     "eps = metadata.entry_points()\n"
     "group = eps.select(group='pytest11') if hasattr(eps, 'select') else eps.get('pytest11', [])\n"
+    "try:\n"
+    "    numpy = metadata.version('numpy')\n"
+    "except metadata.PackageNotFoundError:\n"
+    "    numpy = None\n"
     "print(json.dumps({'version': sys.version.split()[0], 'pytest': pytest.__version__,\n"
-    "                  'opperf': any(ep.name == 'opperf' for ep in group)}))\n"
+    "                  'numpy': numpy, 'opperf': any(ep.name == 'opperf' for ep in group)}))\n"
 )
 
 
@@ -128,7 +161,9 @@ def check_python(python: str, cwd: Path) -> PythonInfo:
     except (ValueError, IndexError):
         raise CompareError(f"interpreter {python} printed {done.stdout[:80]!r}, "
                            "expected its version") from None
-    return PythonInfo(python, str(info["version"]), bool(info["opperf"]))
+    numpy = info.get("numpy")
+    return PythonInfo(python, str(info["version"]), bool(info["opperf"]),
+                      numpy if isinstance(numpy, str) else None)
 
 
 @dataclass

@@ -18,8 +18,19 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..settings import usage_errors
-from .checkout import Base, CompareError, Workspace, check_python, resolve_base, side_environment
+from .checkout import (
+    Base,
+    CompareError,
+    PythonInfo,
+    Workspace,
+    check_python,
+    interpreter_note,
+    resolve_base,
+    side_environment,
+    this_python,
+)
 from .controller import Controller, SideFailure, SideSpec, TestOutcome
+from .paired import CompareResult
 
 if TYPE_CHECKING:
     from pytest_opperf.plugin import OpPerfSession
@@ -99,7 +110,7 @@ class ABSession:
         # (test, metric, why): not compared, the gate fails
         self.problems: list[tuple[str, str, str]] = []
         self.lines: list[str] = []  # shown in red after the report
-        self._old_sigterm: Any = None
+        self.base_python: PythonInfo | None = None  # the base interpreter, as probed
 
     # --- start: before any test runs, every bad input is a usage error ---------------------------
 
@@ -136,6 +147,7 @@ class ABSession:
             raise pytest.UsageError(f"opperf: {label}: the base {base.label} has no "
                                     f"{', '.join(missing)}")
         session = cls(opperf, base, workspace, base_root, python, not info.has_plugin_entry_point)
+        session.base_python = info
         config.pluginmanager.register(session, PLUGIN_NAME)
         session._trap_signals()
         return session
@@ -220,7 +232,7 @@ class ABSession:
                               f"{len(plan.added)} on the head only, "
                               f"{len(plan.removed)} on the base only")
             try:
-                self.opperf.compare = controller.run()
+                self.opperf.compare = self._with_interpreters(controller.run())
                 finished = True
             except SideFailure as exc:
                 self._abort(session, exc)
@@ -228,6 +240,16 @@ class ABSession:
             # a broken or interrupted session ends now
             controller.close(grace_s=10.0 if finished else 1.0)
         return True
+
+    def _with_interpreters(self, result: CompareResult) -> CompareResult:
+        """Each side's interpreter in the result, and a note first when they differ."""
+        head = this_python()
+        base = self.base_python or PythonInfo(self.python, "?", False)
+        result.interpreters = {"base": base.to_dict(), "head": head.to_dict()}
+        note = interpreter_note(base, head)
+        if note is not None:
+            result.notes.insert(0, note)
+        return result
 
     def _abort(self, session: pytest.Session, exc: SideFailure) -> None:
         self.aborted = f"A/B aborted: {exc}"
