@@ -93,25 +93,44 @@ def run_group(run_id: str) -> tuple[str, str]:
 
 
 def table(rows: Sequence[Sequence[str]], headers: Sequence[str], colalign: Sequence[str],
-          width: int, headings: Sequence[str] = ()) -> list[str]:
-    """A plain tabulate table in at most ``width`` columns where the numbers allow it: a
-    first-column cell too wide gets a line of its own (its middle cut to ``width`` if need
-    be), its row's values on the next. ``headings[i]``: lines put before row ``i``."""
-    def render(cells: Sequence[Sequence[str]], pad: bool = True) -> list[str]:
-        # tabulate pads headers by 2: a table too wide does without (its headers as a row)
-        return tabulate(cells if pad else [headers, *cells], headers if pad else (),
-                        tablefmt="plain", disable_numparse=True, preserve_whitespace=True,
-                        colalign=colalign).splitlines()
+          width: int, headings: Sequence[str] = (), droppable: Sequence[str] = ()) -> list[str]:
+    """A plain tabulate table in at most ``width`` columns where the numbers allow it: a table
+    too wide first drops the padding of its headers, then the ``droppable`` columns (the last
+    named first; a line after the table names them), and only then gives a first-column cell
+    too wide a line of its own (its middle cut to ``width`` if need be), its row's values on
+    the next. ``headings[i]``: lines put before row ``i``."""
+    heads, align = list(headers), list(colalign)
+    cells = [list(r) for r in rows]
+    dropped: list[str] = []
 
-    lines, names = render(rows), [r[0] for r in rows]
+    def render(body: Sequence[Sequence[str]], pad: bool = True) -> list[str]:
+        # tabulate pads headers by 2: a table too wide does without (its headers as a row)
+        return tabulate(body if pad else [heads, *body], heads if pad else (),
+                        tablefmt="plain", disable_numparse=True, preserve_whitespace=True,
+                        colalign=align).splitlines()
+
+    names = [r[0] for r in cells]
+    lines = render(cells)
     pad = max(map(len, lines)) <= width
-    lines = lines if pad else render(rows, pad)
-    room = max(map(len, [headers[0], *names])) + width - max(map(len, lines))
+    lines = lines if pad else render(cells, pad)
+    for name in reversed(droppable):
+        if max(map(len, lines)) <= width or name not in heads:
+            continue
+        i = heads.index(name)
+        del heads[i], align[i]
+        for r in cells:
+            del r[i]
+        dropped.insert(0, name)
+        lines = render(cells, pad)
+    room = max(map(len, [heads[0], *names])) + width - max(map(len, lines))
     own = [len(n) > room for n in names]
     if any(own):
-        lines = render([["" if o else r[0], *r[1:]] for r, o in zip(rows, own, strict=True)], pad)
+        lines = render([["" if o else r[0], *r[1:]] for r, o in zip(cells, own, strict=True)],
+                       pad)
     out = lines[:1]
     for i, line in enumerate(lines[1:]):
         heading = headings[i].splitlines() if i < len(headings) else []
         out += heading + [middle(names[i], width)] * own[i] + [line.rstrip()]
+    if dropped:
+        out.append(fit(f"({', '.join(dropped)} left out to fit {width} columns)", width))
     return out

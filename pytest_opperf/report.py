@@ -108,7 +108,8 @@ def run_lines(run: RunResult, sort: str = "total", width: int = 100) -> list[str
     headers, rows = _stat_rows(run, sort, "  ")
     rows = [[clean(c) for c in row] for row in rows]  # before fitting: a name keeps to its row
     lines = _prose(_run_header(run) + steady_lines(run) + ["unit: ms"], width)
-    lines += table(rows, headers, _right(len(headers)), width) if rows else []
+    lines += table(rows, headers, _right(len(headers)), width,
+                   droppable=_WORK_COLUMNS) if rows else []
     device = device_host_lines(run)  # device span vs host enqueue: a heading and a table
     lines += _prose([_shares_line(run), *_steady_shares(run), *_clock_note(run), *device[:1]],
                     width)
@@ -126,6 +127,8 @@ def _op_row(run: RunResult) -> list[str]:
 
 
 _OP_HEADERS = ["run", "kind", "rounds", "median", "mean", "min", "max", "GFLOP/s", "GB/s"]
+# a table too wide for the terminal leaves these out before it breaks names onto lines of their own
+_WORK_COLUMNS = ("GFLOP/s", "GB/s")
 
 
 def op_table_lines(runs: Sequence[RunResult], tablefmt: str = "plain",
@@ -152,7 +155,8 @@ def op_table_lines(runs: Sequence[RunResult], tablefmt: str = "plain",
                 for (g, kind), members in groups.items() for i in members]
     cells = [["  " + escape(run_group(runs[i].id)[1]), *rows[i][2:]]
              for ms in groups.values() for i in ms]
-    return head + table(cells, headers[:1] + headers[2:], _right(len(headers) - 1), width, headings)
+    return head + table(cells, headers[:1] + headers[2:], _right(len(headers) - 1), width, headings,
+                        droppable=_WORK_COLUMNS)
 
 
 def _verdict_detail(verdict: Verdict) -> str:

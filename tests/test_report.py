@@ -422,3 +422,22 @@ def test_compare_escapes_the_run_ids_its_notes_name(tmp_path):
     assert "\x1b" not in out.getvalue()
     assert [line for line in lines if line.startswith("gate: ")] == [lines[1]]
     assert any("added\\ngate: PASSED" in line for line in lines)
+
+
+def test_at_80_columns_the_work_columns_go_before_names_break():
+    """``show | less`` (no terminal: 80 columns): GFLOP/s and GB/s are left out, and said to
+    be, before a stat name gets a line of its own."""
+    names = ["ExecutorRunTimer", "CreateLocalScopeTimer", "conv2d_grad", "elementwise_add_grad"]
+    stats = [s("ExecutorRunTimer", 5088.61, 22, parent=None, kernel=False, mx=551.916)]
+    stats += [s(n, 1594.34 - i, 530, flops=1.07e11, bytes=2.7e9, mx=13.636)
+              for i, n in enumerate(names[1:])]
+    run = replace(reference_run(), stats=stats)
+    lines = run_lines(run, width=80)
+    assert all(len(line) <= 80 for line in lines), lines
+    header = next(line for line in lines if line.startswith("name"))
+    assert "GFLOP/s" in header and "GB/s" not in header
+    assert "(GB/s left out to fit 80 columns)" in lines
+    assert not [line for line in lines if line.strip() in names]  # no name on a line of its own
+    wide = run_lines(run, width=120)
+    assert "GB/s" in next(line for line in wide if line.startswith("name"))
+    assert not any("left out" in line for line in wide)
