@@ -94,8 +94,11 @@ def _clock_note(run: RunResult) -> list[str]:
 
 
 def _prose(lines: Sequence[str], width: int) -> list[str]:
-    """Text lines cleaned and wrapped to ``width`` (tables are fitted instead)."""
-    return [part for line in lines for part in wrap(clean(line), width)]
+    """Text lines cleaned and wrapped to ``width`` (tables are fitted instead); a line that fits
+    is kept as it is (its spacing, e.g. a table row of a suite's section)."""
+    cleaned = (clean(line) for line in lines)
+    return [part for line in cleaned for part in ([line] if len(line) <= width
+                                                    else wrap(line, width))]
 
 
 def _right(n: int, left: int = 1) -> tuple[str, ...]:
@@ -197,7 +200,8 @@ def terminal_lines(results: ResultSet, verdict: Verdict | None, sort: str = "tot
                    width: int = 100) -> list[str]:
     """The whole ``opperf`` terminal section, text (but the verdict line) wrapped and tables
     fitted to ``width``; extra ``(title, lines)`` sections come after the runs, each under a
-    ``--- title ---`` line (their lines as given), and the verdict last."""
+    ``--- title ---`` line (their lines as given, a line wider than ``width`` wrapped), and the
+    verdict last."""
     session = results.session or {}
     head = " ".join(f"{k}={session[k]}" for k in ("device", "timing", "workload") if session.get(k))
     lines = _prose([f"session: {head}"] * bool(head) + [f"note: {n}" for n in notes]
@@ -208,8 +212,8 @@ def terminal_lines(results: ResultSet, verdict: Verdict | None, sort: str = "tot
     if ops:
         table_lines = op_table_lines(ops, escape=clean, width=width)
         lines += ["", *_prose(table_lines[:1], width), *table_lines[1:]]
-    for title, section in sections:
-        lines += ["", *_prose([f"--- {title} ---"], width), *map(clean, section)]
+    for title, section in sections:  # a line wider than the terminal wraps; tables that fit stay
+        lines += ["", *_prose([f"--- {title} ---"], width), *_prose(section, width)]
     ends = [f"warning: {w}" for w in verdict.warnings] if verdict else []
     ends += [f"note: {n}" for n in verdict.notes] if verdict else []
     return lines + ["", clean(verdict_line(verdict))] + _prose(ends, width)  # a line tools grep

@@ -441,3 +441,18 @@ def test_at_80_columns_the_work_columns_go_before_names_break():
     wide = run_lines(run, width=120)
     assert "GB/s" in next(line for line in wide if line.startswith("name"))
     assert not any("left out" in line for line in wide)
+
+
+def test_a_suites_section_is_wrapped_to_the_width_and_its_table_kept():
+    """A section of pytest_opperf_report_sections (the torch peer table) fits COLUMNS: its
+    110-column note wraps; its table rows, which fit, keep their spacing."""
+    note = ("ms: sum over the shapes both ran of the median time per call; op types torch has no "
+            "single op for are left out here")
+    table_rows = ["op type    shapes    reference ms    torch ms",
+                  "conv2d          3           1.250       0.998"]
+    lines = terminal_lines(ResultSet(runs=[reference_run()]), None,
+                           sections=[("peers", [*table_rows, note])], width=100)
+    assert len(note) > 100 and all(len(line) <= 100 for line in lines)
+    start = lines.index("--- peers ---")
+    assert lines[start + 1:start + 3] == table_rows
+    assert " ".join(part.strip() for part in lines[start + 3:start + 5]) == note
