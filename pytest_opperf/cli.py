@@ -19,6 +19,7 @@ from typing import NoReturn, TextIO
 from pytest_opperf import report
 from pytest_opperf.gate import evaluate
 from pytest_opperf.history.store import HistoryError
+from pytest_opperf.layout import clean
 from pytest_opperf.results import ResultsError, read_results
 from pytest_opperf.thresholds import ThresholdsError, load_thresholds
 from pytest_opperf.verdict import Verdict
@@ -66,9 +67,9 @@ def _compare(args: argparse.Namespace, out: TextIO) -> int:
     if verdict.drift is not None:
         for line in report.drift_section(verdict.drift, width):
             out.write(line + "\n")
-    out.write(report.verdict_line(verdict) + "\n")
+    out.write(clean(report.verdict_line(verdict)) + "\n")
     for line in [f"warning: {w}" for w in verdict.warnings] + [f"note: {n}" for n in verdict.notes]:
-        out.write(line + "\n")
+        out.write(clean(line) + "\n")  # run ids from the files: control characters escaped
     if not verdict.passed:
         out.write("=" * 30 + " opperf gate " + "=" * 30 + "\n")
         for line in report.gate_lines(verdict, width):

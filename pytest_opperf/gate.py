@@ -388,7 +388,7 @@ def evaluate(results: ResultSet, thresholds: Thresholds | None = None,
                                 'and limits still gate')
     elif why is not None:
         verdict.notes.append(f"{label} is from {why}: its times are drift only, as always")
-    index = {r.id: r for r in baseline.runs}
+    index = baseline.by_id()  # one lookup per run: linear in the number of runs
     unmatched = []
     measured_otherwise: list[str] = []
     for run in results.runs:

@@ -65,7 +65,8 @@ def pytest_opperf_report_sections(config: pytest.Config,
     Called once, after the gate, with the final results; the sections follow the runs, before the
     verdict, in the terminal report (each under a ``--- title ---`` line) and in the markdown report
     (as preformatted blocks). A suite uses it for tables that compare its own runs, e.g. the
-    executor ablation of the e2e suite.
+    executor ablation of the e2e suite. In the terminal a line wider than its width wraps (lines
+    that fit, such as table rows, are printed as given).
     """
 
 

@@ -11,9 +11,39 @@ from collections.abc import Iterable, Sequence
 
 from tabulate import tabulate
 
-__all__ = ["common_prefix", "fit", "listing", "middle", "run_group", "table", "wrap"]
+__all__ = ["clean", "common_prefix", "fit", "listing", "md_code", "md_text", "middle",
+           "run_group", "table", "wrap"]
 
 _ELLIPSIS = "..."
+
+# C0 controls (newline, ESC...), DEL and C1 controls, and the line and paragraph separators: a
+# run id or stat name read from a file must not move the cursor, colour the terminal or start a
+# new line (which could forge a "gate: PASSED" line in a job summary)
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7f, 0xa0))}
+_CONTROL.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t", 0x2028: "\\u2028",
+                 0x2029: "\\u2029"})
+
+
+def clean(text: str) -> str:
+    """``text`` with every control character written as an escape (``\\n``, ``\\x1b``)."""
+    return str(text).translate(_CONTROL)
+
+
+def md_text(text: str) -> str:
+    """Text for a markdown line or table cell: control characters escaped, no
+    HTML tags, no column breaks."""
+    return clean(text).replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+
+
+def md_code(text: str) -> str:
+    """``text`` as an inline code span, fenced by more backticks than it holds."""
+    text = clean(text)
+    ticks = 1
+    while "`" * ticks in text:
+        ticks += 1
+    fence = "`" * ticks
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def fit(text: str, width: int) -> str:
@@ -63,25 +93,44 @@ def run_group(run_id: str) -> tuple[str, str]:
 
 
 def table(rows: Sequence[Sequence[str]], headers: Sequence[str], colalign: Sequence[str],
-          width: int, headings: Sequence[str] = ()) -> list[str]:
-    """A plain tabulate table in at most ``width`` columns where the numbers allow it: a
-    first-column cell too wide gets a line of its own (its middle cut to ``width`` if need
-    be), its row's values on the next. ``headings[i]``: lines put before row ``i``."""
-    def render(cells: Sequence[Sequence[str]], pad: bool = True) -> list[str]:
-        # tabulate pads headers by 2: a table too wide does without (its headers as a row)
-        return tabulate(cells if pad else [headers, *cells], headers if pad else (),
-                        tablefmt="plain", disable_numparse=True, preserve_whitespace=True,
-                        colalign=colalign).splitlines()
+          width: int, headings: Sequence[str] = (), droppable: Sequence[str] = ()) -> list[str]:
+    """A plain tabulate table in at most ``width`` columns where the numbers allow it: a table
+    too wide first drops the padding of its headers, then the ``droppable`` columns (the last
+    named first; a line after the table names them), and only then gives a first-column cell
+    too wide a line of its own (its middle cut to ``width`` if need be), its row's values on
+    the next. ``headings[i]``: lines put before row ``i``."""
+    heads, align = list(headers), list(colalign)
+    cells = [list(r) for r in rows]
+    dropped: list[str] = []
 
-    lines, names = render(rows), [r[0] for r in rows]
+    def render(body: Sequence[Sequence[str]], pad: bool = True) -> list[str]:
+        # tabulate pads headers by 2: a table too wide does without (its headers as a row)
+        return tabulate(body if pad else [heads, *body], heads if pad else (),
+                        tablefmt="plain", disable_numparse=True, preserve_whitespace=True,
+                        colalign=align).splitlines()
+
+    names = [r[0] for r in cells]
+    lines = render(cells)
     pad = max(map(len, lines)) <= width
-    lines = lines if pad else render(rows, pad)
-    room = max(map(len, [headers[0], *names])) + width - max(map(len, lines))
+    lines = lines if pad else render(cells, pad)
+    for name in reversed(droppable):
+        if max(map(len, lines)) <= width or name not in heads:
+            continue
+        i = heads.index(name)
+        del heads[i], align[i]
+        for r in cells:
+            del r[i]
+        dropped.insert(0, name)
+        lines = render(cells, pad)
+    room = max(map(len, [heads[0], *names])) + width - max(map(len, lines))
     own = [len(n) > room for n in names]
     if any(own):
-        lines = render([["" if o else r[0], *r[1:]] for r, o in zip(rows, own, strict=True)], pad)
+        lines = render([["" if o else r[0], *r[1:]] for r, o in zip(cells, own, strict=True)],
+                       pad)
     out = lines[:1]
     for i, line in enumerate(lines[1:]):
         heading = headings[i].splitlines() if i < len(headings) else []
         out += heading + [middle(names[i], width)] * own[i] + [line.rstrip()]
+    if dropped:
+        out.append(fit(f"({', '.join(dropped)} left out to fit {width} columns)", width))
     return out

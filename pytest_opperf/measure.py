@@ -82,6 +82,8 @@ class Run:
         # A/B: called after each step (device synchronised); the time it takes is not the window's
         self._handover = handover
         self._paused_ns = 0
+        self._notes: list[str] = []  # set by add_note()
+        self.wall_s: float | None = None  # set when the window closes, before deferred callbacks
 
     # --- used by suites --------------------------------------------------------
 
@@ -145,6 +147,10 @@ class Run:
         A window left by an exception calls ``callback(False)`` (stop, keep nothing)."""
         self._deferred.append(callback)
 
+    def add_note(self, note: str) -> None:
+        """A ``note:`` line of the run's report (e.g. what a recorder could not see)."""
+        self._notes.append(note)
+
     def add_step_samples(self, name: str, counts: list[int], totals_ms: list[float]) -> None:
         """Add per-step counts and totals of stat ``name``, one per step taken so far, as
         :meth:`step` would have taken them (for stats filed after the steps, see :meth:`defer`)."""
@@ -201,9 +207,10 @@ class Run:
             self._end_trace_step(end)  # no steps: the trace is the whole window
         elif self._trace and not self._trace_done:
             table.stop_trace()  # an unfinished step after the warm-up one: keep the warm-up step
+        self.wall_s = (end - self._start_ns - self._paused_ns) / 1e9
         self._run_deferred(True)
         self._table = None
-        self.result = self._result(table, (end - self._start_ns - self._paused_ns) / 1e9)
+        self.result = self._result(table, self.wall_s)
         return self.result
 
     def _unrecorded_notes(self, table: timers.Table) -> list[str]:
@@ -259,7 +266,7 @@ class Run:
         shares = Shares.of(wall_s * 1e3, executor_ms, kernel_ms)
         if not steps and len(table):
             notes.append("no run.step() calls: counts and samples are not available")
-        notes += self._unrecorded_notes(table)
+        notes += self._unrecorded_notes(table) + self._notes
         counts = self._counts(notes)
         return RunResult(
             id=self.id, kind=self.kind, config=self.config, device=self.device.name,

@@ -49,14 +49,17 @@ def _choice(option: str, choices: tuple[str, ...]) -> Callable[[str], str]:
     return _parser(option, choices.__contains__, f"one of {'|'.join(choices)}")
 
 
-def _positive(value: str) -> bool:
+MAX_TIMEOUT_S = 7 * 86400.0  # a week: beyond it (inf, 1e10) the waits' clocks overflow
+
+
+def _timeout(value: str) -> bool:
     try:
-        return float(value) > 0
+        return 0 < float(value) <= MAX_TIMEOUT_S  # False for nan
     except ValueError:
         return False
 
 
-_seconds = _parser("seconds", _positive, "a number of seconds above 0")
+_seconds = _parser("seconds", _timeout, f"a number of seconds in (0, {MAX_TIMEOUT_S:.0f}]")
 _path = _parser("path", lambda value: bool(value.strip()), "a path")
 
 

@@ -16,28 +16,16 @@ from typing import Any
 from tabulate import tabulate
 
 from .gpu_report import device_host_lines, steady_lines
-from .layout import middle, run_group, table, wrap
+from .layout import clean, md_code, md_text, middle, run_group, table, wrap
 from .results import SCHEMA, ResultSet, RunResult
 from .stats import Samples, after_warmup
 from .stattree import SORT_KEYS, Shares, short_name
 from .verdict import Drift, DriftRow, Verdict
 
 __all__ = ["SORT_KEYS", "chrome_trace", "drift_lines", "drift_section", "gate_lines", "markdown",
-           "md_text", "op_table_lines", "run_lines", "terminal_lines", "verdict_line"]
+           "op_table_lines", "run_lines", "terminal_lines", "verdict_line"]
 
 DRIFT_ROWS = 10  # the drift table's rows in the terminal (the markdown shows twice as many)
-
-# C0 controls (newline, ESC...), DEL and C1 controls: a run id or stat name read
-# from a file must not move the cursor, colour the terminal or start a new line
-# (which could forge a "gate: PASSED" line in a job summary)
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7f, 0xa0))}
-_CONTROL.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
-
-
-def clean(text: str) -> str:
-    """``text`` with every control character written as an escape (``\\n``, ``\\x1b``)."""
-    return str(text).translate(_CONTROL)
-
 
 def _num(v: float | None) -> str:
     if v is None:
@@ -108,8 +96,11 @@ def _clock_note(run: RunResult) -> list[str]:
 
 
 def _prose(lines: Sequence[str], width: int) -> list[str]:
-    """Text lines cleaned and wrapped to ``width`` (tables are fitted instead)."""
-    return [part for line in lines for part in wrap(clean(line), width)]
+    """Text lines cleaned and wrapped to ``width`` (tables are fitted instead); a line that fits
+    is kept as it is (its spacing, e.g. a table row of a suite's section)."""
+    cleaned = (clean(line) for line in lines)
+    return [part for line in cleaned for part in ([line] if len(line) <= width
+                                                    else wrap(line, width))]
 
 
 def _right(n: int, left: int = 1) -> tuple[str, ...]:
@@ -120,8 +111,10 @@ def run_lines(run: RunResult, sort: str = "total", width: int = 100) -> list[str
     """One e2e run in the reference report's shape, the steady state beside the whole
     window's figures; ``width``: see :func:`pytest_opperf.layout.table`."""
     headers, rows = _stat_rows(run, sort, "  ")
+    rows = [[clean(c) for c in row] for row in rows]  # before fitting: a name keeps to its row
     lines = _prose(_run_header(run) + steady_lines(run) + ["unit: ms"], width)
-    lines += map(clean, table(rows, headers, _right(len(headers)), width) if rows else [])
+    lines += table(rows, headers, _right(len(headers)), width,
+                   droppable=_WORK_COLUMNS) if rows else []
     device = device_host_lines(run)  # device span vs host enqueue: a heading and a table
     lines += _prose([_shares_line(run), *_steady_shares(run), *_clock_note(run), *device[:1]],
                     width)
@@ -139,6 +132,8 @@ def _op_row(run: RunResult) -> list[str]:
 
 
 _OP_HEADERS = ["run", "kind", "rounds", "median", "mean", "min", "max", "GFLOP/s", "GB/s"]
+# a table too wide for the terminal leaves these out before it breaks names onto lines of their own
+_WORK_COLUMNS = ("GFLOP/s", "GB/s")
 
 
 def op_table_lines(runs: Sequence[RunResult], tablefmt: str = "plain",
@@ -161,10 +156,12 @@ def op_table_lines(runs: Sequence[RunResult], tablefmt: str = "plain",
     groups: dict[tuple[str, str], list[int]] = {}  # in order of first appearance
     for i, r in enumerate(runs):
         groups.setdefault((run_group(r.id)[0], r.kind), []).append(i)
-    headings = [middle(f"{g} ({kind})", width) if i == members[0] else ""
+    headings = [middle(escape(f"{g} ({kind})"), width) if i == members[0] else ""
                 for (g, kind), members in groups.items() for i in members]
-    cells = [["  " + run_group(runs[i].id)[1], *rows[i][2:]] for ms in groups.values() for i in ms]
-    return head + table(cells, headers[:1] + headers[2:], _right(len(headers) - 1), width, headings)
+    cells = [["  " + escape(run_group(runs[i].id)[1]), *rows[i][2:]]
+             for ms in groups.values() for i in ms]
+    return head + table(cells, headers[:1] + headers[2:], _right(len(headers) - 1), width, headings,
+                        droppable=_WORK_COLUMNS)
 
 
 def _verdict_detail(verdict: Verdict) -> str:
@@ -255,7 +252,8 @@ def terminal_lines(results: ResultSet, verdict: Verdict | None, sort: str = "tot
                    width: int = 100) -> list[str]:
     """The whole ``opperf`` terminal section, text (but the verdict line) wrapped and tables
     fitted to ``width``; extra ``(title, lines)`` sections come after the runs, each under a
-    ``--- title ---`` line (their lines as given), and the verdict last."""
+    ``--- title ---`` line (their lines as given, a line wider than ``width`` wrapped), and the
+    verdict last."""
     session = results.session or {}
     head = " ".join(f"{k}={session[k]}" for k in ("device", "timing", "workload") if session.get(k))
     lines = _prose([f"session: {head}"] * bool(head) + [f"note: {n}" for n in notes]
@@ -264,10 +262,10 @@ def terminal_lines(results: ResultSet, verdict: Verdict | None, sort: str = "tot
         lines += ["", *run_lines(run, sort, width)]
     ops = [r for r in results.runs if r.kind != "e2e"]
     if ops:
-        table_lines = op_table_lines(ops, width=width)
-        lines += ["", *_prose(table_lines[:1], width), *map(clean, table_lines[1:])]
-    for title, section in sections:
-        lines += ["", *_prose([f"--- {title} ---"], width), *map(clean, section)]
+        table_lines = op_table_lines(ops, escape=clean, width=width)
+        lines += ["", *_prose(table_lines[:1], width), *table_lines[1:]]
+    for title, section in sections:  # a line wider than the terminal wraps; tables that fit stay
+        lines += ["", *_prose([f"--- {title} ---"], width), *_prose(section, width)]
     if verdict is not None and verdict.drift is not None:
         lines += ["", *drift_section(verdict.drift, width)]
     ends = [f"warning: {w}" for w in verdict.warnings] if verdict else []
@@ -278,62 +276,43 @@ def terminal_lines(results: ResultSet, verdict: Verdict | None, sort: str = "tot
 # --- markdown -----------------------------------------------------------------------
 
 
-def _md(text: str) -> str:
-    """Text for a markdown line or table cell: control characters escaped, no
-    HTML tags, no column breaks."""
-    return clean(text).replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
-
-
-md_text = _md  # for the other markdown writers (the history's job summary)
-
-
-def _code(text: str) -> str:
-    """``text`` as an inline code span, fenced by more backticks than it holds."""
-    text = clean(text)
-    ticks = 1
-    while "`" * ticks in text:
-        ticks += 1
-    fence = "`" * ticks
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{fence}{pad}{text}{pad}{fence}"
-
-
 def markdown(results: ResultSet, verdict: Verdict | None, sort: str = "total",
              sections: Sequence[tuple[str, Sequence[str]]] = ()) -> str:
     """The report as GitHub-flavoured markdown: the verdict first, then the
     tables, then extra ``(title, lines)`` sections as preformatted blocks."""
     out = ["## opperf", "", "**Gate: not run**" if verdict is None
-           else f"**Gate: {_verdict_word(verdict)}** ({_md(_verdict_detail(verdict))})"]
+           else f"**Gate: {_verdict_word(verdict)}** ({md_text(_verdict_detail(verdict))})"]
     if verdict is not None and verdict.violations:
-        rows = [[_md(v.run), _md(v.metric), _num(v.value), _num(v.limit), _num(v.baseline),
-                 _md(v.message), _md(v.statistic)] for v in verdict.violations]
+        rows = [[md_text(v.run), md_text(v.metric), _num(v.value), _num(v.limit), _num(v.baseline),
+                 md_text(v.message), md_text(v.statistic)] for v in verdict.violations]
         out.append("")
         names = ["run", "metric", "value", "limit", "baseline", "message", "statistic"]
         out += tabulate(rows, names, tablefmt="github", disable_numparse=True).splitlines()
     if verdict is not None and (verdict.warnings or verdict.notes):
         out.append("")
-        out += [f"- warning: {_md(w)}" for w in verdict.warnings]
-        out += [f"- {_md(n)}" for n in verdict.notes]
+        out += [f"- warning: {md_text(w)}" for w in verdict.warnings]
+        out += [f"- {md_text(n)}" for n in verdict.notes]
     for run in (r for r in results.runs if r.kind == "e2e"):
-        out += ["", f"### {_code(run.id)}", ""]
+        out += ["", f"### {md_code(run.id)}", ""]
         header = _run_header(run)
-        out += [_md(header[0].replace(run.id, "").strip()) + "  ", header[1] + "  ", header[2], ""]
+        out += [md_text(header[0].replace(run.id, "").strip()) + "  ", header[1] + "  ",
+                header[2], ""]
         headers, rows = _stat_rows(run, sort, "&nbsp;&nbsp;")
-        rows = [[_md(c) for c in row] for row in rows]
+        rows = [[md_text(c) for c in row] for row in rows]
         if rows:
             out += tabulate(rows, headers, tablefmt="github", disable_numparse=True,
                             colalign=_right(len(headers))).splitlines()
         out += ["", _shares_line(run) + "  ", *_steady_shares(run)]  # "  ": a line break
-        out += [f"- {_md(n)}" for n in _clock_note(run) + steady_lines(run) + run.notes]
+        out += [f"- {md_text(n)}" for n in _clock_note(run) + steady_lines(run) + run.notes]
         device = device_host_lines(run)  # device span vs host enqueue, on a device clock
         if device:
             out += ["", "```", *device, "```"]
     ops = [r for r in results.runs if r.kind != "e2e"]
     if ops:
-        lines = op_table_lines(ops, tablefmt="github", escape=_md)
-        out += ["", f"### {_md(lines[0])}", ""] + lines[1:]
+        lines = op_table_lines(ops, tablefmt="github", escape=md_text)
+        out += ["", f"### {md_text(lines[0])}", ""] + lines[1:]
     for title, section in sections:
-        out += ["", f"### {_md(title)}", "", "```", *section, "```"]
+        out += ["", f"### {md_text(title)}", "", "```", *section, "```"]
     if verdict is not None and verdict.drift is not None:
         out += _drift_markdown(verdict.drift)
     return "\n".join(out) + "\n"
@@ -341,8 +320,9 @@ def markdown(results: ResultSet, verdict: Verdict | None, sort: str = "total",
 
 def _drift_markdown(drift: Drift, rows: int = 2 * DRIFT_ROWS) -> list[str]:
     drift_title = _drift_title(drift)
-    out = ["", f"### {_md(drift_title[0].upper() + drift_title[1:])}", "", _md(_drift_head(drift))]
-    cells = [[_md(r.run), _md(r.metric), *_drift_cells(r)] for r in drift.rows[:rows]]
+    heading = md_text(drift_title[0].upper() + drift_title[1:])
+    out = ["", f"### {heading}", "", md_text(_drift_head(drift))]
+    cells = [[md_text(r.run), md_text(r.metric), *_drift_cells(r)] for r in drift.rows[:rows]]
     if cells:
         out.append("")
         out += tabulate(cells, ["run", "metric", *_DRIFT_HEADERS[1:]], tablefmt="github",

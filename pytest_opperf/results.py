@@ -13,10 +13,12 @@ import json
 import math
 import os
 import platform
+import re
 import secrets
 import stat
 import subprocess
 import sys
+from array import array
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -28,12 +30,18 @@ from .stats import after_warmup
 from .stattree import StatResult, StatTree, StatTreeError
 
 __all__ = ["KINDS", "SCHEMA", "ResultSet", "ResultsError", "RunResult", "StatResult",
-           "baseline_file", "commit_info", "dumps_results", "json_problem", "machine_info",
-           "read_results", "same_hardware", "write_json_atomic", "write_results",
-           "write_text_atomic"]
+           "baseline_file", "commit_info", "dumps_results", "is_sha", "json_problem",
+           "machine_info", "read_results", "same_hardware", "utf8_text", "write_json_atomic",
+           "write_results", "write_text_atomic"]
 
 SCHEMA = "opperf/1"
 KINDS = ("e2e", "op", "overhead")
+_SHA = re.compile(r"[0-9a-fA-F]{1,64}")
+
+
+def is_sha(value: Any) -> bool:
+    """A git object name as git prints it: hexadecimal digits (a file's sha goes to git as data)."""
+    return isinstance(value, str) and _SHA.fullmatch(value) is not None
 
 
 class ResultsError(Exception):
@@ -111,10 +119,15 @@ class ResultSet:
     compare: dict[str, Any] | None = None  # A/B: the CompareResult (pytest_opperf.ab.paired)
 
     def run(self, run_id: str) -> RunResult | None:
+        """The run ``run_id`` (a scan: for a lookup per run, take :meth:`by_id` once)."""
         for r in self.runs:
             if r.id == run_id:
                 return r
         return None
+
+    def by_id(self) -> dict[str, RunResult]:
+        """The runs by id, for lookups that stay linear in the number of runs."""
+        return {r.id: r for r in self.runs}
 
     def to_dict(self, with_trace: bool = False) -> dict[str, Any]:
         d: dict[str, Any] = {"schema": SCHEMA, "created": self.created, "machine": self.machine,
@@ -208,15 +221,20 @@ def _load_stat(d: Any, where: str, source: str) -> StatResult:
         _need(_is_num(d.get(key)), source, f"{where}.{key} is missing or not a finite number")
         _need(d[key] >= 0, source, f"{where}.{key} must not be negative, got {d[key]!r}")
     samples = d.get("samples_ms")
-    _need(samples is None or (_num_list(samples) and all(x >= 0 for x in samples)), source,
-          f"{where}.samples_ms is not a list of finite numbers >= 0")
+    if isinstance(samples, array):  # packed while parsing (_packed): floats, finite ones checked
+        _need(not samples or (min(samples) >= 0 and max(samples) < math.inf), source,
+              f"{where}.samples_ms is not a list of finite numbers >= 0")
+    else:
+        _need(samples is None or (_num_list(samples) and all(x >= 0 for x in samples)), source,
+              f"{where}.samples_ms is not a list of finite numbers >= 0")
+        samples = array("d", samples) if samples is not None else None
     for key in ("flops", "bytes", "host_ms"):
         _need(d.get(key) is None or _nonneg(d[key]), source,
               f"{where}.{key} is not a finite number >= 0")
     return StatResult(
         name=d["name"], parent=d.get("parent"), count=d["count"], total_ms=float(d["total_ms"]),
         avg_ms=float(d["avg_ms"]), min_ms=float(d["min_ms"]), max_ms=float(d["max_ms"]),
-        samples_ms=[float(x) for x in samples] if samples is not None else None,
+        samples_ms=samples,
         kernel=bool(d.get("kernel", False)), clock=str(d.get("clock", "host")),
         flops=d.get("flops"), bytes=d.get("bytes"),
         host_ms=float(d["host_ms"]) if d.get("host_ms") is not None else None)
@@ -296,6 +314,18 @@ def _check_gate(gate: dict[str, Any], source: str) -> None:
               f"gate.{key} is not a string or null")
 
 
+def _check_commit(commit: dict[str, Any], source: str) -> None:
+    """The commit as git described it: its sha goes to git (``history import``), so it must be
+    hexadecimal; branch a string, dirty a boolean (each may be null)."""
+    sha = commit.get("sha")
+    _need(sha is None or is_sha(sha), source,
+          f"commit.sha must be a hexadecimal commit id, got {sha!r:.60}")
+    _need(commit.get("branch") is None or isinstance(commit["branch"], str), source,
+          "commit.branch is not a string or null")
+    _need(commit.get("dirty") is None or isinstance(commit["dirty"], bool), source,
+          "commit.dirty is not a boolean or null")
+
+
 def _load(data: Any, source: str) -> ResultSet:
     _need(isinstance(data, dict), source, "the top level is not an object")
     schema = data.get("schema")
@@ -312,6 +342,8 @@ def _load(data: Any, source: str) -> ResultSet:
     _need(isinstance(machine, dict), source, "machine is not an object")
     commit = data.get("commit")
     _need(commit is None or isinstance(commit, dict), source, "commit is not an object or null")
+    if commit is not None:
+        _check_commit(commit, source)
     gate = data.get("gate")
     _need(gate is None or isinstance(gate, dict), source, "gate is not an object")
     if gate is not None:
@@ -368,11 +400,23 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
+def _packed(obj: dict[str, Any]) -> dict[str, Any]:
+    """A stat's samples as an ``array('d')`` (8 bytes a sample, where a list of floats takes 32),
+    made as each object is parsed, so a file's samples never exist as lists all at once: reading
+    stays within a small multiple of the file's size. Only lists of floats are packed; anything
+    else is left for the reader's checks to name."""
+    samples = obj.get("samples_ms")
+    if type(samples) is list and all(type(x) is float for x in samples):
+        obj["samples_ms"] = array("d", samples)
+    return obj
+
+
 def loads_strict(text: str, source: str) -> Any:
     """Parse a results document: NaN and Infinity (which Python's json accepts)
-    are errors, as are documents nested too deeply to check."""
+    are errors, as are documents nested too deeply to check. Samples are packed
+    (:func:`_packed`)."""
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return json.loads(text, parse_constant=_no_constant, object_hook=_packed)
     except json.JSONDecodeError as exc:
         raise ResultsError(f"{source}: not valid JSON: {exc.msg} at line {exc.lineno} "
                            f"column {exc.colno}") from None
@@ -440,12 +484,33 @@ def remove_stale_temps(target: Path) -> int:
     return removed
 
 
+def utf8_text(text: str) -> str:
+    """``text`` as UTF-8 can encode it. Under a file-system encoding that is not
+    UTF-8 (``LC_ALL=C``) Python decodes a non-ASCII file name, and so a test's node
+    id, with surrogate escapes (``test_\\udcc3\\udca9.py``), which no UTF-8 writer
+    takes: their bytes are decoded as UTF-8 again (``test_é.py``); bytes that are no
+    UTF-8, and lone surrogates, become ``\\x``/``\\u`` escapes. Text without
+    surrogates is returned as it is."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate that escapes no byte (from "\\ud800" in JSON)
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
+
+
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` to ``path`` atomically (see :func:`write_json_atomic`).
 
     A symbolic link is written through: its target is replaced and the link stays. A path that is
     not a regular file (``/dev/null``, a FIFO) is written to in place, as a shell redirection would,
-    never replaced by a file. Temp files of killed earlier writers are removed first."""
+    never replaced by a file. Temp files of killed earlier writers are removed first. Text UTF-8
+    cannot encode (file names under a non-UTF-8 locale) is written as :func:`utf8_text` gives it."""
+    text = utf8_text(text)
     target = Path(path)
     if os.path.islink(target):
         target = Path(os.path.realpath(target))

@@ -26,6 +26,7 @@ from pytest_opperf.results import (
     machine_info,
     read_results,
     same_hardware,
+    utf8_text,
     write_json_atomic,
     write_results,
     write_text_atomic,
@@ -485,7 +486,7 @@ class OpPerfSession:
             if summary:
                 def append(p: Path) -> None:
                     with open(p, "a", encoding="utf-8") as f:
-                        f.write(text)
+                        f.write(utf8_text(text))  # file names of a non-UTF-8 locale
 
                 self._write("step summary", append, Path(summary), label="GITHUB_STEP_SUMMARY")
         self._write("trace", lambda p: write_json_atomic(p, report.chrome_trace(results)))

@@ -9,7 +9,7 @@ order, executor membership, kernel time, trace categories. :class:`Shares` split
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -56,7 +56,7 @@ class StatResult:
     avg_ms: float
     min_ms: float
     max_ms: float
-    samples_ms: list[float] | None = None
+    samples_ms: Sequence[float] | None = None  # read from a file: an array('d'), 8 bytes each
     kernel: bool = False
     clock: str = "host"
     flops: float | None = None
@@ -169,7 +169,7 @@ class StatTree(tuple[StatResult, ...]):
         stat = self._by_name.get(executor_stat) if executor_stat else None
         return stat.total_ms if stat is not None else sum(s.total_ms for s in self.roots)
 
-    def executor_samples(self, executor_stat: str | None) -> list[float] | None:
+    def executor_samples(self, executor_stat: str | None) -> Sequence[float] | None:
         """Per-step executor time: ``executor_stat``'s samples, or without it the step-by-step
         sum of the top-level stats' samples; ``None`` when a stat has none."""
         if executor_stat is not None:

@@ -104,3 +104,30 @@ def test_a_side_finds_the_shim_then_its_own_root_first():
     env = side_environment(Path("/s"), Path("/root"), {"PYTHONPATH": "/x:/y", "OTHER": "1"})
     assert env == {"PYTHONPATH": "/s:/root:/x:/y", "OTHER": "1"}
     assert side_environment(Path("/s"), Path("/r"), {})["PYTHONPATH"] == "/s:/r"
+
+
+def test_the_base_interpreter_is_noted_when_it_differs():
+    from pytest_opperf.ab.checkout import PythonInfo, interpreter_note
+
+    head = PythonInfo("/venv/bin/python", "3.11.2", True, "2.4.0")
+    assert interpreter_note(head, head) is None
+    assert interpreter_note(PythonInfo("/venv/bin/python3", "3.11.2", True, "2.4.0"), head) == (
+        "the base side runs another interpreter (/venv/bin/python3; head /venv/bin/python) with "
+        "the same Python 3.11.2, numpy 2.4.0")
+    older = PythonInfo("/opt/py310/bin/python", "3.10.12", False, "1.26.4")
+    assert interpreter_note(older, head) == (
+        "the base side runs another Python or numpy: base Python 3.10.12, numpy 1.26.4 "
+        "(/opt/py310/bin/python); head Python 3.11.2, numpy 2.4.0 (/venv/bin/python): a change "
+        "may be theirs, not the code's")
+    no_numpy = PythonInfo("/venv/bin/python", "3.11.2", True, None)
+    assert "numpy not installed" in (interpreter_note(no_numpy, head) or "")
+
+
+def test_the_probe_reads_the_numpy_an_interpreter_has(tmp_path):
+    import sys
+
+    from pytest_opperf.ab.checkout import check_python, this_python
+
+    info = check_python(sys.executable, tmp_path)
+    assert (info.version, info.numpy) == (this_python().version, this_python().numpy)
+    assert info.numpy is not None

@@ -237,3 +237,19 @@ def test_markdown_section():
     )
     assert "- `suites/test_ops.py::test_op[new-op]`" in lines and "- note: a \\| b" in lines
     assert md.endswith("\n") and not md.endswith("\n\n")
+
+
+def test_ids_and_names_cannot_add_lines_or_markup():
+    forged = "\ngate: PASSED (1 checks)\n\x1b[2K"
+    decisions = [dec(f"suite.py::test_a[x{forged}|<b>]", f"call_ms:s{forged}", "regressed",
+                     1.0, 2.0, 2.0, 1.9, 2.1)]
+    r = CompareResult("REV abc", f"head{forged}", decisions, pairs=40, elapsed_s=1.0,
+                      added=(f"new{forged}",), removed=(), notes=(f"note{forged}<b>",))
+    lines = terminal_lines(r, width=100)
+    assert not any(line.startswith("gate: PASSED") for line in lines)
+    assert "\x1b" not in "".join(lines)
+    text = markdown(r)
+    assert not any(line.startswith("gate: PASSED") for line in text.splitlines())
+    assert "\x1b" not in text
+    assert "- note: note\\ngate: PASSED (1 checks)\\n\\x1b[2K&lt;b&gt;" in text  # no tag
+    assert "`suite.py::test_a[x\\ngate: PASSED (1 checks)\\n\\x1b[2K\\|<b>]`" in text

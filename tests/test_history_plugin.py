@@ -113,3 +113,23 @@ def test_an_interrupted_session_appends_nothing(pytester):
         ["note: --opperf-history h.sqlite: not appended, the session was interrupted"]
     )
     assert not (pytester.path / "h.sqlite").exists()
+
+
+def test_a_non_utf8_locale_and_a_non_ascii_file_name_lose_no_file(pytester, monkeypatch):
+    """Under LC_ALL=C (file-system encoding ascii) the node id of ``test_é.py`` holds surrogate
+    escapes, which no UTF-8 writer takes: the history append was an INTERNALERROR and the
+    markdown file was lost. The name is written as the UTF-8 it was on disk."""
+    pytester.makepyfile(**{"test_\u00e9": e2e(steps=3)})
+    for name, value in {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0",
+                        "PYTHONCOERCECLOCALE": "0", "PYTHONIOENCODING": "ascii"}.items():
+        monkeypatch.setenv(name, value)
+    result = pytester.runpytest_subprocess(
+        "--opperf", "--opperf-history=h.sqlite", "--opperf-markdown=r.md", "--opperf-json=r.json",
+        "-p", "no:cacheprovider")
+    text = result.stdout.str() + result.stderr.str()
+    assert result.ret == 0, text
+    assert "INTERNALERROR" not in text and "error:" not in text
+    result.stdout.fnmatch_lines(["wrote markdown: *r.md", "wrote history: *h.sqlite (session 1)"])
+    assert "### `test_\u00e9.py::test_train`" in (pytester.path / "r.md").read_text("utf-8")
+    with Store(str(pytester.path / "h.sqlite")) as store:
+        assert [r.run for r in store.load().runs] == ["test_\u00e9.py::test_train"]

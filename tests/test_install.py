@@ -89,3 +89,18 @@ def test_the_check_catches_the_old_extra():
     no_numpy_floor = ["numpy>=1.24", "cupy-cuda12x[ctk]>=14.0; extra == 'gpu'"]
     with pytest.raises(AssertionError, match="admits numpy 1.x"):
         _check(_gpu_requirements(no_numpy_floor))
+
+
+def test_the_torch_extra_states_a_range_and_ci_pins_the_release_it_tests():
+    """Installing pytest-opperf[torch] must keep a user's own torch: the extra states the
+    releases supported; the exact release CI tests is pinned in .ci/run alone."""
+    import re
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    (torch,) = [Requirement(d) for d in project["optional-dependencies"]["torch"]]
+    assert torch.name == "torch"
+    assert not [s for s in torch.specifier if s.operator in ("==", "===")], torch
+    pinned = re.findall(r"pip install[^\n]*\btorch==(\S+)", (ROOT / ".ci" / "run").read_text())
+    assert len(pinned) == 1, pinned
+    assert torch.specifier.contains(pinned[0])
+    assert torch.specifier.contains("2.7.0") and not torch.specifier.contains("2.6.0")

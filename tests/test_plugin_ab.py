@@ -239,7 +239,9 @@ def test_a_base_that_cannot_be_collected_is_a_usage_error(pytester):
     assert len(worktrees(pytester.path)) == 1
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize(
+    "sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"]
+)
 def test_an_interrupted_session_leaves_no_process_and_no_worktree(pytester, traces, sig):
     make_repo(pytester.path, {"test_s.py": suite(n=200, steps=10 ** 6)})
     command = [
@@ -302,25 +304,69 @@ def test_an_interrupted_session_leaves_no_process_and_no_worktree(pytester, trac
             ["--opperf-compare=HEAD", "--opperf-compare-python=/no/such/python"],
             ["--opperf-compare-python=/no/such/python", "interpreter /no/such/python does not run"],
         ),
-        (
-            ["--opperf-compare=HEAD", "--opperf-compare-timeout=0"],
-            ["--opperf-compare-timeout", "'0'"],
+        *(
+            (
+                ["--opperf-compare=HEAD", f"--opperf-compare-timeout={value}"],
+                ["--opperf-compare-timeout", f"'{value}'"],
+            )
+            for value in ("0", "inf", "1e10", "nan", "-5", "abc", "infinity")
         ),
     ],
-    ids=["rev", "dir", "python", "timeout"],
+    ids=["rev", "dir", "python", "timeout-0", "timeout-inf", "timeout-1e10", "timeout-nan",
+         "timeout-negative", "timeout-text", "timeout-infinity"],
 )
 def test_bad_input_is_a_usage_error(pytester, args, fragments):
     make_repo(pytester.path, {"test_a.py": "def test_a():\n    pass\n"})
     (pytester.path / "elsewhere").mkdir()
     result = pytester.runpytest("--opperf", *args, "test_a.py")
-    if "--opperf-compare-timeout=0" in args:
-        assert result.ret == 4 and "'0'" in result.stderr.str()  # argparse's own message
+    if fragments[0] == "--opperf-compare-timeout":  # argparse's own message, before any test
+        text = result.stdout.str() + result.stderr.str()
+        assert result.ret == 4 and fragments[1] in result.stderr.str()
+        assert "expected a number of seconds in (0, 604800]" in result.stderr.str()
+        assert "INTERNALERROR" not in text and "Traceback" not in text
         return
     assert_one_line_usage_error(result, *fragments)
     assert len(worktrees(pytester.path)) == 1
+
+
+@pytest.mark.parametrize("value", ["inf", "1e10", "nan", "-1"])
+def test_a_bad_timeout_in_the_ini_file_is_one_line(pytester, value):
+    pytester.makeini(f"[pytest]\nopperf_compare_timeout = {value}\n")
+    pytester.makepyfile(test_a="def test_a():\n    raise AssertionError('ran')\n")
+    result = pytester.runpytest("--opperf")
+    assert_one_line_usage_error(result, "ini opperf_compare_timeout",
+                                f"expected a number of seconds in (0, 604800], got '{value}'")
 
 
 def test_compare_needs_opperf(pytester):
     make_repo(pytester.path, {"test_a.py": "def test_a():\n    pass\n"})
     result = pytester.runpytest("--opperf-compare=HEAD")
     assert_one_line_usage_error(result, "--opperf-compare needs --opperf")
+
+
+def test_a_base_on_another_interpreter_is_said_in_the_report_and_the_json(pytester, traces):
+    """--opperf-compare-python: a base interpreter whose numpy differs (a wrapper that puts a
+    numpy 0.0.1 distribution first on the path) is named in a note and the compare object."""
+    make_repo(pytester.path, {"test_s.py": suite(n=200)})
+    fake = pytester.path / "fake-site"
+    info = fake / "numpy-0.0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: numpy\nVersion: 0.0.1\n")
+    wrapper = pytester.path / "base-python"
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="{fake}:$PYTHONPATH" exec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    result = ab(pytester, "--opperf-compare=HEAD", f"--opperf-compare-python={wrapper}",
+                "--opperf-json=out.json", "--opperf-markdown=out.md", "test_s.py::test_op")
+    out = result.stdout.str()
+    assert "Traceback" not in out
+    data = compare_json(pytester)
+    interpreters = data["compare"]["interpreters"]
+    assert interpreters["base"] == {"executable": str(wrapper), "python": interpreters["head"][
+        "python"], "numpy": "0.0.1"}
+    assert interpreters["head"]["executable"] == sys.executable
+    note = data["compare"]["notes"][0]
+    assert note.startswith("the base side runs another Python or numpy: base Python ")
+    assert "numpy 0.0.1" in note
+    assert "note: the base side runs another Python or numpy" in out
+    assert "- note: the base side runs another Python or numpy" in (
+        pytester.path / "out.md").read_text()

@@ -376,3 +376,83 @@ def test_the_gate_lists_at_most_five_runs_in_a_note():
         "159 run(s) have no baseline run: t.py::test_op[1], t.py::test_op[2], t.py::test_op[3], "
         "t.py::test_op[4], t.py::test_op[5] ... and 154 more" in notes
     )
+
+
+def test_show_escapes_ids_and_names_with_newlines_and_escape_codes(tmp_path, monkeypatch):
+    """A per-op run id or stat name holding a newline (which crashed ``show`` with an
+    IndexError) or escape codes is one escaped cell: it forges no line."""
+    import io
+
+    from pytest_opperf.cli import main
+    from pytest_opperf.results import write_results
+    from tests.history_helpers import op_run as bench_run
+    from tests.opperf_factories import e2e_run
+
+    forged = "\ngate: PASSED (1 checks)\n\x1b[2K"
+    e2e = e2e_run(stats={f"conv{forged}": [1.0, 1.0], "relu": [1.0, 1.0]}, step_ms=[5.0, 5.0])
+    ops = [bench_run(f"suite.py::test_op[a{forged}]", [1.0] * 5),
+           bench_run(f"suite.py::test{forged}", [1.0] * 5, stat=f"s{forged}")]
+    path = tmp_path / "r.json"
+    write_results(path, ResultSet(runs=[e2e, *ops]))
+    for columns in ("300", "80", "40"):
+        monkeypatch.setenv("COLUMNS", columns)
+        out, err = io.StringIO(), io.StringIO()
+        assert main(["show", str(path)], out, err) == 0, err.getvalue()
+        lines = out.getvalue().splitlines()
+        assert not any(line.startswith("gate: PASSED") for line in lines)
+        assert "\x1b" not in out.getvalue()
+        assert sum("\\ngate: PASSED (1 checks)\\n\\x1b[2K" in line for line in lines) >= 3
+        assert lines[-1] == "gate: not run"
+
+
+def test_compare_escapes_the_run_ids_its_notes_name(tmp_path):
+    import io
+
+    from pytest_opperf.cli import main
+    from pytest_opperf.results import write_results
+    from tests.opperf_factories import e2e_run
+
+    forged = "\ngate: PASSED (1 checks)\n\x1b[2K"
+    base, new = tmp_path / "base.json", tmp_path / "new.json"
+    write_results(base, ResultSet(runs=[e2e_run(), e2e_run(run_id=f"gone{forged}")]))
+    write_results(new, ResultSet(runs=[e2e_run(), e2e_run(run_id=f"added{forged}")]))
+    out = io.StringIO()
+    main(["compare", str(base), str(new)], out, io.StringIO())
+    lines = out.getvalue().splitlines()
+    assert "\x1b" not in out.getvalue()
+    assert [line for line in lines if line.startswith("gate: ")] == [lines[1]]
+    assert any("added\\ngate: PASSED" in line for line in lines)
+
+
+def test_at_80_columns_the_work_columns_go_before_names_break():
+    """``show | less`` (no terminal: 80 columns): GFLOP/s and GB/s are left out, and said to
+    be, before a stat name gets a line of its own."""
+    names = ["ExecutorRunTimer", "CreateLocalScopeTimer", "conv2d_grad", "elementwise_add_grad"]
+    stats = [s("ExecutorRunTimer", 5088.61, 22, parent=None, kernel=False, mx=551.916)]
+    stats += [s(n, 1594.34 - i, 530, flops=1.07e11, bytes=2.7e9, mx=13.636)
+              for i, n in enumerate(names[1:])]
+    run = replace(reference_run(), stats=stats)
+    lines = run_lines(run, width=80)
+    assert all(len(line) <= 80 for line in lines), lines
+    header = next(line for line in lines if line.startswith("name"))
+    assert "GFLOP/s" in header and "GB/s" not in header
+    assert "(GB/s left out to fit 80 columns)" in lines
+    assert not [line for line in lines if line.strip() in names]  # no name on a line of its own
+    wide = run_lines(run, width=120)
+    assert "GB/s" in next(line for line in wide if line.startswith("name"))
+    assert not any("left out" in line for line in wide)
+
+
+def test_a_suites_section_is_wrapped_to_the_width_and_its_table_kept():
+    """A section of pytest_opperf_report_sections (the torch peer table) fits COLUMNS: its
+    110-column note wraps; its table rows, which fit, keep their spacing."""
+    note = ("ms: sum over the shapes both ran of the median time per call; op types torch has no "
+            "single op for are left out here")
+    table_rows = ["op type    shapes    reference ms    torch ms",
+                  "conv2d          3           1.250       0.998"]
+    lines = terminal_lines(ResultSet(runs=[reference_run()]), None,
+                           sections=[("peers", [*table_rows, note])], width=100)
+    assert len(note) > 100 and all(len(line) <= 100 for line in lines)
+    start = lines.index("--- peers ---")
+    assert lines[start + 1:start + 3] == table_rows
+    assert " ".join(part.strip() for part in lines[start + 3:start + 5]) == note

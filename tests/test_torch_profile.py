@@ -826,3 +826,86 @@ def test_module_samples_give_backward_ops_to_the_module_whose_forward_made_their
         "aten::threshold_backward": (None, 1, 10),  # node 8 of the pool thread: made by no module
     }
     assert per_step["Block"] == ([1], [50])
+
+
+# --- what profile() cannot file is said, not dropped -----------------------------------------
+
+
+def test_ops_on_a_user_thread_pool_are_noted_with_their_share_of_the_window() -> None:
+    """A thread pool's aten ops are neither the window's thread's nor autograd's: they are not
+    kernel stats (they would overlap the window's own time), but a note counts them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    x = torch.randn(64, 64)
+    run = measure.Run("suite::test_pool", "e2e", None, CPU_HOST, "events", "ExecutorRunTimer")
+    with ThreadPoolExecutor(2) as pool, measure.measure_window(run), profile():
+        for _ in range(3):
+            list(pool.map(lambda _: torch.mm(x, x).relu(), range(4)))
+            torch.add(x, x)  # one op on the window's own thread
+            run.step(examples=1)
+    result = run.result
+    assert result is not None
+    assert "aten::add" in {s.name for s in result.stats}
+    assert "aten::mm" not in {s.name for s in result.stats}  # not filed as the window's
+    notes = [n for n in result.notes if "other than the window's" in n]
+    assert len(notes) == 1, result.notes
+    assert notes[0].startswith("torch: 24 aten op(s) ran on ")  # 12 mm + 12 relu
+    assert "aten::mm x12" in notes[0] and "aten::relu x12" in notes[0]
+    assert "of the window's wall time" in notes[0] and "counts as untimed" in notes[0]
+
+
+def test_a_compiled_region_is_noted_with_the_time_no_aten_op_explains() -> None:
+    """torch.compile's kernels are not aten ops: a compiled model's time would show as 0 %
+    kernels and 100 % untimed with nothing said. A backend that computes outside the
+    dispatcher (numpy) stands for compiled kernels; dynamo's region is what the note reads."""
+    import numpy as np
+
+    def numpy_backend(gm, example_inputs):  # a "compiled kernel": no aten op runs inside
+        def run_compiled(*args):
+            return (torch.from_numpy(np.tanh(args[0].numpy() @ args[0].numpy().T)),)
+        return run_compiled
+
+    @torch.compile(backend=numpy_backend, fullgraph=True)
+    def compiled(x):
+        return torch.tanh(x @ x.T)
+
+    x = torch.randn(128, 128)
+    compiled(x)  # compile outside the window
+    run = measure.Run("suite::test_compiled", "e2e", None, CPU_HOST, "events",
+                      "ExecutorRunTimer")
+    with measure.measure_window(run), profile():
+        for _ in range(3):
+            compiled(x)
+            run.step(examples=1)
+    result = run.result
+    assert result is not None
+    notes = [n for n in result.notes if "torch.compile region" in n]
+    assert len(notes) == 1, result.notes
+    assert notes[0].startswith("torch: 3 torch.compile region(s) (forward and backward) ran ")
+    assert "ran compiled kernels, which are not aten ops" in notes[0]
+    assert "of the window's wall time" in notes[0]
+
+
+def test_unseen_notes_count_other_threads_and_compiled_time_on_synthetic_events() -> None:
+    from pytest_opperf.torch.recorded import Event, unseen_notes
+
+    other = [("aten::mm", 150, 2_000_000, 7), ("aten::mm", 160, 2_000_000, 8),
+             ("aten::relu", 170, 1_000_000, 7), ("aten::mm", 10, 5_000_000, 7)]  # last: before
+    compiled = [Event("Torch-Compiled Region: 0/0", 200, 10_000_200, 1),
+                Event("Torch-Compiled Region: 0/0", 300, 400, 1),  # inside the first: once
+                Event("autograd::engine::evaluate_function: CompiledFunctionBackward",
+                      20_000_000, 24_000_000, 1)]
+    filed = [("aten::addmm", 1_000, 3_000_000, 1), ("aten::addmm/aten::mm", 1_000, 2_000_000, 1),
+             ("aten::add", 30_000_000, 1_000_000, 1)]  # outside every region
+    notes = unseen_notes(other, compiled, filed, (100, 40_000_000), 0.1)
+    assert notes == [
+        "torch: 3 aten op(s) ran on 2 thread(s) other than the window's and autograd's (a thread "
+        "pool, a data loader) and are not kernel stats (aten::mm x2, aten::relu x1): 5.0 ms of "
+        "op time (5.0% of the window's wall time); the window's thread waited for them or ran "
+        "beside them, and that time counts as untimed, not as kernels",
+        "torch: 2 torch.compile region(s) (forward and backward) ran 14.0 ms (14.0% of the "
+        "window's wall time), 3.0 ms of it in aten ops; the other 11.0 ms (11.0% of the window's "
+        "wall time) ran compiled kernels, which are not aten ops: it counts as untimed, not as "
+        "kernels",
+    ]
+    assert unseen_notes([], [], filed, (100, 40_000_000), 0.1) == []

@@ -3,24 +3,28 @@
 ``--opperf-compare=REV`` makes ``git worktree add --detach <tmp>/base <rev>`` of the repository the
 rootdir lives in; :meth:`Workspace.close` always removes it again (``git worktree remove --force``,
 then ``git worktree prune``), and the controller calls it on every way out: the end of the session,
-Ctrl-C, SIGTERM, a crashed side. ``--opperf-compare=DIR`` uses a checkout as it is. The workspace
-also holds the side logs and the import shim: a directory with only a ``pytest_opperf`` link to the
-head's package, put first on each side's ``PYTHONPATH``, so the head's plugin drives a base older
-than A/B. No pytest import: errors are :class:`CompareError` with a one-line message.
+Ctrl-C, SIGTERM, SIGHUP, a crashed side. ``--opperf-compare=DIR`` uses a checkout as it is. The
+workspace also holds the side logs and the import shim: a directory with only a ``pytest_opperf``
+link to the head's package, put first on each side's ``PYTHONPATH``, so the head's plugin drives a
+base older than A/B. No pytest import: errors are :class:`CompareError` with a one-line message.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import platform
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..results import is_sha
+
 __all__ = ["Base", "CompareError", "PythonInfo", "Workspace", "check_python", "git_toplevel",
-           "resolve_base"]
+           "interpreter_note", "resolve_base", "this_python"]
 
 GIT_TIMEOUT_S = 120
 
@@ -78,11 +82,13 @@ def resolve_base(given: str, rootdir: Path, invocation_dir: Path, required: list
         raise CompareError(f"{given!r} is no directory, and the rootdir {rootdir} is in no git "
                            "repository to take a revision from")
     try:
-        done = _git(["rev-parse", "--verify", "--quiet", f"{given}^{{commit}}"], toplevel)
+        # --end-of-options: the value (perhaps from an ini file) is a revision, never an option
+        done = _git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{given}^{{commit}}"],
+                    toplevel)
     except (OSError, subprocess.SubprocessError) as exc:
         raise CompareError(f"cannot run git in {toplevel}: {exc}") from None
     sha = done.stdout.strip()
-    if done.returncode != 0 or not sha:
+    if done.returncode != 0 or not is_sha(sha):
         raise CompareError(f"{given!r} is neither a directory nor a revision of the repository "
                            f"{toplevel}")
     subdir = rootdir.resolve().relative_to(toplevel).as_posix()
@@ -96,6 +102,33 @@ class PythonInfo:
     executable: str
     version: str
     has_plugin_entry_point: bool  # pytest-opperf installed there (its pytest11 entry point)
+    numpy: str | None = None  # the numpy installed there (not imported), or None
+
+    def to_dict(self) -> dict[str, str | None]:
+        return {"executable": self.executable, "python": self.version, "numpy": self.numpy}
+
+
+def this_python() -> PythonInfo:
+    """The interpreter this process runs (the head side's)."""
+    from ..results import _version
+
+    return PythonInfo(sys.executable, platform.python_version(), True, _version("numpy"))
+
+
+def interpreter_note(base: PythonInfo, head: PythonInfo) -> str | None:
+    """A note when the base side runs another interpreter than the head (``--opperf-compare-
+    python``): a difference may then be the interpreter's or numpy's, not the code's."""
+    def versions(info: PythonInfo) -> str:
+        return f"Python {info.version}, numpy {info.numpy or 'not installed'}"
+
+    if (base.version, base.numpy) != (head.version, head.numpy):
+        return (f"the base side runs another Python or numpy: base {versions(base)} "
+                f"({base.executable}); head {versions(head)} ({head.executable}): a change may be "
+                "theirs, not the code's")
+    if os.path.realpath(base.executable) != os.path.realpath(head.executable):
+        return (f"the base side runs another interpreter ({base.executable}; head "
+                f"{head.executable}) with the same {versions(head)}")
+    return None
 
 
 _PROBE = (
@@ -104,8 +137,12 @@ _PROBE = (
     "import pytest\n"
     "eps = metadata.entry_points()\n"
     "group = eps.select(group='pytest11') if hasattr(eps, 'select') else eps.get('pytest11', [])\n"
+    "try:\n"
+    "    numpy = metadata.version('numpy')\n"
+    "except metadata.PackageNotFoundError:\n"
+    "    numpy = None\n"
     "print(json.dumps({'version': sys.version.split()[0], 'pytest': pytest.__version__,\n"
-    "                  'opperf': any(ep.name == 'opperf' for ep in group)}))\n"
+    "                  'numpy': numpy, 'opperf': any(ep.name == 'opperf' for ep in group)}))\n"
 )
 
 
@@ -124,7 +161,9 @@ def check_python(python: str, cwd: Path) -> PythonInfo:
     except (ValueError, IndexError):
         raise CompareError(f"interpreter {python} printed {done.stdout[:80]!r}, "
                            "expected its version") from None
-    return PythonInfo(python, str(info["version"]), bool(info["opperf"]))
+    numpy = info.get("numpy")
+    return PythonInfo(python, str(info["version"]), bool(info["opperf"]),
+                      numpy if isinstance(numpy, str) else None)
 
 
 @dataclass
@@ -154,7 +193,8 @@ class Workspace:
             return self.base.directory
         assert self.base.toplevel is not None and self.base.commit is not None
         target = self.path / "base"
-        done = _git(["worktree", "add", "--detach", str(target), self.base.commit],
+        done = _git(["worktree", "add", "--detach", "--end-of-options", str(target),
+                     self.base.commit],
                     self.base.toplevel)
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["?"])[-1]

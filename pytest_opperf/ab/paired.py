@@ -355,6 +355,8 @@ class CompareResult:
     elapsed_s: float = 0.0
     budget_exhausted: bool = False
     notes: list[str] = field(default_factory=list)
+    # {"base": {...}, "head": {...}}: each side's interpreter (executable, python, numpy)
+    interpreters: dict[str, dict[str, Any]] | None = None
 
     def counts(self) -> dict[str, int]:
         """How many metrics got each verdict, in the report's order."""
@@ -380,6 +382,7 @@ class CompareResult:
                 "pairs": self.pairs, "elapsed_s": self.elapsed_s,
                 "budget_exhausted": self.budget_exhausted, "added": list(self.added),
                 "removed": list(self.removed), "notes": list(self.notes),
+                "interpreters": self.interpreters,
                 "decisions": [d.to_dict() for d in self.decisions]}
 
     @classmethod
@@ -402,6 +405,11 @@ class CompareResult:
               "compare.decisions is missing or not a list")
         decisions = [_decision_from_dict(d, f"compare.decisions[{i}]", source)
                      for i, d in enumerate(data["decisions"])]
+        interpreters = data.get("interpreters")  # absent in files of older writers
+        _need(interpreters is None or (isinstance(interpreters, dict) and all(
+            isinstance(side, dict) and all(v is None or isinstance(v, str) for v in side.values())
+            for side in interpreters.values())), source,
+            "compare.interpreters is not an object of objects of strings")
         return cls(data["base"], data["head"], decisions, list(data["added"]),
                    list(data["removed"]), data["pairs"], float(data["elapsed_s"]),
-                   data["budget_exhausted"], list(data["notes"]))
+                   data["budget_exhausted"], list(data["notes"]), interpreters)

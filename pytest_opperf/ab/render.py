@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ..layout import common_prefix, fit, middle, table
+from ..layout import clean, common_prefix, fit, md_code, md_text, middle, table
 from .paired import VERDICTS, CompareResult, Decision
 
 __all__ = ["markdown", "terminal_lines"]
@@ -73,9 +73,10 @@ def _header(result: CompareResult) -> str:
 
 
 def _title(result: CompareResult, width: int) -> list[str]:
-    one = f"A/B: base {result.base}; head {result.head}"
-    return [one] if len(one) <= width else [middle(f"A/B base: {result.base}", width),
-                                            middle(f"A/B head: {result.head}", width)]
+    base, head = clean(result.base), clean(result.head)
+    one = f"A/B: base {base}; head {head}"
+    return [one] if len(one) <= width else [middle(f"A/B base: {base}", width),
+                                            middle(f"A/B head: {head}", width)]
 
 
 def terminal_lines(result: CompareResult, width: int = 100) -> list[str]:
@@ -85,8 +86,8 @@ def terminal_lines(result: CompareResult, width: int = 100) -> list[str]:
     run ids lose their common prefix (named once), then their middle."""
     width = max(width, 40)
     runs = [d.key.run for d in result.decisions] + list(result.added) + list(result.removed)
-    prefix = common_prefix(runs)
-    summary = result.summary()
+    prefix = common_prefix(map(clean, runs))  # text from the sides: control characters escaped
+    summary = clean(result.summary())
     lines = _title(result, width)
     lines += [summary] if len(summary) <= width else [part.strip() for part in summary.split(";")]
     lines.append(_header(result))
@@ -96,9 +97,9 @@ def terminal_lines(result: CompareResult, width: int = 100) -> list[str]:
     for verdict, groups in ordered(result.decisions):
         above.append(f"{verdict} ({sum(len(ds) for _, ds in groups)})")
         for run, decisions in groups:
-            above.append("  " + middle(run[len(prefix):], width - 2))
+            above.append("  " + middle(clean(run)[len(prefix):], width - 2))
             for d in decisions:
-                rows.append(["    " + d.key.metric, *_cells(d)])
+                rows.append(["    " + clean(d.key.metric), *_cells(d)])
                 headings.append("\n".join(above))
                 above = []
     if rows:
@@ -108,31 +109,28 @@ def terminal_lines(result: CompareResult, width: int = 100) -> list[str]:
                        ("removed on the head side (not compared)", result.removed)):
         if ids:
             lines.append(f"{title}: {len(ids)}")
-            lines.extend("  " + middle(i[len(prefix):], width - 2) for i in ids)
-    lines.extend(f"note: {n}" for n in result.notes)
-    return [fit(line, width) for line in lines]
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
+            lines.extend("  " + middle(clean(i)[len(prefix):], width - 2) for i in ids)
+    lines.extend(f"note: {clean(n)}" for n in result.notes)
+    return [fit(line, width) for line in lines]  # cells and text cleaned before fitting
 
 
 def markdown(result: CompareResult) -> str:
     """The A/B section of the markdown summary (full run ids, one table)."""
-    out = ["### A/B comparison", "", f"**{result.summary()}**", "",
-           f"base: {_cell(result.base)}; head: {_cell(result.head)}; {_header(result)}", ""]
+    out = ["### A/B comparison", "", f"**{md_text(result.summary())}**", "",
+           f"base: {md_text(result.base)}; head: {md_text(result.head)}; {_header(result)}", ""]
     if result.decisions:
         out += ["| verdict | run | metric | base | head | head/base | interval | pairs |",
                 "|---|---|---|---|---|---:|---|---:|"]
         for verdict, groups in ordered(result.decisions):
             for run, decisions in groups:
                 for d in decisions:
-                    cells = [verdict, f"`{_cell(run)}`", _cell(d.key.metric), *_cells(d)]
+                    cells = [verdict, md_code(run).replace("|", "\\|"), md_text(d.key.metric),
+                             *_cells(d)]
                     out.append(f"| {' | '.join(cells)} |")
         out.append("")
     for title, ids in (("Added on the head side (not compared)", result.added),
                        ("Removed on the head side (not compared)", result.removed)):
         if ids:
-            out += [f"{title}:", ""] + [f"- `{_cell(i)}`" for i in ids] + [""]
-    out += [f"- note: {_cell(n)}" for n in result.notes]
+            out += [f"{title}:", ""] + [f"- {md_code(i)}" for i in ids] + [""]
+    out += [f"- note: {md_text(n)}" for n in result.notes]
     return "\n".join(out).rstrip("\n") + "\n"

@@ -21,11 +21,24 @@ import pytest
 from ..results import RunResult
 from ..settings import Settings, usage_errors
 from ..thresholds import Thresholds
-from .checkout import Base, CompareError, Workspace, check_python, resolve_base, side_environment
+from .checkout import (
+    Base,
+    CompareError,
+    PythonInfo,
+    Workspace,
+    check_python,
+    interpreter_note,
+    resolve_base,
+    side_environment,
+    this_python,
+)
 from .controller import Controller, SideFailure, SideSpec, TestOutcome
 from .paired import CompareResult
 
 PLUGIN_NAME = "opperf-ab"
+# signals that end an A/B session as Ctrl-C does (SIGHUP: not on Windows)
+TRAPPED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP")
+                        if hasattr(signal, name))
 
 # Options the controller keeps to itself: the sides measure and answer, nothing more.
 _CONTROLLER_OPTIONS = ("compare", "compare-python", "compare-timeout", "compare-undecided",
@@ -101,7 +114,7 @@ class ABSession:
         # (test, metric, why): not compared, the gate fails
         self.problems: list[tuple[str, str, str]] = []
         self.lines: list[str] = []  # shown in red after the report
-        self._old_sigterm: Any = None
+        self.base_python: PythonInfo | None = None  # the base interpreter, as probed
 
     # --- start: before any test runs, every bad input is a usage error ---------------------------
 
@@ -141,21 +154,27 @@ class ABSession:
                                     f"{', '.join(missing)}")
         session = cls(config, settings, thresholds, add_runs, base, workspace, base_root, python,
                       not info.has_plugin_entry_point)
+        session.base_python = info
         config.pluginmanager.register(session, PLUGIN_NAME)
-        session._trap_sigterm()
+        session._trap_signals()
         return session
 
-    def _trap_sigterm(self) -> None:
-        """SIGTERM ends the session as Ctrl-C does, so the sides end and the worktree goes."""
+    def _trap_signals(self) -> None:
+        """SIGTERM (a cancelled job) and SIGHUP (a closed terminal, a CI runner going away) end
+        the session as Ctrl-C does, so the sides end and the worktree and temp directory go."""
         def interrupt(signum: int, frame: Any) -> None:
             raise KeyboardInterrupt(f"signal {signum}")
 
-        try:
-            self._old_sigterm = signal.signal(signal.SIGTERM, interrupt)
-        except ValueError:  # not the main thread
-            return
+        old: dict[int, Any] = {}
+        for sig in TRAPPED_SIGNALS:
+            try:
+                old[sig] = signal.signal(sig, interrupt)
+            except ValueError:  # not the main thread
+                break
+
         def restore() -> None:
-            signal.signal(signal.SIGTERM, self._old_sigterm or signal.SIG_DFL)
+            for sig, handler in old.items():
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
         self.config.add_cleanup(restore)
 
@@ -217,7 +236,7 @@ class ABSession:
                               f"{len(plan.added)} on the head only, "
                               f"{len(plan.removed)} on the base only")
             try:
-                self.compare = controller.run()
+                self.compare = self._with_interpreters(controller.run())
                 finished = True
             except SideFailure as exc:
                 self._abort(session, exc)
@@ -225,6 +244,16 @@ class ABSession:
             # a broken or interrupted session ends now
             controller.close(grace_s=10.0 if finished else 1.0)
         return True
+
+    def _with_interpreters(self, result: CompareResult) -> CompareResult:
+        """Each side's interpreter in the result, and a note first when they differ."""
+        head = this_python()
+        base = self.base_python or PythonInfo(self.python, "?", False)
+        result.interpreters = {"base": base.to_dict(), "head": head.to_dict()}
+        note = interpreter_note(base, head)
+        if note is not None:
+            result.notes.insert(0, note)
+        return result
 
     def _abort(self, session: pytest.Session, exc: SideFailure) -> None:
         self.aborted = f"A/B aborted: {exc}"

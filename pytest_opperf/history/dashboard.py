@@ -34,9 +34,16 @@ def _plotly() -> Any:
     return go, pio, plotly.offline
 
 
+# Inside a <script> element "</script" ends it and "<!--" (with "<script") puts the parser in a
+# state where the rest of the page is script: no "<", ">" or "&" may appear in it. JSON text holds
+# these only inside strings, where \u escapes mean the same; U+2028/U+2029 end lines in old JS.
+_SCRIPT_SAFE = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026",
+                0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
 def _json(obj: Any) -> str:
-    """JSON safe inside a <script> element."""
-    return json.dumps(obj, allow_nan=False).replace("</", "<\\/")
+    """JSON safe inside a <script> element (any text read from the store is data)."""
+    return json.dumps(obj, allow_nan=False).translate(_SCRIPT_SAFE)
 
 
 def _round(values: Sequence[float]) -> list[float]:

@@ -16,8 +16,10 @@ lock; PostgreSQL serialises nothing but the schema migration. Every database pro
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import time
@@ -27,14 +29,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote
 
-from ..results import ResultSet, RunResult, StatResult
+from ..results import ResultSet, RunResult, StatResult, is_sha, utf8_text
 from ..stats import after_warmup, median
 
 __all__ = ["EXTRA_HINT", "MIGRATIONS", "SAMPLES_KEPT", "History", "HistoryError", "MissingExtra",
            "Store", "StoredRun", "StoredSession", "StoredStat", "check_target", "commit_time",
-           "is_url", "redact", "step_value"]
+           "check_url", "is_url", "redact", "scrub", "secrets_of", "step_value"]
 
 SAMPLES_KEPT = 16  # per stat: enough to see a distribution, small for 1,000 sessions of 170 runs
 EXTRA_HINT = "pip install 'pytest-opperf[history]'"
@@ -93,18 +95,95 @@ def is_url(source: str) -> bool:
     return source.startswith(URL_SCHEMES)
 
 
+# libpq's connection parameters that hold a secret or name a file of secrets; any other key
+# with one of these words in it is taken for one too (a URL's query is printed without them)
+_SECRET_KEYS = ("password", "sslpassword", "passfile", "sslkey", "sslcert", "sslkeylogfile")
+_SECRET_WORDS = ("pass", "secret", "token", "key")
+
+
+def _secret_key(key: str) -> bool:
+    key = unquote(key).strip().lower()
+    return key in _SECRET_KEYS or any(word in key for word in _SECRET_WORDS)
+
+
+def _split_url(source: str) -> tuple[str, str, str, str, str, str]:
+    """``scheme://userinfo@hosts/path?query#fragment`` as its six parts, without decoding
+    or checking anything (so that a malformed URL can still be shown redacted)."""
+    scheme, _, rest = source.partition("://")
+    rest, _, fragment = rest.partition("#")
+    rest, _, query = rest.partition("?")
+    netloc, slash, path = rest.partition("/")
+    userinfo, _, hosts = netloc.rpartition("@")
+    return scheme, userinfo, hosts, slash + path, query, fragment
+
+
+def secrets_of(source: str) -> list[str]:
+    """The secrets a URL holds: its password and the values of secret query parameters
+    (as written and percent-decoded)."""
+    if not is_url(source):
+        return []
+    _, userinfo, _, _, query, _ = _split_url(source)
+    found = [userinfo.partition(":")[2]] if ":" in userinfo else []
+    found += [value for key, _, value in (p.partition("=") for p in query.split("&"))
+              if _secret_key(key)]
+    return sorted({v for raw in found if raw for v in (raw, unquote(raw))}, key=len, reverse=True)
+
+
 def redact(source: str) -> str:
-    """The source as it may be printed: a URL's password replaced by ``***``."""
+    """The source as it may be printed or stored: a URL's password and the values of its
+    secret query parameters (``password=``, ``sslpassword=``, ``passfile=``...) as ``***``.
+    Never raises, also for a malformed URL."""
     if not is_url(source):
         return source
-    parts = urlsplit(source)
-    if parts.password is None:
-        return source
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    user = quote(parts.username or "", safe="")
-    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, parts.fragment))
+    scheme, userinfo, hosts, path, query, fragment = _split_url(source)
+    if ":" in userinfo:
+        userinfo = userinfo.partition(":")[0] + ":***"
+    params = [(key, eq, "***" if eq and _secret_key(key) else value)
+              for key, eq, value in (p.partition("=") for p in query.split("&"))] if query else []
+    text = f"{scheme}://{userinfo + '@' if userinfo else ''}{hosts}{path}"
+    text += "?" + "&".join(k + eq + v for k, eq, v in params) if query else ""
+    return text + (f"#{fragment}" if fragment else "")
+
+
+def scrub(text: str, source: str) -> str:
+    """``text`` (a driver's message) without any secret of ``source`` in it."""
+    for secret in secrets_of(source):
+        if len(secret) >= 4:
+            text = text.replace(secret, "***")
+        else:  # a short secret only as a word of its own: "e" must not mangle the message
+            text = re.sub(rf"(?<![\w]){re.escape(secret)}(?![\w])", "***", text)
+    return text
+
+
+def check_url(source: str) -> None:
+    """A ``postgresql://`` URL's hosts and ports, checked before a session runs (libpq's own
+    error would come only at its end): every port a number in 1-65535, an IPv6 address in
+    brackets and well formed. Several ``host:port`` may be given, comma-separated."""
+    label = redact(source)
+    hosts = _split_url(source)[2]
+    for hostport in unquote(hosts).split(","):
+        host, port = hostport, ""
+        if hostport.startswith("["):
+            host, bracket, port = hostport[1:].partition("]")
+            try:
+                ipaddress.IPv6Address(host)
+            except ValueError:
+                bracket = ""
+            if not bracket or (port and not port.startswith(":")):
+                raise HistoryError(f"{label}: malformed IPv6 host {hostport!r} (expected "
+                                   "[address] or [address]:port)")
+            port = port[1:]
+        elif "[" in hostport or "]" in hostport:
+            raise HistoryError(f"{label}: malformed IPv6 host {hostport!r} (expected [address] or "
+                               "[address]:port)")
+        elif hostport.count(":") > 1:
+            raise HistoryError(f"{label}: malformed host {hostport!r} (an IPv6 address goes in "
+                               "brackets: [address]:port)")
+        else:
+            host, _, port = hostport.partition(":")
+        if port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+            raise HistoryError(f"{label}: port {port!r} of host {host!r} is not a number in "
+                               "1-65535")
 
 
 def _one_line(exc: BaseException) -> str:
@@ -127,6 +206,7 @@ def check_target(source: str) -> None:
         raise HistoryError(f"{redact(source)}: expected a path (SQLite) or a postgresql:// URL, "
                            f"got scheme {source.split('://', 1)[0]!r}")
     if is_url(source):
+        check_url(source)
         _psycopg(redact(source))
         return
     path = Path(source)
@@ -153,12 +233,17 @@ def _utc(stamp: str | None) -> str | None:
 
 
 def commit_time(sha: str | None, cwd: str | os.PathLike[str] = ".") -> str | None:
-    """The committer time of ``sha`` in the git repository at ``cwd`` (UTC), or ``None``."""
-    if not sha:
+    """The committer time of ``sha`` in the git repository at ``cwd`` (UTC), or ``None`` (no sha,
+    no git, a commit this repository does not hold).
+
+    ``sha`` comes from a results file: only a hexadecimal object name is given to git, and after
+    ``--end-of-options``, so that no file can make git read it as an option (``--output=PATH``)."""
+    if not sha or not is_sha(sha):
         return None
     try:
-        done = subprocess.run(["git", "show", "-s", "--format=%cI", sha], cwd=cwd,
-                              capture_output=True, text=True, timeout=10)
+        done = subprocess.run(["git", "show", "-s", "--format=%cI", "--end-of-options", sha],
+                              cwd=cwd, capture_output=True, text=True, timeout=10,
+                              stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError):
         return None
     return _utc(done.stdout.strip()) if done.returncode == 0 and done.stdout.strip() else None
@@ -276,6 +361,12 @@ def _wal(conn: sqlite3.Connection, timeout_s: float) -> None:
             time.sleep(0.02)
 
 
+def _storable(params: Sequence[Any]) -> tuple[Any, ...]:
+    """Parameters both databases take: text as UTF-8 can encode it (run ids of test files with
+    non-ASCII names under a non-UTF-8 locale hold surrogate escapes; see ``utf8_text``)."""
+    return tuple(utf8_text(p) if isinstance(p, str) else p for p in params)
+
+
 class Store:
     """An open history store (use as a context manager, or :meth:`close`).
 
@@ -303,6 +394,7 @@ class Store:
 
     def _connect(self, create: bool, timeout_s: float) -> Any:
         if self.dialect == "postgresql":
+            check_url(self.source)
             psycopg = _psycopg(self.label)
             self._driver_errors = (psycopg.Error,)
             timeout = {"connect_timeout": max(1, round(timeout_s))}
@@ -333,7 +425,7 @@ class Store:
             if not (isinstance(exc, self._driver_errors)
                     or type(exc).__module__.split(".")[0] == "psycopg"):
                 raise
-            message = _one_line(exc)
+            message = scrub(_one_line(exc), self.source)
             if "locked" in message or "busy" in message:
                 message += " (another writer held the store too long)"
             raise HistoryError(f"{self.label}: {message}") from None
@@ -342,9 +434,10 @@ class Store:
         return sql.replace("?", "%s") if self.dialect == "postgresql" else sql
 
     def _execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        return self._conn.execute(self._sql(sql), params)
+        return self._conn.execute(self._sql(sql), _storable(params))
 
     def _executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        rows = [_storable(row) for row in rows]
         if self.dialect == "postgresql":
             with self._conn.cursor() as cur:
                 cur.executemany(self._sql(sql), rows)
@@ -383,7 +476,15 @@ class Store:
         if not self._has_schema_table():
             return 0
         row = self._execute("SELECT version FROM opperf_schema").fetchone()
-        return int(row[0]) if row else 0
+        if row is None:
+            return 0
+        version = row[0]
+        if isinstance(version, str) and version.strip().isdigit():
+            version = int(version)
+        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+            raise HistoryError(f"{self.label}: history schema version {version!r:.40} is not a "
+                               "number (a damaged store, or not a pytest-opperf history)")
+        return version
 
     def _migrate(self, create: bool) -> None:
         target = len(self._migrations)

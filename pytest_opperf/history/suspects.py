@@ -14,6 +14,7 @@ import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..layout import md_text
 from .changepoints import detect
 from .trends import HIGHER_IS_BETTER, Group
 
@@ -82,8 +83,6 @@ def text_lines(suspects: Sequence[Suspect], last: int) -> list[str]:
 
 def markdown_lines(suspects: Sequence[Suspect], last: int) -> list[str]:
     """The job summary's section: a warning, never a failure."""
-    from ..report import md_text
-
     out = ["## opperf history: suspected regressions", ""]
     if not suspects:
         return out + [f"No metric stepped for the worse in the last {last} commit(s)."]

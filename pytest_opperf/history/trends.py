@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from tabulate import tabulate
 
 from .. import metrics
+from ..layout import clean
 from ..stats import median
 from .changepoints import ChangePoint, detect
 from .store import History, StoredSession
@@ -202,23 +203,29 @@ SESSION_HEADERS = ["id", "created", "commit", "branch", "device class", "workloa
                    "runs", "gate", "A/B"]
 
 
+def _clean_rows(rows: Sequence[Sequence[str]]) -> list[list[str]]:
+    return [[clean(cell) for cell in row] for row in rows]
+
+
 def history_lines(label: str, groups: Sequence[Group], stat_glob: str | None = None,
                   columns: int = 10) -> list[str]:
     """The history command's report: sessions, per group a trend table over the last
-    ``columns`` commits (``*`` after a value: a change point there), and the change points."""
+    ``columns`` commits (``*`` after a value: a change point there), and the change points.
+    Text from the store (run ids, stat names, branches, device classes) is printed with control
+    characters escaped (``\\n``, ``\\x1b``): a stored value cannot add or rewrite lines."""
     total = sum(len(g.sessions) for g in groups)
-    lines = [f"history {label}: {total} session(s) in {len(groups)} group(s) "
+    lines = [f"history {clean(label)}: {total} session(s) in {len(groups)} group(s) "
              "(device class / workload)"]
     if not groups:
         return lines
     for g in groups:
-        lines += ["", f"== {g.title}: {len(g.sessions)} session(s), {len(g.commits)} commit(s) ==",
-                  "sessions:"]
-        lines += tabulate(session_rows(g.sessions[-columns:]), SESSION_HEADERS,
+        lines += ["", f"== {clean(g.title)}: {len(g.sessions)} session(s), "
+                      f"{len(g.commits)} commit(s) ==", "sessions:"]
+        lines += tabulate(_clean_rows(session_rows(g.sessions[-columns:])), SESSION_HEADERS,
                           tablefmt="plain").splitlines()
         chosen = _select(g.series, stat_glob)
         if not chosen:
-            lines += ["no metric matches" + (f" --stat {stat_glob}" if stat_glob else "")]
+            lines += ["no metric matches" + (f" --stat {clean(stat_glob)}" if stat_glob else "")]
             continue
         first = max(0, len(g.commits) - columns)
         shown = g.commits[first:]
@@ -229,12 +236,13 @@ def history_lines(label: str, groups: Sequence[Group], stat_glob: str | None = N
             for p, v in zip(s.points, s.values, strict=True):
                 if p >= first:
                     cells[p - first] = _fmt(s.metric, v) + ("*" if p in marks else "")
-            rows.append([s.run, s.metric, *cells])
+            rows.append([clean(s.run), clean(s.metric), *cells])
         lines += ["", f"trend over the last {len(shown)} commit(s) "
                       "(examples/sec, share, or ms per step/call; * = change point):"]
-        lines += tabulate(rows, ["run", "metric", *[c.label for c in shown]], tablefmt="plain",
+        labels = [clean(c.label) for c in shown]
+        lines += tabulate(rows, ["run", "metric", *labels], tablefmt="plain",
                           disable_numparse=True).splitlines()
         found = [(s, c) for s in chosen for c in s.changes if s.points[c.index] >= first]
         lines += ["", f"change points in the last {len(shown)} commit(s): {len(found) or 'none'}"]
-        lines += ["  " + change_line(g, s, c) for s, c in found]
+        lines += ["  " + clean(change_line(g, s, c)) for s, c in found]
     return lines

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter_ns
@@ -41,11 +42,14 @@ from torch._C._profiler import ProfilerActivity, _ExperimentalConfig, _RecordFun
 from torch.autograd.profiler import ProfilerConfig, ProfilerState
 
 from pytest_opperf import measure, timers
+from pytest_opperf.hookspec import OpPerfWarning
 
 __all__ = ["Event", "Mark", "ModuleCall", "ModuleLog", "Recorder", "RegionLog",
-           "file_module_samples", "file_samples", "op_kind", "op_samples"]
+           "file_module_samples", "file_samples", "op_kind", "op_samples", "unseen_notes"]
 
 MARK = "opperf::mark"  # the name of the marker events (never a dispatcher op)
+COMPILED_RANGE = "Torch-Compiled Region"  # torch.compile's range around a compiled graph's call
+COMPILED_BACKWARD = "CompiledFunctionBackward"  # the autograd node of a compiled graph's backward
 WARM_UP = "opperf::warm_up"
 BACKWARD_RANGE = "autograd::engine::evaluate_function: "  # autograd's engine opens one per node
 OP, TRANSPARENT, NOT_AN_OP = "op", "transparent", "none"
@@ -309,6 +313,76 @@ def file_module_samples(table: timers.Table, samples: Sequence[tuple[str, int, i
     return per_step
 
 
+def _outermost(events: Iterable[Event]) -> list[Event]:
+    """The events not inside another of them on the same thread."""
+    out: list[Event] = []
+    for e in sorted(events, key=lambda e: (e.thread, e.start, -e.end)):
+        if out and out[-1].thread == e.thread and e.end <= out[-1].end:
+            continue
+        out.append(e)
+    return out
+
+
+def _ms(ns: int) -> str:
+    return f"{ns / 1e6:.1f} ms"
+
+
+def unseen_notes(other_ops: Sequence[tuple[str, int, int, int]],
+                 compiled: Sequence[Event], filed: Sequence[tuple[str, int, int, int]],
+                 window: tuple[int, int], wall_s: float | None) -> list[str]:
+    """The ``note:`` lines for what the window held that ``profile()`` does not file as kernel
+    stats, each with its share of the window's wall time (``wall_s``; unknown: ``None``):
+
+    * ``other_ops`` (top-level ops, as :func:`op_samples` gives them) ran on threads other than the
+      window's and autograd's (a thread pool, a data loader): the time the window's thread spent
+      waiting for them, or beside them, counts as untimed;
+    * ``compiled`` regions (``torch.compile``'s ranges, its backward nodes' ranges) run compiled
+      kernels that are not aten ops: their time outside the ``filed`` top-level ops inside them
+      counts as untimed.
+
+    ``window``: (first, last) on the profiler's clock; what started outside it is left out."""
+    first, last = window
+
+    def share(ns: int) -> str:
+        return f" ({ns / 1e9 / wall_s:.1%} of the window's wall time)" if wall_s else ""
+
+    notes = []
+    ops = [o for o in other_ops if first <= o[1] <= last]
+    if ops:
+        threads = len({o[3] for o in ops})
+        ns = sum(o[2] for o in ops)
+        counts: dict[str, int] = {}
+        for name, *_ in ops:
+            counts[name] = counts.get(name, 0) + 1
+        top = ", ".join(f"{n} x{c}" for n, c in sorted(counts.items(), key=lambda kv: -kv[1])[:3])
+        notes.append(
+            f"torch: {len(ops)} aten op(s) ran on {threads} thread(s) other than the window's and "
+            f"autograd's (a thread pool, a data loader) and are not kernel stats ({top}): "
+            f"{_ms(ns)} of op time{share(ns)}; the window's thread waited for them or ran beside "
+            "them, and that time counts as untimed, not as kernels")
+    regions = [r for r in _outermost(compiled) if first <= r.start <= last]
+    if regions:
+        ns = sum(r.end - r.start for r in regions)
+        by_thread: dict[int, list[Event]] = {}
+        for r in regions:
+            by_thread.setdefault(r.thread, []).append(r)
+        inside = 0
+        for path, start, op_ns, thread in filed:
+            if "/" in path:
+                continue  # a nested op: inside its top-level op's time
+            for r in by_thread.get(thread, ()):
+                if r.start <= start < r.end:
+                    inside += min(op_ns, r.end - start)
+                    break
+        unexplained = max(0, ns - inside)
+        notes.append(
+            f"torch: {len(regions)} torch.compile region(s) (forward and backward) ran "
+            f"{_ms(ns)}{share(ns)}, {_ms(inside)} of it in aten ops; the other "
+            f"{_ms(unexplained)}{share(unexplained)} ran compiled kernels, which are not aten "
+            "ops: it counts as untimed, not as kernels")
+    return notes
+
+
 class ForwardHooks:
     """Global forward pre- and post-hooks on every ``nn.Module`` while installed;
     subclasses define ``_pre(mod, args)`` and ``_post(mod, args, output)``."""
@@ -401,8 +475,10 @@ class Recorder:
         if torch.autograd._profiler_enabled():
             raise RuntimeError("profile(): torch's profiler is already running on this thread; use "
                                "profile(mechanism='dispatch') inside torch.profiler.profile()")
+        # every thread: the ops of threads that are neither the window's nor autograd's are
+        # not filed, but counted in a note (nothing is dropped silently)
         config = ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False,
-                                _ExperimentalConfig())
+                                _ExperimentalConfig(profile_all_threads=True))
         torch.autograd._prepare_profiler(config, {ProfilerActivity.CPU})
         torch.autograd._enable_profiler(config, {ProfilerActivity.CPU})
         try:
@@ -452,6 +528,8 @@ class Recorder:
         if result is None:
             return
         events, mark_starts, main_thread = [], [], 0
+        engine_threads: set[int] = set()  # threads autograd's engine ran backward on
+        compiled: list[Event] = []
         modules = self.modules
         kinds = _KINDS
         for e in result.events():
@@ -460,12 +538,20 @@ class Recorder:
             if name == MARK:
                 mark_starts.append(e.start_ns())
                 main_thread = e.start_thread_id()
-            elif modules is not None and (kind != NOT_AN_OP or name.startswith(BACKWARD_RANGE)):
+                continue
+            if name.startswith(BACKWARD_RANGE):
+                engine_threads.add(e.start_thread_id())
+            if name.startswith(COMPILED_RANGE) or name == BACKWARD_RANGE + COMPILED_BACKWARD:
+                compiled.append(Event(name, e.start_ns(), e.end_ns(), e.start_thread_id()))
+            if modules is not None and (kind != NOT_AN_OP or name.startswith(BACKWARD_RANGE)):
                 events.append(Event(name, e.start_ns(), e.end_ns(), e.start_thread_id(),
                                     e.sequence_nr(), e.fwd_thread_id()))
             elif kind != NOT_AN_OP:
                 events.append(Event(name, e.start_ns(), e.end_ns(), e.start_thread_id()))
         mark_starts.sort()
+        ours = engine_threads | {main_thread}
+        other = [e for e in events if e.thread not in ours]
+        events = [e for e in events if e.thread in ours]
         steps = steps if steps is not None else (self.run.batches if self.run is not None else 0)
         if modules is not None:
             nodes: list = []
@@ -473,6 +559,7 @@ class Recorder:
             per_step = file_module_samples(self.table, samples, nodes, modules.calls, self.marks,
                                            mark_starts, self.regions, steps, main_thread)
             self._hand_over(per_step)
+            self._note_unseen(other, compiled, samples, mark_starts)
             return
         samples = op_samples(events, self.nested)
         run = self.run
@@ -482,6 +569,21 @@ class Recorder:
         per_step = file_samples(self.table, samples, self.marks, mark_starts, self.regions, steps,
                                 trace, traced["events"] if traced else None)
         self._hand_over(per_step)
+        self._note_unseen(other, compiled, samples, mark_starts)
+
+    def _note_unseen(self, other: list[Event], compiled: list[Event],
+                     filed: Sequence[tuple[str, int, int, int]], mark_starts: list[int]) -> None:
+        """Notes on the ops of other threads and the compiled regions (:func:`unseen_notes`):
+        under the run, or as warnings where no run measures."""
+        if not mark_starts or not (other or compiled):
+            return
+        window = (mark_starts[0], mark_starts[-1])
+        wall_s = self.run.wall_s if self.run is not None else None
+        for note in unseen_notes(op_samples(other, False), compiled, filed, window, wall_s):
+            if self.run is not None:
+                self.run.add_note(note)
+            else:
+                warnings.warn(note, OpPerfWarning, stacklevel=4)
 
     def _hand_over(self, per_step: dict[str, tuple[list[int], list[int]]]) -> None:
         if self.run is not None:
