@@ -185,7 +185,9 @@ class ABSession:
         controller = self.controller = Controller(
             base_spec, head_spec, thresholds.compare, self.base.label,
             f"working tree {self.config.rootpath}",
-            timeout_s=self.opperf.settings.compare_timeout, on_outcome=self._outcome,
+            timeout_s=self.opperf.settings.compare_timeout,
+            undecided_fails=self.opperf.settings.compare_undecided == "fail",
+            on_outcome=self._outcome,
             should_stop=lambda: bool(session.shouldfail or session.shouldstop))
         finished = False
         try:
