@@ -8,6 +8,7 @@ construction: the order of blocks, the sequential stop, the reruns.
 from __future__ import annotations
 
 import json
+import math
 import socket
 import sys
 from pathlib import Path
@@ -16,7 +17,15 @@ import pytest
 
 from pytest_opperf import measure
 from pytest_opperf.ab import paired
-from pytest_opperf.ab.controller import MIN_PAIRS, Controller, SideFailure, SideSpec
+from pytest_opperf.ab.controller import (
+    MIN_PAIRS,
+    RERUN_MIN_S,
+    RERUN_SHARE,
+    Controller,
+    SideFailure,
+    SideSpec,
+    rerun_budget,
+)
 from pytest_opperf.ab.pairs import e2e_samples
 from pytest_opperf.ab.protocol import Channel, SideGone, SideTimeout
 from pytest_opperf.ab.session import _strip_options
@@ -176,7 +185,9 @@ while True:
             blocks += 1
             log.write(f"{side} {msg['rounds']} {msg['iterations']} {os.getpid()} {n % 2}\\n")
             log.flush()
-            noise = 1 + 0.01 * ((blocks * 7) % 5 - 2)  # a fixed pattern, the same on both sides
+            # a fixed pattern, the same on both sides unless "phase" gives the head another
+            phase = conf.get("phase", {}).get(side, 7)
+            noise = 1 + conf.get("noise", 0.01) * ((blocks * phase) % 5 - 2)
             per_call_s = conf["ms"][side] * factor * process_factor * noise / 1e3
             channel.send({"ev": "block", "per_call_s": [per_call_s] * msg["rounds"]})
         else:
@@ -192,6 +203,9 @@ def controller(
     ms: dict[str, float],
     ids: dict[str, list[str]],
     budget_s: float = 600.0,
+    clock=None,
+    on_outcome=None,
+    undecided_fails: bool = False,
     **extra,
 ) -> Controller:
     script = tmp_path / "fake_side.py"
@@ -200,6 +214,7 @@ def controller(
     env = {**__import__("os").environ, "FAKE": json.dumps(conf)}
     specs = [SideSpec(name, [sys.executable, str(script)], tmp_path, env, tmp_path / f"{name}.log")
              for name in ("base", "head")]
+    optional = {"clock": clock, "on_outcome": on_outcome}
     return Controller(
         specs[0],
         specs[1],
@@ -208,8 +223,10 @@ def controller(
         "head",
         timeout_s=30,
         seed=1,
-        warmup_s=0.0,
-    )  # one warm-up pair
+        warmup_s=0.0,  # one warm-up pair
+        undecided_fails=undecided_fails,
+        **{k: v for k, v in optional.items() if v is not None},
+    )
 
 
 def test_the_controller_pairs_blocks_in_random_order_stops_once_decided_and_confirms(tmp_path):
@@ -322,3 +339,138 @@ def test_a_fluke_of_one_process_does_not_make_a_small_slowdown_a_regression(tmp_
     assert d.verdict != "regressed", d
     assert len({pid for s, pid, _ in _blocks(tmp_path) if s == "head"}) >= 2
 
+
+
+# --- the budget and the early stop, on a fake clock ---------------------------------------------
+
+
+class FakeClock:
+    """A clock that moves only when told to: ``tick`` per reading, ``visit_s`` per test visit
+    (``on_outcome`` runs once per side and visit: half each)."""
+
+    def __init__(self, visit_s: float, tick: float = 1e-4) -> None:
+        self.now = 1000.0
+        self.visit_s = visit_s
+        self.tick = tick
+
+    def __call__(self) -> float:
+        self.now += self.tick
+        return self.now
+
+    def outcome(self, outcome) -> None:
+        self.now += self.visit_s / 2
+
+
+def fake_clock_controller(tmp_path, ms, visit_s, **extra) -> tuple[Controller, FakeClock]:
+    clock = FakeClock(visit_s)
+    ids = {"base": ["t::a"], "head": ["t::a"]}
+    return controller(tmp_path, ms, ids, clock=clock, on_outcome=clock.outcome, **extra), clock
+
+
+# A/A with noise too wide to decide: x takes the values +-0.18, +-0.56 and 0 in turn, symmetric
+# about 0, so the interval holds 0 and reaches past c = log(1.05) at any number of pairs here.
+AA_UNDECIDED = {"noise": 0.2, "phase": {"base": 7, "head": 3}}
+
+
+def test_the_reruns_budget_is_a_share_of_the_first_pass_and_the_budget_a_ceiling():
+    assert rerun_budget(0.0) == RERUN_MIN_S
+    assert rerun_budget(1000.0) == RERUN_SHARE * 1000.0 > RERUN_MIN_S
+
+
+@pytest.mark.parametrize(("budget_s", "left_s"), [(1e6, RERUN_SHARE * 100), (110.0, 10.0)])
+def test_the_session_budget_follows_the_first_pass(tmp_path, budget_s, left_s):
+    # the first pass takes 100 s on the fake clock: the reruns get half of that, or what is left
+    # of [compare] budget_s
+    c, clock = fake_clock_controller(tmp_path, {"base": 1.0, "head": 1.0}, 100.0,
+                                     budget_s=budget_s, **AA_UNDECIDED)
+    try:
+        c.start()
+        started = clock.now
+        c.run()
+        first_pass_end = c._budget_end - left_s
+    finally:
+        c.close()
+    assert first_pass_end == pytest.approx(started + 100.0, abs=0.1)
+
+
+def test_an_aa_metric_that_cannot_end_regressed_is_not_run_again(tmp_path):
+    # A visit takes 20 s: after the first pass the reruns have 10 s, room for one generation at
+    # most, so it would be the last; its pairs (the other start order) cannot make the metric
+    # regressed, since the first order's interval reaches below c/2. No generation is started.
+    c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 1.0}, 20.0, **AA_UNDECIDED)
+    result = run_session(c)
+    (d,) = result.decisions
+    assert d.verdict == "undecided" and result.budget_exhausted
+    assert "stopped early" in result.notes[0] and "1 generation(s)" in result.notes[-1]
+    assert len({pid for s, pid, _ in _blocks(tmp_path) if s == "head"}) == 1
+
+
+def test_undecided_metrics_that_fail_the_gate_are_run_again_in_the_last_generation(tmp_path):
+    c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 1.0}, 20.0,
+                                 undecided_fails=True, **AA_UNDECIDED)
+    result = run_session(c)
+    assert "2 generation(s)" in result.notes[-1]
+    assert not any("stopped early" in note for note in result.notes)
+
+
+@pytest.mark.parametrize("visit_s", [20.0, 0.0])
+def test_the_early_stop_never_drops_a_regression(tmp_path, visit_s):
+    # the head 2x slower: regressed in the first start order, so the last generation (visit_s
+    # 20: the only one) or a plain one (visit_s 0) runs it again, and it is confirmed
+    c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 2.0}, visit_s)
+    result = run_session(c)
+    (d,) = result.decisions
+    assert d.verdict == "regressed" and "2 generation(s)" in result.notes[-1]
+
+
+def test_with_time_left_an_undecided_aa_metric_is_run_again(tmp_path):
+    # visits cost nothing on the fake clock: the next generation is not the last, so the A/A
+    # metric (undecided after the first pass, as above) gets pairs of the other start order
+    c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 1.0}, 0.0, **AA_UNDECIDED)
+    result = run_session(c)
+    assert c.generation >= 1 and result.decisions[0].verdict != "regressed"
+    assert len({pid for s, pid, _ in _blocks(tmp_path) if s == "head"}) == c.generation + 1
+
+
+def _key_with_pairs(c: Controller, kind: str, xs: list[float], first: str,
+                    metric: str = "call_ms:op") -> paired.MetricKey:
+    """Pairs with ``x`` values ``xs`` (log ratios for time and rate, differences for the share),
+    measured with ``first`` started first."""
+    key = paired.MetricKey("t::a", metric)
+    p = c.samples.setdefault(key, paired.Paired(key, kind))  # type: ignore[arg-type]
+    for x in xs:
+        if kind == "time":
+            p.add(1.0, math.exp(x))
+        elif kind == "rate":
+            p.add(math.exp(x), 1.0)
+        else:
+            p.add(0.2, 0.2 + x)
+        c._orders.setdefault(key, []).append(first)
+    return key
+
+
+@pytest.mark.parametrize(("kind", "metric"), [("time", "call_ms:op"), ("rate", "examples_per_sec"),
+                                              ("share", "python_share")])
+def test_may_regress_reads_the_lower_end_of_the_final_orders_interval(tmp_path, kind, metric):
+    c = controller(tmp_path, {"base": 1.0, "head": 1.0}, {"base": [], "head": []})
+    c_ = 0.01 if kind == "share" else math.log(1.05)
+    # 20 pairs of "base first" around +2c: the lower end is above c/2
+    slow = _key_with_pairs(c, kind, [2 * c_ + 0.1 * c_ * ((i * 7) % 5 - 2) for i in range(20)],
+                           "base", metric)
+    assert c._may_regress(slow, "base")
+    # the pairs of the other order are not those: none, so it cannot be confirmed
+    assert not c._may_regress(slow, "head")
+    # around 0: the lower end is below c/2, whatever the other order's pairs do
+    c.samples.clear()
+    c._orders.clear()
+    flat = _key_with_pairs(c, kind, [0.1 * c_ * ((i * 7) % 5 - 2) for i in range(20)], "base",
+                           metric)
+    assert not c._may_regress(flat, "base")
+
+
+def test_may_regress_needs_enough_pairs_and_keeps_counts(tmp_path):
+    c = controller(tmp_path, {"base": 1.0, "head": 1.0}, {"base": [], "head": []})
+    few = _key_with_pairs(c, "time", [1.0] * (paired.CompareSettings().min_pairs - 1), "base")
+    assert not c._may_regress(few, "base")  # below min_pairs: never a verdict of its own
+    count = _key_with_pairs(c, "count", [], "base", "count:op")
+    assert c._may_regress(count, "head")
