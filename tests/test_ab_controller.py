@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from pytest_opperf import measure
+from pytest_opperf.ab import controller as controller_module
 from pytest_opperf.ab import paired
 from pytest_opperf.ab.controller import (
     MIN_PAIRS,
@@ -413,10 +414,14 @@ def test_undecided_metrics_that_fail_the_gate_are_run_again_in_the_last_generati
     assert not any("stopped early" in note for note in result.notes)
 
 
-@pytest.mark.parametrize("visit_s", [20.0, 0.0])
-def test_the_early_stop_never_drops_a_regression(tmp_path, visit_s):
+@pytest.mark.parametrize(("visit_s", "rerun_s"), [(20.0, None), (0.0, None), (20.0, 0.0)])
+def test_the_early_stop_never_drops_a_regression(tmp_path, monkeypatch, visit_s, rerun_s):
     # the head 2x slower: regressed in the first start order, so the last generation (visit_s
-    # 20: the only one) or a plain one (visit_s 0) runs it again, and it is confirmed
+    # 20: the only one) or a plain one (visit_s 0) runs it again, and it is confirmed; with no
+    # budget for reruns at all (rerun_s 0) too: the last generation may run up to budget_s
+    if rerun_s is not None:
+        monkeypatch.setattr(controller_module, "RERUN_MIN_S", rerun_s)
+        monkeypatch.setattr(controller_module, "RERUN_SHARE", 0.0)
     c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 2.0}, visit_s)
     result = run_session(c)
     (d,) = result.decisions

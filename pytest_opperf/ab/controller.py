@@ -28,13 +28,14 @@ each start order decide it on their own (docs/contract-additions.md, A/B).
 
 The budget of the passes after the first scales with what the selection
 costs: ``RERUN_SHARE`` of the first pass's wall time, at least
-``RERUN_MIN_S``, never past ``[compare] budget_s`` from the start. A
-generation starts only when the time left exceeds a restart of the sides.
-When the time left allows no generation after the next one, the next is the
-last; a metric can then end regressed only if the pairs of the other start
+``RERUN_MIN_S``, never past ``[compare] budget_s`` from the start (the
+ceiling). When the budget leaves no time for a generation after the next
+one (a restart of the sides plus the tests' last visits), the next is the
+last; a metric can then end regressed only if the pairs of the current start
 order, which get no more pairs, already have an interval whose lower end is
 above ``c/2`` (:meth:`Controller._may_regress`). The last generation runs only
-the tests with such a metric; with none, the session ends: what is left
+the tests with such a metric, up to the ceiling (so a change seen in one start
+order always gets its other order); with none, the session ends: what is left
 undecided cannot fail the gate (unless ``--opperf-compare-undecided=fail``,
 which keeps every undecided test).
 The head's results of each test's first visit are the session's results.
@@ -359,38 +360,43 @@ class Controller:
         self._unvisited = 0
         first_pass_s = self.clock() - self._started
         self._budget_end = min(ceiling, self.clock() + rerun_budget(first_pass_s))
-        budget_exhausted = self._rerun(set(plan.common))
+        rerun_s = self._budget_end - self._started - first_pass_s
+        budget_exhausted = self._rerun(set(plan.common), ceiling)
         decisions = [self._confirmed(d) for d in paired.decide(list(self.samples.values()),
                                                                self.settings)]
         if any(d.verdict == "undecided" for d in decisions) and self.clock() >= self._budget_end:
             budget_exhausted = True
         self.notes.append(f"order seed {self.seed}; {self.generation + 1} generation(s) of side "
                           f"processes; first pass {first_pass_s:.0f} s, then a budget of "
-                          f"{max(0.0, self._budget_end - self._started - first_pass_s):.0f} s")
+                          f"{max(0.0, rerun_s):.0f} s")
         return paired.CompareResult(
             base=self.base_label, head=self.head_label, decisions=decisions, added=list(plan.added),
             removed=list(plan.removed), pairs=self.pairs, elapsed_s=self.clock() - self._started,
             budget_exhausted=budget_exhausted, notes=list(self.notes))
 
-    def _rerun(self, common: set[str]) -> bool:
+    def _rerun(self, common: set[str], ceiling: float) -> bool:
         """The passes after the first, each a generation; returns whether the budget ended them
-        with something left to run."""
+        with something left to run. The last generation (``MAX_RERUNS``, or no time left for one
+        after it) runs only the tests with a metric that may still end regressed, and it may run
+        past the budget up to ``ceiling``: a change seen in one start order always gets its other
+        order while ``[compare] budget_s`` allows."""
         for generation in range(1, MAX_RERUNS + 1):
             tests = self._undecided_runs(common)
             if not tests or self.should_stop():
                 return False
-            if self.clock() + self._spawn_s >= self._budget_end:
-                return True  # a restart would measure nothing
-            if generation == MAX_RERUNS or not self._time_after(tests):
-                # the last generation: the pairs of the current start order are final
-                final = self._undecided_runs(common, final=self._first)
-                if final:
-                    self._pass(final)
-                else:
-                    self.notes.append("stopped early: no metric left undecided could end "
-                                      "regressed in the last generation the budget allows")
-                return generation < MAX_RERUNS and bool(self._undecided_runs(common))
-            self._pass(tests)
+            in_budget = self.clock() + self._spawn_s < self._budget_end
+            if in_budget and generation < MAX_RERUNS and self._time_after(tests):
+                self._pass(tests)
+                continue
+            # the last generation: the pairs of the current start order are final
+            final = self._undecided_runs(common, final=self._first)
+            if not final:
+                self.notes.append("stopped early: no metric left undecided could end regressed "
+                                  "in the last generation the budget allows")
+            elif self.clock() + self._spawn_s < ceiling:
+                self._budget_end = ceiling
+                self._pass(final)
+            return generation < MAX_RERUNS and bool(self._undecided_runs(common))
         return False
 
     def _time_after(self, tests: list[str]) -> bool:
