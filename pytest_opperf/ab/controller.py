@@ -29,15 +29,18 @@ each start order decide it on their own (docs/contract-additions.md, A/B).
 The budget of the passes after the first scales with what the selection
 costs: ``RERUN_SHARE`` of the first pass's wall time, at least
 ``RERUN_MIN_S``, never past ``[compare] budget_s`` from the start (the
-ceiling). When the budget leaves no time for a generation after the next
-one (a restart of the sides plus the tests' last visits), the next is the
-last; a metric can then end regressed only if the pairs of the current start
-order, which get no more pairs, already have an interval whose lower end is
-above ``c/2`` (:meth:`Controller._may_regress`). The last generation runs only
-the tests with such a metric, up to the ceiling (so a change seen in one start
-order always gets its other order); with none, the session ends: what is left
-undecided cannot fail the gate (unless ``--opperf-compare-undecided=fail``,
-which keeps every undecided test).
+ceiling). Once it has no time left for the next generation (a start of the
+sides plus the tests' last visits, and another start after it), only tests
+with a change seen in one start order or a metric whose estimate leans
+towards a regression (past ``c/2``) go on, up to the ceiling. The last
+generation (``MAX_RERUNS``, or the time left allows none after it) runs
+only the tests with a metric that may still end regressed: the pairs of the
+current start order get no more pairs then, and a regression needs them, on
+their own, to have an interval whose lower end is above ``c/2``
+(:meth:`Controller._may_regress`). With none, the session ends: what is
+left undecided cannot fail the gate. ``--opperf-compare-undecided=fail``
+keeps every undecided test (up to the ceiling): an undecided metric fails
+the gate then.
 The head's results of each test's first visit are the session's results.
 No pytest import: the glue (``session.py``) passes callbacks.
 """
@@ -208,17 +211,26 @@ def rerun_budget(first_pass_s: float) -> float:
     return max(RERUN_MIN_S, RERUN_SHARE * first_pass_s)
 
 
-def _lower_x(d: paired.Decision) -> tuple[float, float]:
-    """The lower end of ``d``'s interval and ``c`` in ``x`` units (positive: worse for the head;
-    ``paired`` module docstring)."""
+def _in_x(d: paired.Decision) -> tuple[float, float, float]:
+    """The estimate, the lower end of ``d``'s interval and ``c`` in ``x`` units (positive: worse
+    for the head; ``paired`` module docstring)."""
     def log(v: float) -> float:
         return math.log(v) if v > 0 else -math.inf if v == 0 else math.nan
 
     if d.kind == "time":
-        return log(d.low), log(d.limit)
+        return log(d.estimate), log(d.low), log(d.limit)
     if d.kind == "rate":  # low/high are exp(-hi)/exp(-lo) of x
-        return -log(d.high), -log(d.limit)
-    return d.low, d.limit
+        return -log(d.estimate), -log(d.high), -log(d.limit)
+    return d.estimate, d.low, d.limit
+
+
+def _leans(d: paired.Decision) -> bool:
+    """Whether ``d``'s estimate lies past ``c/2`` (a regression's side of the rule's margin), or
+    it is a count (exact: undecided only without pairs)."""
+    if d.kind == "count":
+        return True
+    estimate, _, c = _in_x(d)
+    return estimate > c / 2
 
 
 @dataclass
@@ -366,9 +378,10 @@ class Controller:
                                                                self.settings)]
         if any(d.verdict == "undecided" for d in decisions) and self.clock() >= self._budget_end:
             budget_exhausted = True
+        self.notes.append(f"first pass {first_pass_s:.0f} s, then a budget of "
+                          f"{max(0.0, rerun_s):.0f} s for running tests again")
         self.notes.append(f"order seed {self.seed}; {self.generation + 1} generation(s) of side "
-                          f"processes; first pass {first_pass_s:.0f} s, then a budget of "
-                          f"{max(0.0, rerun_s):.0f} s")
+                          "processes")
         return paired.CompareResult(
             base=self.base_label, head=self.head_label, decisions=decisions, added=list(plan.added),
             removed=list(plan.removed), pairs=self.pairs, elapsed_s=self.clock() - self._started,
@@ -376,32 +389,37 @@ class Controller:
 
     def _rerun(self, common: set[str], ceiling: float) -> bool:
         """The passes after the first, each a generation; returns whether the budget ended them
-        with something left to run. The last generation (``MAX_RERUNS``, or no time left for one
-        after it) runs only the tests with a metric that may still end regressed, and it may run
-        past the budget up to ``ceiling``: a change seen in one start order always gets its other
-        order while ``[compare] budget_s`` allows."""
+        with something left to run. Once the reruns' budget has no time for a generation (and a
+        start of the sides after it), only the tests with a change seen in one start order or a
+        metric that leans towards a regression (:meth:`_leans`) go on, up to ``ceiling``. The
+        last generation (the ``MAX_RERUNS``-th, or none would fit after it) runs only the tests
+        with a metric that may still end regressed (:meth:`_may_regress`)."""
+        leaning = False
         for generation in range(1, MAX_RERUNS + 1):
-            tests = self._undecided_runs(common)
+            tests = self._undecided_runs(common, leaning=leaning)
             if not tests or self.should_stop():
                 return False
-            in_budget = self.clock() + self._spawn_s < self._budget_end
-            if in_budget and generation < MAX_RERUNS and self._time_after(tests):
-                self._pass(tests)
-                continue
-            # the last generation: the pairs of the current start order are final
-            final = self._undecided_runs(common, final=self._first)
-            if not final:
-                self.notes.append("stopped early: no metric left undecided could end regressed "
-                                  "in the last generation the budget allows")
-            elif self.clock() + self._spawn_s < ceiling:
+            if not leaning and not self._time_for(tests):
+                leaning = True
                 self._budget_end = ceiling
-                self._pass(final)
-            return generation < MAX_RERUNS and bool(self._undecided_runs(common))
+                tests = self._undecided_runs(common, leaning=True)
+            last = generation == MAX_RERUNS or not self._time_for(tests)
+            if last:  # the pairs of the current start order are final
+                tests = self._undecided_runs(common, final=self._first, leaning=leaning)
+            if not tests:
+                self.notes.append("stopped early: no metric left undecided could end regressed "
+                                  "in the generations the budget allows")
+                return bool(self._undecided_runs(common))
+            if self.clock() + self._spawn_s >= self._budget_end:
+                return True  # a restart would measure nothing
+            self._pass(tests)
+            if last:
+                return generation < MAX_RERUNS and bool(self._undecided_runs(common))
         return False
 
-    def _time_after(self, tests: list[str]) -> bool:
-        """Whether time is left for another generation after one that runs ``tests`` (estimated
-        from a restart's and the tests' last visits' durations)."""
+    def _time_for(self, tests: list[str]) -> bool:
+        """Whether the budget has time for a generation that runs ``tests`` and a start of the
+        sides after it (estimated from the last start's and the tests' last visits' durations)."""
         cost = self._spawn_s + sum(self._visit_s.get(t, 0.0) for t in tests)
         return self.clock() + cost + self._spawn_s < self._budget_end
 
@@ -448,15 +466,20 @@ class Controller:
                                    statistic=f"{d.statistic}; {d.verdict}, but not in "
                                    "the pairs of each start order of the sides on their own")
 
-    def _undecided_runs(self, common: set[str], final: str | None = None) -> list[str]:
+    def _undecided_runs(self, common: set[str], final: str | None = None,
+                        leaning: bool = False) -> list[str]:
         """The tests to run again: first those with a metric regressed or improved in one run of
         the test only (a change must show again in a second run, with its own set-up), then those
-        with undecided metrics. With ``final`` (the start order whose pairs get no more pairs:
-        the next generation is the last) only the tests with a metric that may still end
-        regressed (:meth:`_may_regress`), unless undecided metrics fail the gate."""
+        with undecided metrics. Unless undecided metrics fail the gate, only those changes and
+        the metrics that lean towards a regression (:meth:`_leans`) count with ``leaning``, and
+        with ``final``
+        (the start order whose pairs get no more pairs: the next generation is the last) only
+        those that may still end regressed (:meth:`_may_regress`)."""
         decisions = paired.decide(list(self.samples.values()), self.settings)
-        if final is not None and not self.undecided_fails:
-            decisions = [d for d in decisions if self._may_regress(d.key, final)]
+        if not self.undecided_fails:
+            decisions = [d for d in decisions
+                         if (not leaning or self._unconfirmed(d) or _leans(d))
+                         and (final is None or self._may_regress(d.key, final))]
         unconfirmed = {self._test_of(d.key.run) for d in decisions if self._unconfirmed(d)}
         undecided: dict[str, int] = {}
         for d in decisions:
@@ -484,8 +507,7 @@ class Controller:
         if part is None or part.pairs < max(MIN_ORDER_PAIRS,
                                             self.settings.for_metric(key).min_pairs):
             return False
-        d = self._part_decision(part, len(self.samples))
-        low, c = _lower_x(d)
+        _, low, c = _in_x(self._part_decision(part, len(self.samples)))
         return math.isfinite(c) and low > c / 2
 
     @staticmethod
