@@ -474,3 +474,36 @@ def test_may_regress_needs_enough_pairs_and_keeps_counts(tmp_path):
     assert not c._may_regress(few, "base")  # below min_pairs: never a verdict of its own
     count = _key_with_pairs(c, "count", [], "base", "count:op")
     assert c._may_regress(count, "head")
+
+
+def test_past_the_budget_an_aa_metric_that_does_not_lean_ends_the_session(tmp_path, monkeypatch):
+    # no budget for reruns: only a change seen in one order or a leaning metric may go on; the
+    # A/A metric's estimate is about 1.0, below sqrt(1.05)
+    monkeypatch.setattr(controller_module, "RERUN_MIN_S", 0.0)
+    monkeypatch.setattr(controller_module, "RERUN_SHARE", 0.0)
+    c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 1.0}, 0.0, **AA_UNDECIDED)
+    result = run_session(c)
+    (d,) = result.decisions
+    assert d.verdict == "undecided" and 0.97 < d.estimate < 1.0247
+    assert "1 generation(s)" in result.notes[-1]
+    assert any("stopped early" in note for note in result.notes)
+
+
+def _decision(kind: str, estimate: float, limit: float) -> paired.Decision:
+    return paired.Decision(paired.MetricKey("t", "m"), kind, "undecided", 1.0, 1.0,  # type: ignore[arg-type]
+                           estimate, 0.0, math.inf, 3, "", limit)
+
+
+@pytest.mark.parametrize(("kind", "estimate", "limit", "leans"), [
+    ("time", 1.03, 1.05, True),  # log 1.03 > log(1.05) / 2
+    ("time", 1.02, 1.05, False),
+    ("time", 3.0, 1.10, True),
+    ("rate", 0.97, 0.95, True),  # examples/sec 3 % down, a drop counts from 5 %
+    ("rate", 1.10, 0.95, False),
+    ("share", 0.006, 0.01, True),
+    ("share", 0.004, 0.01, False),
+    ("time", math.nan, math.nan, False),  # no interval, no estimate
+    ("count", math.nan, 0.0, True),  # counts are exact: undecided only without pairs
+])
+def test_leans_is_an_estimate_past_half_the_threshold(kind, estimate, limit, leans):
+    assert controller_module._leans(_decision(kind, estimate, limit)) is leans
