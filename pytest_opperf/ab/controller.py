@@ -472,9 +472,8 @@ class Controller:
         the test only (a change must show again in a second run, with its own set-up), then those
         with undecided metrics. Unless undecided metrics fail the gate, only those changes and
         the metrics that lean towards a regression (:meth:`_leans`) count with ``leaning``, and
-        with ``final``
-        (the start order whose pairs get no more pairs: the next generation is the last) only
-        those that may still end regressed (:meth:`_may_regress`)."""
+        with ``final`` (the start order whose pairs get no more pairs: the next generation is the
+        last) only those that may still end regressed (:meth:`_may_regress`)."""
         decisions = paired.decide(list(self.samples.values()), self.settings)
         if not self.undecided_fails:
             decisions = [d for d in decisions
