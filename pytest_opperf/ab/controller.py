@@ -31,8 +31,10 @@ costs: ``RERUN_SHARE`` of the first pass's wall time, at least
 ``RERUN_MIN_S``, never past ``[compare] budget_s`` from the start (the
 ceiling). Once it has no time left for the next generation (a start of the
 sides plus the tests' last visits, and another start after it), only tests
-with a change seen in one start order or a metric whose estimate leans
-towards a regression (past ``c/2``) go on, up to the ceiling. The last
+with a change seen in one start order, or a metric whose estimate leans
+towards a regression (past ``c/2``) and whose pairs of a start order are
+too few for a verdict of their own (an e2e stat gets a few pairs a run), go
+on, up to the ceiling. The last
 generation (``MAX_RERUNS``, or the time left allows none after it) runs
 only the tests with a metric that may still end regressed: the pairs of the
 current start order get no more pairs then, and a regression needs them, on
@@ -391,9 +393,9 @@ class Controller:
         """The passes after the first, each a generation; returns whether the budget ended them
         with something left to run. Once the reruns' budget has no time for a generation (and a
         start of the sides after it), only the tests with a change seen in one start order or a
-        metric that leans towards a regression (:meth:`_leans`) go on, up to ``ceiling``. The
-        last generation (the ``MAX_RERUNS``-th, or none would fit after it) runs only the tests
-        with a metric that may still end regressed (:meth:`_may_regress`)."""
+        metric that leans towards a regression with too few pairs for a verdict go on, up to
+        ``ceiling``. The last generation (the ``MAX_RERUNS``-th, or none would fit after it) runs
+        only the tests with a metric that may still end regressed (:meth:`_may_regress`)."""
         leaning = False
         for generation in range(1, MAX_RERUNS + 1):
             tests = self._undecided_runs(common, leaning=leaning)
@@ -471,13 +473,15 @@ class Controller:
         """The tests to run again: first those with a metric regressed or improved in one run of
         the test only (a change must show again in a second run, with its own set-up), then those
         with undecided metrics. Unless undecided metrics fail the gate, only those changes and
-        the metrics that lean towards a regression (:meth:`_leans`) count with ``leaning``, and
+        the metrics that lean towards a regression (:meth:`_leans`) with too few pairs in a start
+        order for a verdict (:meth:`_short`) count with ``leaning``, and
         with ``final`` (the start order whose pairs get no more pairs: the next generation is the
         last) only those that may still end regressed (:meth:`_may_regress`)."""
         decisions = paired.decide(list(self.samples.values()), self.settings)
         if not self.undecided_fails:
             decisions = [d for d in decisions
-                         if (not leaning or self._unconfirmed(d) or _leans(d))
+                         if (not leaning or self._unconfirmed(d)
+                             or (_leans(d) and self._short(d.key)))
                          and (final is None or self._may_regress(d.key, final))]
         unconfirmed = {self._test_of(d.key.run) for d in decisions if self._unconfirmed(d)}
         undecided: dict[str, int] = {}
@@ -508,6 +512,20 @@ class Controller:
             return False
         _, low, c = _in_x(self._part_decision(part, len(self.samples)))
         return math.isfinite(c) and low > c / 2
+
+    def _short(self, key: paired.MetricKey) -> bool:
+        """Whether the pairs of a start order of ``key`` are too few for a verdict of their own:
+        fewer than ``MIN_ORDER_PAIRS`` or ``min_pairs``, or no bounded interval at the session's
+        level (an e2e stat gets a few pairs a run)."""
+        need = max(MIN_ORDER_PAIRS, self.settings.for_metric(key).min_pairs)
+        for first in ("base", "head"):
+            part = self._order_part(key, first)
+            if part is None or part.pairs < need:
+                return True
+            _, low, _ = _in_x(self._part_decision(part, len(self.samples)))
+            if not math.isfinite(low):
+                return True
+        return False
 
     @staticmethod
     def _test_of(run_id: str) -> str:
