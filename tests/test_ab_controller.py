@@ -148,7 +148,7 @@ def test_a_step_hand_over_is_left_out_of_the_window(monkeypatch):
 
 
 FAKE_SIDE = """
-import json, os, sys
+import json, math, os, random, sys
 from pytest_opperf.ab.protocol import Channel
 from pytest_opperf.measure import op_run
 from pytest_opperf.device import CPU_HOST
@@ -161,6 +161,7 @@ processes = conf["log"] + "." + side  # this side's processes so far
 started = int(open(processes).read()) if os.path.exists(processes) else 0
 open(processes, "w").write(str(started + 1))
 process_factor = conf.get("first_process", {}).get(side, 1.0) if started == 0 else 1.0
+rng = random.Random(f"{side}-{started}")
 channel = Channel.from_fd(int(os.environ["OPPERF_AB_FD"]))
 channel.send({"ev": "collected", "ids": conf["ids"][side], "errors": []})
 blocks = 0
@@ -189,6 +190,8 @@ while True:
             # a fixed pattern, the same on both sides unless "phase" gives the head another
             phase = conf.get("phase", {}).get(side, 7)
             noise = 1 + conf.get("noise", 0.01) * ((blocks * phase) % 5 - 2)
+            if "gauss" in conf:  # log-normal noise, drawn from a seed per side and process
+                noise *= math.exp(rng.gauss(0.0, conf["gauss"]))
             per_call_s = conf["ms"][side] * factor * process_factor * noise / 1e3
             channel.send({"ev": "block", "per_call_s": [per_call_s] * msg["rounds"]})
         else:
@@ -507,3 +510,19 @@ def _decision(kind: str, estimate: float, limit: float) -> paired.Decision:
 ])
 def test_leans_is_an_estimate_past_half_the_threshold(kind, estimate, limit, leans):
     assert controller_module._leans(_decision(kind, estimate, limit)) is leans
+
+
+def test_past_the_budget_a_leaning_metric_gets_the_pairs_a_verdict_needs_and_no_more(
+        tmp_path, monkeypatch):
+    # 4 % slower (its estimate past sqrt(1.05)) in noise too wide to decide: past the budget it
+    # gets one generation, for the pairs of the other start order, and then stops (each order's
+    # pairs have an interval of their own); every generation more would be one more look
+    monkeypatch.setattr(controller_module, "RERUN_MIN_S", 0.0)
+    monkeypatch.setattr(controller_module, "RERUN_SHARE", 0.0)
+    c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 1.04}, 0.0, noise=0.0,
+                                 gauss=0.3)
+    result = run_session(c)
+    (d,) = result.decisions
+    assert d.verdict == "undecided" and d.estimate > 1.0247, d
+    assert "2 generation(s)" in result.notes[-1]
+    assert any("stopped early" in note for note in result.notes)

@@ -399,7 +399,7 @@ class Controller:
         leaning = False
         for generation in range(1, MAX_RERUNS + 1):
             tests = self._undecided_runs(common, leaning=leaning)
-            if not tests or self.should_stop():
+            if self.should_stop():
                 return False
             if not leaning and not self._time_for(tests):
                 leaning = True
@@ -409,9 +409,11 @@ class Controller:
             if last:  # the pairs of the current start order are final
                 tests = self._undecided_runs(common, final=self._first, leaning=leaning)
             if not tests:
-                self.notes.append("stopped early: no metric left undecided could end regressed "
-                                  "in the generations the budget allows")
-                return bool(self._undecided_runs(common))
+                left = self._undecided_runs(common)
+                if left:
+                    self.notes.append("stopped early: no metric left undecided could end "
+                                      "regressed in the generations the budget allows")
+                return bool(left)
             if self.clock() + self._spawn_s >= self._budget_end:
                 return True  # a restart would measure nothing
             self._pass(tests)
