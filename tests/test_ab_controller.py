@@ -8,6 +8,7 @@ construction: the order of blocks, the sequential stop, the reruns.
 from __future__ import annotations
 
 import json
+import math
 import socket
 import sys
 from pathlib import Path
@@ -15,8 +16,17 @@ from pathlib import Path
 import pytest
 
 from pytest_opperf import measure
+from pytest_opperf.ab import controller as controller_module
 from pytest_opperf.ab import paired
-from pytest_opperf.ab.controller import MIN_PAIRS, Controller, SideFailure, SideSpec
+from pytest_opperf.ab.controller import (
+    MIN_PAIRS,
+    RERUN_MIN_S,
+    RERUN_SHARE,
+    Controller,
+    SideFailure,
+    SideSpec,
+    rerun_budget,
+)
 from pytest_opperf.ab.pairs import e2e_samples
 from pytest_opperf.ab.protocol import Channel, SideGone, SideTimeout
 from pytest_opperf.ab.session import _strip_options
@@ -138,7 +148,7 @@ def test_a_step_hand_over_is_left_out_of_the_window(monkeypatch):
 
 
 FAKE_SIDE = """
-import json, os, sys
+import json, math, os, random, sys
 from pytest_opperf.ab.protocol import Channel
 from pytest_opperf.measure import op_run
 from pytest_opperf.device import CPU_HOST
@@ -151,6 +161,7 @@ processes = conf["log"] + "." + side  # this side's processes so far
 started = int(open(processes).read()) if os.path.exists(processes) else 0
 open(processes, "w").write(str(started + 1))
 process_factor = conf.get("first_process", {}).get(side, 1.0) if started == 0 else 1.0
+rng = random.Random(f"{side}-{started}")
 channel = Channel.from_fd(int(os.environ["OPPERF_AB_FD"]))
 channel.send({"ev": "collected", "ids": conf["ids"][side], "errors": []})
 blocks = 0
@@ -176,7 +187,11 @@ while True:
             blocks += 1
             log.write(f"{side} {msg['rounds']} {msg['iterations']} {os.getpid()} {n % 2}\\n")
             log.flush()
-            noise = 1 + 0.01 * ((blocks * 7) % 5 - 2)  # a fixed pattern, the same on both sides
+            # a fixed pattern, the same on both sides unless "phase" gives the head another
+            phase = conf.get("phase", {}).get(side, 7)
+            noise = 1 + conf.get("noise", 0.01) * ((blocks * phase) % 5 - 2)
+            if "gauss" in conf:  # log-normal noise, drawn from a seed per side and process
+                noise *= math.exp(rng.gauss(0.0, conf["gauss"]))
             per_call_s = conf["ms"][side] * factor * process_factor * noise / 1e3
             channel.send({"ev": "block", "per_call_s": [per_call_s] * msg["rounds"]})
         else:
@@ -192,6 +207,9 @@ def controller(
     ms: dict[str, float],
     ids: dict[str, list[str]],
     budget_s: float = 600.0,
+    clock=None,
+    on_outcome=None,
+    undecided_fails: bool = False,
     **extra,
 ) -> Controller:
     script = tmp_path / "fake_side.py"
@@ -200,6 +218,7 @@ def controller(
     env = {**__import__("os").environ, "FAKE": json.dumps(conf)}
     specs = [SideSpec(name, [sys.executable, str(script)], tmp_path, env, tmp_path / f"{name}.log")
              for name in ("base", "head")]
+    optional = {"clock": clock, "on_outcome": on_outcome}
     return Controller(
         specs[0],
         specs[1],
@@ -208,8 +227,10 @@ def controller(
         "head",
         timeout_s=30,
         seed=1,
-        warmup_s=0.0,
-    )  # one warm-up pair
+        warmup_s=0.0,  # one warm-up pair
+        undecided_fails=undecided_fails,
+        **{k: v for k, v in optional.items() if v is not None},
+    )
 
 
 def test_the_controller_pairs_blocks_in_random_order_stops_once_decided_and_confirms(tmp_path):
@@ -322,3 +343,186 @@ def test_a_fluke_of_one_process_does_not_make_a_small_slowdown_a_regression(tmp_
     assert d.verdict != "regressed", d
     assert len({pid for s, pid, _ in _blocks(tmp_path) if s == "head"}) >= 2
 
+
+
+# --- the budget and the early stop, on a fake clock ---------------------------------------------
+
+
+class FakeClock:
+    """A clock that moves only when told to: ``tick`` per reading, ``visit_s`` per test visit
+    (``on_outcome`` runs once per side and visit: half each)."""
+
+    def __init__(self, visit_s: float, tick: float = 1e-4) -> None:
+        self.now = 1000.0
+        self.visit_s = visit_s
+        self.tick = tick
+
+    def __call__(self) -> float:
+        self.now += self.tick
+        return self.now
+
+    def outcome(self, outcome) -> None:
+        self.now += self.visit_s / 2
+
+
+def fake_clock_controller(tmp_path, ms, visit_s, **extra) -> tuple[Controller, FakeClock]:
+    clock = FakeClock(visit_s)
+    ids = {"base": ["t::a"], "head": ["t::a"]}
+    return controller(tmp_path, ms, ids, clock=clock, on_outcome=clock.outcome, **extra), clock
+
+
+# A/A with noise too wide to decide: x takes the values +-0.18, +-0.56 and 0 in turn, symmetric
+# about 0, so the interval holds 0 and reaches past c = log(1.05) at any number of pairs here.
+AA_UNDECIDED = {"noise": 0.2, "phase": {"base": 7, "head": 3}}
+
+
+def test_the_reruns_budget_is_a_share_of_the_first_pass_and_the_budget_a_ceiling():
+    assert rerun_budget(0.0) == RERUN_MIN_S
+    assert rerun_budget(1000.0) == RERUN_SHARE * 1000.0 > RERUN_MIN_S
+
+
+@pytest.mark.parametrize(("budget_s", "left_s"), [(1e6, RERUN_SHARE * 100), (110.0, 10.0)])
+def test_the_session_budget_follows_the_first_pass(tmp_path, budget_s, left_s):
+    # the first pass takes 100 s on the fake clock: the reruns get half of that, or what is left
+    # of [compare] budget_s
+    c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 1.0}, 100.0,
+                                 budget_s=budget_s, **AA_UNDECIDED)
+    result = run_session(c)
+    assert f"first pass 100 s, then a budget of {left_s:.0f} s for running tests again" in (
+        result.notes)
+
+
+def test_an_aa_metric_that_cannot_end_regressed_is_not_run_again(tmp_path):
+    # A visit takes 20 s: after the first pass the reruns have 10 s, room for one generation at
+    # most, so it would be the last; its pairs (the other start order) cannot make the metric
+    # regressed, since the first order's interval reaches below c/2. No generation is started.
+    c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 1.0}, 20.0, **AA_UNDECIDED)
+    result = run_session(c)
+    (d,) = result.decisions
+    assert d.verdict == "undecided" and result.budget_exhausted
+    assert "stopped early" in result.notes[0] and "1 generation(s)" in result.notes[-1]
+    assert len({pid for s, pid, _ in _blocks(tmp_path) if s == "head"}) == 1
+
+
+def test_undecided_metrics_that_fail_the_gate_are_run_again_in_the_last_generation(tmp_path):
+    c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 1.0}, 20.0,
+                                 undecided_fails=True, **AA_UNDECIDED)
+    result = run_session(c)
+    assert "2 generation(s)" in result.notes[-1]
+    assert not any("stopped early" in note for note in result.notes)
+
+
+@pytest.mark.parametrize(("visit_s", "rerun_s"), [(20.0, None), (0.0, None), (20.0, 0.0)])
+def test_the_early_stop_never_drops_a_regression(tmp_path, monkeypatch, visit_s, rerun_s):
+    # the head 2x slower: regressed in the first start order, so the last generation (visit_s
+    # 20: the only one) or a plain one (visit_s 0) runs it again, and it is confirmed; with no
+    # budget for reruns at all (rerun_s 0) too: the last generation may run up to budget_s
+    if rerun_s is not None:
+        monkeypatch.setattr(controller_module, "RERUN_MIN_S", rerun_s)
+        monkeypatch.setattr(controller_module, "RERUN_SHARE", 0.0)
+    c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 2.0}, visit_s)
+    result = run_session(c)
+    (d,) = result.decisions
+    assert d.verdict == "regressed" and "2 generation(s)" in result.notes[-1]
+
+
+def test_with_time_left_an_undecided_aa_metric_is_run_again(tmp_path):
+    # visits cost nothing on the fake clock: the next generation is not the last, so the A/A
+    # metric (undecided after the first pass, as above) gets pairs of the other start order
+    c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 1.0}, 0.0, **AA_UNDECIDED)
+    result = run_session(c)
+    assert c.generation >= 1 and result.decisions[0].verdict != "regressed"
+    assert len({pid for s, pid, _ in _blocks(tmp_path) if s == "head"}) == c.generation + 1
+
+
+def _key_with_pairs(c: Controller, kind: str, xs: list[float], first: str,
+                    metric: str = "call_ms:op") -> paired.MetricKey:
+    """Pairs with ``x`` values ``xs`` (log ratios for time and rate, differences for the share),
+    measured with ``first`` started first."""
+    key = paired.MetricKey("t::a", metric)
+    p = c.samples.setdefault(key, paired.Paired(key, kind))  # type: ignore[arg-type]
+    for x in xs:
+        if kind == "time":
+            p.add(1.0, math.exp(x))
+        elif kind == "rate":
+            p.add(math.exp(x), 1.0)
+        else:
+            p.add(0.2, 0.2 + x)
+        c._orders.setdefault(key, []).append(first)
+    return key
+
+
+@pytest.mark.parametrize(("kind", "metric"), [("time", "call_ms:op"), ("rate", "examples_per_sec"),
+                                              ("share", "python_share")])
+def test_may_regress_reads_the_lower_end_of_the_final_orders_interval(tmp_path, kind, metric):
+    c = controller(tmp_path, {"base": 1.0, "head": 1.0}, {"base": [], "head": []})
+    c_ = 0.01 if kind == "share" else math.log(1.05)
+    # 20 pairs of "base first" around +2c: the lower end is above c/2
+    slow = _key_with_pairs(c, kind, [2 * c_ + 0.1 * c_ * ((i * 7) % 5 - 2) for i in range(20)],
+                           "base", metric)
+    assert c._may_regress(slow, "base")
+    # the pairs of the other order are not those: none, so it cannot be confirmed
+    assert not c._may_regress(slow, "head")
+    # around 0: the lower end is below c/2, whatever the other order's pairs do
+    c.samples.clear()
+    c._orders.clear()
+    flat = _key_with_pairs(c, kind, [0.1 * c_ * ((i * 7) % 5 - 2) for i in range(20)], "base",
+                           metric)
+    assert not c._may_regress(flat, "base")
+
+
+def test_may_regress_needs_enough_pairs_and_keeps_counts(tmp_path):
+    c = controller(tmp_path, {"base": 1.0, "head": 1.0}, {"base": [], "head": []})
+    few = _key_with_pairs(c, "time", [1.0] * (paired.CompareSettings().min_pairs - 1), "base")
+    assert not c._may_regress(few, "base")  # below min_pairs: never a verdict of its own
+    count = _key_with_pairs(c, "count", [], "base", "count:op")
+    assert c._may_regress(count, "head")
+
+
+def test_past_the_budget_an_aa_metric_that_does_not_lean_ends_the_session(tmp_path, monkeypatch):
+    # no budget for reruns: only a change seen in one order or a leaning metric may go on; the
+    # A/A metric's estimate is about 1.0, below sqrt(1.05)
+    monkeypatch.setattr(controller_module, "RERUN_MIN_S", 0.0)
+    monkeypatch.setattr(controller_module, "RERUN_SHARE", 0.0)
+    c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 1.0}, 0.0, **AA_UNDECIDED)
+    result = run_session(c)
+    (d,) = result.decisions
+    assert d.verdict == "undecided" and 0.97 < d.estimate < 1.0247
+    assert "1 generation(s)" in result.notes[-1]
+    assert any("stopped early" in note for note in result.notes)
+
+
+def _decision(kind: str, estimate: float, limit: float) -> paired.Decision:
+    return paired.Decision(paired.MetricKey("t", "m"), kind, "undecided", 1.0, 1.0,  # type: ignore[arg-type]
+                           estimate, 0.0, math.inf, 3, "", limit)
+
+
+@pytest.mark.parametrize(("kind", "estimate", "limit", "leans"), [
+    ("time", 1.03, 1.05, True),  # log 1.03 > log(1.05) / 2
+    ("time", 1.02, 1.05, False),
+    ("time", 3.0, 1.10, True),
+    ("rate", 0.97, 0.95, True),  # examples/sec 3 % down, a drop counts from 5 %
+    ("rate", 1.10, 0.95, False),
+    ("share", 0.006, 0.01, True),
+    ("share", 0.004, 0.01, False),
+    ("time", math.nan, math.nan, False),  # no interval, no estimate
+    ("count", math.nan, 0.0, True),  # counts are exact: undecided only without pairs
+])
+def test_leans_is_an_estimate_past_half_the_threshold(kind, estimate, limit, leans):
+    assert controller_module._leans(_decision(kind, estimate, limit)) is leans
+
+
+def test_past_the_budget_a_leaning_metric_gets_the_pairs_a_verdict_needs_and_no_more(
+        tmp_path, monkeypatch):
+    # 4 % slower (its estimate past sqrt(1.05)) in noise too wide to decide: past the budget it
+    # gets one generation, for the pairs of the other start order, and then stops (each order's
+    # pairs have an interval of their own); every generation more would be one more look
+    monkeypatch.setattr(controller_module, "RERUN_MIN_S", 0.0)
+    monkeypatch.setattr(controller_module, "RERUN_SHARE", 0.0)
+    c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 1.04}, 0.0, noise=0.0,
+                                 gauss=0.3)
+    result = run_session(c)
+    (d,) = result.decisions
+    assert d.verdict == "undecided" and d.estimate > 1.0247, d
+    assert "2 generation(s)" in result.notes[-1]
+    assert any("stopped early" in note for note in result.notes)

@@ -25,6 +25,24 @@ which side starts first is not neutral (A/A here: 5-9 % on memory-bound e2e
 stats), so each pass after the first runs in two fresh processes started in
 the other order (a *generation*), and a change counts only when the pairs of
 each start order decide it on their own (docs/contract-additions.md, A/B).
+
+The budget of the passes after the first scales with what the selection
+costs: ``RERUN_SHARE`` of the first pass's wall time, at least
+``RERUN_MIN_S``, never past ``[compare] budget_s`` from the start (the
+ceiling). Once it has no time left for the next generation (a start of the
+sides plus the tests' last visits, and another start after it), only tests
+with a change seen in one start order, or a metric whose estimate leans
+towards a regression (past ``c/2``) and whose pairs of a start order are
+too few for a verdict of their own (an e2e stat gets a few pairs a run), go
+on, up to the ceiling. The last
+generation (``MAX_RERUNS``, or the time left allows none after it) runs
+only the tests with a metric that may still end regressed: the pairs of the
+current start order get no more pairs then, and a regression needs them, on
+their own, to have an interval whose lower end is above ``c/2``
+(:meth:`Controller._may_regress`). With none, the session ends: what is
+left undecided cannot fail the gate. ``--opperf-compare-undecided=fail``
+keeps every undecided test (up to the ceiling): an undecided metric fails
+the gate then.
 The head's results of each test's first visit are the session's results.
 No pytest import: the glue (``session.py``) passes callbacks.
 """
@@ -49,7 +67,7 @@ from . import paired
 from .pairs import e2e_samples
 from .protocol import ProtocolError, SideGone, SideTimeout, pair
 
-__all__ = ["Controller", "Plan", "SideFailure", "SideSpec", "TestOutcome"]
+__all__ = ["Controller", "Plan", "SideFailure", "SideSpec", "TestOutcome", "rerun_budget"]
 
 MIN_PAIRS = 12  # a first look; decide's own minimum applies on top
 CHECK_EVERY = 4
@@ -63,6 +81,10 @@ MIN_VISIT_S = 0.5  # a benchmark's share of the budget is never below this
 # that ran last; measured A/A here, pairs taken straight after set-up were off by up to 10x.
 WARMUP_S = 0.3
 MAX_RERUNS = 8  # passes after the first (each in fresh processes), at most
+# The passes after the first may take this share of the first pass's wall time (spawn and
+# collection included), but at least RERUN_MIN_S, and never more than [compare] budget_s allows.
+RERUN_SHARE = 0.5
+RERUN_MIN_S = 10.0
 MIN_ORDER_PAIRS = 4  # pairs of each start order a regressed or improved metric needs
 RERUN_RESERVE = 0.5  # the share of the budget left a first visit of a benchmark may take
 LOG_TAIL_LINES = 15
@@ -185,6 +207,34 @@ class Side:
                 pass
 
 
+def rerun_budget(first_pass_s: float) -> float:
+    """The seconds the passes after the first may take, after a first pass of ``first_pass_s``:
+    ``RERUN_SHARE`` of it, at least ``RERUN_MIN_S``."""
+    return max(RERUN_MIN_S, RERUN_SHARE * first_pass_s)
+
+
+def _in_x(d: paired.Decision) -> tuple[float, float, float]:
+    """The estimate, the lower end of ``d``'s interval and ``c`` in ``x`` units (positive: worse
+    for the head; ``paired`` module docstring)."""
+    def log(v: float) -> float:
+        return math.log(v) if v > 0 else -math.inf if v == 0 else math.nan
+
+    if d.kind == "time":
+        return log(d.estimate), log(d.low), log(d.limit)
+    if d.kind == "rate":  # low/high are exp(-hi)/exp(-lo) of x
+        return -log(d.estimate), -log(d.high), -log(d.limit)
+    return d.estimate, d.low, d.limit
+
+
+def _leans(d: paired.Decision) -> bool:
+    """Whether ``d``'s estimate lies past ``c/2`` (a regression's side of the rule's margin), or
+    it is a count (exact: undecided only without pairs)."""
+    if d.kind == "count":
+        return True
+    estimate, _, c = _in_x(d)
+    return estimate > c / 2
+
+
 @dataclass
 class Plan:
     """What both sides collected: the tests run on both, and those on one side only."""
@@ -224,6 +274,7 @@ class Controller:
     base_label: str
     head_label: str
     timeout_s: float = 600.0
+    undecided_fails: bool = False  # --opperf-compare-undecided=fail: undecided metrics fail
     seed: int | None = None
     warmup_s: float = WARMUP_S
     clock: Callable[[], float] = time.monotonic
@@ -246,6 +297,9 @@ class Controller:
         self.generation = 0
         self._first = self.rng.choice(["base", "head"])  # started first in generation 0
         self._orders: dict[paired.MetricKey, list[str]] = {}  # per pair: the side started first
+        self._unvisited = 0  # tests the first pass has not reached (for the family size)
+        self._spawn_s = 0.0  # how long the last start of both sides took
+        self._visit_s: dict[str, float] = {}  # how long each test's last visit took
 
     # --- start ----------------------------------------------------------------------------
 
@@ -271,6 +325,7 @@ class Controller:
         """Start both sides in this generation's order; both collect at once (nothing is measured
         yet)."""
         specs = {"base": self.base_spec, "head": self.head_spec}
+        spawned = self.clock()
         for name in self._start_order():
             self.sides[name] = Side(specs[name])
         collected = {name: side.receive(self.timeout_s, "collecting the tests")
@@ -287,6 +342,7 @@ class Controller:
                                   "is not deterministic",
                                   self.sides[name].tail())
             self._ids[name] = ids
+        self._spawn_s = self.clock() - spawned
         return collected
 
     def _restart(self) -> None:
@@ -305,42 +361,80 @@ class Controller:
     def run(self) -> paired.CompareResult:
         plan = self._plan
         assert plan is not None, "start() first"
-        budget_end = self._started + self.settings.budget_s
-        self._budget_end = budget_end
+        ceiling = self._started + self.settings.budget_s
+        self._budget_end = ceiling
         schedule = list(plan.order)
         for index, nodeid in enumerate(schedule):
             if self.should_stop():
                 self.notes.append("the session stopped early (-x/--maxfail): later tests were "
                                   "not compared")
                 break
-            self._remaining = len(schedule) - index
+            self._remaining = self._unvisited = len(schedule) - index
             self._visit(nodeid, self._next_of(schedule, index), nodeid in set(plan.common))
-        budget_exhausted = False
-        common = set(plan.common)
-        for _ in range(MAX_RERUNS):
-            undecided = self._undecided_runs(common)
-            if not undecided or self.should_stop():
-                break
-            if self.clock() >= budget_end:
-                budget_exhausted = True
-                break
-            self._restart()
-            for index, nodeid in enumerate(undecided):
-                if self.clock() >= budget_end:
-                    budget_exhausted = True
-                    break
-                self._remaining = len(undecided) - index
-                self._visit(nodeid, self._next_of(undecided, index), True)
+        self._unvisited = 0
+        first_pass_s = self.clock() - self._started
+        self._budget_end = min(ceiling, self.clock() + rerun_budget(first_pass_s))
+        rerun_s = self._budget_end - self._started - first_pass_s
+        budget_exhausted = self._rerun(set(plan.common), ceiling)
         decisions = [self._confirmed(d) for d in paired.decide(list(self.samples.values()),
                                                                self.settings)]
-        if any(d.verdict == "undecided" for d in decisions) and self.clock() >= budget_end:
+        if any(d.verdict == "undecided" for d in decisions) and self.clock() >= self._budget_end:
             budget_exhausted = True
+        self.notes.append(f"first pass {first_pass_s:.0f} s, then a budget of "
+                          f"{max(0.0, rerun_s):.0f} s for running tests again")
         self.notes.append(f"order seed {self.seed}; {self.generation + 1} generation(s) of side "
                           "processes")
         return paired.CompareResult(
             base=self.base_label, head=self.head_label, decisions=decisions, added=list(plan.added),
             removed=list(plan.removed), pairs=self.pairs, elapsed_s=self.clock() - self._started,
             budget_exhausted=budget_exhausted, notes=list(self.notes))
+
+    def _rerun(self, common: set[str], ceiling: float) -> bool:
+        """The passes after the first, each a generation; returns whether the budget ended them
+        with something left to run. Once the reruns' budget has no time for a generation (and a
+        start of the sides after it), only the tests with a change seen in one start order or a
+        metric that leans towards a regression with too few pairs for a verdict go on, up to
+        ``ceiling``. The last generation (the ``MAX_RERUNS``-th, or none would fit after it) runs
+        only the tests with a metric that may still end regressed (:meth:`_may_regress`)."""
+        leaning = False
+        for generation in range(1, MAX_RERUNS + 1):
+            tests = self._undecided_runs(common, leaning=leaning)
+            if self.should_stop():
+                return False
+            if not leaning and not self._time_for(tests):
+                leaning = True
+                self._budget_end = ceiling
+                tests = self._undecided_runs(common, leaning=True)
+            last = generation == MAX_RERUNS or not self._time_for(tests)
+            if last:  # the pairs of the current start order are final
+                tests = self._undecided_runs(common, final=self._first, leaning=leaning)
+            if not tests:
+                left = self._undecided_runs(common)
+                if left:
+                    self.notes.append("stopped early: no metric left undecided could end "
+                                      "regressed in the generations the budget allows")
+                return bool(left)
+            if self.clock() + self._spawn_s >= self._budget_end:
+                return True  # a restart would measure nothing
+            self._pass(tests)
+            if last:
+                return generation < MAX_RERUNS and bool(self._undecided_runs(common))
+        return False
+
+    def _time_for(self, tests: list[str]) -> bool:
+        """Whether the budget has time for a generation that runs ``tests`` and a start of the
+        sides after it (estimated from the last start's and the tests' last visits' durations)."""
+        cost = self._spawn_s + sum(self._visit_s.get(t, 0.0) for t in tests)
+        return self.clock() + cost + self._spawn_s < self._budget_end
+
+    def _pass(self, tests: list[str]) -> None:
+        """One generation: the sides restarted in the other order, ``tests`` run on both."""
+        self._restart()
+        for index, nodeid in enumerate(tests):
+            if self.clock() >= self._budget_end:
+                break
+            self._remaining = len(tests) - index
+            self._visit(nodeid, self._next_of(tests, index), True)
 
     @staticmethod
     def _next_of(schedule: list[str], index: int) -> str | None:
@@ -376,11 +470,21 @@ class Controller:
                                    statistic=f"{d.statistic}; {d.verdict}, but not in "
                                    "the pairs of each start order of the sides on their own")
 
-    def _undecided_runs(self, common: set[str]) -> list[str]:
+    def _undecided_runs(self, common: set[str], final: str | None = None,
+                        leaning: bool = False) -> list[str]:
         """The tests to run again: first those with a metric regressed or improved in one run of
         the test only (a change must show again in a second run, with its own set-up), then those
-        with undecided metrics."""
+        with undecided metrics. Unless undecided metrics fail the gate, only those changes and
+        the metrics that lean towards a regression (:meth:`_leans`) with too few pairs in a start
+        order for a verdict (:meth:`_short`) count with ``leaning``, and
+        with ``final`` (the start order whose pairs get no more pairs: the next generation is the
+        last) only those that may still end regressed (:meth:`_may_regress`)."""
         decisions = paired.decide(list(self.samples.values()), self.settings)
+        if not self.undecided_fails:
+            decisions = [d for d in decisions
+                         if (not leaning or self._unconfirmed(d)
+                             or (_leans(d) and self._short(d.key)))
+                         and (final is None or self._may_regress(d.key, final))]
         unconfirmed = {self._test_of(d.key.run) for d in decisions if self._unconfirmed(d)}
         undecided: dict[str, int] = {}
         for d in decisions:
@@ -392,6 +496,38 @@ class Controller:
         rest = sorted((t for t in order if t in undecided and t not in unconfirmed and t in common),
                       key=lambda t: -undecided[t])
         return [t for t in order if t in unconfirmed and t in common] + rest
+
+    def _may_regress(self, key: paired.MetricKey, final: str) -> bool:
+        """Whether ``key`` can still end regressed when the pairs of the start order ``final``
+        get no more pairs. A regression needs those pairs, on their own, to decide "regressed"
+        (:meth:`_both_orders`): at least ``MIN_ORDER_PAIRS`` and ``min_pairs`` of them and the
+        lower end of their interval above ``c/2`` (``paired.rule``). Their ``c`` is fixed (their
+        base median is), and the family only grows (samples are never dropped), so the interval
+        at the end is at least as wide as at today's family size: a lower end at or below
+        ``c/2`` now stays there. Counts (exact, no confirmation) always may."""
+        samples = self.samples[key]
+        if samples.kind == "count":
+            return True
+        part = self._order_part(key, final)
+        if part is None or part.pairs < max(MIN_ORDER_PAIRS,
+                                            self.settings.for_metric(key).min_pairs):
+            return False
+        _, low, c = _in_x(self._part_decision(part, len(self.samples)))
+        return math.isfinite(c) and low > c / 2
+
+    def _short(self, key: paired.MetricKey) -> bool:
+        """Whether the pairs of a start order of ``key`` are too few for a verdict of their own:
+        fewer than ``MIN_ORDER_PAIRS`` or ``min_pairs``, or no bounded interval at the session's
+        level (an e2e stat gets a few pairs a run)."""
+        need = max(MIN_ORDER_PAIRS, self.settings.for_metric(key).min_pairs)
+        for first in ("base", "head"):
+            part = self._order_part(key, first)
+            if part is None or part.pairs < need:
+                return True
+            _, low, _ = _in_x(self._part_decision(part, len(self.samples)))
+            if not math.isfinite(low):
+                return True
+        return False
 
     @staticmethod
     def _test_of(run_id: str) -> str:
@@ -414,6 +550,7 @@ class Controller:
     # --- one test on both sides --------------------------------------------------------------
 
     def _visit(self, nodeid: str, next_id: str | None, both: bool) -> None:
+        started = self.clock()
         visit = self._visits.get(nodeid, 0)
         self._visits[nodeid] = visit + 1
         names = self._start_order() if both else ["head"]
@@ -457,6 +594,7 @@ class Controller:
             self.on_outcome(outcome)
         if both and not outcomes["base"].failed and not outcomes["head"].failed:
             self._e2e_pairs(outcomes["base"].runs, outcomes["head"].runs)
+        self._visit_s[nodeid] = self.clock() - started
 
     def _e2e_pairs(self, base_runs: list[RunResult], head_runs: list[RunResult]) -> None:
         base = {r.id: r for r in base_runs if r.kind == "e2e"}
@@ -507,8 +645,9 @@ class Controller:
         return now + max(MIN_VISIT_S, share)
 
     def _family_size(self) -> int:
-        """The number of metrics the decision is corrected for, as far as known now."""
-        return max(len(self.samples), 1) + max(0, getattr(self, "_remaining", 1) - 1)
+        """The number of metrics the decision is corrected for, as far as known now: those with
+        samples, and one for each test the first pass has not reached yet."""
+        return max(len(self.samples), 1) + max(0, self._unvisited - 1)
 
     def _bench_pairs(self, nodeid: str, message: dict[str, Any], sides: list[Side]) -> None:
         doing = f"benchmarking {nodeid}"
@@ -542,11 +681,15 @@ class Controller:
 
     def _alone(self, target: paired.Paired) -> str:
         """``target``'s verdict at the session's corrected level."""
+        return self._part_decision(target, self._family_size()).verdict
+
+    def _part_decision(self, target: paired.Paired, family_size: int) -> paired.Decision:
+        """``target``'s decision, corrected for ``family_size`` metrics."""
         # decide() corrects for the number of Paired it is given: the others, empty, stand
         # for the rest of the session's metrics, so this look uses the session's level.
         family = [target] + [paired.Paired(paired.MetricKey("", f"#{i}"), "time")
-                             for i in range(self._family_size() - 1)]
-        return paired.decide(family, self.settings)[0].verdict
+                             for i in range(family_size - 1)]
+        return paired.decide(family, self.settings)[0]
 
     def _bench_alone(self, nodeid: str, side: Side) -> None:
         doing = f"benchmarking {nodeid} (on the {side.name} side only)"

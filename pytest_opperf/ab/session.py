@@ -209,7 +209,9 @@ class ABSession:
         controller = self.controller = Controller(
             base_spec, head_spec, self.thresholds.compare, self.base.label,
             f"working tree {self.config.rootpath}",
-            timeout_s=self.settings.compare_timeout, on_outcome=self._outcome,
+            timeout_s=self.settings.compare_timeout,
+            undecided_fails=self.settings.compare_undecided == "fail",
+            on_outcome=self._outcome,
             should_stop=lambda: bool(session.shouldfail or session.shouldstop))
         finished = False
         try:
