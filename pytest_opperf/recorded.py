@@ -160,7 +160,7 @@ class WatchedTable(timers.Table):
 class Recorder:
     """A framework's profiler over one ``profile()`` block of ``table``; :meth:`finish` files its
     ops. Subclasses start and stop the profiler, drop a marker event into it and read it:
-    :meth:`_begin`, :meth:`_mark_event`, :meth:`_end`, :meth:`_read`, and optionally
+    :meth:`_begin`, :meth:`_event`, :meth:`_end`, :meth:`_read`, and optionally
     :meth:`_started` and :meth:`_closing` around the block."""
 
     def __init__(self, table: timers.Table, run: measure.Run | None) -> None:
@@ -169,6 +169,7 @@ class Recorder:
         self.regions = RegionLog()
         self.closed = False
         self.finished = False
+        self.left_by: str | None = None  # the exception that left the block (keep_on_error)
         self._lock = threading.Lock()
 
     # --- what a framework fills in ---------------------------------------------------
@@ -177,8 +178,9 @@ class Recorder:
         """Start the framework's profiler (raise when it cannot be)."""
         raise NotImplementedError
 
-    def _mark_event(self) -> None:
-        """Make one event named :data:`MARK` in the profiler's stream, on this thread."""
+    def _event(self, name: str) -> None:
+        """Make one event named ``name`` (:data:`MARK`, :data:`WARM_UP`) in the profiler's
+        stream, on this thread."""
         raise NotImplementedError
 
     def _end(self) -> Any:
@@ -200,7 +202,7 @@ class Recorder:
 
     def mark(self, step: int | None) -> None:
         before = perf_counter_ns()
-        self._mark_event()
+        self._event(MARK)
         self.marks.append(Mark(before, perf_counter_ns(), step))
 
     def start(self) -> None:
@@ -212,16 +214,13 @@ class Recorder:
             table.__dict__["_opperf_regions"] = self.regions
             self.regions.set(perf_counter_ns(), table.current)
             table.on_flush(self._on_flush)
-            for _ in range(2):  # the first events made may cost tens of microseconds
-                self._warm_up()
+            for _ in range(2):  # the first events made cost tens of microseconds: not a marker's
+                self._event(WARM_UP)
             self.mark(None)
             self._started()
         except BaseException:
             self.abandon()
             raise
-
-    def _warm_up(self) -> None:
-        self._mark_event()
 
     def _on_flush(self) -> None:
         if not self.closed:  # a run.step(): the step being ended is the run's count of steps so far
@@ -271,11 +270,17 @@ class Recorder:
 
 
 @contextmanager
-def read_after_window(recorder: Recorder, unread: dict[int, Recorder]) -> Iterator[None]:
+def read_after_window(recorder: Recorder, unread: dict[int, Recorder],
+                      keep_on_error: bool = False) -> Iterator[None]:
     """Run ``recorder`` over the block; its ops are filed when the run's window closes (after its
     wall clock stopped), or at the end of the block without a run. ``unread`` holds, by table, a
     recorder whose block has ended and whose window has not closed: an earlier ``profile()`` of
-    the same window, read before the framework's profiler starts again."""
+    the same window, read before the framework's profiler starts again.
+
+    A block left by an exception stops the profiler and keeps nothing, unless ``keep_on_error``
+    and a run measures: then what was recorded up to the exception is filed when the window
+    closes (if the exception leaves the window too, nothing is kept), and
+    ``recorder.left_by`` names the exception."""
     table, run = recorder.table, recorder.run
     earlier = unread.pop(id(table), None)
     if earlier is not None:
@@ -283,12 +288,21 @@ def read_after_window(recorder: Recorder, unread: dict[int, Recorder]) -> Iterat
     recorder.start()
     try:
         yield
-    except BaseException:
-        recorder.abandon()
+    except BaseException as exc:
+        if not keep_on_error or run is None:
+            recorder.abandon()
+            raise
+        recorder.left_by = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        _read_when_closed(recorder, run, unread)
         raise
     if run is None:
         recorder.finish()
         return
+    _read_when_closed(recorder, run, unread)
+
+
+def _read_when_closed(recorder: Recorder, run: measure.Run, unread: dict[int, Recorder]) -> None:
+    table = recorder.table
     recorder.close()
     unread[id(table)] = recorder
 

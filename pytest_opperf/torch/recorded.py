@@ -34,7 +34,7 @@ from torch._C._profiler import ProfilerActivity, _ExperimentalConfig, _RecordFun
 from torch.autograd.profiler import ProfilerConfig, ProfilerState
 
 from pytest_opperf import measure, recorded, timers
-from pytest_opperf.recorded import MARK, WARM_UP, Mark, RegionLog, file_samples
+from pytest_opperf.recorded import MARK, Mark, RegionLog, file_samples
 
 __all__ = ["Event", "Mark", "ModuleCall", "ModuleLog", "Recorder", "RegionLog",
            "file_module_samples", "file_samples", "op_kind", "op_samples"]
@@ -271,12 +271,8 @@ class Recorder(recorded.Recorder):
         self.nested = nested
         self.modules = ModuleLog() if by == "module" else None
 
-    def _mark_event(self) -> None:
-        with _RecordFunctionFast(MARK):
-            pass
-
-    def _warm_up(self) -> None:  # the first ranges made cost tens of microseconds
-        with _RecordFunctionFast(WARM_UP):
+    def _event(self, name: str) -> None:
+        with _RecordFunctionFast(name):
             pass
 
     def _begin(self) -> None:
