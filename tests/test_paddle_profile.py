@@ -9,6 +9,7 @@ larger than any machine's noise (100 ms of busy work against a few ms of ops).
 
 from __future__ import annotations
 
+import enum
 import subprocess
 import sys
 import threading
@@ -301,8 +302,12 @@ def test_import_pytest_opperf_paddle_does_not_import_paddle() -> None:
 
 # --- the event trees, on synthetic events ---------------------------------------------------
 
+Kind = enum.Enum("Kind", ["UserDefined", "PythonUserDefined", "Operator", "OperatorInner",
+                          "StaticKernelLaunch", "DygraphKernelLaunch"])  # as TracerEventType
+
+
 def ev(name: str, kind: str, start: int, end: int, *children, thread: int = 1):
-    return SimpleNamespace(name=name, type=SimpleNamespace(name=kind), start_ns=start, end_ns=end,
+    return SimpleNamespace(name=name, type=Kind[kind], start_ns=start, end_ns=end,
                            thread_id=thread, children_node=list(children))
 
 

@@ -75,20 +75,27 @@ def inner_name(name: str) -> str:
     return "infer_meta" if name == "infermeta" else name
 
 
+_KIND_NAMES: dict[Any, str] = {}  # event type -> its name
+
+
 def _kind(node: Any) -> str:
+    """The name of an event's type (``Operator``): pybind's ``enum.name`` builds the enum's
+    member table on every call (about 0.2 ms), so each type's name is looked up once."""
     kind = node.type
-    return kind if isinstance(kind, str) else kind.name
+    name = _KIND_NAMES.get(kind)
+    if name is None:
+        name = _KIND_NAMES[kind] = kind.name
+    return name
 
 
-def _grad_node_name(node: Any) -> str:
-    """A dygraph backward node: the first kernel it launches, else its own name."""
-    todo = list(reversed(node.children_node))
-    while todo:
-        event = todo.pop()
-        if _kind(event) in KERNEL_LAUNCHES and event.name.endswith(KERNEL_LAUNCH):
-            return op_name(event.name)
-        todo.extend(reversed(event.children_node))
-    return op_name(node.name)
+def _grad_node_name(name: str, children: list[Any]) -> str:
+    """A dygraph backward node: the first kernel it launches (inside its ``Local_`` range), else
+    its own name."""
+    for inner in children:
+        for event in [inner, *(inner.children_node if inner.name.startswith("Local_") else ())]:
+            if event.name.endswith(KERNEL_LAUNCH) and _kind(event) in KERNEL_LAUNCHES:
+                return op_name(event.name)
+    return op_name(name)
 
 
 @dataclass
@@ -105,50 +112,37 @@ class Samples:
 
 def samples_of(trees: Mapping[int, Any], nested: bool = False) -> Samples:
     """The samples of the events in ``trees`` (thread id -> root event, as
-    ``_ProfilerResult.get_data()`` gives them)."""
+    ``_ProfilerResult.get_data()`` gives them). Each event is read once: Paddle's pybind objects
+    build their attributes (the list of children too) on every read."""
     out = Samples()
+    by_thread: dict[int, tuple[Samples, list[tuple[int, int, str]]]] = {}
     for thread, root in trees.items():
-        if _has_mark(root):
+        read, executors = Samples(), list[tuple[int, int, str]]()
+        _walk(root.children_node, None, False, thread, nested, read, executors)
+        by_thread[thread] = (read, executors)
+        if read.mark_starts and out.main_thread is None:
             out.main_thread = thread
-            break
-    # the window thread's executor runs: start, end, path
-    executors: list[tuple[int, int, str]] = []
-    others: list[tuple[int, Any]] = []
-    for thread, root in trees.items():
-        if thread == out.main_thread:
-            _walk(root.children_node, None, False, thread, nested, out, executors)
-        else:
-            others.append((thread, root))
+    main, executors = (by_thread.pop(out.main_thread) if out.main_thread is not None
+                       else (Samples(), []))
+    out.samples, out.mark_starts = main.samples, sorted(main.mark_starts)
+    out.executor_runs = main.executor_runs
     executors.sort()
     starts = [start for start, _, _ in executors]
-    for thread, root in others:
-        tops: list[tuple[str, int, int, int]] = []
-        _walk(root.children_node, None, False, thread, nested, Samples(samples=tops), None)
-        for path, start, ns, tid in tops:
-            top = path.split("/", 1)[0]
+    for read, _ in by_thread.values():
+        out.executor_runs += read.executor_runs
+        for path, start, ns, tid in read.samples:
             if "/" not in path:
-                out.other_threads[top] = out.other_threads.get(top, 0) + 1
+                out.other_threads[path] = out.other_threads.get(path, 0) + 1
             i = bisect.bisect_right(starts, start) - 1
             inside = i >= 0 and start <= executors[i][1]
             out.samples.append((f"{executors[i][2]}/{path}" if inside else path, start, ns, tid))
-    out.mark_starts.sort()
     return out
 
 
-def _has_mark(root: Any) -> bool:
-    todo = list(root.children_node)
-    while todo:
-        event = todo.pop()
-        if event.name == MARK:
-            return True
-        todo.extend(event.children_node)
-    return False
-
-
 def _walk(events: Iterable[Any], path: str | None, in_op: bool, thread: int, nested: bool,
-          out: Samples, executors: list[tuple[int, int, str]] | None) -> None:
+          out: Samples, executors: list[tuple[int, int, str]]) -> None:
     for event in events:
-        name, kind = event.name, _kind(event)
+        name, kind, children = event.name, _kind(event), event.children_node
         if name == MARK:
             out.mark_starts.append(event.start_ns)
             continue
@@ -156,17 +150,17 @@ def _walk(events: Iterable[Any], path: str | None, in_op: bool, thread: int, nes
             stat = EXECUTOR
             out.executor_runs += 1
         elif kind == OPERATOR:
-            stat = _grad_node_name(event) if name.startswith(GRAD_NODE) else op_name(name)
+            stat = _grad_node_name(name, children) if name.startswith(GRAD_NODE) else op_name(name)
         elif kind in KERNEL_LAUNCHES and not in_op:
             stat = op_name(name)
         elif nested and in_op and not name.startswith("Local_"):
             stat = inner_name(name)
         else:  # transparent
-            _walk(event.children_node, path, in_op, thread, nested, out, executors)
+            _walk(children, path, in_op, thread, nested, out, executors)
             continue
         here = stat if path is None else f"{path}/{stat}"
-        out.samples.append((here, event.start_ns, event.end_ns - event.start_ns, thread))
-        if stat == EXECUTOR and executors is not None:
-            executors.append((event.start_ns, event.end_ns, here))
-        _walk(event.children_node, here, in_op or stat != EXECUTOR, thread, nested, out,
-              executors)
+        start, end = event.start_ns, event.end_ns
+        out.samples.append((here, start, end - start, thread))
+        if stat == EXECUTOR:
+            executors.append((start, end, here))
+        _walk(children, here, in_op or stat != EXECUTOR, thread, nested, out, executors)
