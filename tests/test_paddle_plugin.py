@@ -94,14 +94,19 @@ def test_a_paddle_suite_gets_its_table_results_history_and_dashboard(pytester) -
     assert "test_suite.py::test_train" in page and "matmul_grad" in page
 
 
+# The other ops' times are the same on both sides: left undecided they would get passes until the
+# default budget (600 s) is spent; a 27x matmul decides in the first two.
+AB_THRESHOLDS = "[compare]\nbudget_s = 40.0\n"
+
+
 def test_ab_catches_a_slowed_paddle_op_by_time(pytester) -> None:
     """The head's matmul works on 3x the rows and columns (27x the work): its step time is the
     one that counts; the executor run around it is slower too, the other ops' counts are not."""
-    make_repo(pytester.path, {"conftest.py": CONFTEST, "test_s.py": suite(n=48, steps=12)},
-              {"test_s.py": suite(n=144, steps=12)})
+    make_repo(pytester.path, {"conftest.py": CONFTEST, "test_s.py": suite(n=48, steps=12),
+                              "ab.toml": AB_THRESHOLDS}, {"test_s.py": suite(n=144, steps=12)})
     result = pytester.runpytest_subprocess("--opperf", "--opperf-compare=HEAD",
                                            "--opperf-compare-timeout=120", "--opperf-json=out.json",
-                                           "-p", "no:cacheprovider")
+                                           "--opperf-thresholds=ab.toml", "-p", "no:cacheprovider")
     out = result.stdout.str()
     assert result.ret == 1, out
     assert "FAIL test_s.py::test_train step_ms:matmul\n" in out, out
