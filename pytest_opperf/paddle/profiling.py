@@ -41,6 +41,8 @@ SERIAL_NOTE = (f"paddle: the static executor ran its ops one after another on th
                f"({SERIAL_FLAG}, set by profile()), so that op times add up to its time")
 THREADED_NOTE = ("paddle: profile(serial=False): the static executor ran ops on its threads at "
                  "once; their times overlap and may add up to more than the executor's")
+HOST_CLOCK_NOTE = ("paddle: op times are host times (on a GPU, the launch, not the device's work): "
+                   "profile() reads Paddle's host tracer")
 SECOND_PROFILER = ("pytest_opperf.paddle.profile(): another Paddle profiler is alive (a "
                    "paddle.profiler.Profiler object, or a profile() inside profile()); Paddle "
                    "allows one at a time: stop and delete it first")
@@ -164,6 +166,8 @@ def profile(nested: bool = False, serial: bool = True) -> Iterator[Profile]:
     if run is not None:
         run.executor_stat_is(EXECUTOR, EXECUTOR_NOTE)
         run.kernels_are_executor(DYGRAPH_NOTE)
+        if table.device_clock is not None:
+            run.note(HOST_CLOCK_NOTE)
     recorder = Recorder(table, run, nested, serial)
     with recorded.read_after_window(recorder, _unread, keep_on_error=True):
         yield Profile(table, "host", serial)
