@@ -7,13 +7,19 @@ answer the session runs on :data:`CPU_HOST`: the host clock and no device.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
 
 from .timers import DeviceClock
 
-__all__ = ["CPU_HOST", "DeviceInfo", "EventTimer", "SyncTimer", "benchmark_timer"]
+__all__ = ["CPU_HOST", "DeviceInfo", "EventTimer", "SyncTimer", "benchmark_timer", "device_class"]
+
+
+def device_class(model: str) -> str:
+    """``NVIDIA H200`` -> ``nvidia-h200``: the baseline file's hardware name."""
+    return re.sub(r"[^a-z0-9]+", "-", model.lower()).strip("-")
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,8 @@ class OpPerf:
             raise ValueError(f"opperf.measure: run {run_id!r}: {problem}")
         recorder = self._recorder
         if recorder is None:
-            yield measure.CountingRun()
+            with measure.counting_window() as counting:
+                yield counting
             return
         run = measure.Run(run_id, kind, config, self.device, self.timing,
                           self._settings.executor_stat, trace="trace" in self._settings.paths,

@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from pytest_opperf.device import DeviceInfo
     from pytest_opperf.results import ResultSet
 
-__all__ = ["OpPerfBaselineWarning", "OpPerfBenchmarkWarning", "OpPerfStepCountWarning",
-           "OpPerfWarning"]
+__all__ = ["OpPerfBaselineWarning", "OpPerfBenchmarkWarning", "OpPerfPaddleWarning",
+           "OpPerfStepCountWarning", "OpPerfWarning"]
 
 hookspec = pluggy.HookspecMarker("pytest")
 
@@ -84,3 +84,7 @@ class OpPerfStepCountWarning(OpPerfWarning):
 
 class OpPerfBenchmarkWarning(OpPerfWarning):
     """A per-op benchmark could not be timed (pytest-benchmark disabled, e.g. under xdist)."""
+
+
+class OpPerfPaddleWarning(OpPerfWarning):
+    """The installed Paddle is outside the range ``pytest_opperf.paddle.profile()`` supports."""

@@ -24,7 +24,8 @@ from .results import RunResult, StatResult
 from .stats import most_common
 from .stattree import Shares, StatTree
 
-__all__ = ["CountingRun", "Run", "active_run", "measure_window", "op_run", "MAX_OP_SAMPLES"]
+__all__ = ["CountingRun", "Run", "active_run", "counting_window", "in_window", "measure_window",
+           "op_run", "MAX_OP_SAMPLES"]
 
 # Per-op benchmarks may run 10^5 rounds; an evenly spaced subset keeps files small
 # and still gives the rank test far more samples than it needs.
@@ -78,6 +79,7 @@ class Run:
         self.count_warnings: list[str] = []  # per-step counts that vary: the plugin warns
         self.annotate = annotate  # profiler ranges (NVTX) around regions and steps, or None
         self._kernels_note: str | None = None  # set by kernels_are_executor()
+        self._framework_executor: tuple[str, str] | None = None  # set by executor_stat_is()
         self._deferred: list[Callable[[bool], None]] = []  # set by defer()
         # A/B: called after each step (device synchronised); the time it takes is not the window's
         self._handover = handover
@@ -140,6 +142,12 @@ class Run:
         in the report. An executor stat, when the run has one, still takes precedence."""
         self._kernels_note = note
 
+    def executor_stat_is(self, name: str, note: str) -> None:
+        """Take stat ``name`` as executor time when the run has it (a framework profiler's executor
+        event: Paddle's ``StandaloneExecutor::run``), with ``note`` in the report; the run's own
+        executor stat (``ExecutorRunTimer``), when it has one, still takes precedence."""
+        self._framework_executor = (name, note)
+
     def defer(self, callback: Callable[[bool], None]) -> None:
         """Call ``callback(True)`` when the window closes, after its wall clock stopped and
         before its result is built: a recorder read after the window (torch's profiler)
@@ -148,8 +156,10 @@ class Run:
         self._deferred.append(callback)
 
     def add_note(self, note: str) -> None:
-        """A ``note:`` line of the run's report (e.g. what a recorder could not see)."""
-        self._notes.append(note)
+        """A ``note:`` line of the run's report: instrumentation saying what it did, or what it
+        could not see (each text once)."""
+        if note not in self._notes:
+            self._notes.append(note)
 
     def add_step_samples(self, name: str, counts: list[int], totals_ms: list[float]) -> None:
         """Add per-step counts and totals of stat ``name``, one per step taken so far, as
@@ -254,7 +264,12 @@ class Run:
         samples = {name: self._step_totals.get(name, []) for name in table} if steps else None
         tree = StatTree.from_table(table, samples, self._work)
         executor_name = self.executor_stat if tree.get(self.executor_stat) is not None else None
-        if executor_name is None and self._kernels_note is not None:
+        framework = self._framework_executor
+        if executor_name is None and framework is not None and tree.get(framework[0]) is not None:
+            executor_name = framework[0]
+            executor_ms = tree.executor_ms(executor_name)
+            notes.append(framework[1])
+        elif executor_name is None and self._kernels_note is not None:
             executor_ms = tree.kernel_ms
             notes.append(self._kernels_note)
         else:
@@ -266,7 +281,8 @@ class Run:
         shares = Shares.of(wall_s * 1e3, executor_ms, kernel_ms)
         if not steps and len(table):
             notes.append("no run.step() calls: counts and samples are not available")
-        notes += self._unrecorded_notes(table) + self._notes
+        notes += self._notes
+        notes += self._unrecorded_notes(table)
         counts = self._counts(notes)
         return RunResult(
             id=self.id, kind=self.kind, config=self.config, device=self.device.name,
@@ -282,6 +298,7 @@ class Run:
 
 class _ActiveRun(threading.local):
     run: Run | None = None
+    counting: int = 0  # open windows that only count (opperf.measure() without --opperf)
 
 
 _active = _ActiveRun()
@@ -292,6 +309,22 @@ def active_run() -> Run | None:
     lets instrumentation that opens inside a window (``pytest_opperf.torch.profile``)
     tell the run how to account for its time."""
     return _active.run
+
+
+def in_window() -> bool:
+    """Whether a window is open on this thread: a measured one, or one that only counts."""
+    return _active.run is not None or _active.counting > 0
+
+
+@contextmanager
+def counting_window() -> Iterator[CountingRun]:
+    """The window ``opperf.measure()`` opens without ``--opperf``: a :class:`CountingRun`;
+    instrumentation inside it (``pytest_opperf.paddle.profile``) does nothing."""
+    _active.counting += 1
+    try:
+        yield CountingRun()
+    finally:
+        _active.counting -= 1
 
 
 @contextmanager

@@ -17,6 +17,7 @@ from pytest_opperf.device import DeviceInfo
 from reference_framework import backend
 from reference_framework.benchmark import BenchmarkConfig
 from suites.support import ablation_lines, suite_workload
+from suites.torch.peer import peer_lines
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-benchmark's own (trylast) reads its options
@@ -74,5 +75,12 @@ def place(workload: tuple[str, BenchmarkConfig]) -> backend.Place:
 
 def pytest_opperf_report_sections(config: pytest.Config,
                                    results: Any) -> list[tuple[str, list[str]]]:
+    sections = []
     lines = ablation_lines(results.runs)
-    return [("executor ablation (ResNet-50 training)", lines)] if lines else []
+    if lines:
+        sections.append(("executor ablation (ResNet-50 training)", lines))
+    peers = peer_lines(results.runs)  # the torch and Paddle suites' op times beside ours
+    if peers:
+        sections.append(("peers: reference framework vs torch and paddle, per op type at the "
+                         "same shapes", peers))
+    return sections

@@ -7,6 +7,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pytest
 from tabulate import tabulate
 
@@ -18,6 +19,7 @@ from reference_framework.benchmark import (
     build_training_program,
 )
 from reference_framework.cost import op_shapes
+from reference_framework.data import batch, dataset, reader
 from reference_framework.framework import Operator, Program
 from reference_framework.registry import get_op_def
 
@@ -28,6 +30,25 @@ def suite_workload(config: pytest.Config) -> tuple[str, BenchmarkConfig]:
     info = session_info(config)
     name = info.workload if info.enabled else "tiny"
     return name, WORKLOADS[name].replace(device="GPU" if info.device.is_gpu else "CPU")
+
+
+def numpy_batches(config: BenchmarkConfig) -> Any:
+    """The reference benchmark's batches (synthetic Flowers, shuffled) as numpy arrays, images
+    ``[N, 3, H, W]`` float32 and labels ``[N]`` int64, ``config.iterations`` of them (the peer
+    suites feed their frameworks these)."""
+    train = batch(reader.shuffle(dataset.flowers.train(image_size=config.image_size,
+                                                       seed=config.seed), buf_size=config.buf_size,
+                                 seed=config.seed), batch_size=config.batch_size)
+    shape = (3, config.image_size, config.image_size)
+    count = 0
+    while True:
+        for data in train():
+            if count == config.iterations:
+                return
+            images = np.array([x[0].reshape(shape) for x in data], dtype=np.float32)
+            labels = np.array([x[1] for x in data], dtype=np.int64)
+            yield images, labels
+            count += 1
 
 
 # --- the executor ablation: what the reference executor's overheads cost ---------------

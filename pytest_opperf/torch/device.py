@@ -10,12 +10,11 @@ hook leaves the choice to others (the CPU), or, for ``gpu``, stops the session w
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import pytest
 
-from pytest_opperf.device import DeviceInfo
+from pytest_opperf.device import DeviceInfo, device_class
 
 __all__ = ["CudaEventClock", "device_class", "pytest_opperf_select_device"]
 
@@ -45,11 +44,6 @@ class CudaEventClock:
     def recycle(self) -> None:
         self._free += self._used
         self._used = []
-
-
-def device_class(model: str) -> str:
-    """``NVIDIA H200`` -> ``nvidia-h200``: the baseline file's hardware name."""
-    return re.sub(r"[^a-z0-9]+", "-", model.lower()).strip("-")
 
 
 def _unusable_reason(torch: Any) -> str:

@@ -476,27 +476,9 @@ def _recorded(table: timers.Table, nested: bool, run: measure.Run | None,
               by: str) -> Iterator[None]:
     """torch's profiler over the block; its ops filed when the run's window closes
     (after its wall clock stopped), or at the end of the block without a run."""
+    from pytest_opperf.recorded import read_after_window
+
     from .recorded import Recorder
 
-    recorder = Recorder(table, nested, run, by)
-    recorder.start()
-    try:
+    with read_after_window(Recorder(table, nested, run, by), _unread):
         yield
-    except BaseException:
-        recorder.abandon()
-        raise
-    if run is None:
-        recorder.finish()
-        return
-    recorder.close()
-    _unread[id(table)] = recorder
-
-    def read(closed: bool) -> None:
-        if _unread.get(id(table)) is recorder:
-            del _unread[id(table)]
-        if closed:
-            recorder.finish()
-        else:
-            recorder.abandon()
-
-    run.defer(read)

@@ -10,21 +10,14 @@ done when the measured window has closed, after its wall clock stopped
 
 Building the stats (:func:`op_samples`, :func:`file_samples`, :func:`file_module_samples`; pure,
 tested on synthetic events) follows docs/contract-additions.md ("PyTorch"): which events are ops
-(:func:`op_kind`), the step an op belongs to, ``by="module"``'s attribution. The mechanics:
+(:func:`op_kind`), the step an op belongs to, ``by="module"``'s attribution. Steps, regions and the
+clocks' alignment are :mod:`pytest_opperf.recorded`'s (shared with Paddle's); here:
 
-* Steps: ``run.step()`` (the recording's flush) drops a marker event into the profiler's stream;
-  ops that start after the last one are in the totals only, as live timing would have them.
-* Regions: the recording thread's open region (``timers.timer``) is logged with ``perf_counter_ns``
-  at every change (for the window the table's class is a subclass whose ``current`` is a property
-  that logs what it is set to); an op is filed inside the region open on the recording thread when
-  it started, on whatever thread it ran, as :meth:`pytest_opperf.timers.Table.record` files it.
 * Modules: global forward hooks log each module call on the recording thread
   (``perf_counter_ns``); the autograd node an op made is known by the profiler's sequence number on
   its thread, and the engine's range for that node (``autograd::engine::evaluate_function: ...``)
   carries the same sequence number and forward thread.
-* Clocks: the profiler stamps events on its own clock (Unix time, from the TSC); each marker is made
-  between two ``perf_counter_ns`` reads, which gives the offset between the clocks at that marker
-  (to well under a microsecond); a time is converted with the offset of the last marker before it.
+* Clocks: torch's profiler stamps events with Unix time, from the TSC.
 """
 
 from __future__ import annotations
@@ -33,7 +26,7 @@ import bisect
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any, NamedTuple
 
@@ -41,16 +34,15 @@ import torch
 from torch._C._profiler import ProfilerActivity, _ExperimentalConfig, _RecordFunctionFast
 from torch.autograd.profiler import ProfilerConfig, ProfilerState
 
-from pytest_opperf import measure, timers
+from pytest_opperf import measure, recorded, timers
 from pytest_opperf.hookspec import OpPerfWarning
+from pytest_opperf.recorded import MARK, Mark, RegionLog, file_samples
 
 __all__ = ["Event", "Mark", "ModuleCall", "ModuleLog", "Recorder", "RegionLog",
            "file_module_samples", "file_samples", "op_kind", "op_samples", "unseen_notes"]
 
-MARK = "opperf::mark"  # the name of the marker events (never a dispatcher op)
 COMPILED_RANGE = "Torch-Compiled Region"  # torch.compile's range around a compiled graph's call
 COMPILED_BACKWARD = "CompiledFunctionBackward"  # the autograd node of a compiled graph's backward
-WARM_UP = "opperf::warm_up"
 BACKWARD_RANGE = "autograd::engine::evaluate_function: "  # autograd's engine opens one per node
 OP, TRANSPARENT, NOT_AN_OP = "op", "transparent", "none"
 SKIPPED_NAMESPACES = frozenset({"profiler"})  # record_function's ops mark ranges, do no work
@@ -67,16 +59,6 @@ class Event(NamedTuple):  # a tuple: one is made per event read, and a dataclass
     thread: int
     seq: int = -1
     fwd_thread: int = 0
-
-
-@dataclass(frozen=True)
-class Mark:
-    """A marker event made between ``before`` and ``after`` (``perf_counter_ns``); ``step``:
-    the step it ends (0-based), or ``None`` for the markers at the start and end of the window."""
-
-    before: int
-    after: int
-    step: int | None
 
 
 _KINDS: dict[str, str] = {}
@@ -148,89 +130,6 @@ def op_samples(events: Iterable[Event], nested: bool, kind: Callable[[str], str]
     return out
 
 
-@dataclass
-class RegionLog:
-    """The recording thread's open region at every change: ``times`` (``perf_counter_ns``) and
-    ``states``, each ``(parent, qualifier, depth)``: the stat an op would be filed under, the
-    kernel stat that qualifies its name (or ``None``), and how many regions are open."""
-
-    times: list[int] = field(default_factory=list)
-    states: list[tuple[str | None, str | None, int]] = field(default_factory=list)
-
-    def set(self, now: int, region: Any) -> None:
-        parent = region.stat.name if region is not None else None
-        enclosing, depth, outer = region, 0, region
-        while outer is not None:
-            depth, outer = depth + 1, outer.outer
-        while enclosing is not None and not enclosing.kernel:
-            enclosing = enclosing.outer
-        self.times.append(now)
-        self.states.append((parent, enclosing.stat.name if enclosing is not None else None, depth))
-
-    def at(self, t: int) -> tuple[str | None, str | None, int]:
-        i = bisect.bisect_right(self.times, t) - 1
-        return self.states[i] if i >= 0 else (None, None, 0)
-
-
-def _alignment(marks: Sequence[Mark], mark_starts: Sequence[int]
-               ) -> tuple[list[int], list[tuple[int, int]], list[int]]:
-    """From the markers made and their events read: each marker's clock offset (profiler time minus
-    ``perf_counter_ns``), the (profiler time, step) of the step markers, and those times alone."""
-    if len(marks) != len(mark_starts) or len(marks) < 2:
-        raise ValueError(f"profile(): {len(mark_starts)} marker events read for {len(marks)} "
-                         "markers made (at least the window's start and end are needed)")
-    offsets = [start - (m.before + m.after) // 2 for m, start in zip(marks, mark_starts,
-                                                                     strict=True)]
-    step_at = [(start, m.step) for m, start in zip(marks, mark_starts, strict=True)
-               if m.step is not None]
-    return offsets, step_at, [t for t, _ in step_at]
-
-
-def file_samples(table: timers.Table, samples: Sequence[tuple[str, int, int, int]],
-                 marks: Sequence[Mark], mark_starts: Sequence[int], regions: RegionLog, steps: int,
-                 trace: tuple[int, int] | None = None,
-                 trace_events: list | None = None) -> dict[str, tuple[list[int], list[int]]]:
-    """File ``samples`` (from :func:`op_samples`) into ``table``; return each stat's
-    per-step (counts, host ns) for the first ``steps`` steps.
-
-    ``marks`` and ``mark_starts`` (the marker events' starts on the profiler's clock) are in order;
-    the first and last open and close the window, ops outside it are left out. A top-level op goes
-    in the region open on the recording thread at its start; a nested one under its op's stat.
-    ``trace`` (start, end in ``perf_counter_ns``): the ops that ran inside it are appended to
-    ``trace_events`` as the table's trace keeps regions, ``(name, start_ns, ns, depth)``.
-    """
-    offsets, step_at, step_starts = _alignment(marks, mark_starts)
-    first, last = mark_starts[0], mark_starts[-1]
-    per_step: dict[str, tuple[list[int], list[int]]] = {}
-    filed: dict[str, tuple[str, int]] = {}  # path -> stat name and depth (for the ops an op calls)
-    parent: str | None
-    for path, start, ns, _thread in sorted(samples, key=lambda s: s[1]):
-        if not first <= start <= last:
-            continue
-        if "/" in path:  # a call inside an op: under the op's stat
-            parent_path, short = path.rsplit("/", 1)
-            if parent_path not in filed:
-                continue  # its op started before the window
-            parent, depth = filed[parent_path]
-            name, depth = f"{parent}/{short}", depth + 1
-        else:
-            offset = offsets[bisect.bisect_right(mark_starts, start) - 1]
-            parent, qualifier, depth = regions.at(start - offset)
-            name, short = (f"{qualifier}/{path}" if qualifier is not None else path), path
-        filed[path] = (name, depth)
-        table.add(name, ns, parent=parent, kernel=True)
-        if trace is not None and trace_events is not None:
-            at = start - offsets[bisect.bisect_right(mark_starts, start) - 1]
-            if trace[0] <= at and at + ns <= trace[1]:
-                trace_events.append((short, at - trace[0], ns, depth))
-        j = bisect.bisect_left(step_starts, start)
-        if j < len(step_at) and step_at[j][1] is not None and step_at[j][1] < steps:
-            counts, totals = per_step.setdefault(name, ([0] * steps, [0] * steps))
-            counts[step_at[j][1]] += 1
-            totals[step_at[j][1]] += ns
-    return per_step
-
-
 @dataclass(frozen=True)
 class ModuleCall:
     """One ``nn.Module`` call on the recording thread: its stat name (``Sequential/Block``), its
@@ -256,7 +155,7 @@ def file_module_samples(table: timers.Table, samples: Sequence[tuple[str, int, i
     node in backward is a sample of ``<Class>.backward``; other ops keep their names. Each
     call is one sample, in the step its start falls in.
     """
-    offsets, step_at, step_starts = _alignment(marks, mark_starts)
+    offsets, step_at, step_starts = recorded.alignment(marks, mark_starts)
     first, last = mark_starts[0], mark_starts[-1]
     by_start = sorted(range(len(calls)), key=lambda i: calls[i].start)
     starts = [calls[i].start for i in by_start]
@@ -437,41 +336,20 @@ class ModuleLog(ForwardHooks):
             self.frames[-1][3].append(index)
 
 
-class _WatchedTable(timers.Table):
-    """A table whose open region is logged at every change (for the ops read afterwards)."""
-
-    @property
-    def current(self) -> Any:
-        return self.__dict__["current"]
-
-    @current.setter
-    def current(self, region: Any) -> None:
-        self.__dict__["current"] = region
-        log = self.__dict__.get("_opperf_regions")
-        if log is not None:
-            log.set(perf_counter_ns(), region)
-
-
-class Recorder:
+class Recorder(recorded.Recorder):
     """torch's profiler over one ``profile()`` window of ``table``; :meth:`finish` files the ops."""
 
     def __init__(self, table: timers.Table, nested: bool, run: measure.Run | None,
                  by: str = "op") -> None:
-        self.table, self.nested, self.run = table, nested, run
+        super().__init__(table, run)
+        self.nested = nested
         self.modules = ModuleLog() if by == "module" else None
-        self.marks: list[Mark] = []
-        self.regions = RegionLog()
-        self.closed = False
-        self.finished = False
-        self._lock = threading.Lock()
 
-    def mark(self, step: int | None) -> None:
-        before = perf_counter_ns()
-        with _RecordFunctionFast(MARK):
+    def _event(self, name: str) -> None:
+        with _RecordFunctionFast(name):
             pass
-        self.marks.append(Mark(before, perf_counter_ns(), step))
 
-    def start(self) -> None:
+    def _begin(self) -> None:
         if torch.autograd._profiler_enabled():
             raise RuntimeError("profile(): torch's profiler is already running on this thread; use "
                                "profile(mechanism='dispatch') inside torch.profiler.profile()")
@@ -481,52 +359,19 @@ class Recorder:
                                 _ExperimentalConfig(profile_all_threads=True))
         torch.autograd._prepare_profiler(config, {ProfilerActivity.CPU})
         torch.autograd._enable_profiler(config, {ProfilerActivity.CPU})
-        try:
-            table = self.table
-            # for the window the table is its subclass that logs each change of its open region
-            table.__class__ = _WatchedTable
-            table.__dict__["_opperf_regions"] = self.regions
-            self.regions.set(perf_counter_ns(), table.current)
-            table.on_flush(self._on_flush)
-            for _ in range(2):  # the first ranges made cost tens of microseconds: not a marker's
-                with _RecordFunctionFast(WARM_UP):
-                    pass
-            self.mark(None)
-            if self.modules is not None:
-                self.modules.install()
-        except BaseException:
-            self.abandon()
-            raise
 
-    def _on_flush(self) -> None:
-        if not self.closed:  # a run.step(): the step being ended is the run's count of steps so far
-            self.mark(self.run.batches if self.run is not None else None)
+    def _started(self) -> None:
+        if self.modules is not None:
+            self.modules.install()
 
-    def close(self) -> None:
-        """The end of ``profile()``: later ops are not the window's (read in :meth:`finish`)."""
+    def _closing(self) -> None:
         if self.modules is not None:
             self.modules.remove()
-        self.mark(None)
-        self.closed = True
-        table = self.table
-        table.__dict__.pop("_opperf_regions", None)
-        table.__class__ = timers.Table
 
-    def stop(self) -> Any:
-        with self._lock:
-            if self.finished:
-                return None
-            self.finished = True
-        if not self.closed:
-            self.close()
+    def _end(self) -> Any:
         return torch.autograd._disable_profiler()
 
-    def finish(self, steps: int | None = None) -> None:
-        """Stop the profiler, read its events and file the window's ops (and per-step samples
-        into the run, for its first ``steps`` steps)."""
-        result = self.stop()
-        if result is None:
-            return
+    def _read(self, result: Any, steps: int) -> dict[str, tuple[list[int], list[int]]]:
         events, mark_starts, main_thread = [], [], 0
         engine_threads: set[int] = set()  # threads autograd's engine ran backward on
         compiled: list[Event] = []
@@ -552,24 +397,18 @@ class Recorder:
         ours = engine_threads | {main_thread}
         other = [e for e in events if e.thread not in ours]
         events = [e for e in events if e.thread in ours]
-        steps = steps if steps is not None else (self.run.batches if self.run is not None else 0)
         if modules is not None:
             nodes: list = []
             samples = op_samples(events, False, nodes=nodes)
             per_step = file_module_samples(self.table, samples, nodes, modules.calls, self.marks,
                                            mark_starts, self.regions, steps, main_thread)
-            self._hand_over(per_step)
-            self._note_unseen(other, compiled, samples, mark_starts)
-            return
-        samples = op_samples(events, self.nested)
-        run = self.run
-        traced = run._trace_events if run is not None else None  # the step --opperf-trace keeps
-        trace = (run._trace_start_ns,
-                 run._trace_start_ns + traced["dur_ns"]) if run and traced else None
-        per_step = file_samples(self.table, samples, self.marks, mark_starts, self.regions, steps,
-                                trace, traced["events"] if traced else None)
-        self._hand_over(per_step)
+        else:
+            samples = op_samples(events, self.nested)
+            trace, trace_events = self.trace()
+            per_step = file_samples(self.table, samples, self.marks, mark_starts, self.regions,
+                                    steps, trace, trace_events)
         self._note_unseen(other, compiled, samples, mark_starts)
+        return per_step
 
     def _note_unseen(self, other: list[Event], compiled: list[Event],
                      filed: Sequence[tuple[str, int, int, int]], mark_starts: list[int]) -> None:
@@ -584,12 +423,3 @@ class Recorder:
                 self.run.add_note(note)
             else:
                 warnings.warn(note, OpPerfWarning, stacklevel=4)
-
-    def _hand_over(self, per_step: dict[str, tuple[list[int], list[int]]]) -> None:
-        if self.run is not None:
-            for name, (counts, totals) in per_step.items():
-                self.run.add_step_samples(name, counts, [ns / 1e6 for ns in totals])
-
-    def abandon(self) -> None:
-        """Stop the profiler and keep nothing (the window was left by an exception)."""
-        self.stop()

@@ -15,14 +15,13 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from reference_framework.benchmark import BenchmarkConfig
-from reference_framework.data import batch, dataset, reader
 from reference_framework.models.resnet import DEPTHS, STAGE_CHANNELS, bottleneck
+from suites.support import numpy_batches
 
 __all__ = ["ResNet", "has_peer", "op_call", "train_batches", "train_step"]
 
@@ -88,19 +87,8 @@ class ResNet(nn.Sequential):
 
 def train_batches(config: BenchmarkConfig) -> Any:
     """The reference benchmark's batches (synthetic Flowers, shuffled), as torch tensors."""
-    train = batch(reader.shuffle(dataset.flowers.train(image_size=config.image_size,
-                                                       seed=config.seed), buf_size=config.buf_size,
-                                 seed=config.seed), batch_size=config.batch_size)
-    shape = (3, config.image_size, config.image_size)
-    count = 0
-    while True:
-        for data in train():
-            if count == config.iterations:
-                return
-            images = np.array([x[0].reshape(shape) for x in data], dtype=np.float32)
-            labels = np.array([x[1] for x in data], dtype=np.int64)
-            yield torch.from_numpy(images), torch.from_numpy(labels)
-            count += 1
+    for images, labels in numpy_batches(config):
+        yield torch.from_numpy(images), torch.from_numpy(labels)
 
 
 def train_step(model: nn.Module,
