@@ -21,11 +21,12 @@ import pytest
 
 from pytest_opperf import measure, timers
 from pytest_opperf.device import CPU_HOST
-from pytest_opperf.gate import evaluate, parse_thresholds
+from pytest_opperf.gate import evaluate
 from pytest_opperf.paddle.events import EXECUTOR, inner_name, op_name, samples_of
 from pytest_opperf.paddle.support import INSTALL, SUPPORTED, import_paddle, version_problem
 from pytest_opperf.recorded import MARK
 from pytest_opperf.results import ResultSet, RunResult
+from pytest_opperf.thresholds import parse_thresholds
 
 try:
     paddle = import_paddle()
