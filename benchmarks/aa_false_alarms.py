@@ -2,6 +2,7 @@
 
     python benchmarks/aa_false_alarms.py --sessions 150 --out /tmp/aa
     python benchmarks/aa_false_alarms.py --out /tmp/aa --summary      # the tally so far
+    python benchmarks/aa_false_alarms.py --out /tmp/aa --also /tmp/aa2 --summary   # two, together
 
 Each session is ``pytest TESTS --opperf --opperf-compare=BASE`` with
 ``ci/thresholds.toml``, where BASE is a copy of this checkout's HEAD (made
@@ -94,9 +95,9 @@ def session(index: int, opts: argparse.Namespace, base: Path, out: Path) -> dict
     return row
 
 
-def tally(out: Path) -> None:
-    rows = [json.loads(line) for line in (out / "sessions.jsonl").read_text().splitlines()
-            if line.strip()] if (out / "sessions.jsonl").exists() else []
+def tally(outs: list[Path]) -> None:
+    rows = [json.loads(line) for out in outs if (out / "sessions.jsonl").exists()
+            for line in (out / "sessions.jsonl").read_text().splitlines() if line.strip()]
     decided = [r for r in rows if r["exit"] in (0, 1)]
     failed = [r for r in decided if r["exit"] == 1]
     n, k = len(decided), len(failed)
@@ -120,6 +121,8 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=150)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--also", type=Path, nargs="*", default=[],
+                        help="with --summary: other campaigns' OUT to count together")
     parser.add_argument("--workload", default="small")
     parser.add_argument("--thresholds", default="ci/thresholds.toml")
     parser.add_argument("--tests", nargs="+", default=SMALL)
@@ -127,7 +130,7 @@ def main() -> None:
     opts = parser.parse_args()
     out = opts.out.resolve()
     if opts.summary:
-        tally(out)
+        tally([out, *(a.resolve() for a in opts.also)])
         return
     out.mkdir(parents=True, exist_ok=True)
     base = out / "base"
@@ -158,7 +161,7 @@ def main() -> None:
         t.start()
     for t in threads:
         t.join()
-    tally(out)
+    tally([out])
 
 
 if __name__ == "__main__":
