@@ -11,15 +11,45 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
+from typing import Any
 
 from .timers import DeviceClock
 
-__all__ = ["CPU_HOST", "DeviceInfo", "EventTimer", "SyncTimer", "benchmark_timer", "device_class"]
+__all__ = ["CPU_HOST", "DeviceInfo", "EventPoolClock", "EventTimer", "SyncTimer", "benchmark_timer",
+           "device_class"]
 
 
 def device_class(model: str) -> str:
     """``NVIDIA H200`` -> ``nvidia-h200``: the baseline file's hardware name."""
     return re.sub(r"[^a-z0-9]+", "-", model.lower()).strip("-")
+
+
+class EventPoolClock:
+    """A :class:`pytest_opperf.timers.DeviceClock` on a framework's CUDA events (current stream),
+    kept in a pool: ``cuda`` is the framework's CUDA module, with ``Event(enable_timing=True)`` (an
+    event with ``record()`` and ``elapsed_time(other)`` in ms) and ``synchronize()`` (torch's
+    ``torch.cuda``, Paddle's ``paddle.device.cuda``)."""
+
+    def __init__(self, cuda: Any) -> None:
+        self._cuda = cuda
+        self._free: list[Any] = []
+        self._used: list[Any] = []
+
+    def mark(self) -> Any:
+        event = self._free.pop() if self._free else self._cuda.Event(enable_timing=True)
+        event.record()
+        self._used.append(event)
+        return event
+
+    def elapsed_ns(self, start: Any, end: Any) -> int:
+        return int(start.elapsed_time(end) * 1e6)
+
+    def synchronize(self) -> None:
+        self._cuda.synchronize()
+
+    def recycle(self) -> None:
+        self._free += self._used
+        self._used = []
 
 
 @dataclass(frozen=True)

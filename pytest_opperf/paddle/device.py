@@ -14,36 +14,18 @@ from typing import Any
 
 import pytest
 
-from pytest_opperf.device import DeviceInfo, device_class
+from pytest_opperf.device import DeviceInfo, EventPoolClock, device_class
 
 from .support import INSTALL, import_paddle
 
 __all__ = ["PaddleEventClock", "pytest_opperf_select_device"]
 
 
-class PaddleEventClock:
+class PaddleEventClock(EventPoolClock):
     """A :class:`pytest_opperf.timers.DeviceClock` on Paddle's CUDA events (current stream)."""
 
     def __init__(self, paddle: Any) -> None:
-        self._cuda = paddle.device.cuda
-        self._free: list[Any] = []
-        self._used: list[Any] = []
-
-    def mark(self) -> Any:
-        event = self._free.pop() if self._free else self._cuda.Event(enable_timing=True)
-        event.record()
-        self._used.append(event)
-        return event
-
-    def elapsed_ns(self, start: Any, end: Any) -> int:
-        return int(start.elapsed_time(end) * 1e6)
-
-    def synchronize(self) -> None:
-        self._cuda.synchronize()
-
-    def recycle(self) -> None:
-        self._free += self._used
-        self._used = []
+        super().__init__(paddle.device.cuda)
 
 
 def _unusable_reason(paddle: Any) -> str:

@@ -14,36 +14,18 @@ from typing import Any
 
 import pytest
 
-from pytest_opperf.device import DeviceInfo, device_class
+from pytest_opperf.device import DeviceInfo, EventPoolClock, device_class
 
 __all__ = ["CudaEventClock", "device_class", "pytest_opperf_select_device"]
 
 
-class CudaEventClock:
+class CudaEventClock(EventPoolClock):
     """A :class:`pytest_opperf.timers.DeviceClock` on torch's CUDA events (current stream)."""
 
     def __init__(self) -> None:
         import torch
 
-        self._torch = torch
-        self._free: list[Any] = []
-        self._used: list[Any] = []
-
-    def mark(self) -> Any:
-        event = self._free.pop() if self._free else self._torch.cuda.Event(enable_timing=True)
-        event.record()
-        self._used.append(event)
-        return event
-
-    def elapsed_ns(self, start: Any, end: Any) -> int:
-        return int(start.elapsed_time(end) * 1e6)
-
-    def synchronize(self) -> None:
-        self._torch.cuda.synchronize()
-
-    def recycle(self) -> None:
-        self._free += self._used
-        self._used = []
+        super().__init__(torch.cuda)
 
 
 def _unusable_reason(torch: Any) -> str:
