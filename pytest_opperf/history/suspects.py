@@ -14,7 +14,7 @@ import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..layout import md_text
+from ..layout import clean, md_text
 from .changepoints import detect
 from .trends import HIGHER_IS_BETTER, Group
 
@@ -75,10 +75,11 @@ def find(groups: Sequence[Group], last: int = 10, hold: int = HOLD,
 
 
 def text_lines(suspects: Sequence[Suspect], last: int) -> list[str]:
-    """``warning: suspected regression: ...`` per suspect, or one line saying there is none."""
+    """``warning: suspected regression: ...`` per suspect (stored text escaped: a run id cannot
+    add lines), or one line saying there is none."""
     if not suspects:
         return [f"suspected regressions in the last {last} commit(s): none"]
-    return [f"warning: suspected regression: {s.describe()}" for s in suspects]
+    return [clean(f"warning: suspected regression: {s.describe()}") for s in suspects]
 
 
 def markdown_lines(suspects: Sequence[Suspect], last: int) -> list[str]:
