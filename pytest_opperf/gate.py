@@ -226,12 +226,10 @@ class _Gate:
             checked = self._check(base, new, name, b, n)
             c = checked.comparison
             slowdown = difference = None
-            if n.kind == "time":
-                slowdown = c.new / c.base if c.base > 0 else None
-            elif n.kind == "rate":  # compared as time per example: c holds ms per example
-                slowdown = c.new / c.base if c.base > 0 else None
-            else:
+            if n.kind == "share":
                 difference = c.new - c.base
+            elif c.base > 0:  # a rate is compared as time per example: c holds ms per example
+                slowdown = c.new / c.base
             value, baseline = (1e3 / c.new, 1e3 / c.base) if n.kind == "rate" else (c.new, c.base)
             self.drift.append(DriftRow(new.id, name, n.kind, value, baseline, slowdown, None,
                                        difference, c.regressed, checked.statistic))

@@ -21,7 +21,7 @@ from .results import RunResult
 from .stats import after_warmup
 
 __all__ = ["AVG", "CALL", "COUNT", "EXAMPLES_PER_SEC", "PYTHON_SHARE", "STEP", "TOTAL", "Kind",
-           "MetricKey", "Series", "TIME_KINDS", "metric", "view"]
+           "MetricKey", "Series", "TIME_KINDS", "metric", "stat_of", "view"]
 
 Kind = Literal["time", "rate", "share", "count"]
 TIME_KINDS: tuple[str, ...] = ("time", "rate")  # the kinds a machine's speed moves
@@ -35,6 +35,12 @@ def metric(prefix: str, stat: str) -> str:
     return f"{prefix}:{stat}"
 
 
+def stat_of(name: str) -> str | None:
+    """The stat of ``call_ms:conv2d`` (``conv2d``); None for run-level metrics."""
+    _, sep, stat = name.partition(":")
+    return stat if sep else None
+
+
 @dataclass(frozen=True)
 class MetricKey:
     """One metric of one run: ``run`` is the run id (the same on both sides of a comparison),
@@ -46,8 +52,7 @@ class MetricKey:
     @property
     def stat(self) -> str | None:
         """The stat of ``call_ms:conv2d`` (``conv2d``); None for run-level metrics."""
-        _, sep, stat = self.metric.partition(":")
-        return stat if sep else None
+        return stat_of(self.metric)
 
     @property
     def prefix(self) -> str:
@@ -67,7 +72,7 @@ class Series:
 
     @property
     def stat(self) -> str | None:
-        return MetricKey("", self.metric).stat
+        return stat_of(self.metric)
 
 
 def _series(name: str, kind: Kind, values: Sequence[float], sampled: bool = True) -> Series:
