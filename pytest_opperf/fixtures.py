@@ -60,6 +60,8 @@ class OpPerf:
         result joins the session and is ``run.result``. ``config`` becomes the
         JSON run's ``config``; ``name`` tells apart several windows of one test
         (their ids are ``<node id>#<name>``; unnamed extra windows get ``#2``...).
+        After the window, ``run.counting_pass(step)`` counts the work of a few more steps
+        (``step()`` runs one; see :meth:`pytest_opperf.measure.Run.counting_pass`).
         """
         from pytest_opperf import measure  # heavy: only for tests that measure
         from pytest_opperf.results import KINDS, json_problem
@@ -90,7 +92,10 @@ class OpPerf:
             return
         run = measure.Run(run_id, kind, config, self.device, self.timing,
                           self._settings.executor_stat, trace="trace" in self._settings.paths,
-                          annotate=recorder.nvtx, handover=recorder.step_handover)
+                          annotate=recorder.nvtx, handover=recorder.step_handover,
+                          count_steps=recorder.count_steps,
+                          count_timeout_s=recorder.count_timeout_s,
+                          instructions=recorder.instructions)
         self._open = run_id
         try:
             with measure.measure_window(run):

@@ -24,8 +24,8 @@ from .results import RunResult, StatResult
 from .stats import most_common
 from .stattree import Shares, StatTree
 
-__all__ = ["CountingRun", "Run", "active_run", "counting_window", "in_window", "measure_window",
-           "op_run", "MAX_OP_SAMPLES"]
+__all__ = ["CountingRun", "CountingPassTimeout", "Run", "active_run", "counting_window",
+           "in_window", "measure_window", "op_run", "MAX_OP_SAMPLES"]
 
 # Per-op benchmarks may run 10^5 rounds; an evenly spaced subset keeps files small
 # and still gives the rank test far more samples than it needs.
@@ -47,13 +47,24 @@ class CountingRun:
     def add_work(self, stat: str, flops: float = 0.0, bytes: float = 0.0) -> None:
         pass
 
+    def counting_pass(self, step: Callable[[], object], steps: int | None = None) -> None:
+        """Nothing to count without ``--opperf``: ``step`` is not called."""
+
+
+class CountingPassTimeout(BaseException):
+    """Raised inside a counted step whose pass ran past its time limit (a BaseException, so that
+    the framework's ``except Exception`` does not take it for its own)."""
+
 
 class Run:
     """The handle of one measured window; the suite calls :meth:`step` per batch."""
 
     def __init__(self, run_id: str, kind: str, config: Mapping[str, Any] | None, device: DeviceInfo,
                  timing: str, executor_stat: str, trace: bool = False, annotate: Any = None,
-                 handover: Callable[[Run], None] | None = None) -> None:
+                 handover: Callable[[Run], None] | None = None, count_steps: int = 0,
+                 count_timeout_s: float = 300.0,
+                 instructions: Callable[[Run, Callable[[], object], int], None] | None = None
+                 ) -> None:
         self.id = run_id
         self.kind = kind
         self.config = dict(config or {})
@@ -86,6 +97,10 @@ class Run:
         self._paused_ns = 0
         self._notes: list[str] = []  # set by add_note()
         self.wall_s: float | None = None  # set when the window closes, before deferred callbacks
+        self.count_steps = count_steps  # steps of the counting pass (0: none)
+        self.count_timeout_s = count_timeout_s
+        self._instructions = instructions  # --opperf-instructions: counts them after the pass
+        self._counted = False
 
     # --- used by suites --------------------------------------------------------
 
@@ -135,6 +150,69 @@ class Run:
         work = self._work.setdefault(stat, [0.0, 0.0])
         work[0] += flops
         work[1] += bytes
+
+    def counting_pass(self, step: Callable[[], object], steps: int | None = None) -> None:
+        """The counting pass, after the window has closed: call ``step()`` (one training step,
+        as in the window) ``steps`` times (default: ``--opperf-count-steps``; 0: no pass) and
+        count the Python work of each (:mod:`pytest_opperf.workcount`) into ``result.work``.
+
+        The pass is timed by nothing, so the window's timing is never perturbed. A step that
+        raises, or a pass that runs past ``--opperf-count-timeout``, ends the pass: the run keeps
+        its timed results, gets no work counts, and a ``note:`` line says why (the exception is
+        not raised into the test)."""
+        from . import workcount
+
+        if self.result is None:
+            raise RuntimeError(f"run {self.id!r}: counting_pass() is called after the measure() "
+                               "window has closed (its timing must not see the counting)")
+        if self._counted:
+            raise RuntimeError(f"run {self.id!r}: counting_pass() was already called: one pass "
+                               "per run")
+        if steps is None:
+            steps = self.count_steps
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ValueError(f"run {self.id!r}: counting_pass(steps=...) expects an int >= 0, "
+                             f"given {steps!r}")
+        if not callable(step):
+            raise TypeError(f"run {self.id!r}: counting_pass(step) expects a callable, given "
+                            f"{step!r}")
+        self._counted = True
+        if steps == 0:
+            return
+        result = self.result
+        start = perf_counter_ns()
+        deadline = start + int(self.count_timeout_s * 1e9)
+        per_step: list[dict[str, list[int]]] = []
+        with timers.recording() as table:  # the window's regions, recorded apart from its stats
+            counter = workcount.Counter(table, deadline, CountingPassTimeout)
+            try:
+                for _ in range(steps):
+                    counter.start()
+                    try:
+                        step()
+                    finally:
+                        counter.stop()
+                    if counter.timed_out:  # the step caught the timeout and went on untraced
+                        raise CountingPassTimeout
+                    per_step.append(counter.take())
+            except CountingPassTimeout:
+                result.notes.append(f"counting pass: no work counts, it ran past the "
+                                    f"{self.count_timeout_s:g} s limit (--opperf-count-timeout) "
+                                    f"in step {len(per_step) + 1} of {steps}")
+                return
+            except Exception as exc:  # the step's own failure: the timed results stand
+                text = " ".join(f"{type(exc).__name__}: {exc}".split())
+                result.notes.append(f"counting pass: no work counts, step {len(per_step) + 1} of "
+                                    f"{steps} raised {text[:300]}")
+                return
+        work = workcount.WorkCounts.of_steps(per_step, (perf_counter_ns() - start) / 1e9)
+        if work.varies:
+            shown = "; ".join(work.varies[:3]) + ("; ..." if len(work.varies) > 3 else "")
+            result.notes.append(f"work counts vary across the {steps} counted steps (the most "
+                                f"common kept): {shown}")
+        result.work = work
+        if self._instructions is not None:
+            self._instructions(self, step, steps)
 
     def kernels_are_executor(self, note: str) -> None:
         """Take executor time to be kernel time (the time inside top-level operators),

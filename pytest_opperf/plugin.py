@@ -60,6 +60,9 @@ def _timeout(value: str) -> bool:
 
 
 _seconds = _parser("seconds", _timeout, f"a number of seconds in (0, {MAX_TIMEOUT_S:.0f}]")
+MAX_COUNT_STEPS = 1000
+_steps = _parser("steps", lambda v: v.strip().isdigit() and int(v) <= MAX_COUNT_STEPS,
+                 f"a whole number of steps in [0, {MAX_COUNT_STEPS}]")
 _path = _parser("path", lambda value: bool(value.strip()), "a path")
 
 
@@ -95,6 +98,11 @@ _OPTIONS: tuple[tuple[str, str, Callable[[str], str] | None, str | None, str], .
      "with the base build installed; default: this one)"),
     ("compare-timeout", "SECONDS", _seconds, "600",
      "A/B: the longest a side may take to answer (a hang ends both)"),
+    ("count-steps", "N", _steps, "3",
+     "steps of the counting pass of each run that has one (run.counting_pass): work counts per "
+     "step, counted after the timed window; 0: no counting pass"),
+    ("count-timeout", "SECONDS", _seconds, "300",
+     "the longest a run's counting pass may take (past it the run has no work counts)"),
     ("compare-undecided", "MODE", _choice("compare-undecided", ("warn", "fail")), "warn",
      "A/B: undecided metrics warn (shown in the gate line) or fail the gate: warn|fail"),
 )
@@ -106,6 +114,8 @@ _FLAGS = (
      "(needs nvtx)"),
     ("l2_flush", "per-op benchmarks flush the GPU's L2 cache before each timed call (cold-cache "
      "timing)"),
+    ("instructions", "also count the CPU instructions of each counted step under valgrind "
+     "(callgrind; each test with a counting pass runs again in a child process)"),
     ("gpu_workers", "one pytest-xdist worker per GPU, each with its own CUDA_VISIBLE_DEVICES (use "
      "with -n auto)"),
 )
@@ -170,6 +180,10 @@ def _settings(config: pytest.Config) -> Settings:
             if given:
                 paths[name] = Path(base, given)
                 labels[name] = f"{label} {given}"
+        elif name == "count-steps":
+            values[key] = int(str(given or default))
+        elif name == "count-timeout":
+            values[key] = float(str(given or default))
         elif name.startswith("compare"):
             values[key] = _compare_value(key, given or default, base)
             origins[key] = base

@@ -29,7 +29,10 @@ class Recorder:
     (``--opperf-nvtx``); ``flush`` flushes the L2 before each per-op call; ``own_loop``: per-op
     rounds are timed without pytest-benchmark. An A/B side sets ``step_handover`` (after each
     ``run.step()``) and ``ab_benchmark`` (runs a per-op benchmark's rounds as the controller
-    orders)."""
+    orders). ``count_steps`` and ``count_timeout_s``: each window's counting pass
+    (``--opperf-count-steps``, ``--opperf-count-timeout``; an A/B side counts on a test's first
+    visit only); ``instructions``: counts a run's CPU instructions after its counting pass
+    (``--opperf-instructions``), or None."""
 
     add_run: Callable[[RunResult], None]
     untimed: Callable[[], None]
@@ -39,6 +42,9 @@ class Recorder:
     own_loop: bool = False
     step_handover: Callable[[Any], None] | None = None
     ab_benchmark: Callable[..., Any] | None = None
+    count_steps: int = 0
+    count_timeout_s: float = 300.0
+    instructions: Callable[..., None] | None = None
 
 
 RECORDER = pytest.StashKey[Recorder]()  # set by the session, only with --opperf

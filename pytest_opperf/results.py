@@ -28,6 +28,7 @@ from typing import Any
 
 from .stats import after_warmup
 from .stattree import StatResult, StatTree, StatTreeError
+from .workcount import WorkCounts
 
 __all__ = ["KINDS", "SCHEMA", "ResultSet", "ResultsError", "RunResult", "StatResult",
            "baseline_file", "commit_info", "dumps_results", "is_sha", "json_problem",
@@ -74,6 +75,7 @@ class RunResult:
     step_examples: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     trace: dict[str, Any] | None = None  # one step's events; kept out of results files
+    work: WorkCounts | None = None  # the counting pass's work counts per step (run.counting_pass)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "stats" and not isinstance(value, StatTree):
@@ -99,8 +101,10 @@ class RunResult:
         return after_warmup(shares) if shares and all(w > 0 for w in self.step_ms) else []
 
     def to_dict(self, with_trace: bool = False) -> dict[str, Any]:
-        d = {k: v for k, v in self.__dict__.items() if k not in ("stats", "trace")}
+        d = {k: v for k, v in self.__dict__.items() if k not in ("stats", "trace", "work")}
         d["stats"] = [s.to_dict() for s in self.stats]
+        if self.work is not None:
+            d["work"] = self.work.to_dict()
         if with_trace and self.trace is not None:
             d["trace"] = self.trace
         return d
@@ -278,6 +282,12 @@ def _load_run(d: Any, i: int, source: str) -> RunResult:
         raise ResultsError(f"{source}: malformed results file: {where}: {exc}") from None
     keys = ("framework_share", "kernel_share", "executor_ms", "kernel_ms")
     optional = {k: d[k] for k in keys if _is_num(d.get(k))}
+    work = None
+    if d.get("work") is not None:
+        try:
+            work = WorkCounts.from_dict(d["work"], where)
+        except ValueError as exc:
+            raise ResultsError(f"{source}: malformed results file: {exc}") from None
     return RunResult(
         id=d["id"], kind=d["kind"], config=config, device=str(d.get("device", "")),
         timing=str(d.get("timing", "host")), wall_s=float(d["wall_s"]), examples=int(d["examples"]),
@@ -287,7 +297,7 @@ def _load_run(d: Any, i: int, source: str) -> RunResult:
         executor_stat=d.get("executor_stat") if isinstance(d.get("executor_stat"), str) else None,
         step_ms=[float(x) for x in d.get("step_ms", [])],
         step_examples=[int(x) for x in d.get("step_examples", [])], notes=list(notes),
-        trace=d.get("trace") if isinstance(d.get("trace"), dict) else None,
+        trace=d.get("trace") if isinstance(d.get("trace"), dict) else None, work=work,
         **{k: float(v) for k, v in optional.items()})
 
 

@@ -90,7 +90,8 @@ class OpPerfSession:
         # the fixtures' (and an A/B side's) narrow view of this session
         self.recorder = Recorder(add_run=self.add_run, untimed=self._untimed,
                                  benchmark_timer=self.benchmark_timer, nvtx=self.nvtx,
-                                 own_loop=bool(self.own_loop))
+                                 own_loop=bool(self.own_loop), count_steps=settings.count_steps,
+                                 count_timeout_s=settings.count_timeout)
         config.stash[RECORDER] = self.recorder
 
     @property

@@ -31,6 +31,7 @@ from pytest_opperf.results import (
     machine_info,
 )
 from pytest_opperf.verdict import Drift, DriftRow, Verdict, Violation
+from pytest_opperf.workcount import WorkCounts
 from tests.opperf_factories import e2e_run, results
 from tests.opperf_suites import e2e, inner_run_env  # noqa: F401
 from tests.results_schema import SCHEMA, VALIDATOR, assert_valid, problems
@@ -328,9 +329,13 @@ def test_the_schema_has_the_keys_the_writers_write():
     assert props("stat") == {f.name for f in fields(StatResult)}
     assert set(DEFS["stat"]["required"]) == set(bare_stat.to_dict())
     run = e2e_run()
+    assert set(DEFS["run"]["required"]) == set(run.to_dict())  # runs without a counting pass
     run.trace = {}
+    run.work = WorkCounts({"conv2d": {"bytecodes": 5}}, 3, 0.5, {"python": "3.11.7"}, ["x"], 10,
+                          "cpu")
     assert props("run") == {f.name for f in fields(RunResult)} == set(run.to_dict(with_trace=True))
-    assert set(DEFS["run"]["required"]) == set(run.to_dict())
+    assert props("work") == set(run.work.to_dict())
+    assert set(DEFS["work"]["required"]) == set(WorkCounts({}, 1, 0.0).to_dict())
     assert props("top") == set(ResultSet(gate={}, compare={}).to_dict())
     assert set(SCHEMA["required"]) == set(ResultSet().to_dict())
     assert props("gate") == set(Verdict(incomplete="x", drift=Drift(None)).to_dict())

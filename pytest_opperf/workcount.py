@@ -1,0 +1,271 @@
+"""Work counts: Python work per step, counted in a short pass after the timed window.
+
+Time on a shared machine resolves a few per cent at best; an overhead regression (a dict copy per
+op, a clone that is no longer cached) is far smaller. Counts of the work done are not moved by a
+machine's noise: for the same code and the same library versions, every step of every run on
+every machine executes the same Python. This module counts, per step, three numbers
+(:data:`COUNTERS`):
+
+* ``bytecodes``: Python bytecode instructions executed (``sys.settrace`` with opcode events);
+* ``py_calls``: Python functions entered (``sys.setprofile`` ``call`` events, generator
+  resumptions included);
+* ``c_calls``: built-in (C) functions called from Python (``c_call`` events; calling a type, such
+  as ``dict(x)``, is no C call event: the bytecodes still see it).
+
+Why these, on every Python from 3.10: ``sys.settrace``/``sys.setprofile`` exist everywhere and give
+exact event counts; ``sys.monitoring`` (3.12+) would be cheaper but would give other counts on other
+Pythons, and counts are only compared between runs of the same Python anyway (a version mismatch
+makes the comparison advisory). The tracing costs about one step's time again on the reference
+framework's small workload (its kernels dominate), more on Python-heavy steps; it never runs in a
+timed window.
+
+Each count goes to the innermost timed region open when the work was done (its *self* count: a
+stat's own code, not the stats nested in it, so one change shows at one stat), or to
+:data:`OUTSIDE` (the work outside every region, the Python share's counterpart). What is not
+counted, so that the counts stay deterministic: work on other threads (tracing is per thread);
+the instrumentation itself (:mod:`pytest_opperf.timers` and this module); thread synchronisation
+(``threading``, ``queue``, ``concurrent.futures``: whether a wait happens depends on which thread
+finishes first); the garbage collector's callbacks (it is held off during a counted step, after
+a full collection).
+
+The pass counts ``steps`` steps; the value kept for each count is its most common value over
+them (the first step after the window may still fill a cache), and a count that varies is named in
+a note.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import gc
+import math
+import os
+import platform
+import queue
+import sys
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from time import perf_counter_ns
+from types import CodeType, FrameType
+from typing import Any
+
+from . import timers
+from .stats import most_common
+
+__all__ = ["COUNTERS", "LABELS", "OUTSIDE", "Counter", "WorkCounts", "library_versions"]
+
+COUNTERS: tuple[str, ...] = ("bytecodes", "py_calls", "c_calls")
+LABELS: dict[str, str] = {"bytecodes": "bytecodes", "py_calls": "Python calls",
+                          "c_calls": "C calls", "instructions": "CPU instructions"}
+OUTSIDE = "(outside)"  # the stat name of the work outside every timed region
+# the libraries whose versions decide whether two runs' counts compare (those imported)
+LIBRARIES: tuple[str, ...] = ("numpy", "torch", "paddle", "cupy", "transformers")
+
+
+def library_versions() -> dict[str, str]:
+    """The versions that work counts depend on: Python's and those of the imported libraries."""
+    versions = {"python": platform.python_version()}
+    for name in LIBRARIES:
+        module = sys.modules.get(name)
+        version = getattr(module, "__version__", None) if module is not None else None
+        if isinstance(version, str):
+            versions[name] = version
+    return versions
+
+
+@dataclass
+class WorkCounts:
+    """A run's work counts per step: ``stats`` maps a stat name (or :data:`OUTSIDE`) to its self
+    counts by counter name; ``steps`` is how many steps the pass counted, ``pass_s`` its wall
+    time, ``versions`` what :func:`library_versions` gave; ``varies`` names the counts that
+    differed between the counted steps. ``instructions`` (CPU instructions per step, under
+    valgrind) and ``instructions_cpu`` (the CPU they were counted on) are set by
+    ``--opperf-instructions``."""
+
+    stats: dict[str, dict[str, int]]
+    steps: int
+    pass_s: float
+    versions: dict[str, str] = field(default_factory=dict)
+    varies: list[str] = field(default_factory=list)
+    instructions: int | None = None
+    instructions_cpu: str | None = None
+
+    def total(self, counter: str) -> int:
+        """One counter over the whole step (every stat's self count and the outside)."""
+        return sum(counts.get(counter, 0) for counts in self.stats.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"steps": self.steps, "pass_s": self.pass_s,
+                             "versions": dict(self.versions),
+                             "stats": {k: dict(v) for k, v in self.stats.items()}}
+        if self.varies:
+            d["varies"] = list(self.varies)
+        if self.instructions is not None:
+            d["instructions"] = self.instructions
+            d["instructions_cpu"] = self.instructions_cpu
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str) -> WorkCounts:
+        """Parse the ``work`` object of a results file (raises ValueError naming ``where``)."""
+        def fail(problem: str) -> ValueError:
+            return ValueError(f"{where}: work: {problem}")
+
+        if not isinstance(d, Mapping):
+            raise fail("must be an object")
+        unknown = set(d) - {"steps", "pass_s", "versions", "stats", "varies", "instructions",
+                            "instructions_cpu"}
+        if unknown:
+            raise fail(f"unknown field {sorted(unknown)[0]!r}")
+        steps, pass_s = d.get("steps"), d.get("pass_s")
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise fail(f"steps must be an int >= 1, got {steps!r}")
+        if (isinstance(pass_s, bool) or not isinstance(pass_s, (int, float))
+                or not math.isfinite(pass_s) or pass_s < 0):
+            raise fail(f"pass_s must be a number >= 0, got {pass_s!r}")
+        versions = d.get("versions", {})
+        if not isinstance(versions, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in versions.items()):
+            raise fail("versions must map names to version strings")
+        stats = d.get("stats")
+        if not isinstance(stats, Mapping):
+            raise fail("stats must be an object")
+        parsed: dict[str, dict[str, int]] = {}
+        for name, counts in stats.items():
+            if not isinstance(counts, Mapping) or not counts:
+                raise fail(f"stats[{name!r}] must be an object of counts")
+            for counter, n in counts.items():
+                if counter not in COUNTERS:
+                    raise fail(f"stats[{name!r}]: unknown counter {counter!r}")
+                if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                    raise fail(f"stats[{name!r}][{counter!r}] must be an int >= 0, got {n!r}")
+            parsed[str(name)] = {str(k): int(v) for k, v in counts.items()}
+        varies = d.get("varies", [])
+        if not isinstance(varies, list) or not all(isinstance(v, str) for v in varies):
+            raise fail("varies must be a list of strings")
+        instructions = d.get("instructions")
+        if instructions is not None and (isinstance(instructions, bool)
+                                         or not isinstance(instructions, int) or instructions < 0):
+            raise fail(f"instructions must be an int >= 0, got {instructions!r}")
+        cpu = d.get("instructions_cpu")
+        if cpu is not None and not isinstance(cpu, str):
+            raise fail(f"instructions_cpu must be a string, got {cpu!r}")
+        return cls(parsed, steps, float(pass_s), dict(versions), list(varies), instructions, cpu)
+
+    @classmethod
+    def of_steps(cls, per_step: list[dict[str, list[int]]], pass_s: float) -> WorkCounts:
+        """The pass's counts from each step's self counts (stat -> one int per counter): the most
+        common value of each count over the steps; those that differ are named in ``varies``."""
+        names = sorted({name for step in per_step for name in step}, key=_outside_last)
+        stats: dict[str, dict[str, int]] = {}
+        varies = []
+        for name in names:
+            counts = {}
+            for i, counter in enumerate(COUNTERS):
+                values = [step.get(name, [0] * len(COUNTERS))[i] for step in per_step]
+                value, agree = most_common(values)
+                if not agree:
+                    varies.append(f"{LABELS[counter]} of {name} ({min(values)}..{max(values)})")
+                if value:
+                    counts[counter] = value
+            if counts:
+                stats[name] = counts
+        return cls(stats, len(per_step), pass_s, library_versions(), varies)
+
+
+def _outside_last(name: str) -> tuple[bool, str]:
+    return name == OUTSIDE, name
+
+
+def _skipped_files() -> tuple[frozenset[str], tuple[str, ...]]:
+    files = {os.path.normcase(os.path.abspath(f)) for f in
+             (timers.__file__, __file__, threading.__file__, queue.__file__)}
+    return frozenset(files), (os.path.dirname(os.path.abspath(concurrent.futures.__file__)),)
+
+
+_CHECK_EVERY = 1 << 14  # bytecodes between two looks at the clock
+
+
+class Counter:
+    """Counts the Python work of this thread into the open regions of ``table`` (a recording of
+    :mod:`pytest_opperf.timers`), step by step: :meth:`start` and :meth:`stop` around each step,
+    then :meth:`take` for its self counts. Past ``deadline_ns`` (``perf_counter_ns``) a counted
+    bytecode raises ``timeout`` in the counted code, and ``timed_out`` is set (the tracing ends:
+    a trace function that raises is removed)."""
+
+    def __init__(self, table: timers.Table, deadline_ns: int | None = None,
+                 timeout: type[BaseException] = TimeoutError) -> None:
+        self.table = table
+        self.deadline_ns = deadline_ns
+        self.timeout = timeout
+        self.timed_out = False  # set when the deadline passed in a counted step
+        self._left = _CHECK_EVERY
+        self._saved: tuple[Any, Any, bool] | None = None
+        self._counts: dict[str, list[int]] = {}
+        self._skip: dict[CodeType, bool] = {}
+        self._files, self._dirs = _skipped_files()
+
+    def _skipped(self, code: CodeType) -> bool:
+        skip = self._skip.get(code)
+        if skip is None:
+            path = os.path.normcase(os.path.abspath(code.co_filename))
+            skip = self._skip[code] = path in self._files or path.startswith(self._dirs)
+        return skip
+
+    def _bucket(self) -> list[int]:
+        region = self.table.current
+        name = region.stat.name if region is not None else OUTSIDE
+        counts = self._counts.get(name)
+        if counts is None:
+            counts = self._counts[name] = [0] * len(COUNTERS)
+        return counts
+
+    def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call":
+            if not self._skipped(frame.f_code):
+                self._bucket()[1] += 1
+        elif event == "c_call" and not self._skipped(frame.f_code):
+            self._bucket()[2] += 1
+
+    def _trace(self, frame: FrameType, event: str, arg: Any) -> Any:
+        if self._skipped(frame.f_code):
+            return None
+        frame.f_trace_opcodes = True
+        return self._opcode
+
+    def _opcode(self, frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "opcode":
+            self._bucket()[0] += 1
+            self._left -= 1
+            if self._left <= 0:
+                self._left = _CHECK_EVERY
+                if self.deadline_ns is not None and perf_counter_ns() > self.deadline_ns:
+                    self.timed_out = True
+                    raise self.timeout("the counting pass ran past its time limit")
+        return self._opcode
+
+    def start(self) -> None:
+        """Count from here on (this thread): after a full garbage collection, with the collector
+        held off; the tracing and profiling functions in place are kept to be restored."""
+        self._saved = (sys.gettrace(), sys.getprofile(), gc.isenabled())
+        gc.collect()
+        gc.disable()
+        sys.setprofile(self._profile)
+        sys.settrace(self._trace)
+
+    def stop(self) -> None:
+        """Stop counting; restore what :meth:`start` found."""
+        sys.settrace(None)
+        sys.setprofile(None)
+        if self._saved is not None:
+            trace, profile, gc_was = self._saved
+            self._saved = None
+            sys.settrace(trace)
+            sys.setprofile(profile)
+            if gc_was:
+                gc.enable()
+
+    def take(self) -> dict[str, list[int]]:
+        """The self counts since the last take, by stat name (:data:`OUTSIDE` for none)."""
+        counts, self._counts = self._counts, {}
+        return counts
