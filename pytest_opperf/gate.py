@@ -34,6 +34,7 @@ from .metrics import (
     CALL,
     COUNT,
     EXAMPLES_PER_SEC,
+    INSTRUCTIONS,
     PYTHON_SHARE,
     TIME_KINDS,
     TOTAL,
@@ -45,6 +46,7 @@ from .results import ResultSet, RunResult, same_hardware
 from .stats import Samples, after_warmup, mann_whitney_u
 from .thresholds import Regression, Thresholds
 from .verdict import Drift, DriftRow, Verdict, Violation
+from .workcount import COUNTERS, LABELS, WorkCounts
 
 __all__ = ["Comparison", "add_compare", "compare_higher", "compare_slower", "evaluate"]
 
@@ -107,7 +109,7 @@ def _matched(base: RunResult, new: RunResult) -> Iterator[tuple[str, Series, Ser
     base_stats, new_stats = base.stat_map(), new.stat_map()
     for name, n in nv.items():
         b = bv.get(name)
-        if n.kind == "count":
+        if n.kind not in ("time", "rate", "share"):  # counts and work counts do not drift
             continue
         if b is not None and b.sampled == n.sampled:
             yield name, b, n
@@ -143,6 +145,33 @@ class _Gate:
         self.limit_runs: set[int] = set()  # [[limit]] tables whose run glob matched a run
         self.limit_stats: set[int] = set()  # ... and whose stat glob matched a stat of one
         self.drift: list[DriftRow] = []
+        # runs whose work counts could not be compared, by why; changes that did not fail
+        self.uncounted: dict[str, list[str]] = {"lost": [], "new": [], "versions": [], "cpu": []}
+        self.work_changes: list[str] = []
+
+    def work_notes(self, label: str) -> None:
+        """One line per reason work counts were not compared, and one for the changes that
+        did not fail (improvements, advisory ones)."""
+        lost, new, versions, cpu = (self.uncounted[k] for k in ("lost", "new", "versions", "cpu"))
+        if lost:
+            self.verdict.warnings.append(
+                f"{len(lost)} run(s) have no work counts but their baseline runs have: not "
+                f"compared (their counting pass failed or did not run; see the run's notes): "
+                f"{listing(lost)}")
+        if versions:
+            self.verdict.warnings.append(
+                f"work counts of {len(versions)} run(s) are advisory: the library versions differ "
+                f"from {label}'s: {listing(versions)}")
+        if cpu:
+            self.verdict.notes.append(f"CPU instructions of {len(cpu)} run(s) not compared: "
+                                      f"{label} counted them on another CPU: {listing(cpu)}")
+        if new:
+            self.verdict.notes.append(f"{len(new)} run(s) have work counts and their baseline "
+                                      f"runs none (save a new baseline to gate them): "
+                                      f"{listing(new)}")
+        if self.work_changes:
+            self.verdict.notes.append(f"work counts that changed without failing: "
+                                      f"{listing(self.work_changes)}")
 
     def unmatched_limits(self) -> None:
         """A warning per [[limit]] matching nothing: a typo must not switch it off silently."""
@@ -218,6 +247,53 @@ class _Gate:
                 self.fail(new.id, metric(COUNT, name), now, was, was,
                           f"{name} runs {now} times per step, baseline {was}",
                           "per-step count (exact)")
+
+    def work(self, base: RunResult, new: RunResult) -> None:
+        """Work counts of ``new`` against ``base``, each stat's self counts (hard: deterministic
+        for the same code and library versions; an increase beyond ``max_work_increase`` fails);
+        CPU instructions per step on the same CPU model beyond ``max_instructions_increase``.
+        What cannot be compared is collected in ``self.uncounted`` for one line each."""
+        bw, nw = base.work, new.work
+        if bw is None or nw is None:
+            if bw is not None:
+                self.uncounted["lost"].append(new.id)
+            elif nw is not None:
+                self.uncounted["new"].append(new.id)
+            return
+        versions = _version_difference(bw, nw)
+        if versions:
+            self.uncounted["versions"].append(f"{new.id} ({versions})")
+        gating = not versions
+        tolerance = self.regression.max_work_increase
+        for stat in sorted(set(bw.stats) | set(nw.stats)):
+            for counter in COUNTERS:
+                was = bw.stats.get(stat, {}).get(counter, 0)
+                now = nw.stats.get(stat, {}).get(counter, 0)
+                self._work_check(new.id, metric(counter, stat), now, was, tolerance, gating,
+                                 f"{LABELS[counter]} in {stat}", "work count per step")
+        if bw.instructions is not None and nw.instructions is not None:
+            if bw.instructions_cpu != nw.instructions_cpu:
+                self.uncounted["cpu"].append(f"{new.id} ({nw.instructions_cpu!r} vs "
+                                             f"{bw.instructions_cpu!r})")
+            else:
+                self._work_check(new.id, INSTRUCTIONS, nw.instructions, bw.instructions,
+                                 self.regression.max_instructions_increase, True,
+                                 "CPU instructions per step", "CPU instructions (valgrind)")
+
+    def _work_check(self, run: str, name: str, now: int, was: int, tolerance: float,
+                    gating: bool, what: str, statistic: str) -> None:
+        if gating:
+            self.verdict.checks += 1
+        if now == was:
+            return
+        change = f"{(now - was) / was:+.1%}" if was else "new"
+        text = f"{change} {what}: {now:,} per step, baseline {was:,}"
+        if now > was * (1 + tolerance) and gating:
+            rule = f"tolerance +{tolerance:.1%}" if tolerance else "exact"
+            self.fail(run, name, float(now), was * (1 + tolerance), float(was), f"{text} ({rule})",
+                      f"{statistic}, {rule}")
+        else:
+            self.work_changes.append(f"{run}: {text}")
 
     def time(self, base: RunResult, new: RunResult, gating: bool) -> None:
         """Every time metric of ``new`` against ``base``: a drift row each, and a violation
@@ -339,6 +415,10 @@ def _limit_value(d: Decision) -> float:
 def _ab_message(d: Decision) -> str:
     """The gate's message for a regressed metric: base, head, ratio (or difference), interval."""
     stat = d.key.stat or d.key.metric
+    if d.kind == "count" and d.key.prefix in COUNTERS:
+        change = f"{(d.head - d.base) / d.base:+.1%}" if d.base else "new"
+        return (f"{change} {LABELS[d.key.prefix]} in {stat}: {d.head:,.0f} per step, base "
+                f"{d.base:,.0f} (A/B, exact)")
     if d.kind == "count":
         return f"{stat} runs {d.head:g} times per step, base {d.base:g} (A/B, exact)"
     if d.kind == "share":
@@ -352,6 +432,14 @@ def _ab_message(d: Decision) -> str:
     unit = "time per call" if d.key.prefix == CALL else "per-step time"
     return (f"{stat} median {unit} {d.head:.4g} ms vs base {d.base:.4g} ms: {interval} "
             f"(counts from {d.limit:.3f})")
+
+
+def _version_difference(base: WorkCounts, new: WorkCounts) -> str | None:
+    """How the versions that work counts depend on differ (those both recorded), or None."""
+    diffs = [f"{name} {new.versions[name]} vs {base.versions[name]}"
+             for name in sorted(set(base.versions) & set(new.versions))
+             if base.versions[name] != new.versions[name]]
+    return ", ".join(diffs) or None
 
 
 def _time_advisory(baseline: ResultSet, results: ResultSet) -> str | None:
@@ -396,10 +484,12 @@ def evaluate(results: ResultSet, thresholds: Thresholds | None = None,
             continue
         if run.kind == "e2e" and base.kind == "e2e":
             gate.counts(base, run)
+            gate.work(base, run)
         if mismatch(base, run):  # other timing or cache state: times are other quantities
             measured_otherwise.append(f"{run.id} ({mismatch(base, run)})")
         elif base.kind == run.kind:
             gate.time(base, run, gating)
+    gate.work_notes(label)
     if measured_otherwise:
         verdict.warnings.append(f"{len(measured_otherwise)} run(s) measured otherwise than "
                                 "their baseline run, times not compared (counts still are): "

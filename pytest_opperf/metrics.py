@@ -3,9 +3,13 @@
 A metric is one named series of a run: ``step_ms:<stat>`` (an e2e stat's per-step totals),
 ``call_ms:<stat>`` (a per-op benchmark's time per call, one sample a round), ``avg_ms:<stat>`` (a
 stat's average where it has no samples), ``examples_per_sec`` (per step), ``python_share`` (each
-step's share of wall time outside the executor) and ``count:<stat>`` (per-step op counts). Its
-*kind* says how two of them compare: ``time`` (larger is slower), ``rate`` (smaller is slower),
-``share`` (a difference in points) or ``count`` (exact).
+step's share of wall time outside the executor), ``count:<stat>`` (per-step op counts), the work
+counts ``bytecodes:<stat>``, ``py_calls:<stat>``, ``c_calls:<stat>`` (a stat's self counts per step
+from the counting pass, :mod:`pytest_opperf.workcount`; the stat ``(outside)`` is the work outside
+every timed region) and ``instructions`` (CPU instructions per step, under valgrind). Its *kind*
+says how two of them compare: ``time`` (larger is slower), ``rate`` (smaller is slower),
+``share`` (a difference in points), ``count`` (exact), ``work`` (deterministic: more is a
+regression) or ``instructions`` (nearly deterministic, on one CPU model: more beyond a tolerance).
 
 :func:`view` is the steady state: the warm-up rule (:func:`pytest_opperf.stats.after_warmup`)
 applied once, here, for the stored-baseline gate, the drift table and the A/B pairs alike.
@@ -19,15 +23,18 @@ from typing import Literal
 
 from .results import RunResult
 from .stats import after_warmup
+from .workcount import COUNTERS
 
-__all__ = ["AVG", "CALL", "COUNT", "EXAMPLES_PER_SEC", "PYTHON_SHARE", "STEP", "TOTAL", "Kind",
-           "MetricKey", "Series", "TIME_KINDS", "metric", "stat_of", "view"]
+__all__ = ["AVG", "CALL", "COUNT", "EXAMPLES_PER_SEC", "INSTRUCTIONS", "PYTHON_SHARE", "STEP",
+           "TOTAL", "Kind", "MetricKey", "Series", "TIME_KINDS", "WORK_KINDS", "metric", "stat_of",
+           "view"]
 
-Kind = Literal["time", "rate", "share", "count"]
+Kind = Literal["time", "rate", "share", "count", "work", "instructions"]
 TIME_KINDS: tuple[str, ...] = ("time", "rate")  # the kinds a machine's speed moves
+WORK_KINDS: tuple[str, ...] = ("work", "instructions")  # what the counting pass counts
 
 STEP, CALL, AVG, TOTAL, COUNT = "step_ms", "call_ms", "avg_ms", "total_ms", "count"
-EXAMPLES_PER_SEC, PYTHON_SHARE = "examples_per_sec", "python_share"
+EXAMPLES_PER_SEC, PYTHON_SHARE, INSTRUCTIONS = "examples_per_sec", "python_share", "instructions"
 
 
 def metric(prefix: str, stat: str) -> str:
@@ -85,7 +92,8 @@ def view(run: RunResult) -> dict[str, Series]:
 
     A stat without samples is ``avg_ms:<stat>`` (its average); e2e runs add the per-step
     ``examples_per_sec`` and ``python_share`` (the whole window's share when the run has no
-    per-step executor time) and ``count:<stat>`` for each per-step op count."""
+    per-step executor time) and ``count:<stat>`` for each per-step op count; a run with work counts
+    adds ``<counter>:<stat>`` for each non-zero self count and ``instructions`` when counted."""
     e2e = run.kind == "e2e"
     out: dict[str, Series] = {}
     for s in run.stats:
@@ -111,4 +119,14 @@ def view(run: RunResult) -> dict[str, Series]:
         for name in sorted(run.counts):
             key = metric(COUNT, name)
             out[key] = _series(key, "count", [run.counts[name]], sampled=False)
+    work = run.work
+    if work is not None:
+        for name, counts in work.stats.items():
+            for counter in COUNTERS:
+                if counts.get(counter):
+                    key = metric(counter, name)
+                    out[key] = _series(key, "work", [counts[counter]], sampled=False)
+        if work.instructions is not None:
+            out[INSTRUCTIONS] = _series(INSTRUCTIONS, "instructions", [work.instructions],
+                                        sampled=False)
     return out

@@ -98,7 +98,7 @@ _OPTIONS: tuple[tuple[str, str, Callable[[str], str] | None, str | None, str], .
      "with the base build installed; default: this one)"),
     ("compare-timeout", "SECONDS", _seconds, "600",
      "A/B: the longest a side may take to answer (a hang ends both)"),
-    ("count-steps", "N", _steps, "3",
+    ("count-steps", "N", _steps, "2",
      "steps of the counting pass of each run that has one (run.counting_pass): work counts per "
      "step, counted after the timed window; 0: no counting pass"),
     ("count-timeout", "SECONDS", _seconds, "300",

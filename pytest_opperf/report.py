@@ -21,9 +21,10 @@ from .results import SCHEMA, ResultSet, RunResult
 from .stats import Samples, after_warmup
 from .stattree import SORT_KEYS, Shares, short_name
 from .verdict import Drift, DriftRow, Verdict
+from .workcount import COUNTERS, LABELS, OUTSIDE
 
 __all__ = ["SORT_KEYS", "chrome_trace", "drift_lines", "drift_section", "gate_lines", "markdown",
-           "op_table_lines", "run_lines", "terminal_lines", "verdict_line"]
+           "op_table_lines", "run_lines", "terminal_lines", "verdict_line", "work_lines"]
 
 DRIFT_ROWS = 10  # the drift table's rows in the terminal (the markdown shows twice as many)
 
@@ -42,6 +43,8 @@ def _stat_rows(run: RunResult, sort: str, indent: str) -> tuple[list[str], list[
     with_flops = any(s.flops for s in tree)
     with_bytes = any(s.bytes for s in tree)
     headers = ["name", "total", "avg", "max", "min", "count", "share"]
+    work = run.work.stats if run.work is not None else None
+    headers += ["bytecodes"] * (work is not None)
     headers += ["GFLOP/s"] * with_flops + ["GB/s"] * with_bytes
     rows = []
     for depth, s in tree.ordered(sort):
@@ -51,6 +54,9 @@ def _stat_rows(run: RunResult, sort: str, indent: str) -> tuple[list[str], list[
             share = f"{s.total_ms / run.executor_ms * 100:.1f}%"
         row = [indent * depth + (short_name(s.name) if depth else s.name), f"{s.total_ms:.2f}",
                f"{s.avg_ms:.3f}", f"{s.max_ms:.3f}", f"{s.min_ms:.3f}", str(s.count), share]
+        if work is not None:
+            row.append(f"{work[s.name]['bytecodes']:,}" if work.get(s.name, {}).get("bytecodes")
+                       else "")
         if with_flops:
             row.append(_rate(s.flops, s.total_ms, 1e9))
         if with_bytes:
@@ -90,6 +96,30 @@ def _run_header(run: RunResult) -> list[str]:
             f"{run.examples_per_sec:.5f} examples/sec, {run.sec_per_batch:.5f} sec/batch"]
 
 
+def work_lines(run: RunResult) -> list[str]:
+    """The counting pass's work per step: the totals, the work outside every timed region and
+    the stats that do most of it (by bytecodes, self counts); CPU instructions when counted."""
+    work = run.work
+    if work is None:
+        return []
+    totals = " | ".join(f"{work.total(c):,} {LABELS[c]}" for c in COUNTERS)
+    bytecodes = work.total("bytecodes")
+    outside = work.stats.get(OUTSIDE, {}).get("bytecodes", 0)
+    where = "outside every timed region" if run.executor_stat else "untimed (outside every op)"
+    lines = [f"work per step (counting pass: {work.steps} steps, {work.pass_s:.1f} s): {totals}; "
+             f"{where}: {outside:,} bytecodes ({outside / bytecodes:.1%})" if bytecodes else
+             f"work per step (counting pass: {work.steps} steps, {work.pass_s:.1f} s): {totals}"]
+    top = sorted(((c.get("bytecodes", 0), name) for name, c in work.stats.items()
+                  if name != OUTSIDE and c.get("bytecodes")), reverse=True)[:5]
+    if top and bytecodes:
+        lines.append("most bytecodes per step (self): " + " | ".join(
+            f"{name} {n / bytecodes:.1%}" for n, name in top))
+    if work.instructions is not None:
+        lines.append(f"CPU instructions per step: {work.instructions:,} (valgrind, on "
+                     f"{work.instructions_cpu or 'an unknown CPU'})")
+    return lines
+
+
 def _clock_note(run: RunResult) -> list[str]:
     return ["clock: kernel stats on the device clock (events), other timers on the host clock"
             ] if any(s.clock == "device" for s in run.stats) else []
@@ -116,8 +146,8 @@ def run_lines(run: RunResult, sort: str = "total", width: int = 100) -> list[str
     lines += table(rows, headers, _right(len(headers)), width,
                    droppable=_WORK_COLUMNS) if rows else []
     device = device_host_lines(run)  # device span vs host enqueue: a heading and a table
-    lines += _prose([_shares_line(run), *_steady_shares(run), *_clock_note(run), *device[:1]],
-                    width)
+    lines += _prose([_shares_line(run), *_steady_shares(run), *work_lines(run), *_clock_note(run),
+                     *device[:1]], width)
     return lines + [*map(clean, device[1:]), *_prose([f"note: {n}" for n in run.notes], width)]
 
 
@@ -133,7 +163,7 @@ def _op_row(run: RunResult) -> list[str]:
 
 _OP_HEADERS = ["run", "kind", "rounds", "median", "mean", "min", "max", "GFLOP/s", "GB/s"]
 # a table too wide for the terminal leaves these out before it breaks names onto lines of their own
-_WORK_COLUMNS = ("GFLOP/s", "GB/s")
+_WORK_COLUMNS = ("bytecodes", "GFLOP/s", "GB/s")  # droppable, the last first
 
 
 def op_table_lines(runs: Sequence[RunResult], tablefmt: str = "plain",
@@ -303,7 +333,8 @@ def markdown(results: ResultSet, verdict: Verdict | None, sort: str = "total",
             out += tabulate(rows, headers, tablefmt="github", disable_numparse=True,
                             colalign=_right(len(headers))).splitlines()
         out += ["", _shares_line(run) + "  ", *_steady_shares(run)]  # "  ": a line break
-        out += [f"- {md_text(n)}" for n in _clock_note(run) + steady_lines(run) + run.notes]
+        out += [f"- {md_text(n)}" for n in work_lines(run) + _clock_note(run) + steady_lines(run)
+                + run.notes]
         device = device_host_lines(run)  # device span vs host enqueue, on a device clock
         if device:
             out += ["", "```", *device, "```"]

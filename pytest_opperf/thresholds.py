@@ -117,6 +117,12 @@ class Regression:
         0.02, "the tolerance of the Python share (absolute)", 0.0, 1.0)
     counts: str = table_key("exact", "per-step op counts must not change, or are not compared",
                             choices=("exact", "ignore"))
+    max_work_increase: float = table_key(
+        0.0, "work counts per step (bytecodes, Python calls, C calls of each stat; deterministic): "
+        "the relative increase that fails (0: any increase)", 0.0)
+    max_instructions_increase: float = table_key(
+        0.01, "CPU instructions per step (--opperf-instructions; the same CPU model only): the "
+        "relative increase that fails", 0.0)
     alpha: float = table_key(0.01, "significance level of the one-sided Mann-Whitney U test",
                              0.0, 1.0, lo_open=True)
     min_diff_ms: float = table_key(

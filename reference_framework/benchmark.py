@@ -134,6 +134,8 @@ class BenchmarkResult:
     losses: list[float] = field(default_factory=list)
     accuracies: list[float] = field(default_factory=list)  # per batch
     pass_accuracies: list[float] = field(default_factory=list)  # per batch, over its pass so far
+    # trains one more batch after the run (for a counting pass); set by run_benchmark
+    extra_step: Callable[[], int] | None = field(default=None, repr=False, compare=False)
 
     @property
     def examples_per_sec(self) -> float:
@@ -183,10 +185,12 @@ def run_benchmark(config: BenchmarkConfig, on_batch: Callable[[int], None] | Non
     """Build, initialise and train ResNet on the synthetic Flowers data as the
     reference report's script did. ``on_build(main_program)`` is called once the
     training program is built; ``on_batch(examples)`` after each batch (after
-    ``accuracy.eval``); ``log`` gets the progress lines."""
+    ``accuracy.eval``); ``log`` gets the progress lines. The result's
+    ``extra_step()`` trains one more batch afterwards (a counting pass's step)."""
     place = place_of(config)
     start = time.perf_counter()
-    with scope_guard(Scope()):
+    scope = Scope()
+    with scope_guard(scope):
         built = build_training_program(config)
         main, avg_cost, accuracy = built.main, built.avg_cost, built.accuracy
         dshape = built.image_shape
@@ -201,6 +205,14 @@ def run_benchmark(config: BenchmarkConfig, on_batch: Callable[[int], None] | Non
                        reuse_local_scope=config.reuse_local_scope)
         exe.run(built.startup)
 
+        def train(data: list[Any]) -> tuple[Any, Any, Any, int]:
+            images = np.array([x[0].reshape(dshape) for x in data]).astype("float32")
+            labels = np.array([x[1] for x in data]).astype("int64").reshape([-1, 1])
+            loss, acc = exe.run(main, feed={"data": images, "label": labels},
+                                fetch_list=[avg_cost] + accuracy.metrics,
+                                use_program_cache=config.use_program_cache)
+            return loss, acc, accuracy.eval(exe), len(labels)
+
         result = BenchmarkResult(config, device_name(place), 0, 0, 0.0)
         for _ in range(config.pass_num):
             accuracy.reset(exe)
@@ -209,21 +221,30 @@ def run_benchmark(config: BenchmarkConfig, on_batch: Callable[[int], None] | Non
             for data in train_reader():
                 if result.batches == config.iterations:
                     break
-                images = np.array([x[0].reshape(dshape) for x in data]).astype("float32")
-                labels = np.array([x[1] for x in data]).astype("int64").reshape([-1, 1])
-                loss, acc = exe.run(main, feed={"data": images, "label": labels},
-                                    fetch_list=[avg_cost] + accuracy.metrics,
-                                    use_program_cache=config.use_program_cache)
-                pass_acc = accuracy.eval(exe)
+                loss, acc, pass_acc, examples = train(data)
                 result.losses.append(float(loss[0]))
                 result.accuracies.append(float(acc[0]))
                 result.pass_accuracies.append(float(pass_acc[0]))
                 if log is not None:
                     log(f"Iter: {result.batches}, loss: {loss}, acc: {acc}, pass_acc: {pass_acc}")
-                result.examples += len(labels)
+                result.examples += examples
                 result.batches += 1
                 if on_batch is not None:
-                    on_batch(len(labels))
+                    on_batch(examples)
+
+    extra: list[Any] = []  # the batches of the extra steps: the reader from its start, again
+
+    def extra_step() -> int:
+        with scope_guard(scope):
+            if not extra:
+                extra.append(iter(train_reader()))
+            data = next(extra[0], None)
+            if data is None:  # a pass is over: the next
+                extra[0] = iter(train_reader())
+                data = next(extra[0])
+            return train(data)[3]
+
+    result.extra_step = extra_step
     result.wall_s = time.perf_counter() - start
     return result
 

@@ -43,6 +43,8 @@ def test_train(opperf, setting: tuple[str, str, BenchmarkConfig]) -> None:
     with opperf.measure(kind="e2e", config={"workload": workload, "executor": executor,
                                             **config.as_dict()}) as run:
         result = run_benchmark(config, on_batch=on_batch, on_build=on_build)
+    assert result.extra_step is not None
+    run.counting_pass(result.extra_step)  # work counts of a few more steps, after the window
 
     assert result.batches == config.iterations
     assert result.examples == config.iterations * config.batch_size

@@ -24,6 +24,7 @@ from ..metrics import CALL, STEP, Kind, MetricKey
 from ..results import ResultsError, _is_num
 from ..stats import most_common
 from ..thresholds import CompareSettings
+from ..workcount import COUNTERS
 
 __all__ = ["CompareResult", "Decision", "Paired", "Verdict", "decide", "rule", "signed_rank_cdf",
            "walsh_interval"]
@@ -221,10 +222,13 @@ def _count_decision(p: Paired) -> Decision:
     (base, base_same), (head, head_same) = (most_common([round(v) for v in side])
                                             for side in (p.base, p.head))
     diff = float(head - base)
-    statistic = "per-step count (exact)"
+    work = p.key.prefix in COUNTERS  # a work count: less work is an improvement
+    statistic = "work count per step (exact)" if work else "per-step count (exact)"
     statistic += "" if base_same and head_same else ", most common per-step value"
-    return Decision(p.key, p.kind, "regressed" if diff else "unchanged", float(base), float(head),
-                    diff, diff, diff, p.pairs, statistic, 0.0)
+    verdict: Verdict = ("unchanged" if not diff else "improved" if work and diff < 0
+                        else "regressed")
+    return Decision(p.key, p.kind, verdict, float(base), float(head), diff, diff, diff, p.pairs,
+                    statistic, 0.0)
 
 
 def _worse(kinds: Sequence[str], base: Any, head: Any) -> Any:

@@ -5,7 +5,9 @@ base and step i of the head form pair i. Both runs are read through their steady
 (:func:`pytest_opperf.metrics.view`: the warm-up step dropped, as everywhere), whose sampled
 metrics pair up sample by sample: each stat's per-step time (``step_ms:<stat>``), the step's
 examples/sec, the step's Python share; per-step op counts (``count:<stat>``) are one pair per run,
-compared exactly (a count on one side only is 0 on the other).
+compared exactly (a count on one side only is 0 on the other), and so are the work counts of the
+runs' counting passes (``bytecodes:<stat>``..., when both sides counted; :mod:`pytest_opperf
+.workcount`), where only an increase is a regression.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 
 from ..metrics import COUNT, Kind, metric, view
 from ..results import RunResult
+from ..workcount import COUNTERS
 
 __all__ = ["MetricSamples", "e2e_samples"]
 
@@ -34,7 +37,8 @@ def e2e_samples(base: RunResult, head: RunResult) -> Iterator[MetricSamples]:
     bv, hv = view(base), view(head)
     for name, h in hv.items():
         b = bv.get(name)
-        if h.kind == "count" or b is None or not (b.sampled and h.sampled):
+        if h.kind in ("count", "work", "instructions") or b is None or not (b.sampled
+                                                                            and h.sampled):
             continue  # a stat on one side only: its count tells
         n = min(len(b.samples), len(h.samples))
         if n:
@@ -42,3 +46,11 @@ def e2e_samples(base: RunResult, head: RunResult) -> Iterator[MetricSamples]:
     for name in sorted(set(base.counts) | set(head.counts)):
         yield MetricSamples(run, metric(COUNT, name), "count", [float(base.counts.get(name, 0))],
                             [float(head.counts.get(name, 0))])
+    if base.work is not None and head.work is not None:
+        for stat in sorted(set(base.work.stats) | set(head.work.stats)):
+            for counter in COUNTERS:
+                was = base.work.stats.get(stat, {}).get(counter, 0)
+                now = head.work.stats.get(stat, {}).get(counter, 0)
+                if was or now:
+                    yield MetricSamples(run, metric(counter, stat), "count", [float(was)],
+                                        [float(now)])

@@ -70,6 +70,7 @@ class SidePlugin:
             self.fail("--opperf is off on the side")
         self.recorder = recorder
         recorder.add_run = self.runs.append  # the controller keeps the runs, test by test
+        self.count_steps = recorder.count_steps
         recorder.step_handover = self.step_handover
         recorder.ab_benchmark = self.benchmark
 
@@ -100,6 +101,8 @@ class SidePlugin:
             nextitem = items.get(str(message.get("next")))
             if nodeid in ran and isinstance(item, pytest.Function):
                 item._initrequest()  # a second visit: fresh fixture values, as in rerunfailures
+            # work counts are the same on every visit: the first visit's counting pass is enough
+            self.recorder.count_steps = 0 if nodeid in ran else self.count_steps
             ran.add(nodeid)
             self.reports = []
             item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
