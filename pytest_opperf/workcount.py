@@ -25,8 +25,9 @@ stat's own code, not the stats nested in it, so one change shows at one stat), o
 counted, so that the counts stay deterministic: work on other threads (tracing is per thread);
 the instrumentation itself (:mod:`pytest_opperf.timers` and this module); thread synchronisation
 (``threading``, ``queue``, ``concurrent.futures``: whether a wait happens depends on which thread
-finishes first); the garbage collector's callbacks (it is held off during a counted step, after
-a full collection).
+finishes first), and whatever these call; weak sets' callbacks (``_weakrefset``: an object that
+another thread lets go of dies on whichever thread drops it last); the garbage collector's
+callbacks (it is held off during a counted step, after a full collection).
 
 The pass counts ``steps`` steps; the value kept for each count is its most common value over
 them (the first step after the window may still fill a cache), and a count that varies is named in
@@ -35,6 +36,7 @@ a note.
 
 from __future__ import annotations
 
+import _weakrefset
 import concurrent.futures
 import gc
 import math
@@ -179,7 +181,7 @@ def _outside_last(name: str) -> tuple[bool, str]:
 
 def _skipped_files() -> tuple[frozenset[str], tuple[str, ...]]:
     files = {os.path.normcase(os.path.abspath(f)) for f in
-             (timers.__file__, __file__, threading.__file__, queue.__file__)}
+             (timers.__file__, __file__, threading.__file__, queue.__file__, _weakrefset.__file__)}
     return frozenset(files), (os.path.dirname(os.path.abspath(concurrent.futures.__file__)),)
 
 
@@ -200,6 +202,7 @@ class Counter:
         self.timeout = timeout
         self.timed_out = False  # set when the deadline passed in a counted step
         self._left = _CHECK_EVERY
+        self._depth = 0  # skipped frames open now: nothing they call is counted
         self._saved: tuple[Any, Any, bool] | None = None
         self._counts: dict[str, list[int]] = {}
         self._skip: dict[CodeType, bool] = {}
@@ -222,13 +225,20 @@ class Counter:
 
     def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
         if event == "call":
-            if not self._skipped(frame.f_code):
+            if self._skipped(frame.f_code):
+                self._depth += 1  # what it calls is not counted either
+            elif not self._depth:
                 self._bucket()[1] += 1
-        elif event == "c_call" and not self._skipped(frame.f_code):
+        elif event == "return":
+            if self._depth and self._skipped(frame.f_code):  # (0: start() returning)
+                self._depth -= 1
+        elif event == "c_call" and not self._depth and not self._skipped(frame.f_code):
             self._bucket()[2] += 1
 
     def _trace(self, frame: FrameType, event: str, arg: Any) -> Any:
-        if self._skipped(frame.f_code):
+        # (a new frame's trace event comes before its profile event: a frame called from
+        # skipped code finds the depth raised already)
+        if self._depth or self._skipped(frame.f_code):
             return None
         frame.f_trace_opcodes = True
         return self._opcode
@@ -248,6 +258,7 @@ class Counter:
         """Count from here on (this thread): after a full garbage collection, with the collector
         held off; the tracing and profiling functions in place are kept to be restored."""
         self._saved = (sys.gettrace(), sys.getprofile(), gc.isenabled())
+        self._depth = 0
         gc.collect()
         gc.disable()
         sys.setprofile(self._profile)
