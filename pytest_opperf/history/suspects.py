@@ -2,10 +2,11 @@
 
 Time that drifts across commits is the history's to judge, not a gate's: on pushes to ``main``
 the CI job lists, in its summary and as warnings, each metric whose per-commit series has a change
-point (:func:`pytest_opperf.history.changepoints.detect`) for the worse within the last commits, the
-new level holding for at least ``HOLD`` commits. One outlying commit is no segment, so it names
-nothing; a step names the commit range it happened in (the last commit before it and the first
-at the new level) and its size. Pure: the history command and the CI script print the lines.
+point (:func:`pytest_opperf.history.trends.find_changes`) for the worse within the last commits, the
+new level holding for at least ``HOLD`` commits (work counts too: more work per step is worse).
+One outlying commit is no segment, so it names nothing; a step names the commit range it happened
+in (the last commit before it and the first at the new level) and its size. Pure: the history
+command and the CI script print the lines.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..layout import clean, md_text
-from .changepoints import detect
-from .trends import HIGHER_IS_BETTER, Group
+from .trends import HIGHER_IS_BETTER, Group, find_changes, is_work
 
 __all__ = ["HOLD", "Suspect", "find", "markdown_lines", "text_lines"]
 
@@ -48,6 +48,8 @@ class Suspect:
 
 
 def _fmt(metric: str, value: float) -> str:
+    if is_work(metric):
+        return f"{value:,.0f}"
     return f"{value:.2%}" if metric == "python_share" else f"{value:.4g}"
 
 
@@ -62,7 +64,7 @@ def find(groups: Sequence[Group], last: int = 10, hold: int = HOLD,
         for s in g.series:
             if stat_glob is not None and not fnmatch.fnmatchcase(s.stat, stat_glob):
                 continue
-            for c in detect(s.values, min_size=hold):
+            for c in find_changes(s.metric, s.values, min_size=hold):
                 worse = (c.after < c.before) if s.metric in HIGHER_IS_BETTER else (
                     c.after > c.before)
                 commit = s.points[c.index]
