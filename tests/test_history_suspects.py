@@ -100,13 +100,16 @@ def test_a_quiet_history_says_so(tmp_path):
     assert "No metric stepped for the worse in the last 10 commit(s)." in summary.read_text()
 
 
-def _work_history(tmp_path, conv_bytecodes, conv_ms=None):
-    conv_ms = conv_ms or _noisy([2.0] * len(conv_bytecodes), seed=7)
+def _work_history(tmp_path, conv_bytecodes, pythons=None):
+    conv_ms = _noisy([2.0] * len(conv_bytecodes), seed=7)
     source = str(tmp_path / "h.sqlite")
     with Store(source, create=True) as store:
         for i, (n, ms) in enumerate(zip(conv_bytecodes, conv_ms, strict=True)):
+            counted = work(bytecodes=n)
+            if pythons is not None:
+                counted.versions["python"] = pythons[i]
             store.append(session(conv_ms=ms, sha=_sha(i), created=_stamp(i),
-                                 work_counts=work(bytecodes=n)))
+                                 work_counts=counted))
         return source, store.load()
 
 
@@ -124,6 +127,7 @@ def test_bytecodes_that_step_up_at_one_commit_are_a_suspect_with_its_range(tmp_p
     assert total.describe() == (
         f"cpu / small: suite.py::test_train bytecodes stepped +1.3% between {_sha(11)[:8]} and "
         f"{_sha(12)[:8]} (78,000 -> 79,000, held for 3 commit(s))")
+    assert total.versions is None  # counted with the same versions throughout
     assert f"| {_sha(11)[:8]}..{_sha(12)[:8]} | +1.3% | 78,000 | 79,000 |" in "\n".join(
         suspects.markdown_lines(list(found.values()), 10))
 
@@ -146,3 +150,18 @@ def test_the_history_command_warns_of_a_work_step(tmp_path):
     assert lines == [
         f"warning: suspected regression: cpu / small: suite.py::test_train bytecodes stepped "
         f"+2.6% between {_sha(9)[:8]} and {_sha(10)[:8]} (78,000 -> 80,000, held for 3 commit(s))"]
+
+
+def test_a_work_step_with_a_new_python_says_so(tmp_path):
+    # the step came with Python 3.12 (and an older Python at commit 3, long before it)
+    pythons = ["3.11.9"] * 3 + ["3.11.8"] + ["3.11.9"] * 6 + ["3.12.1"] * 3
+    _, history = _work_history(tmp_path, [50_000] * 10 + [52_000] * 3, pythons)
+    found = {s.metric: s for s in suspects.find(build(history))}
+    total = found["bytecodes"]
+    assert total.versions == "python 3.11.9 -> 3.12.1"
+    assert total.describe().endswith(
+        "(78,000 -> 80,000, held for 3 commit(s); counted with other versions: "
+        "python 3.11.9 -> 3.12.1)")
+    # md_text escapes ">": the summary shows "->"
+    assert ("| bytecodes (counted with other versions: python 3.11.9 -&gt; 3.12.1) | "
+            f"{_sha(9)[:8]}..{_sha(10)[:8]} |") in "\n".join(suspects.markdown_lines([total], 10))

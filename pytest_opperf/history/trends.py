@@ -29,7 +29,7 @@ from .changepoints import ChangePoint, detect
 from .store import History, StoredSession
 
 __all__ = ["Commit", "Group", "Series", "build", "find_changes", "history_lines", "is_work",
-           "metric_name", "work_metrics"]
+           "metric_name", "version_change", "work_metrics"]
 
 RUN_METRICS = ("examples_per_sec", "python_share")
 HIGHER_IS_BETTER = ("examples_per_sec",)
@@ -75,11 +75,15 @@ class Series:
 
 @dataclass
 class Group:
+    """``versions``: the versions a run's work counts were counted with, by (run, commit index)
+    (those of the commit's last session)."""
+
     device_class: str
     workload: str
     sessions: list[StoredSession]
     commits: list[Commit]
     series: list[Series]
+    versions: dict[tuple[str, int], dict[str, str]] = field(default_factory=dict)
 
     @property
     def title(self) -> str:
@@ -154,6 +158,10 @@ def build(history: History, last: int | None = None) -> list[Group]:
             values.setdefault((r.session_id, r.run), []).extend(
                 (r.kind, m, v) for m, v in work_metrics(r.work))
     kinds = {(r.session_id, r.run): r.kind for r in history.runs}
+    counted_with: dict[int, list[tuple[str, dict[str, str]]]] = {}  # session -> (run, versions)
+    for r in history.runs:
+        if r.work is not None:
+            counted_with.setdefault(r.session_id, []).append((r.run, r.work.versions))
     for st in history.stats:
         kind = kinds.get((st.session_id, st.run))
         if kind is not None and st.value is not None:
@@ -178,8 +186,10 @@ def build(history: History, last: int | None = None) -> list[Group]:
         commits = [Commit(c.key, c.label, c.sha, c.branch, c.when, tuple(m))
                    for c, m in zip(commits, members, strict=True)]
         gathered: dict[tuple[str, str], tuple[str, dict[int, list[float]]]] = {}
+        versions: dict[tuple[str, int], dict[str, str]] = {}
         for i, commit in enumerate(commits):
             for sid in commit.sessions:
+                versions.update(((run, i), v) for run, v in counted_with.get(sid, ()))
                 for run, kind, metric, value in by_session.get(sid, ()):
                     by_commit = gathered.setdefault((run, metric), (kind, {}))[1]
                     by_commit.setdefault(i, []).append(value)
@@ -192,7 +202,7 @@ def build(history: History, last: int | None = None) -> list[Group]:
             line.changes = find_changes(metric, line.values)
             series.append(line)
         series.sort(key=_order)
-        group = Group(device_class, workload, sessions, commits, series)
+        group = Group(device_class, workload, sessions, commits, series, versions)
         groups.append(_last(group, last) if last else group)
     return groups
 
@@ -210,7 +220,20 @@ def _last(group: Group, n: int) -> Group:
                              s.values[cut:], [ChangePoint(c.index - cut, c.before, c.after)
                                               for c in s.changes if c.index >= cut]))
     return Group(group.device_class, group.workload, [s for s in group.sessions if s.id in keep],
-                 group.commits[first:], series)
+                 group.commits[first:], series,
+                 {(run, i - first): v for (run, i), v in group.versions.items() if i >= first})
+
+
+def version_change(group: Group, run: str, before: int, after: int) -> str | None:
+    """What changed between the versions ``run``'s work counts were counted with at commit
+    ``before`` and at ``after`` (``python 3.11.9 -> 3.12.1``), or None: a step in a work count
+    where a version changed may be the library's work rather than the code's."""
+    old = group.versions.get((run, before))
+    new = group.versions.get((run, after))
+    if old is None or new is None or old == new:
+        return None
+    return ", ".join(f"{name} {old.get(name, '-')} -> {new.get(name, '-')}"
+                     for name in sorted(set(old) | set(new)) if old.get(name) != new.get(name))
 
 
 # --- the history command's text ------------------------------------------------------------------
