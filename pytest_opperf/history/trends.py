@@ -96,7 +96,8 @@ def metric_name(kind: str, stat: str) -> str:
 
 
 def is_work(metric: str) -> bool:
-    """Whether ``metric`` is a work count (``bytecodes``, ``py_calls:(outside)``...)."""
+    """Whether ``metric`` is a work count (``bytecodes``, ``instructions``,
+    ``bytecodes:(outside)``...)."""
     return metric == INSTRUCTIONS or metric.partition(":")[0] in COUNTERS
 
 
@@ -255,7 +256,7 @@ def _select(series: Sequence[Series], stat_glob: str | None) -> list[Series]:
     chosen: list[Series] = []
     per_run: dict[str, int] = {}
     outside = metrics.metric(STAT_COUNTER, OUTSIDE)
-    for s in series:  # sorted: run-level metrics first, then by latest value, descending
+    for s in series:  # in _order: run metrics, times by latest value (descending), work
         if s.kind != "e2e" or s.metric in RUN_METRICS or s.metric in (*WORK_TOTALS, outside):
             chosen.append(s)
         elif is_work(s.metric):
