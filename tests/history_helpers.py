@@ -15,6 +15,7 @@ from urllib.parse import quote
 import pytest
 
 from pytest_opperf.results import ResultSet, RunResult, StatResult
+from pytest_opperf.workcount import OUTSIDE, WorkCounts
 from tests.opperf_factories import e2e_run
 
 PG_ENV = "OPPERF_TEST_POSTGRES"
@@ -87,6 +88,23 @@ def op_run(run_id: str, call_ms: list[float], stat: str = "conv2d") -> RunResult
     )
 
 
+def work(bytecodes: int = 50_000, instructions: int | None = None) -> WorkCounts:
+    """Work counts per step of the e2e run of :func:`session`: ``bytecodes`` in conv2d, 20,000 in
+    relu and 8,000 outside (Python calls and C calls fixed), instructions if given."""
+    return WorkCounts(
+        stats={
+            "conv2d": {"bytecodes": bytecodes, "py_calls": 1_200, "c_calls": 900},
+            "relu": {"bytecodes": 20_000, "py_calls": 400},
+            OUTSIDE: {"bytecodes": 8_000, "py_calls": 150, "c_calls": 60},
+        },
+        steps=3,
+        pass_s=0.25,
+        versions={"python": "3.11.9", "numpy": "2.1.0"},
+        instructions=instructions,
+        instructions_cpu=None if instructions is None else "x86_64 test CPU",
+    )
+
+
 def session(
     conv_ms: float = 2.0,
     sha: str | None = "a" * 40,
@@ -97,11 +115,14 @@ def session(
     passed: bool = True,
     steps: int = 6,
     op_ms: float = 0.5,
+    work_counts: WorkCounts | None = None,
 ) -> ResultSet:
     """A session of one e2e run (conv2d at ``conv_ms`` per step after a slow warm-up step,
-    relu at 1 ms) and one per-op benchmark at ``op_ms`` per call."""
+    relu at 1 ms; ``work_counts`` its work counts) and one per-op benchmark at ``op_ms`` per
+    call."""
     e2e = e2e_run(stats={"conv2d": [conv_ms * 5] + [conv_ms] * (steps - 1), "relu": [1.0] * steps},
                   step_ms=[10.0 * conv_ms] * steps, counts={"conv2d": 53, "relu": 49})
+    e2e.work = work_counts
     results = ResultSet(
         runs=[e2e, op_run("suite.py::test_op[conv2d]", [op_ms] * 5)],
         machine={"cpu": "x", "device_class": device_class},

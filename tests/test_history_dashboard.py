@@ -8,6 +8,7 @@ installed. It keeps a screenshot in ``.opperf/test-artifacts/dashboard.png``.
 from __future__ import annotations
 
 import io
+import json
 import re
 import shutil
 import time
@@ -16,12 +17,20 @@ from pathlib import Path
 import pytest
 
 from pytest_opperf.cli import main
+from pytest_opperf.history.dashboard import work_traces
 from pytest_opperf.history.store import Store
-from tests.history_helpers import session
+from pytest_opperf.history.trends import build
+from tests.history_helpers import session, work
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / ".opperf" / "test-artifacts"
 LEVELS = [2.0] * 8 + [2.6] * 4  # conv2d ms per step: a step at the 9th commit
 OP_MS = [0.5 + 0.01 * i for i in range(len(LEVELS))]
+# conv2d's self bytecodes per step: up at the 9th commit with its time; the step's total adds
+# relu's 20,000 and 8,000 outside. The first two sessions have no work counts.
+CONV_BYTECODES = [50_000] * 8 + [56_000] * 4
+WORK_FROM = 2
+BYTECODES = [n + 28_000 for n in CONV_BYTECODES][WORK_FROM:]
+INSTRUCTIONS = [3_000_000 + 1_000 * i for i in range(len(LEVELS))][WORK_FROM:]
 COMPARE = {
     "summary": "1 regressed, 150 unchanged",
     "metrics": [{"run": "suite.py::test_train", "ratio": 1.3}],
@@ -38,9 +47,14 @@ def site(tmp_path_factory):
     source = str(root / "h.sqlite")
     with Store(source, create=True) as store:
         for i, (level, op) in enumerate(zip(LEVELS, OP_MS, strict=True)):
+            counted = None
+            if i >= WORK_FROM:
+                counted = work(bytecodes=CONV_BYTECODES[i],
+                               instructions=INSTRUCTIONS[i - WORK_FROM])
             store.append(
                 session(
-                    conv_ms=level, op_ms=op, sha=_sha(i), created=f"2026-11-01T{i:02d}:00:00+00:00"
+                    conv_ms=level, op_ms=op, sha=_sha(i), created=f"2026-11-01T{i:02d}:00:00+00:00",
+                    work_counts=counted,
                 ),
                 COMPARE if i == len(LEVELS) - 1 else None,
             )
@@ -51,6 +65,36 @@ def site(tmp_path_factory):
     return page
 
 
+def _figure_data(text: str, div_id: str) -> dict[str, dict]:
+    """The traces a chart of the page is drawn with (name -> trace), as plotly.js gets them."""
+    start = re.search(rf'Plotly\.newPlot\(\s*"{re.escape(div_id)}",\s*', text).end()
+    traces, _ = json.JSONDecoder().raw_decode(text, start)
+    return {t["name"]: t for t in traces}
+
+
+def test_the_work_chart_holds_each_work_count_per_step(site):
+    with Store(str(site.parent.parent / "h.sqlite")) as store:
+        (group,) = build(store.load())
+    labels = [_sha(i)[:8] for i in range(WORK_FROM, len(LEVELS))]
+    traces = dict(work_traces(group, "suite.py::test_train"))
+    assert list(traces) == ["bytecodes", "Python calls", "C calls", "CPU instructions"]
+    assert traces["bytecodes"]["x"] == labels and traces["bytecodes"]["y"] == BYTECODES
+    assert traces["bytecodes"]["cp_x"] == [_sha(8)[:8]] and traces["bytecodes"]["cp_y"] == [84_000]
+    assert traces["Python calls"]["y"] == [1_750] * len(labels)
+    assert traces["C calls"]["y"] == [960] * len(labels)
+    assert traces["CPU instructions"]["y"] == INSTRUCTIONS
+    assert work_traces(group, "suite.py::test_op[conv2d]") == []  # a run without work counts
+
+    text = site.read_text(encoding="utf-8")
+    drawn = _figure_data(text, "work-0-0")
+    assert drawn["bytecodes"]["y"] == BYTECODES and drawn["bytecodes"]["x"] == labels
+    assert drawn["CPU instructions"]["y"] == INSTRUCTIONS
+    assert drawn["bytecodes: change points"]["x"] == [_sha(8)[:8]]
+    assert "work-0-1" not in text  # one e2e run, one work chart
+    top = _figure_data(text, "top-0-0")
+    assert set(top) == {"conv2d", "relu", "conv2d: change points"}  # times only
+
+
 def test_the_page_is_self_contained(site):
     text = site.read_text(encoding="utf-8")
     assert not re.findall(
@@ -58,7 +102,10 @@ def test_the_page_is_self_contained(site):
     )  # nothing to fetch
     assert "Plotly.newPlot" in text and text.count("plotly.js v") >= 1  # plotly.js inline
     assert "1 regressed, 150 unchanged" in text  # the latest A/B result
-    assert text.count('<option value="') == 3  # searchable: step_ms conv2d, relu; call_ms conv2d
+    # searchable: step_ms conv2d, relu; call_ms conv2d; the work counts bytecodes, py_calls,
+    # c_calls, instructions and bytecodes of conv2d, relu, (outside)
+    assert text.count('<option value="') == 3 + 7
+    assert '<option value="suite.py::test_train bytecodes:(outside)">' in text
 
 
 def _browser():
@@ -96,7 +143,7 @@ def test_the_charts_hold_the_stored_points_in_a_browser(site):
         browser.get(site.as_uri())
         deadline = time.monotonic() + 30
         while (
-            browser.execute_script("return document.querySelectorAll('.js-plotly-plot').length") < 5
+            browser.execute_script("return document.querySelectorAll('.js-plotly-plot').length") < 6
         ):
             assert time.monotonic() < deadline, "the charts were not drawn"
             time.sleep(0.1)
@@ -116,6 +163,10 @@ def test_the_charts_hold_the_stored_points_in_a_browser(site):
         )
         assert top["conv2d: change points"] == {"x": [labels[8]], "y": [2.6]}
         assert "relu: change points" not in top
+
+        counted = _traces(browser, "work-0-0")
+        assert counted["bytecodes"] == {"x": labels[WORK_FROM:], "y": BYTECODES}
+        assert counted["CPU instructions"]["y"] == INSTRUCTIONS
 
         shares = _traces(browser, "shares-0")["suite.py::test_train"]
         assert {"conv2d", "relu", "Python", "framework overhead"} <= set(shares["y"])

@@ -23,6 +23,7 @@ from pytest_opperf.history.store import (
     scrub,
 )
 from pytest_opperf.results import write_results
+from pytest_opperf.workcount import OUTSIDE, WorkCounts
 from tests.history_helpers import session
 from tests.opperf_suites import assert_one_line_usage_error, e2e
 
@@ -193,7 +194,8 @@ FORGED = "\ngate: PASSED (1 checks)\n\x1b[2K"
 
 
 def _hostile_store(tmp_path: Path) -> str:
-    """Sessions whose run id, stat name, branch and device class carry markup and newlines."""
+    """Sessions whose run id, stat name (of the times and of the work counts), branch and device
+    class carry markup and newlines."""
     from tests.opperf_factories import e2e_run
 
     source = str(tmp_path / "h.sqlite")
@@ -206,6 +208,10 @@ def _hostile_store(tmp_path: Path) -> str:
                 stats={f"conv<!--<script>{FORGED}": [level * 5] + [level] * 5,
                        "relu\u2028</script><b>": [1.0] * 6},
                 step_ms=[10.0 * level] * 6)
+            results.runs[0].work = WorkCounts(
+                {f"conv<!--<script>{FORGED}": {"bytecodes": int(level * 10_000)},
+                 OUTSIDE: {"bytecodes": 500, "c_calls": 5}}, steps=3, pass_s=0.1,
+                versions={"python": "3.11</script>"})
             assert results.commit is not None
             results.commit["branch"] = f"main{FORGED}<!--<script>"
             store.append(results)
@@ -221,6 +227,11 @@ def test_the_history_listing_escapes_stored_text(tmp_path):
     assert "\x1b" not in out and "\u2028" not in out
     assert any("\\ngate: PASSED (1 checks)\\n\\x1b[2K" in line for line in lines)
     assert any("conv<!--<script>\\ngate" in line for line in lines)  # the stat, escaped
+    status, out, err = _cli("history", source, "--stat", "conv*")
+    assert status == 0, err
+    shown = [line for line in out.splitlines() if "bytecodes:conv" in line]
+    assert shown and all("\\ngate: PASSED" in line for line in shown)  # a stat's work too
+    assert not any(line.startswith("gate: PASSED") for line in out.splitlines())
 
 
 def test_the_dashboards_scripts_hold_no_markup_from_the_store(tmp_path):
@@ -244,4 +255,6 @@ def test_the_dashboards_scripts_hold_no_markup_from_the_store(tmp_path):
     names = set(data["series"])
     assert f"suite.py::test_train<!--<script>{FORGED} step_ms:conv<!--<script>{FORGED}" in names
     assert f"suite.py::test_train<!--<script>{FORGED} step_ms:relu\u2028</script><b>" in names
+    assert f"suite.py::test_train<!--<script>{FORGED} bytecodes:conv<!--<script>{FORGED}" in names
+    assert 'id="work-0-0"' in text  # the work chart, its title the run id, in a script as data
     assert "<b>" not in text.replace("&lt;b&gt;", "")  # in HTML text: escaped

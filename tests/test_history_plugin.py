@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_opperf.history.store import Store
+from pytest_opperf.history.trends import build
 from tests.history_helpers import pg_schema_url_fixture, store_source_fixture  # noqa: F401
 from tests.opperf_suites import NO_TRACEBACK, assert_one_line_usage_error, e2e
 
@@ -133,3 +134,22 @@ def test_a_non_utf8_locale_and_a_non_ascii_file_name_lose_no_file(pytester, monk
     assert "### `test_\u00e9.py::test_train`" in (pytester.path / "r.md").read_text("utf-8")
     with Store(str(pytester.path / "h.sqlite")) as store:
         assert [r.run for r in store.load().runs] == ["test_\u00e9.py::test_train"]
+
+
+def test_a_runs_work_counts_are_appended_and_listed(pytester, tmp_path):
+    suite = e2e(steps=3) + "    run.counting_pass(train_step)\n"  # after the window
+    pytester.makepyfile(test_suite=suite)
+    source = str(tmp_path / "h.sqlite")
+    for _ in range(2):
+        result = pytester.runpytest("--opperf", f"--opperf-history={source}",
+                                    "-p", "no:cacheprovider")
+        assert result.ret == 0, result.stdout.str()
+    with Store(source) as store:
+        history = store.load()
+    first, second = (r.work for r in history.runs)
+    assert first is not None and second is not None
+    assert {"conv2d", "relu", "(outside)"} <= set(first.stats) and first.steps == 3
+    assert first.total("bytecodes") > 0 and first.stats == second.stats  # the same work
+    (group,) = build(history)
+    bytecodes = next(s for s in group.series if s.metric == "bytecodes")
+    assert bytecodes.values == [first.total("bytecodes")] * 2  # two points: no git, two sessions

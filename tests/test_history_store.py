@@ -25,6 +25,7 @@ from tests.history_helpers import (  # noqa: F401 (fixtures)
     pg_schema_url_fixture,
     session,
     store_source_fixture,
+    work,
 )
 
 
@@ -130,9 +131,62 @@ def test_migrations_bring_an_older_store_up_to_date(store_source):
         assert store.version == len(extra)
         assert len(store.load().sessions) == 1
     with pytest.raises(
-        HistoryError, match=r"schema version 2 is newer than this pytest-opperf's \(1\)"
+        HistoryError,
+        match=rf"schema version {len(extra)} is newer than this pytest-opperf's "
+        rf"\({len(MIGRATIONS)}\)",
     ):
         Store(store_source)
+
+
+def test_work_counts_round_trip_per_stat_and_counter(store_source):
+    counted = work(bytecodes=61_234, instructions=9_876_543_210)
+    counted.varies = ["bytecodes of relu (19999..20000)"]
+    with Store(store_source, create=True) as store:
+        sid = store.append(session(work_counts=counted))
+        without = store.append(session(conv_ms=3.0, work_counts=work(instructions=None)))
+        history = store.load()
+    runs = {(r.session_id, r.kind): r for r in history.runs}
+    stored = runs[(sid, "e2e")].work
+    assert stored is not None
+    assert stored.stats == counted.stats  # every stat's counts, a missing counter still missing
+    assert stored.total("bytecodes") == 61_234 + 20_000 + 8_000
+    assert stored.instructions == 9_876_543_210  # beyond 32 bits
+    assert stored.instructions_cpu == "x86_64 test CPU"
+    assert (stored.steps, stored.pass_s, stored.versions, stored.varies) == (
+        3, 0.25, {"python": "3.11.9", "numpy": "2.1.0"}, ["bytecodes of relu (19999..20000)"])
+    assert stored == counted
+    other = runs[(without, "e2e")].work
+    assert other is not None and other.instructions is None and other.instructions_cpu is None
+    assert other.stats["conv2d"]["bytecodes"] == 50_000
+    assert runs[(sid, "op")].work is None  # a run without work counts
+
+
+def test_work_counts_are_part_of_what_identifies_a_session(store_source):
+    def counted(bytecodes):
+        return session(created="2026-11-01T10:00:00+00:00", work_counts=work(bytecodes=bytecodes))
+
+    with Store(store_source, create=True) as store:
+        assert store.append(counted(50_000)) is not None
+        assert store.append(counted(50_001)) is not None
+        assert store.append(counted(50_001)) is None
+
+
+def test_a_version_1_store_with_sessions_is_migrated_on_open(store_source):
+    with Store(store_source, create=True, migrations=MIGRATIONS[:1]) as store:
+        first = store.append(session(conv_ms=2.0))
+        second = store.append(session(conv_ms=2.5, sha="b" * 40))
+        assert store.version == 1
+    with Store(store_source) as store:  # a reader: the migration needs no create
+        assert store.version == len(MIGRATIONS) == 2
+        old = store.load()
+        assert [s.id for s in old.sessions] == [first, second]
+        assert len(old.runs) == 4 and all(r.work is None for r in old.runs)
+        assert len(old.stats) == 6
+        third = store.append(session(conv_ms=2.5, sha="c" * 40, work_counts=work(instructions=7)))
+        history = store.load()
+    assert [s.id for s in history.sessions] == [first, second, third]
+    (counted,) = [r for r in history.runs if r.work is not None]
+    assert counted.session_id == third and counted.work == work(instructions=7)
 
 
 def test_a_locked_sqlite_file_is_one_line_and_writes_nothing(tmp_path):

@@ -6,12 +6,14 @@ from __future__ import annotations
 import io
 import random
 
+import pytest
+
 from pytest_opperf.cli import main
 from pytest_opperf.history import suspects
 from pytest_opperf.history.store import Store
 from pytest_opperf.history.trends import build
 from pytest_opperf.results import write_results
-from tests.history_helpers import session
+from tests.history_helpers import session, work
 
 
 def _stamp(i: int) -> str:
@@ -96,3 +98,70 @@ def test_a_quiet_history_says_so(tmp_path):
     assert main(["history", source, "--summary", str(summary)], out) == 0
     assert "suspected regressions in the last 10 commit(s): none" in out.getvalue()
     assert "No metric stepped for the worse in the last 10 commit(s)." in summary.read_text()
+
+
+def _work_history(tmp_path, conv_bytecodes, pythons=None):
+    conv_ms = _noisy([2.0] * len(conv_bytecodes), seed=7)
+    source = str(tmp_path / "h.sqlite")
+    with Store(source, create=True) as store:
+        for i, (n, ms) in enumerate(zip(conv_bytecodes, conv_ms, strict=True)):
+            counted = work(bytecodes=n)
+            if pythons is not None:
+                counted.versions["python"] = pythons[i]
+            store.append(session(conv_ms=ms, sha=_sha(i), created=_stamp(i),
+                                 work_counts=counted))
+        return source, store.load()
+
+
+def test_bytecodes_that_step_up_at_one_commit_are_a_suspect_with_its_range(tmp_path):
+    # conv2d's self bytecodes 50,000 -> 51,000 at commit 12: the step's total 78,000 -> 79,000
+    # (+1.3 %, under the times' 3 % floor); its time is steady
+    _, history = _work_history(tmp_path, [50_000] * 12 + [51_000] * 3)
+    found = {s.metric: s for s in suspects.find(build(history), last=10)}
+    assert set(found) == {"bytecodes", "bytecodes:conv2d"}  # calls and the outside unchanged
+    total = found["bytecodes"]
+    assert (total.before, total.first, total.held) == (_sha(11)[:8], _sha(12)[:8], 3)
+    assert (total.old, total.new) == (78_000, 79_000)
+    assert total.change == pytest.approx(1_000 / 78_000)
+    assert found["bytecodes:conv2d"].change == pytest.approx(0.02)
+    assert total.describe() == (
+        f"cpu / small: suite.py::test_train bytecodes stepped +1.3% between {_sha(11)[:8]} and "
+        f"{_sha(12)[:8]} (78,000 -> 79,000, held for 3 commit(s))")
+    assert total.versions is None  # counted with the same versions throughout
+    assert f"| {_sha(11)[:8]}..{_sha(12)[:8]} | +1.3% | 78,000 | 79,000 |" in "\n".join(
+        suspects.markdown_lines(list(found.values()), 10))
+
+
+def test_less_work_and_a_one_commit_blip_are_no_suspects(tmp_path):
+    _, fewer = _work_history(tmp_path, [50_000] * 10 + [45_000] * 4)
+    assert suspects.find(build(fewer)) == []
+    (tmp_path / "blip").mkdir()
+    counts = [50_000] * 14
+    counts[9] = 60_000
+    _, blip = _work_history(tmp_path / "blip", counts)
+    assert suspects.find(build(blip)) == []
+
+
+def test_the_history_command_warns_of_a_work_step(tmp_path):
+    source, _ = _work_history(tmp_path, [50_000] * 10 + [52_000] * 3)
+    out = io.StringIO()
+    assert main(["history", source, "--stat", "bytecodes"], out) == 0
+    lines = [line for line in out.getvalue().splitlines() if line.startswith("warning:")]
+    assert lines == [
+        f"warning: suspected regression: cpu / small: suite.py::test_train bytecodes stepped "
+        f"+2.6% between {_sha(9)[:8]} and {_sha(10)[:8]} (78,000 -> 80,000, held for 3 commit(s))"]
+
+
+def test_a_work_step_with_a_new_python_says_so(tmp_path):
+    # the step came with Python 3.12 (and an older Python at commit 3, long before it)
+    pythons = ["3.11.9"] * 3 + ["3.11.8"] + ["3.11.9"] * 6 + ["3.12.1"] * 3
+    _, history = _work_history(tmp_path, [50_000] * 10 + [52_000] * 3, pythons)
+    found = {s.metric: s for s in suspects.find(build(history))}
+    total = found["bytecodes"]
+    assert total.versions == "python 3.11.9 -> 3.12.1"
+    assert total.describe().endswith(
+        "(78,000 -> 80,000, held for 3 commit(s); counted with other versions: "
+        "python 3.11.9 -> 3.12.1)")
+    # md_text escapes ">": the summary shows "->"
+    assert ("| bytecodes (counted with other versions: python 3.11.9 -&gt; 3.12.1) | "
+            f"{_sha(9)[:8]}..{_sha(10)[:8]} |") in "\n".join(suspects.markdown_lines([total], 10))

@@ -11,9 +11,9 @@ import pytest
 from pytest_opperf.cli import main
 from pytest_opperf.history.changepoints import detect
 from pytest_opperf.history.store import Store
-from pytest_opperf.history.trends import build
+from pytest_opperf.history.trends import build, find_changes
 from pytest_opperf.results import write_results
-from tests.history_helpers import session
+from tests.history_helpers import session, work
 
 # deterministic noise of +-2 %: no RNG, so nothing depends on a platform
 WIGGLE = [1.0, 1.02, 0.99, 1.01, 0.98, 1.0, 1.015, 0.985, 1.005, 0.995]
@@ -170,3 +170,84 @@ def test_a_bad_file_stores_nothing_of_an_import(tmp_path):
     )
     assert code == 4 and "unknown results schema 'opperf/9'" in err
     assert not (tmp_path / "h.sqlite").exists()
+
+
+def _work_history(tmp_path, conv_bytecodes, instructions=None):
+    """Results files of one commit each (conv2d's time steady), imported into a history."""
+    files = []
+    for i, n in enumerate(conv_bytecodes):
+        path = tmp_path / f"w{i}.json"
+        counted = work(bytecodes=n, instructions=None if instructions is None else instructions[i])
+        write_results(path, session(conv_ms=2.0, sha=_sha(i), created=_stamp(i),
+                                    work_counts=counted))
+        files.append(str(path))
+    source = str(tmp_path / "h.sqlite")
+    code, _, err = run_cli("history", "import", *files, "--into", source)
+    assert code == 0, err
+    return source
+
+
+def test_work_counts_are_series_with_their_change_points(tmp_path):
+    # conv2d's self bytecodes step from 50,000 to 53,000 at commit 10: the step's total from
+    # 78,000 (with relu's 20,000 and 8,000 outside) to 81,000; calls unchanged
+    source = _work_history(tmp_path, [50_000] * 10 + [53_000] * 4,
+                           instructions=[4_000_000] * 10 + [4_100_000] * 4)
+    with Store(source) as store:
+        (group,) = build(store.load())
+    by_metric = {s.metric: s for s in group.series if s.run == "suite.py::test_train"}
+    assert by_metric["bytecodes"].values == [78_000] * 10 + [81_000] * 4
+    assert by_metric["py_calls"].values == [1_750] * 14 and by_metric["py_calls"].changes == []
+    assert by_metric["c_calls"].values == [960] * 14
+    assert by_metric["bytecodes:(outside)"].values == [8_000] * 14
+    assert by_metric["bytecodes:conv2d"].values == [50_000] * 10 + [53_000] * 4
+    assert by_metric["instructions"].values == [4_000_000] * 10 + [4_100_000] * 4
+    for metric, (before, after) in {"bytecodes": (78_000, 81_000),
+                                    "bytecodes:conv2d": (50_000, 53_000),
+                                    "instructions": (4_000_000, 4_100_000)}.items():
+        (cp,) = by_metric[metric].changes
+        assert (cp.index, cp.before, cp.after) == (10, before, after), metric
+    assert "step_ms:conv2d" in by_metric and by_metric["step_ms:conv2d"].changes == []
+
+
+def test_a_small_step_of_a_work_count_is_found_where_time_would_hide_it():
+    # 0.5 %: below the 3 % floor of times, but an exact count that changed is work that was added
+    values = [78_000.0] * 10 + [78_400.0] * 4
+    assert detect(values) == []
+    (cp,) = find_changes("bytecodes", values)
+    assert (cp.index, cp.before, cp.after) == (10, 78_000, 78_400)
+    assert find_changes("step_ms:conv2d", values) == []
+    assert find_changes("bytecodes", [78_000.0] * 14) == []
+
+
+def test_the_listing_shows_the_work_per_step_after_the_times(tmp_path):
+    source = _work_history(tmp_path, [50_000] * 10 + [53_000] * 4,
+                           instructions=[9_000_000] * 14)
+    code, out, err = run_cli("history", source, "--last", "5")
+    assert code == 0 and not err
+    lines = out.splitlines()
+    rows = [line.split() for line in lines if line.startswith("suite.py::test_train ")]
+    metrics = [row[1] for row in rows]
+    assert metrics == ["examples_per_sec", "python_share", "step_ms:conv2d", "step_ms:relu",
+                       "bytecodes", "py_calls", "c_calls", "instructions", "bytecodes:(outside)"]
+    assert rows[4][2:] == ["78,000"] + ["81,000*"] + ["81,000"] * 3  # counts in full
+    assert rows[7][2:] == ["9,000,000"] * 5 and rows[8][2:] == ["8,000"] * 5
+    assert ("  suite.py::test_train bytecodes: stepped at "
+            f"{_sha(10)[:8]} ({_stamp(10)}): 78,000 -> 81,000 (+3.8%, worse)") in lines
+    assert "work counts per step" in out  # the table says what its numbers are
+
+    code, out, _ = run_cli("history", source, "--stat", "conv2d", "--last", "5")
+    metrics = [line.split()[1] for line in out.splitlines()
+               if line.startswith("suite.py::test_train ")]
+    assert metrics == ["step_ms:conv2d", "bytecodes:conv2d"]  # a stat's own work, on request
+    code, out, _ = run_cli("history", source, "--stat", "bytecodes", "--last", "5")
+    assert [line.split()[1] for line in out.splitlines()
+            if line.startswith("suite.py::test_train ")] == ["bytecodes"]
+
+
+def test_a_history_without_instructions_lists_none(tmp_path):
+    source = _work_history(tmp_path, [50_000] * 6)
+    code, out, _ = run_cli("history", source)
+    metrics = [line.split()[1] for line in out.splitlines()
+               if line.startswith("suite.py::test_train ")]
+    assert code == 0 and metrics[-4:] == ["bytecodes", "py_calls", "c_calls",
+                                          "bytecodes:(outside)"]

@@ -46,8 +46,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                          help="with import: the history to store them in")
     history.add_argument("--run", metavar="GLOB", help="only runs whose id matches (default: all)")
     history.add_argument("--stat", metavar="NAME",
-                         help="only these stats (a glob; also examples_per_sec, python_share; "
-                         "default: the run metrics and each e2e run's top 10 stats)")
+                         help="only these stats (a glob; also examples_per_sec, python_share, "
+                         "and the work counts bytecodes, py_calls, c_calls, instructions; "
+                         "default: the run metrics, each e2e run's top 10 stats and its work "
+                         "counts per step)")
     history.add_argument("--last", metavar="N", type=_positive, default=10,
                          help="commits shown in the trend tables (default: 10)")
     history.add_argument("--summary", metavar="PATH",

@@ -14,10 +14,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..results import write_text_atomic
+from ..workcount import LABELS
 from .store import EXTRA_HINT, MissingExtra
-from .trends import RUN_METRICS, SESSION_HEADERS, Group, Series, change_line, session_rows
+from .trends import (
+    RUN_METRICS,
+    SESSION_HEADERS,
+    WORK_TOTALS,
+    Group,
+    Series,
+    change_line,
+    is_work,
+    session_rows,
+)
 
-__all__ = ["TOP_OPERATORS", "page", "write"]
+__all__ = ["TOP_OPERATORS", "page", "work_traces", "write"]
 
 TOP_OPERATORS = 8
 TOP_SHARES = 15
@@ -62,8 +72,8 @@ def _trace_data(group: Group, s: Series) -> dict[str, Any]:
     }
 
 
-def _add_series(go: Any, fig: Any, data: dict[str, Any], name: str) -> None:
-    hover = "%{x} %{text}<br>%{y:.4g}<extra>" + html.escape(name) + "</extra>"
+def _add_series(go: Any, fig: Any, data: dict[str, Any], name: str, fmt: str = ".4g") -> None:
+    hover = "%{x} %{text}<br>%{y:" + fmt + "}<extra>" + html.escape(name) + "</extra>"
     fig.add_trace(go.Scatter(x=data["x"], y=data["y"], text=data["text"], name=name,
                              mode="lines+markers", hovertemplate=hover))
     if data["cp_x"]:
@@ -90,6 +100,14 @@ def _div(pio: Any, fig: Any, div_id: str) -> str:
 
 def _e2e_runs(group: Group) -> list[str]:
     return sorted({s.run for s in group.series if s.kind == "e2e"})
+
+
+def work_traces(group: Group, run: str) -> list[tuple[str, dict[str, Any]]]:
+    """The work chart of one run: its work counts per step over the commits (bytecodes, Python
+    calls, C calls; CPU instructions where counted), each as (label, trace data); none for a
+    run without work counts."""
+    by_metric = {s.metric: s for s in group.series if s.run == run}
+    return [(LABELS[m], _trace_data(group, by_metric[m])) for m in WORK_TOTALS if m in by_metric]
 
 
 # run -> (wall ms, Python share, framework share, [(kernel stat, ms)]) of the latest session
@@ -132,13 +150,20 @@ def _group_html(gi: int, group: Group, latest: dict[str, Any], go: Any, pio: Any
             parts.append(_div(pio, fig, f"{metric}-{gi}"))
         for ri, run in enumerate(runs):
             tops = [s for s in group.series if s.run == run and s.kind == "e2e"
-                    and s.metric not in RUN_METRICS and latest["kernels"].get((run, s.stat), False)
-                    and "/" not in s.stat]
+                    and s.metric not in RUN_METRICS and not is_work(s.metric)
+                    and latest["kernels"].get((run, s.stat), False) and "/" not in s.stat]
             tops = sorted(tops, key=lambda s: -(s.latest or 0.0))[:TOP_OPERATORS]
             fig = _figure(go, f"top operators, ms per step: {run}", "ms per step")
             for s in tops:
                 _add_series(go, fig, _trace_data(group, s), s.stat)
             parts.append(_div(pio, fig, f"top-{gi}-{ri}"))
+            work = work_traces(group, run)
+            if work:  # counts of different sizes on one log axis
+                fig = _figure(go, f"work per step: {run}", "count per step")
+                fig.update_yaxes(type="log")
+                for name, data in work:
+                    _add_series(go, fig, data, name, ",.0f")  # every digit: exact counts
+                parts.append(_div(pio, fig, f"work-{gi}-{ri}"))
     if latest["shares"]:
         parts.append(_div(pio, _shares(go, group, latest["shares"]), f"shares-{gi}"))
     metrics = [s for s in group.series if s.metric not in RUN_METRICS]
@@ -151,7 +176,7 @@ def _group_html(gi: int, group: Group, latest: dict[str, Any], go: Any, pio: Any
                                                    "cpt": [change_line(group, s, c)
                                                            for c in s.changes]} for s in metrics}}
         first = next(iter(data["series"]))
-        fig = _figure(go, first, "ms")
+        fig = _figure(go, first, "ms, or count for work counts")
         _add_series(go, fig, _trace_data(group, metrics[0]), first)
         options = "".join(f'<option value="{html.escape(k)}"></option>' for k in data["series"])
         parts += [f"<h3>per-op trends</h3><p><label>metric ({len(metrics)}): <input "

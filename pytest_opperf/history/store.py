@@ -6,11 +6,15 @@ A source is a path (a SQLite file, created on first append; stdlib ``sqlite3``) 
 brings an older store up to date when it is opened, under a lock, so several writers opening a new
 store at once create it once.
 
-One session is one transaction: its session row, every run and every stat are committed together or
-not at all (an exception, Ctrl-C, a killed process or a lost connection leaves nothing of it).
-Concurrent writers lose nothing: SQLite runs in WAL mode and waits up to ``timeout_s`` for the write
-lock; PostgreSQL serialises nothing but the schema migration. Every database problem is a
-:class:`HistoryError` with one line naming the store (a URL's password is never shown).
+A run's work counts (:class:`~pytest_opperf.workcount.WorkCounts`, when the results have them) are
+kept with it: each stat's self count per step of each counter, one row each, and the counting
+pass's steps, versions and CPU instructions on the run's row.
+
+One session is one transaction: its session row, every run, stat and work count are committed
+together or not at all (an exception, Ctrl-C, a killed process or a lost connection leaves nothing
+of it). Concurrent writers lose nothing: SQLite runs in WAL mode and waits up to ``timeout_s`` for
+the write lock; PostgreSQL serialises nothing but the schema migration. Every database problem is
+a :class:`HistoryError` with one line naming the store (a URL's password is never shown).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from urllib.parse import quote, unquote
 
 from ..results import ResultSet, RunResult, StatResult, is_sha, utf8_text
 from ..stats import after_warmup, median
+from ..workcount import WorkCounts
 
 __all__ = ["EXTRA_HINT", "MIGRATIONS", "SAMPLES_KEPT", "History", "HistoryError", "MissingExtra",
            "Store", "StoredRun", "StoredSession", "StoredStat", "check_target", "commit_time",
@@ -70,6 +75,18 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             samples TEXT, PRIMARY KEY (run_id, name))""",
         "CREATE INDEX opperf_sessions_group ON opperf_sessions (device_class, workload)",
         "CREATE INDEX opperf_runs_session ON opperf_runs (session_id)",
+    ),
+    (  # work counts: work_steps is NULL for a run without them
+        "ALTER TABLE opperf_runs ADD COLUMN work_steps BIGINT",
+        "ALTER TABLE opperf_runs ADD COLUMN work_pass_s {float}",
+        "ALTER TABLE opperf_runs ADD COLUMN work_versions TEXT",
+        "ALTER TABLE opperf_runs ADD COLUMN work_varies TEXT",
+        "ALTER TABLE opperf_runs ADD COLUMN instructions BIGINT",
+        "ALTER TABLE opperf_runs ADD COLUMN instructions_cpu TEXT",
+        """CREATE TABLE opperf_work (
+            run_id BIGINT NOT NULL REFERENCES opperf_runs (id) ON DELETE CASCADE,
+            stat TEXT NOT NULL, counter TEXT NOT NULL, value BIGINT NOT NULL,
+            PRIMARY KEY (run_id, stat, counter))""",
     ),
 )
 
@@ -276,9 +293,13 @@ def _dumps(obj: Any) -> str:
 def fingerprint(results: ResultSet, compare: Any = None) -> str:
     """Identifies a session's results: importing the same file twice stores it once. (Every
     fact but the samples: hashing those would cost more than storing the session.)"""
-    runs = [(r.id, r.kind, r.wall_s, r.examples, r.examples_per_sec, r.python_share,
-             [(s.name, s.count, s.total_ms, s.min_ms, s.max_ms) for s in r.stats])
-            for r in results.runs]
+    runs: list[list[Any]] = [
+        [r.id, r.kind, r.wall_s, r.examples, r.examples_per_sec, r.python_share,
+         [(s.name, s.count, s.total_ms, s.min_ms, s.max_ms) for s in r.stats]]
+        for r in results.runs]
+    for run, row in zip(results.runs, runs, strict=True):
+        if run.work is not None:  # only then: a file without work counts keeps its fingerprint
+            row.append(run.work.to_dict())
     doc = [results.created, results.commit, results.session, results.machine, results.gate, compare,
            runs]
     return hashlib.sha256(_dumps(doc).encode()).hexdigest()
@@ -309,6 +330,9 @@ class StoredSession:
 
 @dataclass(frozen=True)
 class StoredRun:
+    """A stored run; ``work`` its work counts per step (None: the run had none, or was stored
+    before the store kept them)."""
+
     session_id: int
     run: str
     kind: str
@@ -317,6 +341,7 @@ class StoredRun:
     framework_share: float
     kernel_share: float
     wall_s: float
+    work: WorkCounts | None = None
 
 
 @dataclass(frozen=True)
@@ -548,14 +573,28 @@ class Store:
         return session_id
 
     def _insert_run(self, session_id: int, run: RunResult) -> None:
+        columns = ["session_id", "run", "kind", "device", "timing", "wall_s", "examples",
+                   "batches", "examples_per_sec", "sec_per_batch", "python_share",
+                   "framework_share", "kernel_share", "executor_ms", "kernel_ms"]
+        values: list[Any] = [
+            session_id, run.id, run.kind, run.device, run.timing, run.wall_s, run.examples,
+            run.batches, run.examples_per_sec, run.sec_per_batch, run.python_share,
+            run.framework_share, run.kernel_share, run.executor_ms, run.kernel_ms]
+        work = run.work
+        if work is not None:  # named only then: a run without work counts is stored as before
+            columns += ["work_steps", "work_pass_s", "work_versions", "work_varies",
+                        "instructions", "instructions_cpu"]
+            values += [work.steps, work.pass_s, _dumps(work.versions), _dumps(work.varies),
+                       work.instructions, work.instructions_cpu]
         run_id = self._execute(
-            "INSERT INTO opperf_runs (session_id, run, kind, device, timing, wall_s, examples, "
-            "batches, examples_per_sec, sec_per_batch, python_share, framework_share, "
-            "kernel_share, executor_ms, kernel_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-            "?, ?) RETURNING id",
-            (session_id, run.id, run.kind, run.device, run.timing, run.wall_s, run.examples,
-             run.batches, run.examples_per_sec, run.sec_per_batch, run.python_share,
-             run.framework_share, run.kernel_share, run.executor_ms, run.kernel_ms)).fetchone()[0]
+            f"INSERT INTO opperf_runs ({', '.join(columns)}) VALUES "
+            f"({', '.join('?' * len(columns))}) RETURNING id", values).fetchone()[0]
+        if work is not None:
+            counts = [(run_id, stat, counter, n) for stat, by_counter in work.stats.items()
+                      for counter, n in by_counter.items()]
+            if counts:
+                self._executemany("INSERT INTO opperf_work (run_id, stat, counter, value) "
+                                  "VALUES (?, ?, ?, ?)", counts)
         rows = [(run_id, s.name, s.parent, int(s.kernel), s.clock, s.count, s.total_ms, s.avg_ms,
                  s.min_ms, s.max_ms, step_value(run, s), run.counts.get(s.name),
                  _bounded(s.samples_ms)) for s in run.stats]
@@ -568,7 +607,8 @@ class Store:
     # reading
 
     def load(self, keep_run: Callable[[str], bool] | None = None) -> History:
-        """Every stored session, run and stat (runs filtered by ``keep_run``), in time order."""
+        """Every stored session, run (with its work counts) and stat (runs filtered by
+        ``keep_run``), in time order."""
         with self._errors():
             sessions = [StoredSession(
                 id=int(r[0]), created=r[1], source=r[2], sha=r[3], branch=r[4],
@@ -581,12 +621,21 @@ class Store:
                     "s.commit_time, s.device, s.device_class, s.workload, s.timing, s.gate_passed, "
                     "s.compare, (SELECT COUNT(*) FROM opperf_runs r WHERE r.session_id = s.id) "
                     "FROM opperf_sessions s").fetchall()]
-            runs = [StoredRun(int(r[0]), r[1], r[2], *(float(v) for v in r[3:8]))
+            counts: dict[int, dict[str, dict[str, int]]] = {}
+            for r in self._execute("SELECT run_id, stat, counter, value FROM opperf_work "
+                                   "ORDER BY run_id, stat, counter").fetchall():
+                counts.setdefault(int(r[0]), {}).setdefault(r[1], {})[r[2]] = int(r[3])
+            runs = [StoredRun(int(r[1]), r[2], r[3], float(r[4]), float(r[5]), float(r[6]),
+                              float(r[7]), float(r[8]), None if r[9] is None else WorkCounts(
+                                  counts.get(int(r[0]), {}), int(r[9]), float(r[10]),
+                                  json.loads(r[11]), json.loads(r[12]),
+                                  None if r[13] is None else int(r[13]), r[14]))
                     for r in self._execute(
-                        "SELECT session_id, run, kind, examples_per_sec, python_share, "
-                        "framework_share, kernel_share, wall_s FROM opperf_runs ORDER BY id"
-                    ).fetchall()
-                    if keep_run is None or keep_run(r[1])]
+                        "SELECT id, session_id, run, kind, examples_per_sec, python_share, "
+                        "framework_share, kernel_share, wall_s, work_steps, work_pass_s, "
+                        "work_versions, work_varies, instructions, instructions_cpu "
+                        "FROM opperf_runs ORDER BY id").fetchall()
+                    if keep_run is None or keep_run(r[2])]
             stats = [StoredStat(int(r[0]), r[1], r[2], r[3], bool(r[4]),
                                 None if r[5] is None else float(r[5]),
                                 None if r[6] is None else int(r[6]), float(r[7]))

@@ -2,10 +2,11 @@
 
 Time that drifts across commits is the history's to judge, not a gate's: on pushes to ``main``
 the CI job lists, in its summary and as warnings, each metric whose per-commit series has a change
-point (:func:`pytest_opperf.history.changepoints.detect`) for the worse within the last commits, the
-new level holding for at least ``HOLD`` commits. One outlying commit is no segment, so it names
-nothing; a step names the commit range it happened in (the last commit before it and the first
-at the new level) and its size. Pure: the history command and the CI script print the lines.
+point (:func:`pytest_opperf.history.trends.find_changes`) for the worse within the last commits, the
+new level holding for at least ``HOLD`` commits (work counts too: more work per step is worse).
+One outlying commit is no segment, so it names nothing; a step names the commit range it happened
+in (the last commit before it and the first at the new level) and its size. Pure: the history
+command and the CI script print the lines.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..layout import clean, md_text
-from .changepoints import detect
-from .trends import HIGHER_IS_BETTER, Group
+from .trends import HIGHER_IS_BETTER, Group, find_changes, is_work, version_change
 
 __all__ = ["HOLD", "Suspect", "find", "markdown_lines", "text_lines"]
 
@@ -35,6 +35,7 @@ class Suspect:
     old: float
     new: float
     held: int  # commits at the new level so far
+    versions: str | None = None  # a work count's: the versions that changed with the step
 
     @property
     def change(self) -> float:
@@ -44,10 +45,13 @@ class Suspect:
     def describe(self) -> str:
         return (f"{self.group}: {self.run} {self.metric} stepped {self.change:+.1%} between "
                 f"{self.before} and {self.first} ({_fmt(self.metric, self.old)} -> "
-                f"{_fmt(self.metric, self.new)}, held for {self.held} commit(s))")
+                f"{_fmt(self.metric, self.new)}, held for {self.held} commit(s)"
+                + (f"; counted with other versions: {self.versions})" if self.versions else ")"))
 
 
 def _fmt(metric: str, value: float) -> str:
+    if is_work(metric):
+        return f"{value:,.0f}"
     return f"{value:.2%}" if metric == "python_share" else f"{value:.4g}"
 
 
@@ -62,15 +66,17 @@ def find(groups: Sequence[Group], last: int = 10, hold: int = HOLD,
         for s in g.series:
             if stat_glob is not None and not fnmatch.fnmatchcase(s.stat, stat_glob):
                 continue
-            for c in detect(s.values, min_size=hold):
+            for c in find_changes(s.metric, s.values, min_size=hold):
                 worse = (c.after < c.before) if s.metric in HIGHER_IS_BETTER else (
                     c.after > c.before)
                 commit = s.points[c.index]
                 if not worse or commit < first_recent or c.index == 0:
                     continue
                 held = sum(1 for p in s.points if p >= commit)
-                out.append(Suspect(g.title, s.run, s.metric, g.commits[s.points[c.index - 1]].label,
-                                   g.commits[commit].label, c.before, c.after, held))
+                previous = s.points[c.index - 1]
+                versions = version_change(g, s.run, previous, commit) if is_work(s.metric) else None
+                out.append(Suspect(g.title, s.run, s.metric, g.commits[previous].label,
+                                   g.commits[commit].label, c.before, c.after, held, versions))
     return sorted(out, key=lambda x: -abs(x.change))
 
 
@@ -92,7 +98,10 @@ def markdown_lines(suspects: Sequence[Suspect], last: int) -> list[str]:
             "bisect the range, or run A/B with `--opperf-compare` on it):", "",
             "| group | run | metric | commits | change | before | after |",
             "|---|---|---|---|---:|---:|---:|"]
-    out += [f"| {md_text(s.group)} | {md_text(s.run)} | {md_text(s.metric)} | "
-            f"{md_text(s.before)}..{md_text(s.first)} | {s.change:+.1%} | "
-            f"{_fmt(s.metric, s.old)} | {_fmt(s.metric, s.new)} |" for s in suspects]
+    for s in suspects:
+        metric = md_text(s.metric) + (f" (counted with other versions: {md_text(s.versions)})"
+                                      if s.versions else "")
+        out.append(f"| {md_text(s.group)} | {md_text(s.run)} | {metric} | "
+                   f"{md_text(s.before)}..{md_text(s.first)} | {s.change:+.1%} | "
+                   f"{_fmt(s.metric, s.old)} | {_fmt(s.metric, s.new)} |")
     return out

@@ -5,6 +5,12 @@ never on one line). Within a group, the points of a series are commits in time o
 one clean commit are one point (the median of their values); a session of a dirty tree, or without
 git, is a point of its own. Metrics are named as the gate names them (listed in the README,
 "History and dashboard"): ``step_ms:<stat>`` is the per-step median, ``call_ms:<stat>`` per call.
+
+A run with work counts (:mod:`pytest_opperf.workcount`) adds its work per step as series too: the
+step's totals ``bytecodes``, ``py_calls``, ``c_calls`` and, where counted, ``instructions`` (CPU
+instructions), and each stat's self bytecodes ``bytecodes:<stat>`` (``bytecodes:(outside)``: the
+work outside every timed region). Counts are exact, so their change points are sought at a finer
+resolution than times' (:data:`WORK_DETECT`).
 """
 
 from __future__ import annotations
@@ -18,14 +24,23 @@ from tabulate import tabulate
 from .. import metrics
 from ..layout import clean
 from ..stats import median
+from ..workcount import COUNTERS, OUTSIDE, WorkCounts
 from .changepoints import ChangePoint, detect
 from .store import History, StoredSession
 
-__all__ = ["Commit", "Group", "Series", "build", "history_lines", "metric_name"]
+__all__ = ["Commit", "Group", "Series", "build", "find_changes", "history_lines", "is_work",
+           "metric_name", "version_change", "work_metrics"]
 
 RUN_METRICS = ("examples_per_sec", "python_share")
 HIGHER_IS_BETTER = ("examples_per_sec",)
 DEFAULT_TOP = 10  # step_ms rows per e2e run in the history command without --stat
+INSTRUCTIONS = "instructions"
+WORK_TOTALS = (*COUNTERS, INSTRUCTIONS)  # a step's work counts, in the order they are listed
+STAT_COUNTER = "bytecodes"  # the counter kept per stat as a series (the finest of the three)
+# detect()'s (min_change, min_sigma) for work counts: the counters are exact (a 0.2 % step is work
+# that was added, not noise); CPU instructions are nearly so, and get a wider floor
+WORK_DETECT: dict[str, tuple[float, float]] = {"counter": (0.002, 1e-4),
+                                               INSTRUCTIONS: (0.005, 5e-4)}
 
 
 @dataclass(frozen=True)
@@ -60,11 +75,15 @@ class Series:
 
 @dataclass
 class Group:
+    """``versions``: the versions a run's work counts were counted with, by (run, commit index)
+    (those of the commit's last session)."""
+
     device_class: str
     workload: str
     sessions: list[StoredSession]
     commits: list[Commit]
     series: list[Series]
+    versions: dict[tuple[str, int], dict[str, str]] = field(default_factory=dict)
 
     @property
     def title(self) -> str:
@@ -74,6 +93,46 @@ class Group:
 def metric_name(kind: str, stat: str) -> str:
     """A stat's metric in the history: per step for e2e runs, per call for per-op runs."""
     return metrics.metric(metrics.STEP if kind == "e2e" else metrics.CALL, stat)
+
+
+def is_work(metric: str) -> bool:
+    """Whether ``metric`` is a work count (``bytecodes``, ``instructions``,
+    ``bytecodes:(outside)``...)."""
+    return metric == INSTRUCTIONS or metric.partition(":")[0] in COUNTERS
+
+
+def work_metrics(work: WorkCounts) -> list[tuple[str, float]]:
+    """A run's work counts as the history's metrics: the step's totals (``instructions`` only
+    where counted), then the self bytecodes of each stat the counts name."""
+    out: list[tuple[str, float]] = [(c, float(work.total(c))) for c in COUNTERS]
+    if work.instructions is not None:
+        out.append((INSTRUCTIONS, float(work.instructions)))
+    out += [(metrics.metric(STAT_COUNTER, name), float(counts.get(STAT_COUNTER, 0)))
+            for name, counts in work.stats.items()]
+    return out
+
+
+def find_changes(metric: str, values: Sequence[float], min_size: int = 3) -> list[ChangePoint]:
+    """The change points of one metric's series: :func:`~.changepoints.detect` with its
+    defaults (tuned to timing noise), finer for work counts (:data:`WORK_DETECT`)."""
+    if not is_work(metric):
+        return detect(values, min_size)
+    min_change, min_sigma = WORK_DETECT[INSTRUCTIONS if metric == INSTRUCTIONS else "counter"]
+    return detect(values, min_size, min_change=min_change, min_sigma=min_sigma)
+
+
+def _order(s: Series) -> tuple[str, int, float, str]:
+    """A run's rows: run metrics, times (the largest first), the work totals (in
+    :data:`WORK_TOTALS`' order), each stat's work (the largest first)."""
+    if s.metric in RUN_METRICS:
+        rank = 0
+    elif not is_work(s.metric):
+        rank = 1
+    elif s.metric in WORK_TOTALS:
+        return s.run, 2, WORK_TOTALS.index(s.metric), s.metric
+    else:
+        rank = 3
+    return s.run, rank, -(s.latest or 0), s.metric
 
 
 def _commit_key(s: StoredSession) -> tuple[str, str]:
@@ -96,7 +155,14 @@ def build(history: History, last: int | None = None) -> list[Group]:
             values.setdefault((r.session_id, r.run), []).extend([
                 (r.kind, "examples_per_sec", r.examples_per_sec),
                 (r.kind, "python_share", r.python_share)])
+        if r.work is not None:
+            values.setdefault((r.session_id, r.run), []).extend(
+                (r.kind, m, v) for m, v in work_metrics(r.work))
     kinds = {(r.session_id, r.run): r.kind for r in history.runs}
+    counted_with: dict[int, list[tuple[str, dict[str, str]]]] = {}  # session -> (run, versions)
+    for r in history.runs:
+        if r.work is not None:
+            counted_with.setdefault(r.session_id, []).append((r.run, r.work.versions))
     for st in history.stats:
         kind = kinds.get((st.session_id, st.run))
         if kind is not None and st.value is not None:
@@ -121,8 +187,10 @@ def build(history: History, last: int | None = None) -> list[Group]:
         commits = [Commit(c.key, c.label, c.sha, c.branch, c.when, tuple(m))
                    for c, m in zip(commits, members, strict=True)]
         gathered: dict[tuple[str, str], tuple[str, dict[int, list[float]]]] = {}
+        versions: dict[tuple[str, int], dict[str, str]] = {}
         for i, commit in enumerate(commits):
             for sid in commit.sessions:
+                versions.update(((run, i), v) for run, v in counted_with.get(sid, ()))
                 for run, kind, metric, value in by_session.get(sid, ()):
                     by_commit = gathered.setdefault((run, metric), (kind, {}))[1]
                     by_commit.setdefault(i, []).append(value)
@@ -132,10 +200,10 @@ def build(history: History, last: int | None = None) -> list[Group]:
             for i in sorted(per_commit):
                 line.points.append(i)
                 line.values.append(median(per_commit[i]))
-            line.changes = detect(line.values)
+            line.changes = find_changes(metric, line.values)
             series.append(line)
-        series.sort(key=lambda s: (s.run, s.metric not in RUN_METRICS, -(s.latest or 0), s.metric))
-        group = Group(device_class, workload, sessions, commits, series)
+        series.sort(key=_order)
+        group = Group(device_class, workload, sessions, commits, series, versions)
         groups.append(_last(group, last) if last else group)
     return groups
 
@@ -153,7 +221,20 @@ def _last(group: Group, n: int) -> Group:
                              s.values[cut:], [ChangePoint(c.index - cut, c.before, c.after)
                                               for c in s.changes if c.index >= cut]))
     return Group(group.device_class, group.workload, [s for s in group.sessions if s.id in keep],
-                 group.commits[first:], series)
+                 group.commits[first:], series,
+                 {(run, i - first): v for (run, i), v in group.versions.items() if i >= first})
+
+
+def version_change(group: Group, run: str, before: int, after: int) -> str | None:
+    """What changed between the versions ``run``'s work counts were counted with at commit
+    ``before`` and at ``after`` (``python 3.11.9 -> 3.12.1``), or None: a step in a work count
+    where a version changed may be the library's work rather than the code's."""
+    old = group.versions.get((run, before))
+    new = group.versions.get((run, after))
+    if old is None or new is None or old == new:
+        return None
+    return ", ".join(f"{name} {old.get(name, '-')} -> {new.get(name, '-')}"
+                     for name in sorted(set(old) | set(new)) if old.get(name) != new.get(name))
 
 
 # --- the history command's text ------------------------------------------------------------------
@@ -164,6 +245,8 @@ def _fmt(metric: str, value: float | None) -> str:
         return ""
     if metric == "python_share":
         return f"{value:.2%}"
+    if is_work(metric):  # exact counts: every digit of a small step shows
+        return f"{value:,.0f}"
     return f"{value:.4g}"
 
 
@@ -172,9 +255,12 @@ def _select(series: Sequence[Series], stat_glob: str | None) -> list[Series]:
         return [s for s in series if fnmatch.fnmatchcase(s.stat, stat_glob)]
     chosen: list[Series] = []
     per_run: dict[str, int] = {}
-    for s in series:  # sorted: run-level metrics first, then by latest value, descending
-        if s.kind != "e2e" or s.metric in RUN_METRICS:
+    outside = metrics.metric(STAT_COUNTER, OUTSIDE)
+    for s in series:  # in _order: run metrics, times by latest value (descending), work
+        if s.kind != "e2e" or s.metric in RUN_METRICS or s.metric in (*WORK_TOTALS, outside):
             chosen.append(s)
+        elif is_work(s.metric):
+            continue  # a stat's work: with --stat
         elif per_run.setdefault(s.run, 0) < DEFAULT_TOP:
             per_run[s.run] += 1
             chosen.append(s)
@@ -211,6 +297,9 @@ def history_lines(label: str, groups: Sequence[Group], stat_glob: str | None = N
                   columns: int = 10) -> list[str]:
     """The history command's report: sessions, per group a trend table over the last
     ``columns`` commits (``*`` after a value: a change point there), and the change points.
+    Without ``stat_glob`` the table has the run metrics, each e2e run's top stats and its work
+    counts per step (the totals and the bytecodes outside every region); a stat's own work
+    counts are listed when ``stat_glob`` matches it.
     Text from the store (run ids, stat names, branches, device classes) is printed with control
     characters escaped (``\\n``, ``\\x1b``): a stored value cannot add or rewrite lines."""
     total = sum(len(g.sessions) for g in groups)
@@ -237,8 +326,8 @@ def history_lines(label: str, groups: Sequence[Group], stat_glob: str | None = N
                 if p >= first:
                     cells[p - first] = _fmt(s.metric, v) + ("*" if p in marks else "")
             rows.append([clean(s.run), clean(s.metric), *cells])
-        lines += ["", f"trend over the last {len(shown)} commit(s) "
-                      "(examples/sec, share, or ms per step/call; * = change point):"]
+        lines += ["", f"trend over the last {len(shown)} commit(s) (examples/sec, share, ms "
+                      "per step/call, or work counts per step; * = change point):"]
         labels = [clean(c.label) for c in shown]
         lines += tabulate(rows, ["run", "metric", *labels], tablefmt="plain",
                           disable_numparse=True).splitlines()
