@@ -385,3 +385,40 @@ def test_the_report_shows_the_work_per_step_and_where_it_is_done():
     run.executor_stat = None
     assert "untimed (outside every op): 0 bytecodes" in report.work_lines(run)[0]
     assert report.work_lines(e2e_run()) == []
+
+
+def test_a_python_hook_per_torch_module_is_caught_in_the_untimed_work():
+    torch = pytest.importorskip("torch")
+    from pytest_opperf.torch import profile
+
+    def work(hooked: bool) -> WorkCounts:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(*(torch.nn.Linear(16, 16) for _ in range(6)))
+        if hooked:
+            for module in model:
+                module.register_forward_hook(lambda mod, args, out: None)
+        x = torch.randn(8, 16)
+
+        def step() -> None:
+            model.zero_grad(set_to_none=True)
+            model(x).sum().backward()
+
+        run = measure.Run("t.py::test_torch", "e2e", {}, CPU_HOST, "events", "ExecutorRunTimer",
+                          count_steps=2)
+        with measure.measure_window(run), profile():
+            for _ in range(3):
+                step()
+                run.step(examples=8)
+        run.counting_pass(step)
+        assert run.result is not None and run.result.work is not None
+        return run.result.work
+
+    plain, again, hooked = work(False), work(False), work(True)
+    assert plain.stats == again.stats and not plain.varies
+    assert set(plain.stats) == {OUTSIDE}  # no timed regions in a torch step: all untimed
+    assert hooked.stats[OUTSIDE]["py_calls"] >= plain.stats[OUTSIDE]["py_calls"] + 6
+    base, new = e2e_run("t.py::test_torch"), e2e_run("t.py::test_torch")
+    base.work, new.work = plain, hooked
+    failed = {v.metric for v in gate.evaluate(ResultSet(runs=[new]), None,
+                                              ResultSet(runs=[base])).violations}
+    assert {"py_calls:(outside)", "bytecodes:(outside)"} <= failed

@@ -1,0 +1,91 @@
+"""Work counts through pytest: a counting pass's counts are saved, gate a later session against
+that baseline (an extra call per op fails at its stat), and follow the options."""
+
+import json
+
+from tests.opperf_suites import assert_one_line_usage_error, inner_run_env  # noqa: F401
+
+pytest_plugins = ["pytester"]
+
+SUITE = """
+import os
+from pytest_opperf import timers
+
+EXTRA = int(os.environ.get("OPPERF_TEST_EXTRA_CALLS", "0"))
+
+
+def helper(x):
+    return x * 2
+
+
+def op(n):
+    with timers.timer("elementwise_add", kernel=True):
+        for i in range(n):
+            helper(i)
+        for _ in range(EXTRA):
+            helper(0)
+
+
+def step():
+    with timers.timer("ExecutorRunTimer"):
+        op(10)
+        with timers.timer("relu", kernel=True):
+            sum(range(5))
+
+
+def test_train(opperf):
+    with opperf.measure() as run:
+        for _ in range(4):
+            step()
+            run.step(examples=2)
+    run.counting_pass(step)
+"""
+
+
+def test_an_extra_call_per_op_fails_against_a_baseline_at_its_stat(pytester, monkeypatch):
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest("--opperf", "--opperf-save=base.json")
+    assert result.ret == 0, result.stdout.str()
+    work = json.loads((pytester.path / "base.json").read_text())["runs"][0]["work"]
+    assert work["steps"] == 2 and work["stats"]["elementwise_add"]["py_calls"] == 10
+    result.stdout.fnmatch_lines(["work per step (counting pass: 2 steps, * s): * bytecodes | "
+                                 "* Python calls | * C calls; outside every timed region: *"])
+    result = pytester.runpytest("--opperf", "--opperf-baseline=base.json")
+    assert result.ret == 0, result.stdout.str()
+    monkeypatch.setenv("OPPERF_TEST_EXTRA_CALLS", "1")
+    result = pytester.runpytest("--opperf", "--opperf-baseline=base.json", "--opperf-json=new.json")
+    assert result.ret == 1, result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "FAIL test_suite.py::test_train py_calls:elementwise_add",
+        "     +10.0% Python calls in elementwise_add: 11 per step, baseline 10 (exact)",
+    ])
+    failed = {v["metric"] for v in json.loads((pytester.path / "new.json").read_text())["gate"][
+        "violations"]}
+    assert failed == {"py_calls:elementwise_add", "bytecodes:elementwise_add"}
+
+
+def test_count_steps_zero_counts_nothing(pytester):
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest("--opperf", "--opperf-count-steps=0", "--opperf-json=r.json")
+    assert result.ret == 0, result.stdout.str()
+    assert "work" not in json.loads((pytester.path / "r.json").read_text())["runs"][0]
+    assert "work per step" not in result.stdout.str()
+
+
+def test_without_opperf_the_pass_calls_nothing(pytester):
+    pytester.makepyfile(test_suite=SUITE.replace("run.counting_pass(step)",
+                                                 "run.counting_pass(lambda: 1 / 0)"))
+    result = pytester.runpytest()
+    assert result.ret == 0, result.stdout.str()
+
+
+def test_bad_count_options_are_one_line(pytester):
+    pytester.makepyfile(test_suite=SUITE)
+    for option, fragment in (("--opperf-count-steps=-1", "--opperf-count-steps"),
+                             ("--opperf-count-steps=1001", "--opperf-count-steps"),
+                             ("--opperf-count-timeout=0", "--opperf-count-timeout")):
+        result = pytester.runpytest("--opperf", option)
+        assert result.ret == 4, result.stdout.str()
+        assert fragment in result.stderr.str()
+    pytester.makeini("[pytest]\nopperf_count_steps = many\n")
+    assert_one_line_usage_error(pytester.runpytest("--opperf"), "opperf_count_steps")
