@@ -360,6 +360,7 @@ def test_no_valgrind_on_path_is_a_message(monkeypatch, tmp_path):
 
 STEPS_PROGRAM = textwrap.dedent("""\
     import sys
+    import threading
     from pytest_opperf.valgrind import Callgrind
 
     n, outside = int(sys.argv[1]), int(sys.argv[2])
@@ -387,6 +388,11 @@ STEPS_PROGRAM = textwrap.dedent("""\
     cg.begin_step()
     loop(2 * n)
     cg.end_step("B")
+    cg.begin_step()
+    worker = threading.Thread(target=loop, args=(n,))
+    worker.start()
+    worker.join()
+    cg.end_step("A_on_a_thread")
     cg.end_pass()
     elsewhere(outside)
 """)
@@ -418,7 +424,7 @@ def baseline(steps_program, tmp_path_factory) -> tuple[dict[str, int], Path]:
 @needs_valgrind
 def test_steps_are_counted_in_proportion_to_their_work(baseline):
     counts, out = baseline
-    assert list(counts) == ["empty", "A", "B"]
+    assert list(counts) == ["empty", "A", "B", "A_on_a_thread"]
     assert (out / "child.out").read_text() == "running True\n"
     # the loop's own cost: N iterations of a Python for loop are some hundreds of instructions each
     assert 100 * N < counts["A"] < 2000 * N
@@ -426,6 +432,14 @@ def test_steps_are_counted_in_proportion_to_their_work(baseline):
     assert counts["empty"] < 20_000
     ratio = (counts["B"] - counts["empty"]) / (counts["A"] - counts["empty"])
     assert ratio == pytest.approx(2.0, rel=0.03)
+
+
+@needs_valgrind
+def test_work_on_other_threads_is_not_counted(baseline):
+    # callgrind's requests zero, collect and dump the calling thread only: the step counts the
+    # thread's start and join, not the loop it ran
+    counts, _ = baseline
+    assert counts["A_on_a_thread"] < counts["A"] / 4
 
 
 @needs_valgrind
@@ -452,6 +466,13 @@ def program(tmp_path: Path, source: str) -> Path:
     path = tmp_path / "child.py"
     path.write_text(textwrap.dedent(source))
     return path
+
+
+@needs_valgrind
+def test_a_directory_with_earlier_dumps_is_refused(tmp_path):
+    write_dumps(tmp_path, 1, {1: step_dump("A", 10, 1)})
+    with pytest.raises(ValgrindError, match="already holds callgrind dumps"):
+        valgrind.run_counted([sys.executable, "-c", "pass"], tmp_path, timeout_s=5)
 
 
 @needs_valgrind
