@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import stat
+import subprocess
 import sys
 import textwrap
 import time
@@ -33,6 +34,16 @@ requests_here = pytest.mark.skipif(valgrind.client_request_problem() is not None
                                    reason=str(valgrind.client_request_problem()))
 needs_valgrind = pytest.mark.skipif(valgrind.problem() is not None,
                                     reason=str(valgrind.problem()))
+
+
+def test_the_module_imports_no_pytest():
+    # the child imports it in the middle of a test run, and the plugin's purity rule holds
+    code = ("import sys, pytest_opperf.valgrind\n"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('pytest', '_pytest', "
+            "'numpy', 'reference_framework'))\n"
+            "assert not bad, bad\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 # --- client requests ---------------------------------------------------------------------------
