@@ -220,8 +220,9 @@ class Callgrind:
     ``--collect-atstart=no`` makes it; under other options a step would count what lies between
     steps instead. Work the step runs on other threads is not counted (the module's docstring).
 
-    Natively every method but ``running()`` raises :class:`ValgrindError`: a counting pass that
-    silently counts nothing would look like a pass of free steps."""
+    Natively ``start_pass()`` raises :class:`ValgrindError` (and the step methods then refuse with
+    ``RuntimeError``, no pass being open): a counting pass that silently counted nothing would look
+    like a pass of free steps. Check ``running()`` first."""
 
     def __init__(self) -> None:
         self._in_pass = False
@@ -365,23 +366,27 @@ def child_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
 @dataclass(frozen=True)
 class Dump:
     """One callgrind output file: its part number, the ``desc: Trigger:`` text, the label of a
-    :meth:`Callgrind.end_step` dump (``None`` for other dumps), the event names and the totals
-    (``totals:``, else ``summary:``), one per event; ``summary`` is ``summary:``'s, when given."""
+    :meth:`Callgrind.end_step` dump (``None`` for other dumps), the event names, and the counts of
+    the ``totals:`` and ``summary:`` lines, one per event (``None`` for a line not there; one of
+    them always is)."""
 
     source: str
     part: int | None
     trigger: str | None
     label: str | None
     events: tuple[str, ...]
-    totals: tuple[int, ...]
+    totals: tuple[int, ...] | None
     summary: tuple[int, ...] | None
 
     def count(self, event: str = "Ir") -> int:
-        """The dump's total of ``event``; ``Ir`` is instructions executed."""
+        """The dump's total of ``event`` (``totals:``, else ``summary:``); ``Ir`` is
+        instructions executed."""
         if event not in self.events:
             raise CallgrindFormatError(f"{self.source}: no event {event!r} (events: "
                                        f"{' '.join(self.events)})")
-        return self.totals[self.events.index(event)]
+        counts = self.totals if self.totals is not None else self.summary
+        assert counts is not None  # parse_dump refuses a file with neither
+        return counts[self.events.index(event)]
 
 
 _STEP_TRIGGER = "Client Request: "
@@ -440,16 +445,16 @@ def parse_dump(text: str, source: str = "<text>") -> Dump:
     label = None
     if trigger is not None and trigger.startswith(_STEP_TRIGGER):
         label = trigger[len(_STEP_TRIGGER):]
-    return Dump(source, part, trigger, label, events,
-                totals if totals is not None else summary or (), summary)
+    return Dump(source, part, trigger, label, events, totals, summary)
 
 
 def read_step_counts(out_dir: str | os.PathLike[str], pid: int | None = None,
                      event: str = "Ir") -> dict[str, int]:
     """Each step label's count of ``event`` (instructions by default) from the dumps in
     ``out_dir`` (of process ``pid`` only, when given), in the order of the steps. Raises
-    :class:`CallgrindFormatError` for a malformed dump, a label dumped twice, or a dump whose
-    ``summary:`` and ``totals:`` disagree."""
+    :class:`CallgrindFormatError` for a malformed dump, a label dumped twice, or a step's dump
+    without both a ``summary:`` and a ``totals:`` line, or whose two disagree (callgrind writes
+    both; the exit dump's summary is wrong after zeroing, so other dumps are not held to it)."""
     pattern = re.compile(re.escape(OUT_PREFIX) + r"\.(\d+)\.(\d+)")
     found: list[tuple[int, int, Path]] = []
     for path in Path(out_dir).iterdir():
@@ -465,7 +470,11 @@ def read_step_counts(out_dir: str | os.PathLike[str], pid: int | None = None,
         dump = parse_dump(text, str(path))
         if dump.label is None:
             continue
-        if dump.summary is not None and dump.summary != dump.totals:
+        if dump.totals is None or dump.summary is None:
+            missing = "totals" if dump.totals is None else "summary"
+            raise CallgrindFormatError(f"{path}: step {dump.label!r} has no '{missing}:' line "
+                                       f"(a file cut short?)")
+        if dump.summary != dump.totals:
             raise CallgrindFormatError(f"{path}: 'summary:' {dump.summary} and 'totals:' "
                                        f"{dump.totals} disagree")
         if dump.label in counts:
@@ -479,9 +488,22 @@ def _last_line(path: Path) -> str:
         lines = [line.strip() for line in path.read_text(errors="replace").splitlines()]
     except OSError:
         return ""
-    lines = [line.lstrip("=0123456789 ") if line.startswith("==") else line for line in lines]
     lines = [line for line in lines if line]
     return lines[-1][:200] if lines else ""
+
+
+# what valgrind's log says of a run that went wrong (its other lines are banner and totals)
+_VALGRIND_REASON = re.compile(r"==\d+== +((?:Process terminating|valgrind:|.*[Ee]rror|.*[Ff]atal)"
+                              r".*)")
+
+
+def _valgrind_reason(path: Path) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    reasons = [m.group(1).strip() for m in map(_VALGRIND_REASON.match, text.splitlines()) if m]
+    return reasons[0][:200] if reasons else ""
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
@@ -529,7 +551,7 @@ def run_counted(argv: Sequence[str], out_dir: str | os.PathLike[str], *, timeout
             _kill_group(process)
             raise
     log = out / f"valgrind.{process.pid}.log"
-    said = _last_line(out / "child.err") or _last_line(log)
+    said = _last_line(out / "child.err") or _valgrind_reason(log)
     tail = f": {said}" if said else ""
     if status < 0:
         try:

@@ -258,9 +258,13 @@ def test_counts_follow_the_events_line_and_missing_trailing_counts_are_zero():
     assert dump.count("Dr") == 1000
 
 
-def test_summary_stands_in_for_missing_totals():
+def test_summary_stands_in_for_missing_totals_but_not_in_a_step(tmp_path):
     dump = valgrind.parse_dump(REAL_STEP_DUMP.replace("totals: 4129589\n", ""))
-    assert dump.totals == (4129589,)
+    assert dump.totals is None and dump.count() == 4129589
+    # a step's dump always has both: one without its totals was cut short
+    write_dumps(tmp_path, 1, {2: REAL_STEP_DUMP.replace("totals: 4129589\n", "")})
+    with pytest.raises(CallgrindFormatError, match="step 'A' has no 'totals:' line"):
+        valgrind.read_step_counts(tmp_path, 1)
 
 
 @pytest.mark.parametrize("text, why", [
@@ -507,6 +511,14 @@ def test_a_crashing_child_is_one_line(tmp_path):
     message = str(info.value)
     assert message == "python child.py under valgrind died of SIGSEGV: about to crash".replace(
         "python", Path(sys.executable).name)
+
+
+@needs_valgrind
+def test_a_silent_crash_says_what_valgrind_saw(tmp_path):
+    child = program(tmp_path, "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+    with pytest.raises(ValgrindError, match=r"died of SIGSEGV: Process terminating with default "
+                                            r"action of signal 11 \(SIGSEGV\)$"):
+        valgrind.run_counted([sys.executable, str(child)], tmp_path / "out", timeout_s=30)
 
 
 @needs_valgrind
