@@ -533,7 +533,7 @@ def run_counted(argv: Sequence[str], out_dir: str | os.PathLike[str], *, timeout
         # a reused pid would mix an earlier run's steps into this one's
         raise ValgrindError(f"{out} already holds callgrind dumps: give each run a fresh directory")
     cmd = command(argv, out)
-    name = " ".join(Path(arg).name for arg in argv[:2])  # "python3.11 test_model.py"
+    name = " ".join(Path(arg).name for arg in argv[:3])  # "python3.11 -m pytest"
     with open(out / "child.out", "wb") as stdout, open(out / "child.err", "wb") as stderr:
         try:
             process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=stdout,
