@@ -28,8 +28,10 @@ slower and numpy's elementwise work about 9x, but OpenBLAS's AVX2/FMA matrix ker
 (``OPENBLAS_CORETYPE=Prescott`` takes its SSE kernels, which valgrind runs far faster, and which are
 other instructions); a counted step runs 45x to 90x slower. Python's start-up alone takes a second
 or two, importing numpy two or three more. A step's count repeats exactly between runs, or differs
-by some tens of instructions (8e-6 of a 4 M-instruction Python step, 1.2e-4 of a 0.86 M-instruction
-numpy step, the same with ASLR off); a different hash seed moves a step on a set of strings by 0.2%.
+by tens of instructions, a few hundred at most (8e-6 of a 4 M-instruction Python step; 4e-4 of the
+first 0.86 M-instruction numpy step of a pass, 2e-5 of the later ones), ASLR off or on: CPython's
+type method cache is keyed by the addresses of names, so lookups that miss it follow the heap's
+layout. A different hash seed moves a step on a set of strings by 0.2%.
 
 This module must not import pytest: the child imports it at run time.
 """
