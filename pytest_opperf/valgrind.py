@@ -14,8 +14,9 @@ both sides of that:
 * the parent's: :func:`problem` (why counting cannot run here, one line), :func:`command` and
   :func:`child_env` (the valgrind command line and environment for a Python argv),
   :func:`parse_dump` and :func:`read_step_counts` (callgrind's output files to each step's
-  instruction count) and :func:`run_counted`, which does all of it with a timeout and turns a
-  crashing or hanging child into one clear :class:`ValgrindError`.
+  instruction count), :func:`run_counted`, which does all of it with a timeout and turns a
+  crashing or hanging child into one clear :class:`ValgrindError`, and :func:`counted_on` (the
+  CPU model and valgrind release that counts from two machines must share to compare).
 
 Callgrind's client requests act on the calling thread only (its collection switch, zeroing and
 dumps are per thread), so a step's count is the instructions of the thread that ran the step.
@@ -55,7 +56,8 @@ from typing import Any
 __all__ = ["CALLGRIND_DUMP_STATS", "CALLGRIND_DUMP_STATS_AT", "CALLGRIND_START_INSTRUMENTATION",
            "CALLGRIND_STOP_INSTRUMENTATION", "CALLGRIND_TOGGLE_COLLECT", "CALLGRIND_ZERO_STATS",
            "RUNNING_ON_VALGRIND", "Callgrind", "CallgrindFormatError", "Dump", "ValgrindError",
-           "child_env", "client_request", "client_request_problem", "command", "parse_dump",
+           "child_env", "client_request", "client_request_problem", "command", "counted_on",
+           "parse_dump",
            "problem", "read_step_counts", "run_counted", "running_on_valgrind"]
 
 
@@ -301,6 +303,30 @@ def problem() -> str | None:
     if shutil.which("valgrind") is None:
         return "valgrind is not on PATH (install it: apt-get install valgrind)"
     return client_request_problem()
+
+
+def counted_on(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """What a count depends on besides the code: the CPU model (its features choose numpy's and
+    the BLAS's code paths) and the valgrind release (it decides which of them the program sees:
+    valgrind 3.19 hides AVX-512), e.g. ``"AMD EPYC, valgrind-3.19.0"``. Counts from two machines
+    compare when this agrees."""
+    model = "unknown CPU"
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    model = " ".join(value.split())
+                    break
+    except OSError:
+        pass
+    try:
+        done = subprocess.run(["valgrind", "--version"], capture_output=True, text=True,
+                              timeout=30)
+        release = done.stdout.strip() or "valgrind of unknown version"
+    except (OSError, subprocess.SubprocessError):
+        release = "no valgrind"
+    return f"{model}, {release}"
 
 
 def _real_executable(program: str) -> str:

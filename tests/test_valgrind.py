@@ -361,6 +361,18 @@ def test_the_child_environment_is_deterministic():
     assert valgrind.child_env({"PYTHONHASHSEED": "123"})["PYTHONHASHSEED"] == "123"
 
 
+def test_counted_on_names_the_cpu_model_and_valgrind(tmp_path, monkeypatch):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\n"
+                       "model name\t: AMD EPYC  7R13 Processor\nflags\t: fpu\n")
+    described = valgrind.counted_on(str(cpuinfo))
+    assert described.startswith("AMD EPYC 7R13 Processor, ")
+    if valgrind.shutil.which("valgrind"):
+        assert re.fullmatch(r"AMD EPYC 7R13 Processor, valgrind-\d+\.\d+\.\d+\S*", described)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no valgrind to ask
+    assert valgrind.counted_on(str(tmp_path / "none")) == "unknown CPU, no valgrind"
+
+
 def test_no_valgrind_on_path_is_a_message(monkeypatch, tmp_path):
     monkeypatch.setattr(valgrind.shutil, "which", lambda name: None)
     if valgrind._platform_problem() is None:
