@@ -95,7 +95,8 @@ class OpPerf:
                           annotate=recorder.nvtx, handover=recorder.step_handover,
                           count_steps=recorder.count_steps,
                           count_timeout_s=recorder.count_timeout_s,
-                          instructions=recorder.instructions)
+                          instructions=recorder.instructions,
+                          callgrind_pass=recorder.callgrind_pass)
         self._open = run_id
         try:
             with measure.measure_window(run):

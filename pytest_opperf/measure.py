@@ -63,7 +63,8 @@ class Run:
                  timing: str, executor_stat: str, trace: bool = False, annotate: Any = None,
                  handover: Callable[[Run], None] | None = None, count_steps: int = 0,
                  count_timeout_s: float = 300.0,
-                 instructions: Callable[[Run, Callable[[], object], int], None] | None = None
+                 instructions: Callable[[Run, Callable[[], object], int], None] | None = None,
+                 callgrind_pass: Callable[[str, Callable[[], object], int], None] | None = None
                  ) -> None:
         self.id = run_id
         self.kind = kind
@@ -100,6 +101,7 @@ class Run:
         self.count_steps = count_steps  # steps of the counting pass (0: none)
         self.count_timeout_s = count_timeout_s
         self._instructions = instructions  # --opperf-instructions: counts them after the pass
+        self._callgrind_pass = callgrind_pass  # in its child under valgrind: the pass instead
         self._counted = False
 
     # --- used by suites --------------------------------------------------------
@@ -178,6 +180,9 @@ class Run:
                             f"{step!r}")
         self._counted = True
         if steps == 0:
+            return
+        if self._callgrind_pass is not None:  # an --opperf-instructions child: callgrind counts
+            self._callgrind_pass(self.id, step, steps)
             return
         result = self.result
         start = perf_counter_ns()

@@ -32,7 +32,9 @@ class Recorder:
     orders). ``count_steps`` and ``count_timeout_s``: each window's counting pass
     (``--opperf-count-steps``, ``--opperf-count-timeout``; an A/B side counts on a test's first
     visit only); ``instructions``: counts a run's CPU instructions after its counting pass
-    (``--opperf-instructions``), or None."""
+    (``--opperf-instructions``), or None; ``callgrind_pass``: in that option's child process
+    under valgrind, what does each counting pass instead
+    (:class:`pytest_opperf.instructions.ChildPass`)."""
 
     add_run: Callable[[RunResult], None]
     untimed: Callable[[], None]
@@ -45,6 +47,7 @@ class Recorder:
     count_steps: int = 0
     count_timeout_s: float = 300.0
     instructions: Callable[..., None] | None = None
+    callgrind_pass: Callable[..., None] | None = None
 
 
 RECORDER = pytest.StashKey[Recorder]()  # set by the session, only with --opperf

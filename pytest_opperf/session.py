@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pytest_opperf import benchmark_adapter, gpu_env, hookspec, nvtx_ranges, report
+from pytest_opperf import benchmark_adapter, gpu_env, hookspec, instructions, nvtx_ranges, report
 from pytest_opperf.device import CPU_HOST, DeviceInfo, benchmark_timer
 from pytest_opperf.gate import add_compare, evaluate
 from pytest_opperf.identity import baseline_variant, run_id_of
@@ -73,6 +73,7 @@ class OpPerfSession:
         self._timer_made = False
         self.plain_benchmarks = 0  # tests with pytest-benchmark's `benchmark` fixture, not recorded
         self.interrupted: str | None = None  # why the test loop stopped early
+        self.instructions: instructions.Instructions | None = None  # --opperf-instructions
         self.deselected = 0
         self.failed_tests = 0
         self.save_notes: list[str] = []  # what --opperf-save wrote (merged runs), for the report
@@ -192,6 +193,7 @@ class OpPerfSession:
         self.device = select_device(self.config)
         self.workload = resolved_workload(self.settings, self.device)
         self._gpu_start()
+        self._instructions_start()
         if self.is_worker:
             return
         if self.device.note:
@@ -251,6 +253,21 @@ class OpPerfSession:
             if self.session is not None:
                 self.session.testsfailed += 1
             verdict.notes.append("workers on different GPU models: see the error below")
+
+    def _instructions_start(self) -> None:
+        """``--opperf-instructions``: the parent counts each run's test again under valgrind; in
+        that child (its environment says so) callgrind does the counting passes."""
+        child = os.environ.get(instructions.CHILD_ENV)
+        if child:
+            self.recorder.callgrind_pass = instructions.ChildPass(child)
+        elif self.settings.instructions:
+            options = [f"--opperf-device={self.settings.device}",
+                       f"--opperf-workload={self.workload}",
+                       f"--opperf-timing={self.settings.timing}",
+                       f"--opperf-count-timeout={self.settings.count_timeout:g}"]
+            self.instructions = instructions.Instructions(self.config.rootpath, options,
+                                                          self.settings.count_timeout)
+            self.recorder.instructions = self.instructions
 
     def _variant(self) -> str:
         timing = self.device.timing_label(self.settings.timing)
@@ -378,6 +395,8 @@ class OpPerfSession:
             verdict.incomplete = (f"session interrupted ({self.interrupted}), not every run was "
                                   "measured")
         verdict.warnings[:0] = self.warnings
+        if self.instructions is not None:
+            verdict.warnings += self.instructions.warnings
         self._gpu_end(verdict)
         if self.untimed_benchmarks:
             verdict.notes.append(f"{self.untimed_benchmarks} per-op benchmark(s) ran untimed "

@@ -89,3 +89,52 @@ def test_bad_count_options_are_one_line(pytester):
         assert fragment in result.stderr.str()
     pytester.makeini("[pytest]\nopperf_count_steps = many\n")
     assert_one_line_usage_error(pytester.runpytest("--opperf"), "opperf_count_steps")
+
+
+def test_instructions_per_step_are_counted_under_valgrind(pytester):
+    import shutil
+
+    if shutil.which("valgrind") is None:
+        import pytest
+
+        pytest.skip("valgrind is not installed")
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest_subprocess("--opperf", "--opperf-instructions",
+                                           "--opperf-json=r.json", timeout=300)
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    work = json.loads((pytester.path / "r.json").read_text())["runs"][0]["work"]
+    assert work["instructions"] > 1000 and "valgrind" in work["instructions_cpu"]
+    result.stdout.fnmatch_lines(["CPU instructions per step: * (valgrind, on *)"])
+
+
+def test_instructions_without_valgrind_warn_and_keep_everything_else(pytester, monkeypatch):
+    pytester.makepyfile(test_suite=SUITE)
+    monkeypatch.setenv("PATH", str(pytester.path))  # no valgrind on it
+    result = pytester.runpytest("--opperf", "--opperf-instructions", "--opperf-json=r.json")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["warning: --opperf-instructions: *valgrind*: no CPU "
+                                 "instructions counted"])
+    work = json.loads((pytester.path / "r.json").read_text())["runs"][0]["work"]
+    assert work["stats"] and "instructions" not in work
+
+
+def test_a_failing_child_is_one_warning_line(pytester):
+    import shutil
+
+    if shutil.which("valgrind") is None:
+        import pytest
+
+        pytest.skip("valgrind is not installed")
+    # the test fails when it runs again, under valgrind: the first run leaves a file behind
+    suite = SUITE.replace("    run.counting_pass(step)",
+                          "    if MARK.exists():\n        raise AssertionError('second run')\n"
+                          "    MARK.write_text('x')\n    run.counting_pass(step)")
+    pytester.makepyfile(test_suite="import pathlib\nMARK = pathlib.Path(__file__).with_name("
+                        "'ran-once')\n" + suite)
+    result = pytester.runpytest_subprocess("--opperf", "--opperf-instructions",
+                                           "--opperf-json=r.json", timeout=300)
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines(["warning: CPU instructions of test_suite.py::test_train not "
+                                 "counted: * under valgrind exited with status 1*"])
+    work = json.loads((pytester.path / "r.json").read_text())["runs"][0]["work"]
+    assert work["stats"] and "instructions" not in work
