@@ -65,8 +65,10 @@ LIBRARIES: tuple[str, ...] = ("numpy", "torch", "paddle", "cupy", "transformers"
 
 
 def library_versions() -> dict[str, str]:
-    """The versions that work counts depend on: Python's and those of the imported libraries."""
-    versions = {"python": platform.python_version()}
+    """What work counts depend on besides the code: Python's version, those of the imported
+    libraries, and the CPUs this process may use (a framework may split its work by them, as the
+    reference framework's kernels do)."""
+    versions = {"python": platform.python_version(), "cpus": str(_cpus())}
     for name in LIBRARIES:
         module = sys.modules.get(name)
         version = getattr(module, "__version__", None) if module is not None else None
@@ -173,6 +175,13 @@ class WorkCounts:
             if counts:
                 stats[name] = counts
         return cls(stats, len(per_step), pass_s, library_versions(), varies)
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def _outside_last(name: str) -> tuple[bool, str]:
