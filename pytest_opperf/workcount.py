@@ -210,7 +210,8 @@ class Counter:
         self.deadline_ns = deadline_ns
         self.timeout = timeout
         self.timed_out = False  # set when the deadline passed in a counted step
-        self._left = _CHECK_EVERY
+        self._current: list[list[int]] = [[0] * len(COUNTERS)]  # the open region's counts
+        self._opcode = self._make_opcode()
         self._depth = 0  # skipped frames open now: nothing they call is counted
         self._saved: tuple[Any, Any, bool] | None = None
         self._counts: dict[str, list[int]] = {}
@@ -237,12 +238,14 @@ class Counter:
             if self._skipped(frame.f_code):
                 self._depth += 1  # what it calls is not counted either
             elif not self._depth:
-                self._bucket()[1] += 1
+                self._current[0][1] += 1
         elif event == "return":
             if self._depth and self._skipped(frame.f_code):  # (0: start() returning)
                 self._depth -= 1
+                if not self._depth:  # back from the timers' code: the region may have changed
+                    self._current[0] = self._bucket()
         elif event == "c_call" and not self._depth and not self._skipped(frame.f_code):
-            self._bucket()[2] += 1
+            self._current[0][2] += 1
 
     def _trace(self, frame: FrameType, event: str, arg: Any) -> Any:
         # (a new frame's trace event comes before its profile event: a frame called from
@@ -252,22 +255,33 @@ class Counter:
         frame.f_trace_opcodes = True
         return self._opcode
 
-    def _opcode(self, frame: FrameType, event: str, arg: Any) -> Any:
-        if event == "opcode":
-            self._bucket()[0] += 1
-            self._left -= 1
-            if self._left <= 0:
-                self._left = _CHECK_EVERY
-                if self.deadline_ns is not None and perf_counter_ns() > self.deadline_ns:
-                    self.timed_out = True
-                    raise self.timeout("the counting pass ran past its time limit")
-        return self._opcode
+    def _make_opcode(self) -> Any:
+        """The per-bytecode trace function: a closure over two one-item lists (the counts of
+        the region open now, the bytecodes left until the clock is read), the cheapest to call."""
+        current, left = self._current, [_CHECK_EVERY]
+
+        def opcode(frame: FrameType, event: str, arg: Any) -> Any:
+            if event == "opcode":
+                current[0][0] += 1
+                left[0] -= 1
+                if left[0] <= 0:
+                    left[0] = _CHECK_EVERY
+                    self._check_deadline()
+            return opcode
+
+        return opcode
+
+    def _check_deadline(self) -> None:
+        if self.deadline_ns is not None and perf_counter_ns() > self.deadline_ns:
+            self.timed_out = True
+            raise self.timeout("the counting pass ran past its time limit")
 
     def start(self) -> None:
         """Count from here on (this thread): after a full garbage collection, with the collector
         held off; the tracing and profiling functions in place are kept to be restored."""
         self._saved = (sys.gettrace(), sys.getprofile(), gc.isenabled())
         self._depth = 0
+        self._current[0] = self._bucket()
         gc.collect()
         gc.disable()
         sys.setprofile(self._profile)
@@ -288,4 +302,4 @@ class Counter:
     def take(self) -> dict[str, list[int]]:
         """The self counts since the last take, by stat name (:data:`OUTSIDE` for none)."""
         counts, self._counts = self._counts, {}
-        return counts
+        return {name: c for name, c in counts.items() if any(c)}
