@@ -165,8 +165,8 @@ class Run:
         from . import workcount
 
         if self.result is None:
-            raise RuntimeError(f"run {self.id!r}: counting_pass() is called after the measure() "
-                               "window has closed (its timing must not see the counting)")
+            raise RuntimeError(f"run {self.id!r}: counting_pass() runs after the measure() window "
+                               "has closed (its timing must not see the counting), not inside it")
         if self._counted:
             raise RuntimeError(f"run {self.id!r}: counting_pass() was already called: one pass "
                                "per run")
