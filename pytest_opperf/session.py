@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,7 @@ class OpPerfSession:
         self.plain_benchmarks = 0  # tests with pytest-benchmark's `benchmark` fixture, not recorded
         self.interrupted: str | None = None  # why the test loop stopped early
         self.instructions: instructions.Instructions | None = None  # --opperf-instructions
+        self.started = time.perf_counter()  # the session's start (pytest_sessionstart)
         self.deselected = 0
         self.failed_tests = 0
         self.save_notes: list[str] = []  # what --opperf-save wrote (merged runs), for the report
@@ -190,6 +192,7 @@ class OpPerfSession:
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.session = session
+        self.started = time.perf_counter()
         self.device = select_device(self.config)
         self.workload = resolved_workload(self.settings, self.device)
         self._gpu_start()
@@ -397,6 +400,13 @@ class OpPerfSession:
         verdict.warnings[:0] = self.warnings
         if self.instructions is not None:
             verdict.warnings += self.instructions.warnings
+        counted = [r.work for r in results.runs if r.work is not None]
+        if counted:
+            spent = sum(w.pass_s for w in counted)
+            whole = time.perf_counter() - self.started
+            verdict.notes.append(f"counting passes: {len(counted)} run(s), {spent:.1f} s in all "
+                                 f"({spent / whole:.0%} of the session's {whole:.0f} s so far)"
+                                 if whole > 0 else f"counting passes: {len(counted)} run(s)")
         self._gpu_end(verdict)
         if self.untimed_benchmarks:
             verdict.notes.append(f"{self.untimed_benchmarks} per-op benchmark(s) ran untimed "
