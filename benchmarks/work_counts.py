@@ -2,6 +2,7 @@
 
     python benchmarks/work_counts.py --sessions 10 --out /tmp/wc           # everything
     python benchmarks/work_counts.py --out /tmp/wc --summary                # the tally so far
+    python benchmarks/work_counts.py --sessions 10 --aa-sessions 0 --workload tiny --out /tmp/wct
 
 From a clean copy of this checkout's HEAD (``git archive``, under ``--out``):
 
@@ -186,7 +187,9 @@ def summary(out: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--sessions", type=int, default=10)
+    parser.add_argument("--sessions", type=int, default=10, help="per injection, and A/A")
+    parser.add_argument("--aa-sessions", type=int, default=None,
+                        help="A/A sessions (default: --sessions)")
     parser.add_argument("--workload", default="small")
     parser.add_argument("--torch", action="store_true", help="the torch test_train in A/A too")
     parser.add_argument("--summary", action="store_true")
@@ -200,7 +203,8 @@ def main() -> None:
     if not base_json.exists():
         session(clean, args.out, "base", args, [f"--opperf-save={base_json}"], load=False)
     baseline = [f"--opperf-baseline={base_json}"]
-    for i in range(args.sessions):
+    aa = args.sessions if args.aa_sessions is None else args.aa_sessions
+    for i in range(aa):
         session(clean, args.out, f"aa-{i + 1}", args, baseline, load=i % 2 == 1)
     for name in INJECTIONS:
         copy = injected_copy(args.out, clean, name)
