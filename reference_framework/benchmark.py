@@ -214,11 +214,13 @@ def run_benchmark(config: BenchmarkConfig, on_batch: Callable[[int], None] | Non
             return loss, acc, accuracy.eval(exe), len(labels)
 
         result = BenchmarkResult(config, device_name(place), 0, 0, 0.0)
+        batches: Any = iter(())  # the pass's batches, which the extra steps go on with
         for _ in range(config.pass_num):
             accuracy.reset(exe)
             if result.batches == config.iterations:
                 break
-            for data in train_reader():
+            batches = iter(train_reader())
+            for data in batches:
                 if result.batches == config.iterations:
                     break
                 loss, acc, pass_acc, examples = train(data)
@@ -232,16 +234,16 @@ def run_benchmark(config: BenchmarkConfig, on_batch: Callable[[int], None] | Non
                 if on_batch is not None:
                     on_batch(examples)
 
-    extra: list[Any] = []  # the batches of the extra steps: the reader from its start, again
+    ahead: list[Any] = [batches]
 
     def extra_step() -> int:
+        """The next batch of the reader, as the loop would have taken it (a new pass when the
+        pass is over: its first batch also fills the shuffle buffer again)."""
         with scope_guard(scope):
-            if not extra:
-                extra.append(iter(train_reader()))
-            data = next(extra[0], None)
-            if data is None:  # a pass is over: the next
-                extra[0] = iter(train_reader())
-                data = next(extra[0])
+            data = next(ahead[0], None)
+            if data is None:
+                ahead[0] = iter(train_reader())
+                data = next(ahead[0])
             return train(data)[3]
 
     result.extra_step = extra_step

@@ -422,3 +422,32 @@ def test_a_python_hook_per_torch_module_is_caught_in_the_untimed_work():
     failed = {v.metric for v in gate.evaluate(ResultSet(runs=[new]), None,
                                               ResultSet(runs=[base])).violations}
     assert {"py_calls:(outside)", "bytecodes:(outside)"} <= failed
+
+
+def test_the_reference_training_counts_the_same_in_two_processes(tmp_path):
+    """The suites' own counting pass, in two processes with other hash seeds (and so other set
+    orders and other addresses): the same work counts, and none that varies."""
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    works = []
+    for seed in ("1", "2"):
+        out = tmp_path / f"r{seed}.json"
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "suites/test_resnet50.py", "-q", "-p",
+             "no:cacheprovider", "--opperf", "--opperf-workload=tiny", "--opperf-device=cpu",
+             f"--opperf-json={out}"], cwd=root, capture_output=True, text=True,
+            env={**os.environ, "PYTHONHASHSEED": seed}, timeout=600)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        works.append({r["id"]: r["work"] for r in json.loads(out.read_text())["runs"]})
+    assert set(works[0]) == {"suites/test_resnet50.py::test_train[tiny]",
+                             "suites/test_resnet50.py::test_train[tiny-no-overheads]"}
+    for run, work in works[0].items():
+        assert work["stats"] == works[1][run]["stats"], run
+        assert not work.get("varies") and not works[1][run].get("varies")
+        assert {"ExecutorRunTimer", "conv2d", "conv2d_grad", OUTSIDE} <= set(work["stats"])
+    faithful = works[0]["suites/test_resnet50.py::test_train[tiny]"]["stats"]
+    assert {"CreateOpTimer", "ProgramCloneTimer", "CreateLocalScopeTimer"} <= set(faithful)
