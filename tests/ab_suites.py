@@ -75,6 +75,7 @@ def test_e2e(opperf):
             busy(N)
             mark("-")
             run.step(examples=4)
+    {after}
 """
 
 FRAMEWORK = (
@@ -83,8 +84,9 @@ FRAMEWORK = (
 )
 
 
-def suite(n: int = 3000, steps: int = 4, hook: str = "pass") -> str:
-    return SUITE.format(n=n, steps=steps, hook=hook)
+def suite(n: int = 3000, steps: int = 4, hook: str = "pass", after: str = "pass") -> str:
+    """``after``: a statement after the window (a counting pass)."""
+    return SUITE.format(n=n, steps=steps, hook=hook, after=after)
 
 
 def git(cwd: Path, *args: str) -> str:

@@ -138,3 +138,22 @@ def test_a_failing_child_is_one_warning_line(pytester):
                                  "counted: * under valgrind exited with status 1*"])
     work = json.loads((pytester.path / "r.json").read_text())["runs"][0]["work"]
     assert work["stats"] and "instructions" not in work
+
+
+def test_ab_compares_work_counts_exactly_and_names_the_added_call(pytester):
+    from tests.ab_suites import make_repo, suite
+
+    base = suite(after="run.counting_pass(lambda: busy(10))")
+    head = suite(after="run.counting_pass(lambda: [busy(10), busy(1)])")
+    make_repo(pytester.path, {"test_s.py": base}, {"test_s.py": head})
+    result = pytester.runpytest_subprocess(
+        "--opperf", "--opperf-compare=HEAD", "--opperf-compare-timeout=60", "-p",
+        "no:cacheprovider", "--opperf-json=out.json", "test_s.py::test_e2e", timeout=600)
+    out = result.stdout.str()
+    assert result.ret == 1, out
+    decisions = {d["metric"]: d for d in json.loads((pytester.path / "out.json").read_text())[
+        "compare"]["decisions"]}
+    added = decisions["py_calls:(outside)"]
+    assert (added["verdict"], added["head"] - added["base"]) == ("regressed", 1)
+    assert decisions["bytecodes:(outside)"]["verdict"] == "regressed"
+    assert "Python calls in (outside): " in out and "(A/B, exact)" in out
