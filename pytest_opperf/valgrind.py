@@ -381,11 +381,17 @@ def child_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
 
     ``PYTHONMALLOC=malloc``, which memcheck needs, is wrong here: callgrind checks no memory, and
     glibc's malloc costs a pure-Python step about a third more instructions than pymalloc, and
-    makes the count vary between runs (by 1e-4 where pymalloc's runs agree to 1e-6 or better)."""
+    makes the count vary between runs (by 1e-4 where pymalloc's runs agree to 1e-6 or better).
+
+    OpenBLAS's kernels are fixed to its SSE ones (``OPENBLAS_CORETYPE=Prescott``, unless ``base``
+    sets it): valgrind runs its AVX2 kernels 50x to 150x slower than natively and these about 14x
+    faster, and the counts then do not depend on which x86 CPU OpenBLAS would have picked kernels
+    for (numpy's own SIMD dispatch still does: counts compare on one CPU model only)."""
     env = dict(os.environ if base is None else base)
     if not env.get("PYTHONHASHSEED", "").isdigit():
         env["PYTHONHASHSEED"] = "0"
     env["PYTHONMALLOC"] = "pymalloc"
+    env.setdefault("OPENBLAS_CORETYPE", "Prescott")
     for name in _THREAD_VARIABLES:
         env[name] = "1"
     return env
