@@ -121,7 +121,7 @@ class Regression:
         0.0, "work counts per step (bytecodes, Python calls, C calls of each stat; deterministic): "
         "the relative increase that fails (0: any increase)", 0.0)
     max_instructions_increase: float = table_key(
-        0.01, "CPU instructions per step (--opperf-instructions; the same CPU model only): the "
+        0.001, "CPU instructions per step (--opperf-instructions; the same CPU model only): the "
         "relative increase that fails", 0.0)
     alpha: float = table_key(0.01, "significance level of the one-sided Mann-Whitney U test",
                              0.0, 1.0, lo_open=True)
