@@ -46,7 +46,7 @@ from .results import ResultSet, RunResult, same_hardware
 from .stats import Samples, after_warmup, mann_whitney_u
 from .thresholds import Regression, Thresholds
 from .verdict import Drift, DriftRow, Verdict, Violation
-from .workcount import COUNTERS, LABELS, WorkCounts
+from .workcount import COUNTERS, LABELS, WorkCounts, compared
 
 __all__ = ["Comparison", "add_compare", "compare_higher", "compare_slower", "evaluate"]
 
@@ -265,12 +265,9 @@ class _Gate:
             self.uncounted["versions"].append(f"{new.id} ({versions})")
         gating = not versions
         tolerance = self.regression.max_work_increase
-        for stat in sorted(set(bw.stats) | set(nw.stats)):
-            for counter in COUNTERS:
-                was = bw.stats.get(stat, {}).get(counter, 0)
-                now = nw.stats.get(stat, {}).get(counter, 0)
-                self._work_check(new.id, metric(counter, stat), now, was, tolerance, gating,
-                                 f"{LABELS[counter]} in {stat}", "work count per step")
+        for stat, counter, was, now in compared(bw, nw):
+            self._work_check(new.id, metric(counter, stat), now, was, tolerance, gating,
+                             f"{LABELS[counter]} in {stat}", "work count per step")
         if bw.instructions is not None and nw.instructions is not None:
             if bw.instructions_cpu != nw.instructions_cpu:
                 self.uncounted["cpu"].append(f"{new.id} ({nw.instructions_cpu!r} vs "

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from time import perf_counter_ns
 from typing import Any
 
-from . import timers
+from . import timers, workcount
 from .device import DeviceInfo
 from .results import RunResult, StatResult
 from .stats import most_common
@@ -162,8 +162,6 @@ class Run:
         raises, or a pass that runs past ``--opperf-count-timeout``, ends the pass: the run keeps
         its timed results, gets no work counts, and a ``note:`` line says why (the exception is
         not raised into the test)."""
-        from . import workcount
-
         if self.result is None:
             raise RuntimeError(f"run {self.id!r}: counting_pass() runs after the measure() window "
                                "has closed (its timing must not see the counting), not inside it")

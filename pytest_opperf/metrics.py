@@ -6,10 +6,10 @@ stat's average where it has no samples), ``examples_per_sec`` (per step), ``pyth
 step's share of wall time outside the executor), ``count:<stat>`` (per-step op counts), the work
 counts ``bytecodes:<stat>``, ``py_calls:<stat>``, ``c_calls:<stat>`` (a stat's self counts per step
 from the counting pass, :mod:`pytest_opperf.workcount`; the stat ``(outside)`` is the work outside
-every timed region) and ``instructions`` (CPU instructions per step, under valgrind). Its *kind*
-says how two of them compare: ``time`` (larger is slower), ``rate`` (smaller is slower),
-``share`` (a difference in points), ``count`` (exact), ``work`` (deterministic: more is a
-regression) or ``instructions`` (nearly deterministic, on one CPU model: more beyond a tolerance).
+every timed region) and ``instructions`` (CPU instructions per step, under valgrind; the work
+counts are compared by :func:`pytest_opperf.gate.evaluate`, exactly, and are no series of
+:func:`view`). A series' *kind* says how two of them compare: ``time`` (larger is slower),
+``rate`` (smaller is slower), ``share`` (a difference in points) or ``count`` (exact).
 
 :func:`view` is the steady state: the warm-up rule (:func:`pytest_opperf.stats.after_warmup`)
 applied once, here, for the stored-baseline gate, the drift table and the A/B pairs alike.
@@ -23,15 +23,12 @@ from typing import Literal
 
 from .results import RunResult
 from .stats import after_warmup
-from .workcount import COUNTERS
 
 __all__ = ["AVG", "CALL", "COUNT", "EXAMPLES_PER_SEC", "INSTRUCTIONS", "PYTHON_SHARE", "STEP",
-           "TOTAL", "Kind", "MetricKey", "Series", "TIME_KINDS", "WORK_KINDS", "metric", "stat_of",
-           "view"]
+           "TOTAL", "Kind", "MetricKey", "Series", "TIME_KINDS", "metric", "stat_of", "view"]
 
-Kind = Literal["time", "rate", "share", "count", "work", "instructions"]
+Kind = Literal["time", "rate", "share", "count"]
 TIME_KINDS: tuple[str, ...] = ("time", "rate")  # the kinds a machine's speed moves
-WORK_KINDS: tuple[str, ...] = ("work", "instructions")  # what the counting pass counts
 
 STEP, CALL, AVG, TOTAL, COUNT = "step_ms", "call_ms", "avg_ms", "total_ms", "count"
 EXAMPLES_PER_SEC, PYTHON_SHARE, INSTRUCTIONS = "examples_per_sec", "python_share", "instructions"
@@ -92,8 +89,8 @@ def view(run: RunResult) -> dict[str, Series]:
 
     A stat without samples is ``avg_ms:<stat>`` (its average); e2e runs add the per-step
     ``examples_per_sec`` and ``python_share`` (the whole window's share when the run has no
-    per-step executor time) and ``count:<stat>`` for each per-step op count; a run with work counts
-    adds ``<counter>:<stat>`` for each non-zero self count and ``instructions`` when counted."""
+    per-step executor time) and ``count:<stat>`` for each per-step op count. (Work counts are one
+    value per run, not a series: :func:`pytest_opperf.workcount.compared` pairs two runs'.)"""
     e2e = run.kind == "e2e"
     out: dict[str, Series] = {}
     for s in run.stats:
@@ -119,14 +116,4 @@ def view(run: RunResult) -> dict[str, Series]:
         for name in sorted(run.counts):
             key = metric(COUNT, name)
             out[key] = _series(key, "count", [run.counts[name]], sampled=False)
-    work = run.work
-    if work is not None:
-        for name, counts in work.stats.items():
-            for counter in COUNTERS:
-                if counts.get(counter):
-                    key = metric(counter, name)
-                    out[key] = _series(key, "work", [counts[counter]], sampled=False)
-        if work.instructions is not None:
-            out[INSTRUCTIONS] = _series(INSTRUCTIONS, "instructions", [work.instructions],
-                                        sampled=False)
     return out

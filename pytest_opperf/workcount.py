@@ -45,7 +45,7 @@ import platform
 import queue
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from time import perf_counter_ns
 from types import CodeType, FrameType
@@ -54,7 +54,8 @@ from typing import Any
 from . import timers
 from .stats import most_common
 
-__all__ = ["COUNTERS", "LABELS", "OUTSIDE", "Counter", "WorkCounts", "library_versions"]
+__all__ = ["COUNTERS", "LABELS", "OUTSIDE", "Counter", "WorkCounts", "compared",
+           "library_versions"]
 
 COUNTERS: tuple[str, ...] = ("bytecodes", "py_calls", "c_calls")
 LABELS: dict[str, str] = {"bytecodes": "bytecodes", "py_calls": "Python calls",
@@ -175,6 +176,16 @@ class WorkCounts:
             if counts:
                 stats[name] = counts
         return cls(stats, len(per_step), pass_s, library_versions(), varies)
+
+
+def compared(base: WorkCounts, new: WorkCounts) -> Iterator[tuple[str, str, int, int]]:
+    """Every count either side has: ``(stat, counter, base value, new value)``, a count one side
+    lacks being 0 there; stats in name order, counters in :data:`COUNTERS` order."""
+    for stat in sorted(set(base.stats) | set(new.stats)):
+        was, now = base.stats.get(stat, {}), new.stats.get(stat, {})
+        for counter in COUNTERS:
+            if counter in was or counter in now:
+                yield stat, counter, was.get(counter, 0), now.get(counter, 0)
 
 
 def _cpus() -> int:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ..metrics import COUNT, Kind, metric, view
 from ..results import RunResult
-from ..workcount import COUNTERS
+from ..workcount import compared
 
 __all__ = ["MetricSamples", "e2e_samples"]
 
@@ -37,8 +37,7 @@ def e2e_samples(base: RunResult, head: RunResult) -> Iterator[MetricSamples]:
     bv, hv = view(base), view(head)
     for name, h in hv.items():
         b = bv.get(name)
-        if h.kind in ("count", "work", "instructions") or b is None or not (b.sampled
-                                                                            and h.sampled):
+        if h.kind == "count" or b is None or not (b.sampled and h.sampled):
             continue  # a stat on one side only: its count tells
         n = min(len(b.samples), len(h.samples))
         if n:
@@ -47,10 +46,5 @@ def e2e_samples(base: RunResult, head: RunResult) -> Iterator[MetricSamples]:
         yield MetricSamples(run, metric(COUNT, name), "count", [float(base.counts.get(name, 0))],
                             [float(head.counts.get(name, 0))])
     if base.work is not None and head.work is not None:
-        for stat in sorted(set(base.work.stats) | set(head.work.stats)):
-            for counter in COUNTERS:
-                was = base.work.stats.get(stat, {}).get(counter, 0)
-                now = head.work.stats.get(stat, {}).get(counter, 0)
-                if was or now:
-                    yield MetricSamples(run, metric(counter, stat), "count", [float(was)],
-                                        [float(now)])
+        for stat, counter, was, now in compared(base.work, head.work):
+            yield MetricSamples(run, metric(counter, stat), "count", [float(was)], [float(now)])
