@@ -10,7 +10,12 @@ hand-over point, and then:
 * both at a per-op benchmark: each side calibrates (the iterations per
   round, also the warm-up) and runs one warm-up block; then pairs of short
   blocks, the order of the two blocks drawn at random for each pair. Pair i
-  is the median per-call time of each side's i-th block. After
+  is the median per-call time of each side's i-th block. Both blocks of a
+  pair run with the side's calling thread on the same CPU (the CPUs this
+  process may use, taken in turn, pair by pair): a process that stays on one
+  CPU for its life runs at that CPU's speed, and the CPUs of a shared
+  machine differ (A/A here: two processes that each kept to their own CPU
+  differed by up to 10 % for a whole run, pinned per pair by at most 2 %). After
   ``MIN_PAIRS`` the metric is decided (at the corrected level for the whole
   session's metrics) every ``CHECK_EVERY`` pairs; it stops when decided, at
   ``MAX_VISIT_PAIRS`` or at its share of the time budget;
@@ -67,7 +72,8 @@ from . import paired
 from .pairs import e2e_samples
 from .protocol import ProtocolError, SideGone, SideTimeout, pair
 
-__all__ = ["Controller", "Plan", "SideFailure", "SideSpec", "TestOutcome", "rerun_budget"]
+__all__ = ["Controller", "Plan", "SideFailure", "SideSpec", "TestOutcome", "rerun_budget",
+           "usable_cpus"]
 
 MIN_PAIRS = 12  # a first look; decide's own minimum applies on top
 CHECK_EVERY = 4
@@ -207,6 +213,14 @@ class Side:
                 pass
 
 
+def usable_cpus() -> list[int]:
+    """The CPUs this process may run on, when there is a choice (else none: nothing to pin)."""
+    if not hasattr(os, "sched_getaffinity"):
+        return []
+    cpus = sorted(os.sched_getaffinity(0))
+    return cpus if len(cpus) > 1 else []
+
+
 def rerun_budget(first_pass_s: float) -> float:
     """The seconds the passes after the first may take, after a first pass of ``first_pass_s``:
     ``RERUN_SHARE`` of it, at least ``RERUN_MIN_S``."""
@@ -280,6 +294,7 @@ class Controller:
     clock: Callable[[], float] = time.monotonic
     on_outcome: Callable[[TestOutcome], None] = lambda outcome: None
     should_stop: Callable[[], bool] = lambda: False
+    cpus: Sequence[int] | None = None  # the CPUs a pair's blocks run on, in turn (None: usable)
     sides: dict[str, Side] = field(default_factory=dict)
     samples: dict[paired.MetricKey, paired.Paired] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -289,6 +304,8 @@ class Controller:
         if self.seed is None:
             self.seed = int.from_bytes(os.urandom(4), "little")
         self.rng = random.Random(self.seed)
+        self.cpus = list(usable_cpus() if self.cpus is None else self.cpus)
+        self._cpu_turn = 0
         self._started = 0.0
         self._visits: dict[str, int] = {}
         self._order: list[str] = []
@@ -627,8 +644,20 @@ class Controller:
             return iterations, MAX_ROUNDS
         return iterations, max(1, min(MAX_ROUNDS, math.ceil(BLOCK_S / round_s)))
 
-    def _block(self, side: Side, rounds: int, iterations: int, doing: str) -> float:
-        side.send({"cmd": "block", "rounds": rounds, "iterations": iterations}, doing)
+    def _next_cpu(self) -> int | None:
+        """The CPU both blocks of the next pair run on (None: the sides are not pinned)."""
+        if not self.cpus:
+            return None
+        cpu = self.cpus[self._cpu_turn % len(self.cpus)]
+        self._cpu_turn += 1
+        return cpu
+
+    def _block(self, side: Side, rounds: int, iterations: int, doing: str,
+               cpu: int | None = None) -> float:
+        order: dict[str, Any] = {"cmd": "block", "rounds": rounds, "iterations": iterations}
+        if cpu is not None:
+            order["cpu"] = cpu
+        side.send(order, doing)
         answer = side.receive(self.timeout_s, doing)
         values = answer.get("per_call_s")
         if answer.get("ev") != "block" or not isinstance(values, list) or not values:
@@ -659,14 +688,17 @@ class Controller:
         by_name = {s.name: s for s in sides}
         warm_until = self.clock() + self.warmup_s
         while True:  # warm-up pairs, in the order of real ones, thrown away
+            cpu = self._next_cpu()
             for name in self.rng.sample(["base", "head"], 2):
-                self._block(by_name[name], rounds, iterations, doing)
+                self._block(by_name[name], rounds, iterations, doing, cpu)
             if self.clock() >= warm_until:
                 break
         start = len(target.base)
         while True:
             order = self.rng.sample(["base", "head"], 2)
-            got = {name: self._block(by_name[name], rounds, iterations, doing) for name in order}
+            cpu = self._next_cpu()
+            got = {name: self._block(by_name[name], rounds, iterations, doing, cpu)
+                   for name in order}
             target.add(got["base"], got["head"])
             self._orders.setdefault(key, []).append(self._first)
             self.pairs += 1

@@ -7,17 +7,19 @@ runs the tests it is told to, one at a time, and answers at each hand-over
 point: after every ``run.step()`` of a measured window (the time spent
 waiting is not the window's: ``measure.Run`` leaves it out), and at every
 per-op benchmark, whose rounds the controller asks for in blocks instead of
-pytest-benchmark calibrating them. At the end of a test it sends the test's
+pytest-benchmark calibrating them (a block may name the CPU its calling
+thread runs on). At the end of a test it sends the test's
 reports and the runs it measured. The side never gates, reports or writes
 files: the controller's process does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 import pytest
@@ -127,6 +129,25 @@ class SidePlugin:
         if message.get("cmd") != "go":
             self.fail(f"expected 'go' after a step of {run.id}, got {message!r}")
 
+    @contextlib.contextmanager
+    def on_cpu(self, cpu: Any, nodeid: str) -> Iterator[None]:
+        """Keep the calling thread on ``cpu`` (None: where the scheduler puts it) and give it
+        its CPUs back after. Only this thread: pool threads stay free. A thread started meanwhile
+        would inherit the one CPU, but the calibration has run the benchmark unpinned first."""
+        if cpu is None:
+            yield
+            return
+        try:
+            before = os.sched_getaffinity(0)
+            os.sched_setaffinity(0, {int(cpu)})
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            self.fail(f"cannot run the blocks of {nodeid} on CPU {cpu!r} as the controller "
+                      f"asks: {exc}")
+        try:
+            yield
+        finally:
+            os.sched_setaffinity(0, before)
+
     def benchmark(self, bench: Any, target: Callable[..., Any], args: tuple, kwargs: dict[str, Any],
                   setup: Callable[[], Any] | None = None,
                   teardown: Callable[..., Any] | None = None) -> Any:
@@ -162,8 +183,10 @@ class SidePlugin:
                 self.send({"ev": "calibrated", "iterations": iterations, "round_s": elapsed})
             elif cmd == "block":
                 iterations = 1 if setup is not None else int(message["iterations"])
-                one_round(1)  # a pause lets thread pools fall asleep: wake them untimed
-                times = [one_round(iterations) / iterations for _ in range(int(message["rounds"]))]
+                with self.on_cpu(message.get("cpu"), node.nodeid):
+                    one_round(1)  # a pause lets thread pools fall asleep: wake them untimed
+                    times = [one_round(iterations) / iterations
+                             for _ in range(int(message["rounds"]))]
                 per_call.extend(times)
                 self.send({"ev": "block", "per_call_s": times})
             elif cmd == "go":
