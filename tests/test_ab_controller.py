@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import socket
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -30,6 +32,7 @@ from pytest_opperf.ab.controller import (
 from pytest_opperf.ab.pairs import e2e_samples
 from pytest_opperf.ab.protocol import Channel, SideGone, SideTimeout
 from pytest_opperf.ab.session import _strip_options
+from pytest_opperf.ab.side import SidePlugin
 from pytest_opperf.device import CPU_HOST
 from pytest_opperf.results import RunResult, StatResult
 
@@ -185,7 +188,8 @@ while True:
             channel.send({"ev": "calibrated", "iterations": 4, "round_s": 0.004})
         elif msg["cmd"] == "block":
             blocks += 1
-            log.write(f"{side} {msg['rounds']} {msg['iterations']} {os.getpid()} {n % 2}\\n")
+            log.write(f"{side} {msg['rounds']} {msg['iterations']} {os.getpid()} {n % 2} "
+                      f"{msg.get('cpu')}\\n")
             log.flush()
             # a fixed pattern, the same on both sides unless "phase" gives the head another
             phase = conf.get("phase", {}).get(side, 7)
@@ -210,6 +214,7 @@ def controller(
     clock=None,
     on_outcome=None,
     undecided_fails: bool = False,
+    cpus=None,
     **extra,
 ) -> Controller:
     script = tmp_path / "fake_side.py"
@@ -218,7 +223,7 @@ def controller(
     env = {**__import__("os").environ, "FAKE": json.dumps(conf)}
     specs = [SideSpec(name, [sys.executable, str(script)], tmp_path, env, tmp_path / f"{name}.log")
              for name in ("base", "head")]
-    optional = {"clock": clock, "on_outcome": on_outcome}
+    optional = {"clock": clock, "on_outcome": on_outcome, "cpus": cpus}
     return Controller(
         specs[0],
         specs[1],
@@ -268,6 +273,72 @@ def test_the_controller_pairs_blocks_in_random_order_stops_once_decided_and_conf
         and result.removed == ["t::gone"]
         and result.pairs == 2 * MIN_PAIRS
     )
+
+
+@pytest.mark.parametrize("cpus", [[3, 5], []])
+def test_both_blocks_of_a_pair_run_on_one_cpu_and_the_cpus_take_turns(tmp_path, cpus):
+    ids = {"base": ["t::a", "t::b"], "head": ["t::a", "t::b"]}
+    c = controller(tmp_path, {"base": 1.0, "head": 1.0}, ids, cpus=cpus, noise=0.05)
+    try:
+        c.start()
+        c.run()
+    finally:
+        c.close()
+    lines = [line.split() for line in (tmp_path / "blocks.log").read_text().splitlines()]
+    assert len(lines) > 4 * MIN_PAIRS and len(lines) % 2 == 0
+    pairs = [lines[i : i + 2] for i in range(0, len(lines), 2)]
+    assert all({a[0], b[0]} == {"base", "head"} for a, b in pairs)  # a pair: one block a side
+    assert all(a[5] == b[5] for a, b in pairs)  # on the same CPU
+    expected = [str(cpus[i % 2]) for i in range(len(pairs))] if cpus else ["None"] * len(pairs)
+    assert [a[5] for a, _ in pairs] == expected  # warm-up pairs too, across tests and processes
+
+
+def test_the_usable_cpus_are_those_of_the_affinity_when_there_is_a_choice(monkeypatch):
+    monkeypatch.setattr(controller_module.os, "sched_getaffinity", lambda pid: {5, 2, 7},
+                        raising=False)
+    assert controller_module.usable_cpus() == [2, 5, 7]
+    monkeypatch.setattr(controller_module.os, "sched_getaffinity", lambda pid: {4},
+                        raising=False)
+    assert controller_module.usable_cpus() == []  # one CPU: nothing to choose, nothing to pin
+    monkeypatch.delattr(controller_module.os, "sched_getaffinity", raising=False)
+    assert controller_module.usable_cpus() == []
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity here")
+def test_a_side_keeps_only_its_calling_thread_on_the_cpu_a_block_names():
+    class Failed(Exception):
+        pass
+
+    class FakeSide:
+        def fail(self, text):
+            raise Failed(text)
+
+    side = FakeSide()
+    before = os.sched_getaffinity(0)
+    cpu = max(before)
+    started, stop = threading.Event(), threading.Event()
+    other = threading.Thread(target=lambda: (started.set(), stop.wait(30)))
+    other.start()
+    started.wait(30)
+    try:
+        with SidePlugin.on_cpu(side, cpu, "t::a"):
+            assert os.sched_getaffinity(0) == {cpu}
+            assert os.sched_getaffinity(other.native_id) == before  # pool threads stay free
+        assert os.sched_getaffinity(0) == before
+        with pytest.raises(ZeroDivisionError), SidePlugin.on_cpu(side, cpu, "t::a"):
+            1 / 0  # noqa: B018 - a benchmark that raises
+        assert os.sched_getaffinity(0) == before
+        with SidePlugin.on_cpu(side, None, "t::a"):
+            assert os.sched_getaffinity(0) == before
+        for bad in (-1, 1 << 20, "x"):
+            with pytest.raises(Failed, match=r"cannot run the blocks of t::a on CPU"), \
+                    SidePlugin.on_cpu(side, bad, "t::a"):
+                pass
+            assert os.sched_getaffinity(0) == before
+    finally:
+        stop.set()
+        other.join()
+        os.sched_setaffinity(0, before)
 
 
 def test_a_side_that_dies_is_named_with_its_status(tmp_path):
