@@ -9,8 +9,9 @@ passed and at least ``min_rounds`` were done) and returns per-call seconds of ea
 import.
 
 :func:`pedantic_round` is one round of a pedantic benchmark (``setup`` gives each round its
-arguments, ``teardown`` follows it): the one round loop of the plugin's own per-op timing and of an
-A/B side, which times the rounds the controller orders.
+arguments, ``teardown`` follows it): the one round loop of the plugin's own per-op timing (both
+modes: :func:`time_rounds` times its rounds with it) and of an A/B side, which times the rounds the
+controller orders.
 """
 
 from __future__ import annotations
@@ -35,13 +36,6 @@ class LoopSettings:
     max_iterations: int = 1 << 20
 
 
-def _round(call: Callable[[], object], timer: Callable[[], float], iterations: int) -> float:
-    start = timer()
-    for _ in range(iterations):
-        call()
-    return timer() - start
-
-
 def time_rounds(call: Callable[[], object], timer: Callable[[], float],
                 settings: LoopSettings = LoopSettings(),
                 before_round: Callable[[], object] | None = None,
@@ -59,15 +53,14 @@ def time_rounds(call: Callable[[], object], timer: Callable[[], float],
     iterations = 1
     if before_round is None:
         while (iterations < settings.max_iterations
-               and _round(call, timer, iterations) < settings.min_time):
+               and pedantic_round(call, (), None, iterations, timer)[0] < settings.min_time):
             iterations *= 2
     rounds: list[float] = []
     start = clock()
     while len(rounds) < settings.min_rounds or (
             len(rounds) < settings.max_rounds and clock() - start < settings.max_time):
-        if before_round is not None:
-            before_round()
-        rounds.append(_round(call, timer, iterations) / iterations)
+        elapsed, _ = pedantic_round(call, (), None, iterations, timer, before=before_round)
+        rounds.append(elapsed / iterations)
     return rounds, iterations
 
 
