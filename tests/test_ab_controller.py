@@ -447,6 +447,20 @@ def fake_clock_controller(tmp_path, ms, visit_s, **extra) -> tuple[Controller, F
 AA_UNDECIDED = {"noise": 0.2, "phase": {"base": 7, "head": 3}}
 
 
+@pytest.mark.parametrize(("metrics", "pairs"), [(1, MIN_PAIRS), (300, 16)])
+def test_a_visit_past_its_share_of_the_budget_still_takes_the_pairs_an_interval_needs(
+        tmp_path, monkeypatch, metrics, pairs):
+    # every reading of the clock is 1000 s on: each visit is past its deadline at once. With
+    # 300 metrics the corrected level bounds no interval below 14 pairs (+2 of margin)
+    c, clock = fake_clock_controller(tmp_path, {"base": 1.0, "head": 1.0}, 0.0)
+    clock.tick = 1000.0
+    monkeypatch.setattr(c, "_family_size", lambda: metrics)
+    run_session(c)
+    blocks = _blocks(tmp_path)
+    assert len(blocks) == 2 * (1 + pairs)  # one warm-up pair, one generation
+    assert paired.pairs_for_interval(0.05 / 300) + controller_module.VISIT_MARGIN_PAIRS == 16
+
+
 def test_the_reruns_budget_is_a_share_of_the_first_pass_and_the_budget_a_ceiling():
     assert rerun_budget(0.0) == RERUN_MIN_S
     assert rerun_budget(1000.0) == RERUN_SHARE * 1000.0 > RERUN_MIN_S

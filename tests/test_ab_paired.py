@@ -183,6 +183,16 @@ def test_aa_sessions_raise_no_more_false_alarms_than_alpha():
     assert 0.002 <= rate <= strict.alpha
 
 
+@pytest.mark.parametrize("metrics", [1, 12, 239, 5000])
+def test_the_fewest_pairs_for_an_interval_bound_it_and_one_fewer_does_not(metrics):
+    a = 0.05 / metrics
+    n = paired.pairs_for_interval(a)
+    agree = [0.01 * (i + 1) for i in range(n)]  # every pair says "slower": the tightest case
+    assert math.isfinite(walsh_interval(agree, a)[1])
+    assert walsh_interval(agree[:-1], a)[1:] == (-math.inf, math.inf)
+    assert paired.pairs_for_interval(0.05) == 6 and paired.pairs_for_interval(0.05 / 239) == 14
+
+
 def test_few_pairs_are_undecided():
     big = pairs("time", 1.5, 0.02, 5)
     d = one([big])

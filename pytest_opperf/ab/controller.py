@@ -18,7 +18,9 @@ hand-over point, and then:
   differed by up to 10 % for a whole run, pinned per pair by at most 2 %). After
   ``MIN_PAIRS`` the metric is decided (at the corrected level for the whole
   session's metrics) every ``CHECK_EVERY`` pairs; it stops when decided, at
-  ``MAX_VISIT_PAIRS`` or at its share of the time budget;
+  ``MAX_VISIT_PAIRS`` or at its share of the time budget, but not before it
+  has the pairs a bounded interval needs at that level (:meth:`_visit_pairs`:
+  with ~240 metrics, 14; fewer could never decide it);
 * both at an e2e step (``run.step()``): each side does its next step in
   turn, the order drawn per step; pair i is step i (from the RunResults);
 * otherwise (one side ahead, or the test on one side only) the side alone.
@@ -76,6 +78,7 @@ __all__ = ["Controller", "Plan", "SideFailure", "SideSpec", "TestOutcome", "reru
            "usable_cpus"]
 
 MIN_PAIRS = 12  # a first look; decide's own minimum applies on top
+VISIT_MARGIN_PAIRS = 2  # a visit's pairs past the fewest with a bounded interval
 CHECK_EVERY = 4
 MAX_VISIT_PAIRS = 80
 MIN_ROUND_S = 0.0005  # timer resolution is far finer; rounds this long keep call overhead small
@@ -694,6 +697,7 @@ class Controller:
             if self.clock() >= warm_until:
                 break
         start = len(target.base)
+        need = self._visit_pairs()
         while True:
             order = self.rng.sample(["base", "head"], 2)
             cpu = self._next_cpu()
@@ -703,13 +707,22 @@ class Controller:
             self._orders.setdefault(key, []).append(self._first)
             self.pairs += 1
             done = len(target.base) - start
-            if done >= MAX_VISIT_PAIRS or (done >= MIN_PAIRS and self.clock() >= deadline):
+            if done >= MAX_VISIT_PAIRS or (done >= need and self.clock() >= deadline):
                 break
             look = done >= MIN_PAIRS and (done - MIN_PAIRS) % CHECK_EVERY == 0
             # decided: the pairs of this start order on their own (what a change needs)
             part = self._order_part(key, self._first) if look else None
             if part is not None and self._alone(part) != "undecided":
                 break
+
+    def _visit_pairs(self) -> int:
+        """The pairs a visit takes at least, its share of the budget spent or not: ``MIN_PAIRS``,
+        or, where the session's corrected level needs more for a bounded interval at all, those
+        and ``VISIT_MARGIN_PAIRS`` more (fewer could never decide the metric: time spent for
+        nothing)."""
+        level = self.settings.alpha / self._family_size()
+        return min(MAX_VISIT_PAIRS,
+                   max(MIN_PAIRS, paired.pairs_for_interval(level) + VISIT_MARGIN_PAIRS))
 
     def _alone(self, target: paired.Paired) -> str:
         """``target``'s verdict at the session's corrected level."""

@@ -26,8 +26,8 @@ from ..stats import most_common
 from ..thresholds import CompareSettings
 from ..workcount import COUNTERS
 
-__all__ = ["CompareResult", "Decision", "Paired", "Verdict", "decide", "rule", "signed_rank_cdf",
-           "walsh_interval"]
+__all__ = ["CompareResult", "Decision", "Paired", "Verdict", "decide", "pairs_for_interval", "rule",
+           "signed_rank_cdf", "walsh_interval"]
 
 Verdict = Literal["regressed", "improved", "unchanged", "undecided"]
 KINDS: tuple[str, ...] = ("time", "rate", "share", "count")
@@ -100,6 +100,15 @@ def _trim(n: int, a: float) -> int:
     sd = math.sqrt(n * (n + 1) * (2 * n + 1) / 24)
     # P(T+ <= d) ~ Phi((d + 0.5 - mean) / sd)
     return max(-1, math.floor(mean - 0.5 + sd * NormalDist().inv_cdf(a / 2)))
+
+
+def pairs_for_interval(a: float) -> int:
+    """The fewest pairs with a bounded signed-rank interval at level ``1 - a`` (two-sided): with
+    fewer, even pairs that all agree leave it open, and the metric cannot be decided."""
+    n = 1
+    while _trim(n, a) < 0:
+        n += 1
+    return n
 
 
 def _walsh_intervals(rows: Any, a: float) -> list[tuple[float, float, float]]:
