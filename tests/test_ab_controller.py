@@ -32,7 +32,7 @@ from pytest_opperf.ab.controller import (
 from pytest_opperf.ab.pairs import e2e_samples
 from pytest_opperf.ab.protocol import Channel, SideGone, SideTimeout
 from pytest_opperf.ab.session import _strip_options
-from pytest_opperf.ab.side import SidePlugin
+from pytest_opperf.ab.side import SidePlugin, current_cpu
 from pytest_opperf.device import CPU_HOST
 from pytest_opperf.results import RunResult, StatResult
 
@@ -197,7 +197,12 @@ while True:
             if "gauss" in conf:  # log-normal noise, drawn from a seed per side and process
                 noise *= math.exp(rng.gauss(0.0, conf["gauss"]))
             per_call_s = conf["ms"][side] * factor * process_factor * noise / 1e3
-            channel.send({"ev": "block", "per_call_s": [per_call_s] * msg["rounds"]})
+            # the CPU the block ended on: the one it was pinned to, else one drawn per block
+            ran_on = msg.get("cpu", conf.get("ran_on", [0])[blocks % len(conf.get("ran_on", [0]))])
+            log.write(f"ran {ran_on}\\n")
+            log.flush()
+            channel.send({"ev": "block", "per_call_s": [per_call_s] * msg["rounds"],
+                          "cpu": ran_on})
         else:
             break
     runs.append(op_run(nodeid, "op", [0.001], 1, CPU_HOST, "host"))
@@ -256,7 +261,8 @@ def test_the_controller_pairs_blocks_in_random_order_stops_once_decided_and_conf
     assert d.verdict == "regressed" and d.estimate == pytest.approx(2.0, rel=0.02)
     # decided at the first look of each run of the test; a regression is confirmed by a second run
     assert d.pairs == 2 * MIN_PAIRS
-    lines = (tmp_path / "blocks.log").read_text().split("\n")[:-1]
+    lines = [line for line in (tmp_path / "blocks.log").read_text().split("\n")[:-1]
+             if not line.startswith("ran ")]
     assert len(lines) == 2 * (2 + 2 * MIN_PAIRS) + 1 + MIN_PAIRS  # + the added test, alone
     # 4 iterations of a 1 ms round: 2 rounds make the 8 ms block; the same block on both sides
     assert {" ".join(line.split()[1:3]) for line in lines} == {"2 4"}
@@ -275,22 +281,29 @@ def test_the_controller_pairs_blocks_in_random_order_stops_once_decided_and_conf
     )
 
 
-@pytest.mark.parametrize("cpus", [[3, 5], []])
-def test_both_blocks_of_a_pair_run_on_one_cpu_and_the_cpus_take_turns(tmp_path, cpus):
+@pytest.mark.parametrize(("cpus", "ran_on", "pinned"), [
+    ([3, 5, 7], [5, 3, 7, None], True),
+    ([], [5, 3], False),  # one usable CPU (or no affinity here): nothing is pinned
+    ([3, 5], [9, None], False),  # a CPU that is not usable, or none reported: not pinned
+])
+def test_the_second_block_of_a_pair_runs_on_the_cpu_the_first_ended_on(tmp_path, cpus, ran_on,
+                                                                          pinned):
     ids = {"base": ["t::a", "t::b"], "head": ["t::a", "t::b"]}
-    c = controller(tmp_path, {"base": 1.0, "head": 1.0}, ids, cpus=cpus, noise=0.05)
-    try:
-        c.start()
-        c.run()
-    finally:
-        c.close()
-    lines = [line.split() for line in (tmp_path / "blocks.log").read_text().splitlines()]
-    assert len(lines) > 4 * MIN_PAIRS and len(lines) % 2 == 0
-    pairs = [lines[i : i + 2] for i in range(0, len(lines), 2)]
-    assert all({a[0], b[0]} == {"base", "head"} for a, b in pairs)  # a pair: one block a side
-    assert all(a[5] == b[5] for a, b in pairs)  # on the same CPU
-    expected = [str(cpus[i % 2]) for i in range(len(pairs))] if cpus else ["None"] * len(pairs)
-    assert [a[5] for a, _ in pairs] == expected  # warm-up pairs too, across tests and processes
+    c = controller(tmp_path, {"base": 1.0, "head": 1.0}, ids, cpus=cpus, noise=0.05,
+                   ran_on=ran_on)
+    run_session(c)
+    text = (tmp_path / "blocks.log").read_text().splitlines()
+    blocks = [(a.split(), b.split()[1]) for a, b in zip(text[0::2], text[1::2], strict=True)]
+    assert len(blocks) > 4 * MIN_PAIRS and len(blocks) % 2 == 0
+    pairs = [blocks[i : i + 2] for i in range(0, len(blocks), 2)]  # warm-up pairs too
+    assert all({first[0][0], second[0][0]} == {"base", "head"} for first, second in pairs)
+    assert all(first[0][5] == "None" for first, _ in pairs)  # the first: where it is put
+    for (_, first_ran_on), (second, second_ran_on) in pairs:
+        if pinned and first_ran_on != "None":
+            assert second[5] == first_ran_on == second_ran_on  # the second on the first's CPU
+        else:
+            assert second[5] == "None"
+    assert pinned == any(second[5] != "None" for _, (second, _) in pairs)
 
 
 def test_the_usable_cpus_are_those_of_the_affinity_when_there_is_a_choice(monkeypatch):
@@ -323,6 +336,7 @@ def test_a_side_keeps_only_its_calling_thread_on_the_cpu_a_block_names():
     try:
         with SidePlugin.on_cpu(side, cpu, "t::a"):
             assert os.sched_getaffinity(0) == {cpu}
+            assert current_cpu() == cpu  # what the block's answer names
             assert os.sched_getaffinity(other.native_id) == before  # pool threads stay free
         assert os.sched_getaffinity(0) == before
         with pytest.raises(ZeroDivisionError), SidePlugin.on_cpu(side, cpu, "t::a"):
@@ -381,7 +395,7 @@ def test_a_change_not_confirmed_by_a_second_run_is_undecided(tmp_path):
 def _blocks(tmp_path: Path) -> list[tuple[str, int, int]]:
     """(side, pid, started second) per block of the fake sides."""
     rows = [line.split() for line in (tmp_path / "blocks.log").read_text().splitlines()]
-    return [(r[0], int(r[3]), int(r[4])) for r in rows]
+    return [(r[0], int(r[3]), int(r[4])) for r in rows if r[0] != "ran"]
 
 
 @pytest.mark.parametrize("head_ms", [1.0, 1.5])

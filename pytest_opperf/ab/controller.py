@@ -11,11 +11,15 @@ hand-over point, and then:
   round, also the warm-up) and runs one warm-up block; then pairs of short
   blocks, the order of the two blocks drawn at random for each pair. Pair i
   is the median per-call time of each side's i-th block. Both blocks of a
-  pair run with the side's calling thread on the same CPU (the CPUs this
-  process may use, taken in turn, pair by pair): a process that stays on one
-  CPU for its life runs at that CPU's speed, and the CPUs of a shared
-  machine differ (A/A here: two processes that each kept to their own CPU
-  differed by up to 10 % for a whole run, pinned per pair by at most 2 %). After
+  pair run on one CPU: the first where the scheduler puts it, the second
+  with its calling thread kept on the CPU the first ended on. A process
+  that stays on one CPU for its life runs at that CPU's speed, and the CPUs
+  of a shared machine differ (A/A here, one other job running: two
+  processes that each kept to their own CPU differed by up to 10 % over a
+  whole run; on one CPU per pair, by at most 2 %). The CPU the first
+  block chose is the one the scheduler found free: pinning the pairs to
+  the CPUs in turn instead put half of them beside the other job, and the
+  pairs spread 2.6 times as wide. After
   ``MIN_PAIRS`` the metric is decided (at the corrected level for the whole
   session's metrics) every ``CHECK_EVERY`` pairs; it stops when decided, at
   ``MAX_VISIT_PAIRS`` or at its share of the time budget, but not before it
@@ -297,7 +301,7 @@ class Controller:
     clock: Callable[[], float] = time.monotonic
     on_outcome: Callable[[TestOutcome], None] = lambda outcome: None
     should_stop: Callable[[], bool] = lambda: False
-    cpus: Sequence[int] | None = None  # the CPUs a pair's blocks run on, in turn (None: usable)
+    cpus: Sequence[int] | None = None  # where a pair's second block may be pinned (None: usable)
     sides: dict[str, Side] = field(default_factory=dict)
     samples: dict[paired.MetricKey, paired.Paired] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -307,8 +311,7 @@ class Controller:
         if self.seed is None:
             self.seed = int.from_bytes(os.urandom(4), "little")
         self.rng = random.Random(self.seed)
-        self.cpus = list(usable_cpus() if self.cpus is None else self.cpus)
-        self._cpu_turn = 0
+        self._cpus: list[int] = list(usable_cpus() if self.cpus is None else self.cpus)
         self._started = 0.0
         self._visits: dict[str, int] = {}
         self._order: list[str] = []
@@ -647,16 +650,20 @@ class Controller:
             return iterations, MAX_ROUNDS
         return iterations, max(1, min(MAX_ROUNDS, math.ceil(BLOCK_S / round_s)))
 
-    def _next_cpu(self) -> int | None:
-        """The CPU both blocks of the next pair run on (None: the sides are not pinned)."""
-        if not self.cpus:
-            return None
-        cpu = self.cpus[self._cpu_turn % len(self.cpus)]
-        self._cpu_turn += 1
-        return cpu
+    def _pair(self, by_name: dict[str, Side], rounds: int, iterations: int,
+              doing: str) -> dict[str, float]:
+        """One block on each side, in an order drawn now; the second on the first's CPU."""
+        got: dict[str, float] = {}
+        cpu: int | None = None
+        for name in self.rng.sample(["base", "head"], 2):
+            got[name], ran_on = self._block(by_name[name], rounds, iterations, doing, cpu)
+            if cpu is None and ran_on in self._cpus:
+                cpu = ran_on
+        return got
 
     def _block(self, side: Side, rounds: int, iterations: int, doing: str,
-               cpu: int | None = None) -> float:
+               cpu: int | None = None) -> tuple[float, int | None]:
+        """The block's median per-call time (ms) and the CPU it ended on (None: unknown)."""
         order: dict[str, Any] = {"cmd": "block", "rounds": rounds, "iterations": iterations}
         if cpu is not None:
             order["cpu"] = cpu
@@ -667,7 +674,9 @@ class Controller:
             raise SideFailure(f"the {side.name} side answered {answer.get('ev')!r} to a block "
                               f"while {doing}",
                               side.tail())
-        return statistics.median(float(v) for v in values) * 1e3
+        ran_on = answer.get("cpu")
+        ran_on = ran_on if isinstance(ran_on, int) and not isinstance(ran_on, bool) else None
+        return statistics.median(float(v) for v in values) * 1e3, ran_on
 
     def _visit_deadline(self) -> float:
         """A benchmark's share of the budget: half of what is left over the tests left (the other
@@ -690,19 +699,14 @@ class Controller:
         iterations, rounds = self._calibrate(sides, doing)
         by_name = {s.name: s for s in sides}
         warm_until = self.clock() + self.warmup_s
-        while True:  # warm-up pairs, in the order of real ones, thrown away
-            cpu = self._next_cpu()
-            for name in self.rng.sample(["base", "head"], 2):
-                self._block(by_name[name], rounds, iterations, doing, cpu)
+        while True:  # warm-up pairs, like real ones, thrown away
+            self._pair(by_name, rounds, iterations, doing)
             if self.clock() >= warm_until:
                 break
         start = len(target.base)
         need = self._visit_pairs()
         while True:
-            order = self.rng.sample(["base", "head"], 2)
-            cpu = self._next_cpu()
-            got = {name: self._block(by_name[name], rounds, iterations, doing, cpu)
-                   for name in order}
+            got = self._pair(by_name, rounds, iterations, doing)
             target.add(got["base"], got["head"])
             self._orders.setdefault(key, []).append(self._first)
             self.pairs += 1

@@ -14,7 +14,7 @@ Controller -> side (``cmd``):
   iterations per round that make a round last at least ``min_round_s``.
 * ``block``: ``{"cmd": "block", "rounds": r, "iterations": i, "cpu": n}``: one
   untimed warm-up call, then ``r`` timed rounds of ``i`` calls, the calling
-  thread kept on CPU ``n`` meanwhile (no ``cpu``: not pinned).
+  thread kept on CPU ``n`` meanwhile (no ``cpu``: where the scheduler puts it).
 * ``finish``: end the session (the side's pytest exits).
 
 Side -> controller (``ev``):
@@ -22,7 +22,8 @@ Side -> controller (``ev``):
 * ``collected``: ``{"ids": [...], "errors": [[nodeid, message], ...]}``.
 * ``step``: a measured window ended a step and waits for ``go``.
 * ``bench``: a per-op benchmark is ready and waits for ``calibrate``/``block``/``go``.
-* ``calibrated``: ``{"iterations": i, "round_s": s}``; ``block``: ``{"per_call_s": [...]}``.
+* ``calibrated``: ``{"iterations": i, "round_s": s}``; ``block``: ``{"per_call_s": [...],
+  "cpu": n|null}`` (the CPU the block ended on).
 * ``done``: the test ended: ``{"reports": [...], "runs": [...], "failed": bool}``.
 * ``error``: the side cannot go on: ``{"message": text}``.
 """

@@ -8,7 +8,7 @@ point: after every ``run.step()`` of a measured window (the time spent
 waiting is not the window's: ``measure.Run`` leaves it out), and at every
 per-op benchmark, whose rounds the controller asks for in blocks instead of
 pytest-benchmark calibrating them (a block may name the CPU its calling
-thread runs on). At the end of a test it sends the test's
+thread runs on; each answer names the CPU it ended on). At the end of a test it sends the test's
 reports and the runs it measured. The side never gates, reports or writes
 files: the controller's process does.
 """
@@ -16,6 +16,7 @@ files: the controller's process does.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import statistics
 import time
@@ -187,8 +188,9 @@ class SidePlugin:
                     one_round(1)  # a pause lets thread pools fall asleep: wake them untimed
                     times = [one_round(iterations) / iterations
                              for _ in range(int(message["rounds"]))]
+                    ran_on = current_cpu()
                 per_call.extend(times)
-                self.send({"ev": "block", "per_call_s": times})
+                self.send({"ev": "block", "per_call_s": times, "cpu": ran_on})
             elif cmd == "go":
                 break
             else:
@@ -203,6 +205,26 @@ class SidePlugin:
                                        bench._opperf.device, timing, kind=bench.kind,
                                        config=config, flops=bench.flops, bytes=bench.bytes))
         return result[0]
+
+
+_sched_getcpu: Any = None  # libc's sched_getcpu, once looked up (False: there is none)
+
+
+def current_cpu() -> int | None:
+    """The CPU the calling thread runs on now (libc's ``sched_getcpu``), or None where the C
+    library has no such call or it fails."""
+    global _sched_getcpu
+    if _sched_getcpu is None:
+        try:
+            _sched_getcpu = ctypes.CDLL(None, use_errno=True).sched_getcpu
+            _sched_getcpu.restype = ctypes.c_int
+            _sched_getcpu.argtypes = []
+        except (OSError, AttributeError):
+            _sched_getcpu = False
+    if _sched_getcpu is False:
+        return None
+    cpu = int(_sched_getcpu())
+    return cpu if cpu >= 0 else None
 
 
 @pytest.hookimpl(tryfirst=True)  # before the opperf session is made: it must know it is a side
