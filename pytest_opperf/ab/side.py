@@ -219,7 +219,7 @@ def current_cpu() -> int | None:
             _sched_getcpu = ctypes.CDLL(None, use_errno=True).sched_getcpu
             _sched_getcpu.restype = ctypes.c_int
             _sched_getcpu.argtypes = []
-        except (OSError, AttributeError):
+        except (OSError, AttributeError, TypeError):  # no such call, or no C library to load
             _sched_getcpu = False
     if _sched_getcpu is False:
         return None
