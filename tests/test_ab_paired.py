@@ -572,7 +572,7 @@ def test_ci_thresholds_compare_table():
 
     s = load_thresholds(Path(__file__).parent.parent / "ci" / "thresholds.toml").compare
     assert (s.min_slowdown, s.max_python_share_increase, s.alpha) == (0.05, 0.01, 0.05)
-    assert (s.min_call_ms, s.min_step_ms, s.min_pairs, s.budget_s) == (0.002, 0.1, 10, 240.0)
+    assert (s.min_call_ms, s.min_step_ms, s.min_pairs, s.budget_s) == (0.002, 0.1, 10, 480.0)
 
 
 def sequential_sessions(ratio, count, metrics=150, noise=0.02, start=10, block=5, most=100):
