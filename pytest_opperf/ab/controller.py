@@ -16,15 +16,15 @@ hand-over point, and then:
   that stays on one CPU for its life runs at that CPU's speed, and the CPUs
   of a shared machine differ (A/A here, one other job running: two
   processes that each kept to their own CPU differed by up to 10 % over a
-  whole run; on one CPU per pair, by at most 2 %). The CPU the first
+  whole run; with each pair on one CPU, by 2-4 %). The CPU the first
   block chose is the one the scheduler found free: pinning the pairs to
   the CPUs in turn instead put half of them beside the other job, and the
-  pairs spread 2.6 times as wide. After
+  pairs spread 1.8-2.6 times as wide (``benchmarks/pair_cpu.py``). After
   ``MIN_PAIRS`` the metric is decided (at the corrected level for the whole
   session's metrics) every ``CHECK_EVERY`` pairs; it stops when decided, at
   ``MAX_VISIT_PAIRS`` or at its share of the time budget, but not before it
   has the pairs a bounded interval needs at that level (:meth:`_visit_pairs`:
-  with ~240 metrics, 14; fewer could never decide it);
+  with ~240 metrics, 14 plus 2; fewer could never decide it);
 * both at an e2e step (``run.step()``): each side does its next step in
   turn, the order drawn per step; pair i is step i (from the RunResults);
 * otherwise (one side ahead, or the test on one side only) the side alone.
