@@ -8,8 +8,8 @@ point: after every ``run.step()`` of a measured window (the time spent
 waiting is not the window's: ``measure.Run`` leaves it out), and at every
 per-op benchmark, whose rounds the controller asks for in blocks instead of
 pytest-benchmark calibrating them (a block may name the CPU its calling
-thread runs on; each answer names the CPU it ended on). At the end of a test it sends the test's
-reports and the runs it measured. The side never gates, reports or writes
+thread runs on; each answer names the CPU it ended on). At the end of a
+test it sends the test's reports and the runs it measured. The side never gates, reports or writes
 files: the controller's process does.
 """
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import statistics
 import time
@@ -207,23 +208,21 @@ class SidePlugin:
         return result[0]
 
 
-_sched_getcpu: Any = None  # libc's sched_getcpu, once looked up (False: there is none)
+@functools.cache
+def _sched_getcpu() -> Any:
+    """libc's ``sched_getcpu``, or None where the C library has no such call (or cannot load)."""
+    try:
+        call = ctypes.CDLL(None).sched_getcpu
+    except (OSError, AttributeError, TypeError):
+        return None
+    call.restype, call.argtypes = ctypes.c_int, []
+    return call
 
 
 def current_cpu() -> int | None:
-    """The CPU the calling thread runs on now (libc's ``sched_getcpu``), or None where the C
-    library has no such call or it fails."""
-    global _sched_getcpu
-    if _sched_getcpu is None:
-        try:
-            _sched_getcpu = ctypes.CDLL(None, use_errno=True).sched_getcpu
-            _sched_getcpu.restype = ctypes.c_int
-            _sched_getcpu.argtypes = []
-        except (OSError, AttributeError, TypeError):  # no such call, or no C library to load
-            _sched_getcpu = False
-    if _sched_getcpu is False:
-        return None
-    cpu = int(_sched_getcpu())
+    """The CPU the calling thread runs on now, or None where that cannot be known."""
+    call = _sched_getcpu()
+    cpu = -1 if call is None else int(call())
     return cpu if cpu >= 0 else None
 
 

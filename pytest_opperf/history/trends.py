@@ -34,7 +34,7 @@ __all__ = ["Commit", "Group", "Series", "build", "find_changes", "history_lines"
 RUN_METRICS = ("examples_per_sec", "python_share")
 HIGHER_IS_BETTER = ("examples_per_sec",)
 DEFAULT_TOP = 10  # step_ms rows per e2e run in the history command without --stat
-INSTRUCTIONS = "instructions"
+INSTRUCTIONS = metrics.INSTRUCTIONS
 WORK_TOTALS = (*COUNTERS, INSTRUCTIONS)  # a step's work counts, in the order they are listed
 STAT_COUNTER = "bytecodes"  # the counter kept per stat as a series (the finest of the three)
 # detect()'s (min_change, min_sigma) for work counts: the counters are exact (a 0.2 % step is work
