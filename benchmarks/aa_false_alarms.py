@@ -86,6 +86,9 @@ def session(index: int, opts: argparse.Namespace, base: Path, out: Path) -> dict
         row["regressed"] = [f"{d['run']} {d['metric']} {d['estimate']:.3f} "
                             f"[{d['low']:.3f}, {d['high']:.3f}]"
                             for d in compare.get("decisions", []) if d["verdict"] == "regressed"]
+        row["estimates"] = {f"{d['run']} {d['metric']}": round(d["estimate"], 4)
+                            for d in compare.get("decisions", [])
+                            if d.get("estimate") is not None}
         row["violations"] = [v.get("message") for v in
                              (data.get("gate") or {}).get("violations", [])]
         json_path.unlink()

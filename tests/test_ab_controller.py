@@ -482,8 +482,8 @@ def test_the_reruns_budget_is_a_share_of_the_first_pass_and_the_budget_a_ceiling
 
 @pytest.mark.parametrize(("budget_s", "left_s"), [(1e6, RERUN_SHARE * 100), (110.0, 10.0)])
 def test_the_session_budget_follows_the_first_pass(tmp_path, budget_s, left_s):
-    # the first pass takes 100 s on the fake clock: the reruns get half of that, or what is left
-    # of [compare] budget_s
+    # the first pass takes 100 s on the fake clock: the reruns get RERUN_SHARE of that, or what
+    # is left of [compare] budget_s
     c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 1.0}, 100.0,
                                  budget_s=budget_s, **AA_UNDECIDED)
     result = run_session(c)

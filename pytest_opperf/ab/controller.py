@@ -96,7 +96,9 @@ WARMUP_S = 0.3
 MAX_RERUNS = 8  # passes after the first (each in fresh processes), at most
 # The passes after the first may take this share of the first pass's wall time (spawn and
 # collection included), but at least RERUN_MIN_S, and never more than [compare] budget_s allows.
-RERUN_SHARE = 0.5
+# The first pass of the main job costs about 1.45 times a single-side run (two sides, warm-up
+# pairs), so with 0.3 a whole A/B session stays within twice the single side's cost.
+RERUN_SHARE = 0.3
 RERUN_MIN_S = 10.0
 MIN_ORDER_PAIRS = 4  # pairs of each start order a regressed or improved metric needs
 RERUN_RESERVE = 0.5  # the share of the budget left a first visit of a benchmark may take
