@@ -13,6 +13,7 @@ import os
 import socket
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -338,7 +339,13 @@ def test_a_side_keeps_only_its_calling_thread_on_the_cpu_a_block_names():
             assert os.sched_getaffinity(0) == {cpu}
             assert current_cpu() == cpu  # what the block's answer names
             assert os.sched_getaffinity(other.native_id) == before  # pool threads stay free
+            # a pool made on first use, in the block: its thread inherits the one CPU...
+            pool = ThreadPoolExecutor(1)
+            worker_tid = pool.submit(threading.get_native_id).result()
+            assert os.sched_getaffinity(worker_tid) == {cpu}
         assert os.sched_getaffinity(0) == before
+        assert os.sched_getaffinity(worker_tid) == before  # ...and gets the CPUs back after it
+        pool.shutdown()
         with pytest.raises(ZeroDivisionError), SidePlugin.on_cpu(side, cpu, "t::a"):
             1 / 0  # noqa: B018 - a benchmark that raises
         assert os.sched_getaffinity(0) == before

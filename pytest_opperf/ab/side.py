@@ -134,13 +134,15 @@ class SidePlugin:
     @contextlib.contextmanager
     def on_cpu(self, cpu: Any, nodeid: str) -> Iterator[None]:
         """Keep the calling thread on ``cpu`` (None: where the scheduler puts it) and give it
-        its CPUs back after. Only this thread: pool threads stay free. A thread started meanwhile
-        would inherit the one CPU, but the calibration has run the benchmark unpinned first."""
+        its CPUs back after. Only this thread: pool threads stay free. A thread the block starts
+        (a pool made on first use) inherits the one CPU; it gets the CPUs back after the block
+        too, or it would stay there for the process's life."""
         if cpu is None:
             yield
             return
         try:
             before = os.sched_getaffinity(0)
+            threads = _thread_ids()
             os.sched_setaffinity(0, {int(cpu)})
         except (OSError, ValueError, TypeError, AttributeError) as exc:
             self.fail(f"cannot run the blocks of {nodeid} on CPU {cpu!r} as the controller "
@@ -149,6 +151,9 @@ class SidePlugin:
             yield
         finally:
             os.sched_setaffinity(0, before)
+            for tid in _thread_ids() - threads:
+                with contextlib.suppress(OSError):  # it ended meanwhile
+                    os.sched_setaffinity(tid, before)
 
     def benchmark(self, bench: Any, target: Callable[..., Any], args: tuple, kwargs: dict[str, Any],
                   setup: Callable[[], Any] | None = None,
@@ -217,6 +222,14 @@ def _sched_getcpu() -> Any:
         return None
     call.restype, call.argtypes = ctypes.c_int, []
     return call
+
+
+def _thread_ids() -> set[int]:
+    """The kernel's ids of this process's threads (none where ``/proc`` does not list them)."""
+    try:
+        return {int(name) for name in os.listdir("/proc/self/task")}
+    except OSError:
+        return set()
 
 
 def current_cpu() -> int | None:
