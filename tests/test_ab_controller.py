@@ -542,10 +542,10 @@ def test_with_time_left_an_undecided_aa_metric_is_run_again(tmp_path):
 
 
 def _key_with_pairs(c: Controller, kind: str, xs: list[float], first: str,
-                    metric: str = "call_ms:op") -> paired.MetricKey:
+                    metric: str = "call_ms:op", run: str = "t::a") -> paired.MetricKey:
     """Pairs with ``x`` values ``xs`` (log ratios for time and rate, differences for the share),
     measured with ``first`` started first."""
-    key = paired.MetricKey("t::a", metric)
+    key = paired.MetricKey(run, metric)
     p = c.samples.setdefault(key, paired.Paired(key, kind))  # type: ignore[arg-type]
     for x in xs:
         if kind == "time":
@@ -618,17 +618,37 @@ def test_leans_is_an_estimate_past_half_the_threshold(kind, estimate, limit, lea
     assert controller_module._leans(_decision(kind, estimate, limit)) is leans
 
 
-def test_past_the_budget_a_leaning_metric_gets_the_pairs_a_verdict_needs_and_no_more(
-        tmp_path, monkeypatch):
-    # 4 % slower (its estimate past sqrt(1.05)) in noise too wide to decide: past the budget it
-    # gets one generation, for the pairs of the other start order, and then stops (each order's
-    # pairs have an interval of their own); every generation more would be one more look
+@pytest.mark.parametrize(("leaning_min_s", "generations"), [(60.0, 2), (0.0, 1)])
+def test_past_the_budget_a_leaning_metric_gets_the_pairs_a_verdict_needs_for_leaning_min_s(
+        tmp_path, monkeypatch, leaning_min_s, generations):
+    # 4 % slower (its estimate past sqrt(1.05)) in noise too wide to decide, and no budget for
+    # reruns: within LEANING_MIN_S after the first pass it gets one generation, for the pairs of
+    # the other start order, and then stops (each order's pairs have an interval of their own);
+    # every generation more would be one more look. Past LEANING_MIN_S it gets none: only a
+    # change seen in one start order goes on (e2e stats, with a few pairs a run, took the main
+    # job's A/B to 3x its single side when they went on up to budget_s)
     monkeypatch.setattr(controller_module, "RERUN_MIN_S", 0.0)
     monkeypatch.setattr(controller_module, "RERUN_SHARE", 0.0)
+    monkeypatch.setattr(controller_module, "LEANING_MIN_S", leaning_min_s)
     c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 1.04}, 0.0, noise=0.0,
                                  gauss=0.3)
     result = run_session(c)
     (d,) = result.decisions
     assert d.verdict == "undecided" and d.estimate > 1.0247, d
-    assert "2 generation(s)" in result.notes[-1]
+    assert f"{generations} generation(s)" in result.notes[-1]
     assert any("stopped early" in note for note in result.notes)
+
+
+def test_past_each_budget_the_tests_run_again_narrow_to_leaning_metrics_then_to_changes(
+        tmp_path):
+    c = controller(tmp_path, {"base": 1.0, "head": 1.0}, {"base": [], "head": []})
+    tests = ["t::flat", "t::leans", "t::changed"]
+    c._plan = controller_module.Plan(tests, [], [], tests)
+    wide = [0.5 * ((i * 7) % 5 - 2) for i in range(20)]  # symmetric about 0: undecided
+    _key_with_pairs(c, "time", wide, "base", run="t::flat")  # estimate 0: does not lean
+    _key_with_pairs(c, "time", [x + 0.04 for x in wide], "base", run="t::leans")  # past c/2
+    _key_with_pairs(c, "time", [math.log(2.0)] * 20, "base", run="t::changed")  # one order only
+    common = set(tests)
+    assert c._undecided_runs(common) == ["t::changed", "t::flat", "t::leans"]
+    assert c._undecided_runs(common, keep="leaning") == ["t::changed", "t::leans"]
+    assert c._undecided_runs(common, keep="changes") == ["t::changed"]

@@ -40,12 +40,14 @@ each start order decide it on their own (docs/contract-additions.md, A/B).
 The budget of the passes after the first scales with what the selection
 costs: ``RERUN_SHARE`` of the first pass's wall time, at least
 ``RERUN_MIN_S``, never past ``[compare] budget_s`` from the start (the
-ceiling). Once it has no time left for the next generation (a start of the
-sides plus the tests' last visits, and another start after it), only tests
-with a change seen in one start order, or a metric whose estimate leans
-towards a regression (past ``c/2``) and whose pairs of a start order are
-too few for a verdict of their own (an e2e stat gets a few pairs a run), go
-on, up to the ceiling. The last
+ceiling). Once it has no time left for the next generation of every
+undecided test (a start of the sides plus the tests' last visits, and
+another start after it), only tests with a change seen in one start order,
+or a metric whose estimate leans towards a regression (past ``c/2``) and
+whose pairs of a start order are too few for a verdict of their own (an e2e
+stat gets a few pairs a run), go on, for ``LEANING_MIN_S`` after the first
+pass at least; once that has no time for those either, only the changes, up
+to the ceiling. The last
 generation (``MAX_RERUNS``, or the time left allows none after it) runs
 only the tests with a metric that may still end regressed: the pairs of the
 current start order get no more pairs then, and a regression needs them, on
@@ -100,8 +102,16 @@ MAX_RERUNS = 8  # passes after the first (each in fresh processes), at most
 # pairs), so with 0.3 a whole A/B session stays within twice the single side's cost.
 RERUN_SHARE = 0.3
 RERUN_MIN_S = 10.0
+# When the reruns' budget has no room for every undecided test, the changes seen in one start
+# order and the leaning metrics that lack pairs go on for at least this long after the first pass
+# (still within [compare] budget_s): an e2e stat gets 3 pairs a run and needs about 14 in each
+# start order, which a small selection's generations give in a few seconds each.
+LEANING_MIN_S = 60.0
 MIN_ORDER_PAIRS = 4  # pairs of each start order a regressed or improved metric needs
-RERUN_RESERVE = 0.5  # the share of the budget left a first visit of a benchmark may take
+# The share of the budget left (over the tests left) a first visit of a benchmark may take; the
+# rest stays for running tests again. With 0.5 the main job's first pass took 1.7 times a
+# single-side run; visits that have the pairs for a bounded interval gain little from more.
+FIRST_VISIT_SHARE = 0.25
 LOG_TAIL_LINES = 15
 
 
@@ -397,10 +407,12 @@ class Controller:
             self._remaining = self._unvisited = len(schedule) - index
             self._visit(nodeid, self._next_of(schedule, index), nodeid in set(plan.common))
         self._unvisited = 0
-        first_pass_s = self.clock() - self._started
-        self._budget_end = min(ceiling, self.clock() + rerun_budget(first_pass_s))
+        now = self.clock()
+        first_pass_s = now - self._started
+        self._budget_end = min(ceiling, now + rerun_budget(first_pass_s))
         rerun_s = self._budget_end - self._started - first_pass_s
-        budget_exhausted = self._rerun(set(plan.common), ceiling)
+        leaning_end = min(ceiling, max(self._budget_end, now + LEANING_MIN_S))
+        budget_exhausted = self._rerun(set(plan.common), leaning_end, ceiling)
         decisions = [self._confirmed(d) for d in paired.decide(list(self.samples.values()),
                                                                self.settings)]
         if any(d.verdict == "undecided" for d in decisions) and self.clock() >= self._budget_end:
@@ -414,25 +426,27 @@ class Controller:
             removed=list(plan.removed), pairs=self.pairs, elapsed_s=self.clock() - self._started,
             budget_exhausted=budget_exhausted, notes=list(self.notes))
 
-    def _rerun(self, common: set[str], ceiling: float) -> bool:
+    def _rerun(self, common: set[str], leaning_end: float, ceiling: float) -> bool:
         """The passes after the first, each a generation; returns whether the budget ended them
-        with something left to run. Once the reruns' budget has no time for a generation (and a
-        start of the sides after it), only the tests with a change seen in one start order or a
-        metric that leans towards a regression with too few pairs for a verdict go on, up to
-        ``ceiling``. The last generation (the ``MAX_RERUNS``-th, or none would fit after it) runs
-        only the tests with a metric that may still end regressed (:meth:`_may_regress`)."""
-        leaning = False
+        with something left to run. Once the reruns' budget has no time for a generation of
+        every undecided test (and a start of the sides after it), only the tests with a change
+        seen in one start order or a metric that leans towards a regression with too few pairs
+        for a verdict go on, up to ``leaning_end``; once that has no time for those either, only
+        the changes, up to ``ceiling``. The last generation (the ``MAX_RERUNS``-th, or none would
+        fit after it) runs only the tests with a metric that may still end regressed
+        (:meth:`_may_regress`)."""
+        keep = "undecided"
         for generation in range(1, MAX_RERUNS + 1):
-            tests = self._undecided_runs(common, leaning=leaning)
+            tests = self._undecided_runs(common, keep=keep)
             if self.should_stop():
                 return False
-            if not leaning and not self._time_for(tests):
-                leaning = True
-                self._budget_end = ceiling
-                tests = self._undecided_runs(common, leaning=True)
+            while keep != "changes" and not self._time_for(tests):
+                keep = "leaning" if keep == "undecided" else "changes"
+                self._budget_end = leaning_end if keep == "leaning" else ceiling
+                tests = self._undecided_runs(common, keep=keep)
             last = generation == MAX_RERUNS or not self._time_for(tests)
             if last:  # the pairs of the current start order are final
-                tests = self._undecided_runs(common, final=self._first, leaning=leaning)
+                tests = self._undecided_runs(common, final=self._first, keep=keep)
             if not tests:
                 left = self._undecided_runs(common)
                 if left:
@@ -496,19 +510,20 @@ class Controller:
                                    "the pairs of each start order of the sides on their own")
 
     def _undecided_runs(self, common: set[str], final: str | None = None,
-                        leaning: bool = False) -> list[str]:
+                        keep: str = "undecided") -> list[str]:
         """The tests to run again: first those with a metric regressed or improved in one run of
         the test only (a change must show again in a second run, with its own set-up), then those
         with undecided metrics. Unless undecided metrics fail the gate, only those changes and
         the metrics that lean towards a regression (:meth:`_leans`) with too few pairs in a start
-        order for a verdict (:meth:`_short`) count with ``leaning``, and
+        order for a verdict (:meth:`_short`) count with ``keep="leaning"``, only the changes with
+        ``keep="changes"``, and
         with ``final`` (the start order whose pairs get no more pairs: the next generation is the
         last) only those that may still end regressed (:meth:`_may_regress`)."""
         decisions = paired.decide(list(self.samples.values()), self.settings)
         if not self.undecided_fails:
             decisions = [d for d in decisions
-                         if (not leaning or self._unconfirmed(d)
-                             or (_leans(d) and self._short(d.key)))
+                         if (keep == "undecided" or self._unconfirmed(d)
+                             or (keep == "leaning" and _leans(d) and self._short(d.key)))
                          and (final is None or self._may_regress(d.key, final))]
         unconfirmed = {self._test_of(d.key.run) for d in decisions if self._unconfirmed(d)}
         undecided: dict[str, int] = {}
@@ -681,10 +696,11 @@ class Controller:
         return statistics.median(float(v) for v in values) * 1e3, ran_on
 
     def _visit_deadline(self) -> float:
-        """A benchmark's share of the budget: half of what is left over the tests left (the other
-        half stays for the runs again of tests still undecided)."""
+        """A benchmark's share of the budget: ``FIRST_VISIT_SHARE`` of what is left over the tests
+        left (the rest stays for the runs again of tests still undecided)."""
         now = self.clock()
-        share = RERUN_RESERVE * (self._budget_end - now) / max(1, getattr(self, "_remaining", 1))
+        left = max(1, getattr(self, "_remaining", 1))
+        share = FIRST_VISIT_SHARE * (self._budget_end - now) / left
         return now + max(MIN_VISIT_S, share)
 
     def _family_size(self) -> int:
