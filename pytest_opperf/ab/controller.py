@@ -73,7 +73,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..results import ResultsError, ResultSet, RunResult
 from . import paired
@@ -113,6 +113,9 @@ MIN_ORDER_PAIRS = 4  # pairs of each start order a regressed or improved metric 
 # single-side run; visits that have the pairs for a bounded interval gain little from more.
 FIRST_VISIT_SHARE = 0.25
 LOG_TAIL_LINES = 15
+# Which tests run again (Controller._undecided_runs): those with an undecided metric, only those
+# with a leaning metric short of pairs or a change seen in one start order, only the changes.
+Keep = Literal["undecided", "leaning", "changes"]
 
 
 class SideFailure(Exception):
@@ -435,7 +438,7 @@ class Controller:
         the changes, up to ``ceiling``. The last generation (the ``MAX_RERUNS``-th, or none would
         fit after it) runs only the tests with a metric that may still end regressed
         (:meth:`_may_regress`)."""
-        keep = "undecided"
+        keep: Keep = "undecided"
         for generation in range(1, MAX_RERUNS + 1):
             tests = self._undecided_runs(common, keep=keep)
             if self.should_stop():
@@ -510,7 +513,7 @@ class Controller:
                                    "the pairs of each start order of the sides on their own")
 
     def _undecided_runs(self, common: set[str], final: str | None = None,
-                        keep: str = "undecided") -> list[str]:
+                        keep: Keep = "undecided") -> list[str]:
         """The tests to run again: first those with a metric regressed or improved in one run of
         the test only (a change must show again in a second run, with its own set-up), then those
         with undecided metrics. Unless undecided metrics fail the gate, only those changes and
