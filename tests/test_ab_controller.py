@@ -618,19 +618,21 @@ def test_leans_is_an_estimate_past_half_the_threshold(kind, estimate, limit, lea
     assert controller_module._leans(_decision(kind, estimate, limit)) is leans
 
 
-@pytest.mark.parametrize(("leaning_min_s", "generations"), [(60.0, 2), (0.0, 1)])
+@pytest.mark.parametrize(("leaning_min_s", "visit_s", "generations"),
+                         [(60.0, 0.0, 2), (0.0, 0.0, 1), (60.0, 40.0, 1)])
 def test_past_the_budget_a_leaning_metric_gets_the_pairs_a_verdict_needs_for_leaning_min_s(
-        tmp_path, monkeypatch, leaning_min_s, generations):
+        tmp_path, monkeypatch, leaning_min_s, visit_s, generations):
     # 4 % slower (its estimate past sqrt(1.05)) in noise too wide to decide, and no budget for
-    # reruns: within LEANING_MIN_S after the first pass it gets one generation, for the pairs of
+    # reruns: until the session has run LEANING_MIN_S it gets one generation, for the pairs of
     # the other start order, and then stops (each order's pairs have an interval of their own);
     # every generation more would be one more look. Past LEANING_MIN_S it gets none: only a
     # change seen in one start order goes on (e2e stats, with a few pairs a run, took the main
-    # job's A/B to 3x its single side when they went on up to budget_s)
+    # job's A/B to 3x its single side when they went on up to budget_s). LEANING_MIN_S counts
+    # from the session's start: after a first pass of 40 s, a 40 s generation does not fit
     monkeypatch.setattr(controller_module, "RERUN_MIN_S", 0.0)
     monkeypatch.setattr(controller_module, "RERUN_SHARE", 0.0)
     monkeypatch.setattr(controller_module, "LEANING_MIN_S", leaning_min_s)
-    c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 1.04}, 0.0, noise=0.0,
+    c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 1.04}, visit_s, noise=0.0,
                                  gauss=0.3)
     result = run_session(c)
     (d,) = result.decisions

@@ -45,9 +45,9 @@ undecided test (a start of the sides plus the tests' last visits, and
 another start after it), only tests with a change seen in one start order,
 or a metric whose estimate leans towards a regression (past ``c/2``) and
 whose pairs of a start order are too few for a verdict of their own (an e2e
-stat gets a few pairs a run), go on, for ``LEANING_MIN_S`` after the first
-pass at least; once that has no time for those either, only the changes, up
-to the ceiling. The last
+stat gets a few pairs a run), go on, within the budget or until the session
+has run ``LEANING_MIN_S``, whichever is later; once that has no time for
+those either, only the changes, up to the ceiling. The last
 generation (``MAX_RERUNS``, or the time left allows none after it) runs
 only the tests with a metric that may still end regressed: the pairs of the
 current start order get no more pairs then, and a regression needs them, on
@@ -103,9 +103,11 @@ MAX_RERUNS = 8  # passes after the first (each in fresh processes), at most
 RERUN_SHARE = 0.3
 RERUN_MIN_S = 10.0
 # When the reruns' budget has no room for every undecided test, the changes seen in one start
-# order and the leaning metrics that lack pairs go on for at least this long after the first pass
-# (still within [compare] budget_s): an e2e stat gets 3 pairs a run and needs about 14 in each
-# start order, which a small selection's generations give in a few seconds each.
+# order and the leaning metrics that lack pairs go on until the session has run this long at
+# least (still within [compare] budget_s): an e2e stat gets 3 pairs a run and needs about 14 in
+# each start order, which a small selection's generations give in a few seconds each. Counted
+# from the session's start, so a small selection's A/B costs at most this much more than its
+# single side (counted from the first pass's end, suites/test_resnet50.py took 4x, +73 s).
 LEANING_MIN_S = 60.0
 MIN_ORDER_PAIRS = 4  # pairs of each start order a regressed or improved metric needs
 # The share of the budget left (over the tests left) a first visit of a benchmark may take; the
@@ -414,7 +416,7 @@ class Controller:
         first_pass_s = now - self._started
         self._budget_end = min(ceiling, now + rerun_budget(first_pass_s))
         rerun_s = self._budget_end - self._started - first_pass_s
-        leaning_end = min(ceiling, max(self._budget_end, now + LEANING_MIN_S))
+        leaning_end = min(ceiling, max(self._budget_end, self._started + LEANING_MIN_S))
         budget_exhausted = self._rerun(set(plan.common), leaning_end, ceiling)
         decisions = [self._confirmed(d) for d in paired.decide(list(self.samples.values()),
                                                                self.settings)]
