@@ -9,8 +9,8 @@ waiting is not the window's: ``measure.Run`` leaves it out), and at every
 per-op benchmark, whose rounds the controller asks for in blocks instead of
 pytest-benchmark calibrating them (a block may name the CPU its calling
 thread runs on; each answer names the CPU it ended on). At the end of a
-test it sends the test's reports and the runs it measured. The side never gates, reports or writes
-files: the controller's process does.
+test it sends the test's reports and the runs it measured. The side never
+gates, reports or writes files: the controller's process does.
 """
 
 from __future__ import annotations
