@@ -38,6 +38,19 @@ from pytest_opperf.thresholds import Thresholds, ThresholdsError, load_threshold
 from pytest_opperf.verdict import Verdict
 from pytest_opperf.xdist_gpu import different_models
 
+OUTPUTS = ("save", "json", "markdown", "trace")  # the files the options name
+
+
+def directory_problem(directory: Path) -> str | None:
+    """Why the output directory ``directory`` (absolute) cannot be there when the session writes,
+    or None: it exists, or its missing part can be created in the directory above it."""
+    existing = next((p for p in (directory, *directory.parents) if os.path.lexists(p)), directory)
+    if not existing.is_dir():
+        return f"{existing} is not a directory"
+    if existing != directory and not os.access(existing, os.W_OK | os.X_OK):
+        return f"cannot create directory {directory}: no permission to write in {existing}"
+    return None
+
 
 class OpPerfSession:
     """Exists only with ``--opperf``: collects runs, gates, reports, writes files.
@@ -285,20 +298,20 @@ class OpPerfSession:
             self.config.issue_config_time_warning(category(message), stacklevel=2)
 
     def _check_outputs(self) -> None:
-        for name in ("save", "json", "markdown", "trace"):
+        """Output files and their directories: missing directories are created when the session
+        writes (never before); what would stop that is a usage error now."""
+        for name in OUTPUTS:
             path = self.settings.paths.get(name)
             if path is None or (name == "save" and path.is_dir()):
                 continue
             label = self.settings.label(name)
-            if name == "save" and self.settings.save_dir:
-                existing = next((p for p in (path, *path.parents) if os.path.lexists(p)), None)
-                if existing is not None and not existing.is_dir():
-                    raise pytest.UsageError(f"opperf: {label}: {existing} is not a directory")
-                continue
-            if path.is_dir():
-                raise pytest.UsageError(f"opperf: {label}: is a directory, expected a file")
-            if not path.parent.is_dir():
-                raise pytest.UsageError(f"opperf: {label}: directory {path.parent} does not exist")
+            if name != "save" or not self.settings.save_dir:
+                if path.is_dir():
+                    raise pytest.UsageError(f"opperf: {label}: is a directory, expected a file")
+                path = path.parent
+            problem = directory_problem(path)
+            if problem:
+                raise pytest.UsageError(f"opperf: {label}: {problem}")
 
     def _check_history(self) -> None:
         if self.settings.history is None:
@@ -488,6 +501,8 @@ class OpPerfSession:
         if path is None:
             return
         try:
+            if name in OUTPUTS:  # its missing directories, checked at the start
+                path.parent.mkdir(parents=True, exist_ok=True)
             write(path)
         except (OSError, ValueError) as exc:
             self.errors.append(f"{label or self.settings.label(name)}: cannot write {path}: {exc}")

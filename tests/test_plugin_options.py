@@ -135,7 +135,9 @@ def test_device_hook_must_return_device_info(pytester):
             ["--opperf-baseline absent.json", "no such file or directory"],
         ),
         (["--opperf-thresholds=absent.toml"], ["--opperf-thresholds absent.toml", "no such file"]),
-        (["--opperf-json=nodir/r.json"], ["--opperf-json nodir/r.json", "does not exist"]),
+        (["--opperf-json=test_unusable_paths_fail_before_tests_run.py/r.json"],
+         ["--opperf-json test_unusable_paths_fail_before_tests_run.py/r.json",
+          "test_unusable_paths_fail_before_tests_run.py is not a directory"]),
         (["--opperf-markdown=."], ["--opperf-markdown .", "is a directory"]),
     ],
 )
