@@ -1,0 +1,215 @@
+"""Every opperf command of the GitHub workflows, run as the runner runs it.
+
+Each ``run:`` step of ``.github/workflows/*.yml`` that runs ``pytest ... --opperf``,
+``python -m pytest_opperf`` or ``ci/gpu-check.sh`` is run for each event whose ``if:`` it
+passes: its script as the runner gets it (YAML folding, ``${{ ... }}`` expressions given the
+event's values, the base commit of a pull request being ``HEAD``), with the step's ``env:``,
+through ``bash --noprofile --norc -eo pipefail`` as the runner does, in a fresh clone of the
+repository (HEAD and the working tree's changes to tracked files: no ``opperf-results/`` or other
+leftovers of earlier runs), without torch and paddle (the opperf jobs install neither). Its
+upload steps' paths must then hold what the step wrote.
+
+So that the commands take seconds, not minutes: ``--opperf-workload`` is ``tiny``,
+pytest-benchmark's rounds are short, an A/B command runs one test (``-k``), and
+``ci/gpu-check.sh`` runs in its dry mode (``GPU_CHECK_DRY=1``: the same steps and options on the
+CPU). Every option the workflow passes is passed as it is: one it passes can never be refused only
+in CI.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.test_workflows import WORKFLOWS
+
+ROOT = Path(__file__).parent.parent
+OPPERF_STEP = re.compile(r"\bpytest\b[^\n]*--opperf\b|python -m pytest_opperf\b|ci/gpu-check\.sh")
+# what the expressions of the workflows' env and scripts are on each event
+EXPRESSIONS = {
+    "push": {"github.event_name": "push", "github.event.pull_request.base.sha": ""},
+    "pull_request": {"github.event_name": "pull_request",
+                     "github.event.pull_request.base.sha": "HEAD"},
+}
+# run by hand elsewhere: (workflow, job, step name, event) -> why not here
+NOT_HERE = {
+    ("opperf-gpu.yml", "gate", "Verify the GPU, run the suites and gate (ci/gpu-check.sh)",
+     "pull_request"):
+        "COMPARE makes the whole suites run A/B (minutes even at the tiny size); the one option "
+        "it adds, --opperf-compare=<base sha>, is run by the CPU job's A/B command",
+}
+FAST_BENCHMARKS = "--benchmark-max-time=0.002 --benchmark-min-rounds=2"
+AB_SELECTION = "-k test_program_clone"
+NO_PEERS = {  # the opperf jobs install neither: their imports fail as on the runner
+    "torch": "raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n",
+    "paddle": "raise ModuleNotFoundError(\"No module named 'paddle'\", name='paddle')\n",
+}
+
+
+@dataclass
+class Step:
+    workflow: str
+    job: str
+    name: str
+    event: str
+    script: str  # as the runner runs it, expressions substituted
+    env: dict[str, str]
+    uploads: list[str] = field(default_factory=list)  # the job's upload-artifact paths
+
+    @property
+    def id(self) -> str:
+        return f"{self.workflow}:{self.job}:{self.event}"
+
+
+def _yaml(path: Path) -> dict:
+    from ruamel.yaml import YAML  # check-jsonschema's, in the test extra
+
+    return YAML(typ="safe").load(path.read_text())
+
+
+def _substitute(text: str, event: str) -> str:
+    values = EXPRESSIONS[event]
+
+    def value(match: re.Match[str]) -> str:
+        expr = match.group(1).strip()
+        if expr not in values:
+            raise AssertionError(f"no value for the expression ${{{{ {expr} }}}} on {event}: add "
+                                 "it to EXPRESSIONS")
+        return values[expr]
+
+    return re.sub(r"\$\{\{(.*?)\}\}", value, text)
+
+
+def _runs_on(condition: object, event: str) -> bool:
+    """Whether a step's ``if:`` holds on ``event`` (the forms the workflows use)."""
+    if condition is None or condition == "always()":
+        return True
+    text = _substitute(str(condition), event) if "${{" in str(condition) else str(condition)
+    match = re.fullmatch(r"github\.event_name (==|!=) '(\w+)'", text.strip())
+    if match is None:
+        raise AssertionError(f"cannot evaluate the condition {condition!r}: teach _runs_on")
+    return (match.group(2) == event) == (match.group(1) == "==")
+
+
+def opperf_steps() -> list[Step]:
+    """Every (step, event) of the workflows that runs an opperf command."""
+    steps = []
+    for path in WORKFLOWS:
+        workflow = _yaml(path)
+        for job_id, job in workflow["jobs"].items():
+            uploads = [s["with"]["path"] for s in job["steps"]
+                       if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
+            for step in job["steps"]:
+                script = step.get("run")
+                if script is None or not OPPERF_STEP.search(script):
+                    continue
+                for event in EXPRESSIONS:
+                    if not _runs_on(step.get("if"), event):
+                        continue
+                    env = {k: _substitute(str(v), event)
+                           for k, v in (step.get("env") or {}).items()}
+                    steps.append(Step(path.name, job_id, step.get("name", script), event,
+                                      _substitute(script, event), env, uploads))
+    return steps
+
+
+STEPS = opperf_steps()
+HERE = [s for s in STEPS if (s.workflow, s.job, s.name, s.event) not in NOT_HERE]
+
+
+def quick(script: str) -> str:
+    """The script with the speed-ups of the module's docstring; every option it had stays."""
+    lines = script.splitlines()
+    for i, line in enumerate(lines):
+        if not re.search(r"\bpytest\b.*--opperf\b", line):
+            continue
+        assert not line.rstrip().endswith("\\"), f"a continued pytest command: {line}"
+        assert "--opperf-workload=" in line, f"the workload is not set: {line}"
+        line = re.sub(r"--opperf-workload=\S+", "--opperf-workload=tiny", line)
+        line = line.replace("--opperf-device=gpu", "--opperf-device=cpu")  # no GPU in CI's tests
+        extra = [FAST_BENCHMARKS] + ([AB_SELECTION] if "--opperf-compare" in line else [])
+        lines[i] = " ".join([line.rstrip(), *extra])
+    return "\n".join(lines)
+
+
+def fresh_clone(dest: Path) -> Path:
+    """The repository at HEAD, with the working tree's changes to tracked files, in ``dest``."""
+    if subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--git-dir"],
+                      capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout: the workflows run in one")
+
+    def git(*args: str, cwd: Path = ROOT, **kw: object) -> str:
+        out = subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, **kw)
+        return out.stdout.decode() if isinstance(out.stdout, bytes) else out.stdout
+
+    head = git("rev-parse", "HEAD").strip()
+    git("clone", "--quiet", "--shared", "--no-checkout", str(ROOT), str(dest))
+    git("-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", head, cwd=dest)
+    diff = subprocess.run(["git", "diff", "HEAD", "--binary"], cwd=ROOT, check=True,
+                          capture_output=True).stdout
+    if diff:
+        subprocess.run(["git", "apply", "--whitespace=nowarn"], cwd=dest, input=diff, check=True,
+                       capture_output=True)
+    return dest
+
+
+def runner_env(tmp_path: Path, step: Step) -> dict[str, str]:
+    hidden = tmp_path / "no-peers"
+    hidden.mkdir()
+    for name, text in NO_PEERS.items():
+        (hidden / f"{name}.py").write_text(text)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_", "GITHUB_", "OPPERF_")) and k != "COMPARE"}
+    env.update(step.env)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONPATH"] = str(hidden)
+    env["GITHUB_STEP_SUMMARY"] = str(tmp_path / "step-summary.md")
+    if "ci/gpu-check.sh" in step.script:
+        env.update(GPU_CHECK_DRY="1", PYTHON=sys.executable)
+    return env
+
+
+def test_every_workflow_runs_opperf_and_each_command_is_run_here():
+    assert {s.workflow for s in STEPS} == {p.name for p in WORKFLOWS}
+    assert {(s.workflow, s.job, s.event) for s in HERE} == {
+        ("ci.yml", "opperf-cpu", "push"),
+        ("ci.yml", "opperf-cpu", "pull_request"),
+        ("opperf-gpu.yml", "gate", "push"),
+    }
+    assert set(NOT_HERE) <= {(s.workflow, s.job, s.name, s.event) for s in STEPS}
+
+
+def test_quick_keeps_every_option_of_the_workflow():
+    step = next(s for s in HERE if s.event == "pull_request")
+    given = shlex.split(step.script)
+    run = shlex.split(quick(step.script))
+    assert run[: len(given)] == [a.replace("--opperf-workload=small", "--opperf-workload=tiny")
+                                 for a in given]
+    assert '--opperf-compare="$BASE_SHA"' in step.script and step.env == {"BASE_SHA": "HEAD"}
+    assert run[len(given):] == [*FAST_BENCHMARKS.split(), *AB_SELECTION.split()]
+
+
+@pytest.mark.parametrize("step", HERE, ids=lambda s: s.id)
+def test_the_workflow_command_runs_as_written(tmp_path, step):
+    clone = fresh_clone(tmp_path / "clone")
+    script = tmp_path / "step.sh"
+    script.write_text(quick(step.script) + "\n")
+    result = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
+                            cwd=clone, env=runner_env(tmp_path, step), capture_output=True,
+                            text=True, timeout=300)
+    output = result.stdout[-6000:] + result.stderr[-3000:]
+    assert result.returncode == 0, f"{quick(step.script)}\n{output}"
+    assert "gate: PASSED" in result.stdout, output
+    for upload in step.uploads:
+        kept = clone / upload
+        assert kept.is_dir(), f"nothing to upload at {upload}"
+        assert {"results.json", "report.md", "trace.json"} <= {p.name for p in kept.iterdir()}
+    summary = tmp_path / "step-summary.md"
+    assert summary.is_file() and "gate" in summary.read_text().lower()
