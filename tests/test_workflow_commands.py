@@ -5,9 +5,9 @@ Each ``run:`` step of ``.github/workflows/*.yml`` that runs ``pytest ... --opper
 passes: its script as the runner gets it (YAML folding, ``${{ ... }}`` expressions given the
 event's values, the base commit of a pull request being ``HEAD``), with the step's ``env:``,
 through ``bash --noprofile --norc -eo pipefail`` as the runner does, in a fresh clone of the
-repository (HEAD and the working tree's changes to tracked files: no ``opperf-results/`` or other
-leftovers of earlier runs), without torch and paddle (the opperf jobs install neither). Its
-upload steps' paths must then hold what the step wrote.
+repository (HEAD and the working tree's changes, files git ignores left out: no
+``opperf-results/`` or other leftovers of earlier runs), without torch and paddle (the opperf
+jobs install neither). Its upload steps' paths must then hold what the step wrote.
 
 So that the commands take seconds, not minutes: ``--opperf-workload`` is ``tiny``,
 pytest-benchmark's rounds are short, an A/B command runs one test (``-k``), and
@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -140,7 +141,8 @@ def quick(script: str) -> str:
 
 
 def fresh_clone(dest: Path) -> Path:
-    """The repository at HEAD, with the working tree's changes to tracked files, in ``dest``."""
+    """The repository at HEAD in ``dest``, with the working tree's changes: to tracked files, and
+    the files git does not ignore (what a commit of everything would hold)."""
     if subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--git-dir"],
                       capture_output=True).returncode != 0:
         pytest.skip("not a git checkout: the workflows run in one")
@@ -157,6 +159,10 @@ def fresh_clone(dest: Path) -> Path:
     if diff:
         subprocess.run(["git", "apply", "--whitespace=nowarn"], cwd=dest, input=diff, check=True,
                        capture_output=True)
+    for name in git("ls-files", "--others", "--exclude-standard", "-z").split("\0"):
+        if name and (ROOT / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
     return dest
 
 
@@ -199,6 +205,8 @@ def test_quick_keeps_every_option_of_the_workflow():
 @pytest.mark.parametrize("step", HERE, ids=lambda s: s.id)
 def test_the_workflow_command_runs_as_written(tmp_path, step):
     clone = fresh_clone(tmp_path / "clone")
+    for upload in step.uploads:  # as in the runner's checkout: what the step writes is not there
+        assert not (clone / upload).exists(), f"{upload} is in the checkout"
     script = tmp_path / "step.sh"
     script.write_text(quick(step.script) + "\n")
     result = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
