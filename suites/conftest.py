@@ -1,35 +1,75 @@
 """The suites' glue to the reference framework: the device and its clock, the
-workload the suites run at, and the executor ablation table of the report.
+workload the suites run at, the CI gate's files as the default thresholds and baselines, and the
+executor ablation table of the report.
 
-``pytest suites/ --opperf`` measures; without ``--opperf`` the suites run as a
-quick correctness smoke test at the ``tiny`` size.
+``pytest suites/ --opperf`` measures and gates against ``ci/thresholds.toml`` and
+``ci/baselines``; without ``--opperf`` the suites run as a quick correctness smoke test at the
+``tiny`` size, and without the plugin (``-p no:opperf``) as plain tests (:mod:`suites.plain`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pytest_opperf import plugin
 from pytest_opperf.device import DeviceInfo
 from reference_framework import backend
 from reference_framework.benchmark import BenchmarkConfig
+from suites import plain
 from suites.support import ablation_lines, suite_workload
 from suites.torch.peer import peer_lines
 
+ROOT = Path(__file__).resolve().parent.parent  # the project's checkout
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-benchmark's own (trylast) reads its options
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-benchmark's (trylast) and the plugin's read options
 def pytest_configure(config: pytest.Config) -> None:
+    """The benchmark table left out, the CI gate's files as defaults; without the opperf plugin
+    (``-p no:opperf``) the suites' fixtures come from :mod:`suites.plain`: plain tests."""
+    quiet_benchmark_table(config.option)
+    if config.pluginmanager.is_registered(plugin):
+        _gate_defaults(config)
+    else:
+        config.pluginmanager.register(plain, plain.NAME)
+
+
+def quiet_benchmark_table(option: Any) -> None:
     """pytest-benchmark's own table (one wide line per per-op benchmark) is left out, as with
     ``--benchmark-quiet``: the opperf report shows the same runs. ``--benchmark-columns=...``
     or ``--benchmark-verbose`` (which overrides quiet) brings it back."""
-    option = config.option
     if hasattr(option, "benchmark_quiet") and getattr(option, "benchmark_columns", None) is None:
         option.benchmark_quiet = True
 
 
+# What ``pytest suites/ --opperf`` gates against unless an option or ini key says otherwise: the CI
+# gate's files (README, "The main job").
+GATE_DEFAULTS = {"thresholds": ROOT / "ci" / "thresholds.toml",
+                 "baseline": ROOT / "ci" / "baselines"}
+
+
+def _gate_defaults(config: pytest.Config) -> None:
+    """``--opperf-thresholds`` and ``--opperf-baseline`` default to ``ci/thresholds.toml`` and
+    ``ci/baselines`` (the baseline of the session's device class and workload, when there is one),
+    set here before the plugin reads its options. A session that saves a baseline
+    (``--opperf-save``) is compared with none: it makes one."""
+    option = config.option
+    saving = getattr(option, "opperf_save", None) is not None or bool(config.getini("opperf_save"))
+    for name, path in GATE_DEFAULTS.items():
+        key = f"opperf_{name}"
+        if getattr(option, key, None) is not None or config.getini(key):
+            continue
+        if name == "baseline" and saving:
+            continue
+        setattr(option, key, str(path))
+
+
+# The plugin's hooks are optional: without the plugin (-p no:opperf) nobody calls them.
+@pytest.hookimpl(optionalhook=True)
 def pytest_opperf_select_device(config: pytest.Config, requested: str) -> DeviceInfo:
     """``--opperf-device``: gpu needs a usable GPU; auto falls back to the CPU and says why."""
     if requested != "cpu" and backend.gpu_available():
@@ -73,6 +113,7 @@ def place(workload: tuple[str, BenchmarkConfig]) -> backend.Place:
     return backend.CUDAPlace(0) if workload[1].device == "GPU" else backend.CPUPlace()
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_opperf_report_sections(config: pytest.Config,
                                    results: Any) -> list[tuple[str, list[str]]]:
     sections = []

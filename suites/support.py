@@ -12,6 +12,7 @@ import pytest
 from tabulate import tabulate
 
 from pytest_opperf.plugin import session_info
+from pytest_opperf.settings import SETTINGS
 from reference_framework.benchmark import (
     WORKLOADS,
     BenchmarkConfig,
@@ -24,9 +25,23 @@ from reference_framework.framework import Operator, Program
 from reference_framework.registry import get_op_def
 
 
+def plugin_loaded(config: pytest.Config) -> bool:
+    """Whether pytest-opperf runs in this session (not with ``-p no:opperf``): its settings are
+    there from its ``pytest_configure`` on."""
+    return SETTINGS in config.stash
+
+
+def on_gpu(config: pytest.Config) -> bool:
+    """Whether the session's device is a GPU (never without the plugin)."""
+    return plugin_loaded(config) and session_info(config).device.is_gpu
+
+
 def suite_workload(config: pytest.Config) -> tuple[str, BenchmarkConfig]:
     """The workload's name and benchmark config, on the session's device.
-    Without ``--opperf`` the suites are a smoke test: always ``tiny``."""
+    Without ``--opperf`` the suites are a smoke test: always ``tiny``; without the plugin
+    (``-p no:opperf``, :mod:`suites.plain`) ``tiny`` on the CPU."""
+    if not plugin_loaded(config):
+        return "tiny", WORKLOADS["tiny"].replace(device="CPU")
     info = session_info(config)
     name = info.workload if info.enabled else "tiny"
     return name, WORKLOADS[name].replace(device="GPU" if info.device.is_gpu else "CPU")

@@ -8,16 +8,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from suites.conftest import pytest_configure
+from suites.conftest import quiet_benchmark_table
 
 ROOT = Path(__file__).parents[1]
 TABLE = "benchmark: 1 tests"  # the heading of pytest-benchmark's table
 
 
 def configured(**option):
-    config = SimpleNamespace(option=SimpleNamespace(**option))
-    pytest_configure(config)
-    return vars(config.option)
+    namespace = SimpleNamespace(**option)
+    quiet_benchmark_table(namespace)
+    return vars(namespace)
 
 
 def test_quiet_by_default_and_columns_bring_the_table_back():

@@ -38,6 +38,7 @@ def _usable(paddle: Any) -> bool:
     return bool(paddle.device.is_compiled_with_cuda()) and paddle.device.cuda.device_count() > 0
 
 
+@pytest.hookimpl(optionalhook=True)  # re-exported by conftests, which also run without the plugin
 def pytest_opperf_select_device(config: pytest.Config, requested: str) -> DeviceInfo | None:
     """``--opperf-device``: Paddle's CUDA place when usable and asked for (auto, gpu), else the
     CPU."""

@@ -43,6 +43,7 @@ def _driver(torch: Any) -> str | None:
     return f"{version // 1000}.{version % 1000 // 10}" if version else None
 
 
+@pytest.hookimpl(optionalhook=True)  # re-exported by conftests, which also run without the plugin
 def pytest_opperf_select_device(config: pytest.Config, requested: str) -> DeviceInfo | None:
     """``--opperf-device``: CUDA when usable and asked for (auto, gpu), else the CPU."""
     try:

@@ -19,6 +19,7 @@ from suites.paddle.against_report import against_report_lines
 quiet_glog()  # before paddle is imported: glog reads its settings once
 
 
+@pytest.hookimpl(optionalhook=True)  # without the plugin (-p no:opperf) nobody calls it
 def pytest_opperf_report_sections(config: pytest.Config,
                                   results: Any) -> list[tuple[str, list[str]]]:
     sections = []

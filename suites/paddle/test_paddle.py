@@ -24,7 +24,14 @@ import pytest
 
 from pytest_opperf.paddle.support import INSTALL, import_paddle
 from reference_framework.benchmark import BenchmarkConfig
-from suites.support import OpCase, distinct_ops, numpy_batches, suite_workload, training_program
+from suites.support import (
+    OpCase,
+    distinct_ops,
+    numpy_batches,
+    on_gpu,
+    suite_workload,
+    training_program,
+)
 
 try:
     paddle = import_paddle()
@@ -55,10 +62,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture(scope="module")
 def paddle_place(request: pytest.FixtureRequest) -> Any:
-    from pytest_opperf.plugin import session_info
-
     paddle.base.core.set_num_threads(THREADS)
-    gpu = session_info(request.config).device.is_gpu and paddle.device.cuda.device_count() > 0
+    gpu = on_gpu(request.config) and paddle.device.cuda.device_count() > 0
     return paddle.CUDAPlace(0) if gpu else paddle.CPUPlace()
 
 

@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed: the torch s
 
 from pytest_opperf.torch import benchmark_op, profile  # noqa: E402 (after the skip)
 from reference_framework.benchmark import BenchmarkConfig  # noqa: E402 (after the skip)
-from suites.support import OpCase, distinct_ops, suite_workload, training_program  # noqa: E402 (after the skip)
+from suites.support import OpCase, distinct_ops, on_gpu, suite_workload, training_program  # noqa: E402 (after the skip)
 from suites.torch.model import ResNet, has_peer, op_call, train_batches, train_step  # noqa: E402 (after the skip)
 
 
@@ -44,9 +44,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture(scope="module")
 def torch_device(request: pytest.FixtureRequest) -> Any:
-    from pytest_opperf.plugin import session_info
-
-    return torch.device("cuda" if session_info(request.config).device.is_gpu else "cpu")
+    return torch.device("cuda" if on_gpu(request.config) else "cpu")
 
 
 def test_train(opperf, torch_setting: tuple[str, BenchmarkConfig], torch_device: Any) -> None:
