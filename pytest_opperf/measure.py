@@ -103,6 +103,7 @@ class Run:
         self._instructions = instructions  # --opperf-instructions: counts them after the pass
         self._callgrind_pass = callgrind_pass  # in its child under valgrind: the pass instead
         self._counted = False
+        self._count_clock: Callable[[], int] = perf_counter_ns  # the pass's clock (ns; tests)
 
     # --- used by suites --------------------------------------------------------
 
@@ -159,7 +160,8 @@ class Run:
         count the Python work of each (:mod:`pytest_opperf.workcount`) into ``result.work``.
 
         The pass is timed by nothing, so the window's timing is never perturbed. A step that
-        raises, or a pass that runs past ``--opperf-count-timeout``, ends the pass: the run keeps
+        raises, one that removes or replaces the tracer or profiler, or a pass that runs past
+        ``--opperf-count-timeout`` (inside a step too), ends the pass: the run keeps
         its timed results, gets no work counts, and a ``note:`` line says why (the exception is
         not raised into the test)."""
         if self.result is None:
@@ -183,11 +185,11 @@ class Run:
             self._callgrind_pass(self.id, step, steps)
             return
         result = self.result
-        start = perf_counter_ns()
+        start = self._count_clock()
         deadline = start + int(self.count_timeout_s * 1e9)
         per_step: list[dict[str, list[int]]] = []
         with timers.recording() as table:  # the window's regions, recorded apart from its stats
-            counter = workcount.Counter(table, deadline, CountingPassTimeout)
+            counter = workcount.Counter(table, deadline, CountingPassTimeout, self._count_clock)
             try:
                 for _ in range(steps):
                     counter.start()
@@ -195,8 +197,13 @@ class Run:
                         step()
                     finally:
                         counter.stop()
-                    if counter.timed_out:  # the step caught the timeout and went on untraced
+                    if counter.timed_out:  # the step caught the timeout, or ended past it
                         raise CountingPassTimeout
+                    if counter.tampered is not None:  # its counts are partial: none at all
+                        result.notes.append(f"counting pass: no work counts, step "
+                                            f"{len(per_step) + 1} of {steps} changed the "
+                                            f"tracing the counts come from: {counter.tampered}")
+                        return
                     per_step.append(counter.take())
             except CountingPassTimeout:
                 result.notes.append(f"counting pass: no work counts, it ran past the "
@@ -208,7 +215,7 @@ class Run:
                 result.notes.append(f"counting pass: no work counts, step {len(per_step) + 1} of "
                                     f"{steps} raised {text[:300]}")
                 return
-        work = workcount.WorkCounts.of_steps(per_step, (perf_counter_ns() - start) / 1e9)
+        work = workcount.WorkCounts.of_steps(per_step, (self._count_clock() - start) / 1e9)
         if work.varies:
             shown = "; ".join(work.varies[:3]) + ("; ..." if len(work.varies) > 3 else "")
             result.notes.append(f"work counts vary across the {steps} counted steps (the most "

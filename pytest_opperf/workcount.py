@@ -45,7 +45,7 @@ import platform
 import queue
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from time import perf_counter_ns
 from types import CodeType, FrameType
@@ -206,6 +206,10 @@ def _skipped_files() -> tuple[frozenset[str], tuple[str, ...]]:
 
 
 _CHECK_EVERY = 1 << 14  # bytecodes between two looks at the clock
+# the built-ins that replace or remove this thread's tracer or profiler (seen as C calls)
+_TAMPERING: tuple[Any, ...] = tuple(f for f in (
+    sys.settrace, sys.setprofile, getattr(sys, "_settraceallthreads", None),
+    getattr(sys, "_setprofileallthreads", None)) if f is not None)
 
 
 class Counter:
@@ -213,14 +217,19 @@ class Counter:
     :mod:`pytest_opperf.timers`), step by step: :meth:`start` and :meth:`stop` around each step,
     then :meth:`take` for its self counts. Past ``deadline_ns`` (``perf_counter_ns``) a counted
     bytecode raises ``timeout`` in the counted code, and ``timed_out`` is set (the tracing ends:
-    a trace function that raises is removed)."""
+    a trace function that raises is removed). A step that removes or replaces the tracer or
+    the profiler (``sys.settrace``, ``sys.setprofile``, their all-threads forms, another tool's
+    C tracer) sets ``tampered``: its counts are partial. ``clock`` reads the time in ns."""
 
     def __init__(self, table: timers.Table, deadline_ns: int | None = None,
-                 timeout: type[BaseException] = TimeoutError) -> None:
+                 timeout: type[BaseException] = TimeoutError,
+                 clock: Callable[[], int] = perf_counter_ns) -> None:
         self.table = table
         self.deadline_ns = deadline_ns
         self.timeout = timeout
+        self.clock = clock
         self.timed_out = False  # set when the deadline passed in a counted step
+        self.tampered: str | None = None  # how the step changed the tracing, if it did
         self._current: list[list[int]] = [[0] * len(COUNTERS)]  # the open region's counts
         self._opcode = self._make_opcode()
         self._depth = 0  # skipped frames open now: nothing they call is counted
@@ -255,8 +264,23 @@ class Counter:
                 self._depth -= 1
                 if not self._depth:  # back from the timers' code: the region may have changed
                     self._current[0] = self._bucket()
-        elif event == "c_call" and not self._depth and not self._skipped(frame.f_code):
-            self._current[0][2] += 1
+                    self._check_tracing()
+        elif event == "c_call":
+            if arg in _TAMPERING and frame.f_code not in _OWN_CODE:
+                self._tampered(f"it called {_name_of(arg)}()")
+            if not self._depth and not self._skipped(frame.f_code):
+                self._current[0][2] += 1
+
+    def _tampered(self, how: str) -> None:
+        if self.tampered is None:
+            self.tampered = how
+
+    def _check_tracing(self) -> None:
+        """Note a tracer or profiler that is no longer this counter's."""
+        if sys.gettrace() != self._trace:  # (a bound method: equal, not the same object)
+            self._tampered("the tracer was removed or replaced (sys.gettrace())")
+        elif sys.getprofile() != self._profile:
+            self._tampered("the profiler was removed or replaced (sys.getprofile())")
 
     def _trace(self, frame: FrameType, event: str, arg: Any) -> Any:
         # (a new frame's trace event comes before its profile event: a frame called from
@@ -283,7 +307,7 @@ class Counter:
         return opcode
 
     def _check_deadline(self) -> None:
-        if self.deadline_ns is not None and perf_counter_ns() > self.deadline_ns:
+        if self.deadline_ns is not None and self.clock() > self.deadline_ns:
             self.timed_out = True
             raise self.timeout("the counting pass ran past its time limit")
 
@@ -291,6 +315,7 @@ class Counter:
         """Count from here on (this thread): after a full garbage collection, with the collector
         held off; the tracing and profiling functions in place are kept to be restored."""
         self._saved = (sys.gettrace(), sys.getprofile(), gc.isenabled())
+        self.tampered = None
         self._depth = 0
         self._current[0] = self._bucket()
         gc.collect()
@@ -299,7 +324,13 @@ class Counter:
         sys.settrace(self._trace)
 
     def stop(self) -> None:
-        """Stop counting; restore what :meth:`start` found."""
+        """Stop counting; restore what :meth:`start` found. A step whose tracer or profiler is
+        not this counter's any more sets ``tampered``; one that ended past the deadline sets
+        ``timed_out`` (a step spent in C code reads no clock in between)."""
+        if self._saved is not None:
+            self._check_tracing()
+            if self.deadline_ns is not None and self.clock() > self.deadline_ns:
+                self.timed_out = True
         sys.settrace(None)
         sys.setprofile(None)
         if self._saved is not None:
@@ -314,3 +345,12 @@ class Counter:
         """The self counts since the last take, by stat name (:data:`OUTSIDE` for none)."""
         counts, self._counts = self._counts, {}
         return {name: c for name, c in counts.items() if any(c)}
+
+
+# the counter's own calls that set or end the tracing are no tampering
+_OWN_CODE = frozenset((Counter.start.__code__, Counter.stop.__code__))
+
+
+def _name_of(function: Any) -> str:
+    name = getattr(function, "__name__", repr(function))
+    return f"sys.{name}" if getattr(sys, name, None) is function else name

@@ -157,3 +157,21 @@ def test_ab_compares_work_counts_exactly_and_names_the_added_call(pytester):
     assert (added["verdict"], added["head"] - added["base"]) == ("regressed", 1)
     assert decisions["bytecodes:(outside)"]["verdict"] == "regressed"
     assert "Python calls in (outside): " in out and "(A/B, exact)" in out
+
+
+def test_a_step_that_removes_the_tracer_loses_its_counts_and_the_gate_warns(pytester, monkeypatch):
+    pytester.makepyfile(test_suite=SUITE.replace(
+        "            sum(range(5))\n",
+        "            sum(range(5))\n        if os.environ.get('OPPERF_TEST_UNTRACE'):\n"
+        "            import sys\n            sys.settrace(None)\n"))
+    assert pytester.runpytest("--opperf", "--opperf-save=base.json").ret == 0
+    monkeypatch.setenv("OPPERF_TEST_UNTRACE", "1")
+    monkeypatch.setenv("OPPERF_TEST_EXTRA_CALLS", "10")  # ten times the work: unseen, not passed
+    result = pytester.runpytest("--opperf", "--opperf-baseline=base.json", "--opperf-json=new.json")
+    result.stdout.fnmatch_lines([
+        "*note: counting pass: no work counts, step 1 of 2 changed the tracing the counts come "
+        "from: it called sys.settrace()*",
+        "*warning: 1 run(s) have no work counts but their baseline runs have: not compared*"
+        "test_suite.py::test_train*"])
+    assert "work" not in json.loads((pytester.path / "new.json").read_text())["runs"][0]
+    assert result.ret == 0  # the timed gate passes; the lost counts are the warning

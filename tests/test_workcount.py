@@ -193,10 +193,9 @@ def test_the_deadline_is_seen_by_the_counter_on_a_fake_clock(monkeypatch):
     from pytest_opperf import workcount
 
     now = [0]
-    monkeypatch.setattr(workcount, "perf_counter_ns", lambda: now[0])
     monkeypatch.setattr(workcount, "_CHECK_EVERY", 10)
     with timers.recording() as table:
-        counter = Counter(table, deadline_ns=100)
+        counter = Counter(table, deadline_ns=100, clock=lambda: now[0])
         counter.start()
         try:
             sum(i for i in range(50))  # the clock stands still: no timeout
@@ -211,6 +210,109 @@ def test_the_deadline_is_seen_by_the_counter_on_a_fake_clock(monkeypatch):
             finally:
                 counter.stop()
         assert counter.timed_out
+
+
+def _pass_of(step, steps: int = 2, clock=None) -> measure.Run:
+    run = measure.Run("r", "e2e", {}, CPU_HOST, "events", "ExecutorRunTimer", count_steps=steps,
+                      count_timeout_s=1.0)
+    if clock is not None:
+        run._count_clock = clock
+    with measure.measure_window(run):
+        run.step()
+    run.counting_pass(step)
+    return run
+
+
+def test_one_step_that_ends_past_the_limit_has_no_counts_and_a_note():
+    now = [0]
+
+    def step() -> None:  # no bytecode reads the clock: the time passes in C code
+        now[0] += 2 * 10**9
+
+    run = _pass_of(step, steps=1, clock=lambda: now[0])
+    assert run.result is not None and run.result.work is None
+    assert any("ran past the 1 s limit (--opperf-count-timeout) in step 1 of 1" in n
+               for n in run.result.notes), run.result.notes
+
+
+def _remove_trace() -> None:
+    sys.settrace(None)
+
+
+def _remove_profile() -> None:
+    sys.setprofile(None)
+
+
+def _replace_trace() -> None:
+    sys.settrace(lambda frame, event, arg: None)
+
+
+def _remove_and_restore_trace() -> None:
+    saved = sys.gettrace()
+    sys.settrace(None)
+    sum(i for i in range(100))
+    sys.settrace(saved)
+
+
+def _remove_through_threading() -> None:
+    threading.setprofile(None)  # other threads only: harmless, but then
+    sys.setprofile(None)
+
+
+@pytest.mark.parametrize("tamper, how", [
+    (_remove_trace, "it called sys.settrace()"),
+    (_remove_profile, "it called sys.setprofile()"),
+    (_replace_trace, "it called sys.settrace()"),
+    (_remove_and_restore_trace, "it called sys.settrace()"),
+    (_remove_through_threading, "it called sys.setprofile()"),
+])
+def test_a_step_that_changes_the_tracing_has_no_counts_and_a_note(tamper, how):
+    calls = []
+
+    def step() -> None:
+        calls.append(1)
+        sum(i for i in range(100))
+        if len(calls) == 2:
+            tamper()
+
+    sys.settrace(None)  # (pytest's own tracer, if any, is restored by the counter)
+    run = _pass_of(step, steps=3)
+    sys.settrace(None)
+    sys.setprofile(None)
+    assert run.result is not None and run.result.work is None and len(calls) == 2
+    assert [n for n in run.result.notes if n.startswith("counting pass")] == [
+        f"counting pass: no work counts, step 2 of 3 changed the tracing the counts come from: "
+        f"{how}"]
+
+
+def test_a_tracer_replaced_from_c_code_is_seen_at_the_step_end():
+    import _lsprof  # cProfile's C profiler: sets the profile function without sys.setprofile
+
+    profiler = _lsprof.Profiler()
+    run = _pass_of(profiler.enable)
+    profiler.disable()
+    assert run.result is not None and run.result.work is None
+    assert any("step 1 of 2 changed the tracing the counts come from: the profiler was removed "
+               "or replaced (sys.getprofile())" in n for n in run.result.notes), run.result.notes
+
+
+def test_a_step_that_raises_restores_the_tracing_in_place():
+    def mine(frame, event, arg):
+        return None
+
+    def step() -> None:
+        raise KeyError("x")
+
+    sys.settrace(mine)
+    sys.setprofile(mine)
+    try:
+        run = _pass_of(step)
+        assert sys.gettrace() is mine and sys.getprofile() is mine
+    finally:
+        sys.settrace(None)
+        sys.setprofile(None)
+    assert run.result is not None and run.result.work is None
+    assert any("step 1 of 2 raised KeyError" in n for n in run.result.notes), run.result.notes
 
 
 @pytest.mark.parametrize("steps", [-1, 1.5, True, "2"])
