@@ -287,3 +287,26 @@ def test_the_history_modules_do_not_import_pytest():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(("table", "column"), [("opperf_sessions", "compare"),
+                                               ("opperf_runs", "work_versions")])
+@pytest.mark.parametrize("command", ["history", "dashboard"])
+def test_malformed_json_in_a_stored_row_is_one_line_naming_it(tmp_path, table, column, command):
+    from pytest_opperf.cli import main
+
+    path = tmp_path / "h.sqlite"
+    with Store(str(path), create=True) as store:
+        sid = store.append(session(work_counts=work()), {"summary": "ok"})
+    conn = sqlite3.connect(path)
+    conn.execute(f"UPDATE {table} SET {column} = '{{not json'")
+    conn.commit()
+    conn.close()
+    out, err = __import__("io").StringIO(), __import__("io").StringIO()
+    argv = [command, str(path)] + (["--out", str(tmp_path / "d")] if command == "dashboard" else [])
+    assert main(argv, out, err) == 4
+    line = err.getvalue()
+    assert line.count("\n") == 1 and line.startswith(f"error: {path}: session {sid}")
+    assert f"column {column} holds malformed JSON" in line
+    if column == "work_versions":
+        assert "run 'suite.py::test_train'" in line

@@ -615,7 +615,8 @@ class Store:
                 dirty=None if r[5] is None else bool(r[5]), commit_time=r[6], device=r[7],
                 device_class=r[8], workload=r[9], timing=r[10],
                 gate_passed=None if r[11] is None else bool(r[11]),
-                compare=json.loads(r[12]) if r[12] else None, runs=int(r[13]))
+                compare=self._loads(r[12], f"session {r[0]}", "compare") if r[12] else None,
+                runs=int(r[13]))
                 for r in self._execute(
                     "SELECT s.id, s.created, s.source, s.commit_sha, s.branch, s.dirty, "
                     "s.commit_time, s.device, s.device_class, s.workload, s.timing, s.gate_passed, "
@@ -628,7 +629,10 @@ class Store:
             runs = [StoredRun(int(r[1]), r[2], r[3], float(r[4]), float(r[5]), float(r[6]),
                               float(r[7]), float(r[8]), None if r[9] is None else WorkCounts(
                                   counts.get(int(r[0]), {}), int(r[9]), float(r[10]),
-                                  json.loads(r[11]), json.loads(r[12]),
+                                  self._loads(r[11], f"session {r[1]} run {r[2]!r}",
+                                              "work_versions"),
+                                  self._loads(r[12], f"session {r[1]} run {r[2]!r}",
+                                              "work_varies"),
                                   None if r[13] is None else int(r[13]), r[14]))
                     for r in self._execute(
                         "SELECT id, session_id, run, kind, examples_per_sec, python_share, "
@@ -653,7 +657,16 @@ class Store:
             row = self._execute(
                 "SELECT s.samples FROM opperf_stats s JOIN opperf_runs r ON s.run_id = r.id WHERE "
                 "r.session_id = ? AND r.run = ? AND s.name = ?", (session_id, run, stat)).fetchone()
-        return json.loads(row[0]) if row and row[0] else None
+        where = f"session {session_id} run {run!r} stat {stat!r}"
+        return self._loads(row[0], where, "samples") if row and row[0] else None
+
+    def _loads(self, text: Any, where: str, column: str) -> Any:
+        """A JSON column's value; malformed JSON is a HistoryError naming the row and column."""
+        try:
+            return json.loads(text)
+        except (TypeError, ValueError) as exc:
+            raise HistoryError(f"{self.label}: {where}: column {column} holds malformed JSON "
+                               f"({_one_line(exc)}): {str(text)!r:.60}") from None
 
     def close(self) -> None:
         if self._conn is not None:
