@@ -407,6 +407,8 @@ class Store:
         self._driver_errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
         self._migrations = migrations
         self._conn: Any = None
+        self._writer = create
+        self._schema = 0
         try:
             with self._errors():
                 self._conn = self._connect(create, timeout_s)
@@ -424,14 +426,26 @@ class Store:
             self._driver_errors = (psycopg.Error,)
             timeout = {"connect_timeout": max(1, round(timeout_s))}
             extra = {} if "connect_timeout" in self.source else timeout
-            return psycopg.connect(self.source, autocommit=True, **extra)
+            conn = psycopg.connect(self.source, autocommit=True, **extra)
+            if not create:  # a reader: every statement in a read-only transaction, no DDL
+                conn.execute("SET default_transaction_read_only = on")
+            return conn
         path = Path(self.source)
         if path.is_dir():
             raise HistoryError(f"{self.label}: is a directory, expected a SQLite file")
         if not create and not path.exists():
             raise HistoryError(f"{self.label}: no such file")
-        mode = "rwc" if create else "rw"  # transactions are explicit: no isolation_level
-        conn = sqlite3.connect(f"file:{quote(str(path))}?mode={mode}", uri=True, timeout=timeout_s,
+        # A reader never writes: with a -wal (or -journal) beside the file, a writer may hold
+        # commits there, which mode=ro reads (its -shm exists already); without one, the file
+        # holds every commit and immutable=1 reads it with no lock and no -shm/-wal created,
+        # also on a read-only file, directory or mount (where mode=ro cannot create the -shm).
+        if create:
+            mode = "mode=rwc"  # transactions are explicit: no isolation_level
+        elif any(Path(f"{path}{end}").exists() for end in ("-wal", "-journal")):
+            mode = "mode=ro"
+        else:
+            mode = "immutable=1"
+        conn = sqlite3.connect(f"file:{quote(str(path))}?{mode}", uri=True, timeout=timeout_s,
                                isolation_level=None)
         conn.execute("PRAGMA foreign_keys = ON")
         if create:
@@ -517,10 +531,14 @@ class Store:
         if version > target:
             raise HistoryError(f"{self.label}: history schema version {version} is newer than this "
                                f"pytest-opperf's ({target}); upgrade pytest-opperf")
+        self._schema = version
         if version == target:
             return
         if version == 0 and not create and not self._has_schema_table():
             raise HistoryError(f"{self.label}: not a pytest-opperf history (no opperf_schema)")
+        if not create:  # only a writer migrates: a reader reads the older schema as it is
+            return
+        self._schema = target
         with self._transaction():
             if self.dialect == "postgresql":
                 self._execute("SELECT pg_advisory_xact_lock(?)", (_LOCK_KEY,))
@@ -559,6 +577,8 @@ class Store:
             None if gate is None else int(bool(gate.get("passed"))),
             None if gate is None else _dumps(gate), None if compare is None else _dumps(compare),
         )
+        if not self._writer:
+            raise HistoryError(f"{self.label}: opened for reading, cannot append")
         with self._errors(), self._transaction():
             got = self._execute(
                 "INSERT INTO opperf_sessions (fingerprint, created, stored, source, commit_sha, "
@@ -623,9 +643,14 @@ class Store:
                     "s.compare, (SELECT COUNT(*) FROM opperf_runs r WHERE r.session_id = s.id) "
                     "FROM opperf_sessions s").fetchall()]
             counts: dict[int, dict[str, dict[str, int]]] = {}
-            for r in self._execute("SELECT run_id, stat, counter, value FROM opperf_work "
-                                   "ORDER BY run_id, stat, counter").fetchall():
+            has_work = self._schema >= 2  # version 1 had no work counts
+            work_rows = [] if not has_work else self._execute(
+                "SELECT run_id, stat, counter, value FROM opperf_work "
+                "ORDER BY run_id, stat, counter").fetchall()
+            for r in work_rows:
                 counts.setdefault(int(r[0]), {}).setdefault(r[1], {})[r[2]] = int(r[3])
+            work_columns = ("work_steps, work_pass_s, work_versions, work_varies, instructions, "
+                            "instructions_cpu" if has_work else ", ".join(["NULL"] * 6))
             runs = [StoredRun(int(r[1]), r[2], r[3], float(r[4]), float(r[5]), float(r[6]),
                               float(r[7]), float(r[8]), None if r[9] is None else WorkCounts(
                                   counts.get(int(r[0]), {}), int(r[9]), float(r[10]),
@@ -636,8 +661,7 @@ class Store:
                                   None if r[13] is None else int(r[13]), r[14]))
                     for r in self._execute(
                         "SELECT id, session_id, run, kind, examples_per_sec, python_share, "
-                        "framework_share, kernel_share, wall_s, work_steps, work_pass_s, "
-                        "work_versions, work_varies, instructions, instructions_cpu "
+                        f"framework_share, kernel_share, wall_s, {work_columns} "
                         "FROM opperf_runs ORDER BY id").fetchall()
                     if keep_run is None or keep_run(r[2])]
             stats = [StoredStat(int(r[0]), r[1], r[2], r[3], bool(r[4]),
