@@ -132,8 +132,8 @@ def test_migrations_bring_an_older_store_up_to_date(store_source):
         assert len(store.load().sessions) == 1
     with pytest.raises(
         HistoryError,
-        match=rf"schema version {len(extra)} is newer than this pytest-opperf's "
-        rf"\({len(MIGRATIONS)}\)",
+        match=rf"schema version {len(extra)}, written by {history_store.WRITTEN_BY}; this is "
+        rf"{history_store.WRITTEN_BY} \(schema version {len(MIGRATIONS)}\): upgrade",
     ):
         Store(store_source)
 
@@ -385,3 +385,19 @@ def test_a_reader_cannot_write_the_store(store_source):
             store.append(session(conv_ms=3.0))
         with pytest.raises(Exception, match="read-only|readonly"):  # the connection itself
             store._execute("CREATE TABLE opperf_x (y INTEGER)")
+
+
+def test_a_newer_store_names_the_release_that_wrote_it(tmp_path):
+    path = tmp_path / "h.sqlite"
+    with Store(str(path), create=True) as store:
+        store.append(session())
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT value FROM opperf_meta WHERE key = 'written_by'").fetchone() == (
+        history_store.WRITTEN_BY,)
+    conn.execute("UPDATE opperf_meta SET value = 'pytest-opperf 9.9.0'")
+    conn.execute("UPDATE opperf_schema SET version = 7")
+    conn.commit()
+    conn.close()
+    with pytest.raises(HistoryError, match=r"h.sqlite: history schema version 7, written by "
+                       r"pytest-opperf 9.9.0; this is pytest-opperf .* \(schema version 2\)"):
+        Store(str(path))

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
+from .. import __version__
 from ..results import ResultSet, RunResult, StatResult, is_sha, utf8_text
 from ..stats import after_warmup, median
 from ..workcount import WorkCounts
@@ -46,6 +47,7 @@ __all__ = ["EXTRA_HINT", "MIGRATIONS", "SAMPLES_KEPT", "History", "HistoryError"
 SAMPLES_KEPT = 16  # per stat: enough to see a distribution, small for 1,000 sessions of 170 runs
 EXTRA_HINT = "pip install 'pytest-opperf[history]'"
 URL_SCHEMES = ("postgresql://", "postgres://")
+WRITTEN_BY = f"pytest-opperf {__version__}"
 _LOCK_KEY = 0x6F70706572660001  # pg_advisory_xact_lock key of the schema migration ("opperf" + 1)
 
 # Each migration takes the store from version i to i + 1. {id}, {float} are the
@@ -525,14 +527,39 @@ class Store:
                                "number (a damaged store, or not a pytest-opperf history)")
         return version
 
+    def _has_table(self, name: str) -> bool:
+        if self.dialect == "postgresql":
+            return self._execute(
+                "SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = current_schema() "
+                "AND tablename = ?", (name,)).fetchone() is not None
+        return self._execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name = ?",
+                             (name,)).fetchone() is not None
+
+    def _written_by(self) -> str | None:
+        """The release that wrote the store last (``opperf_meta``), or None (not recorded)."""
+        if not self._has_table("opperf_meta"):
+            return None
+        row = self._execute("SELECT value FROM opperf_meta WHERE key = 'written_by'").fetchone()
+        return None if row is None else str(row[0])
+
+    def _record_writer(self) -> None:
+        """``opperf_meta``: a table no schema version names (older releases ignore it), so that
+        recording the writer never stops the release before from appending."""
+        self._execute("CREATE TABLE IF NOT EXISTS opperf_meta (key TEXT PRIMARY KEY, "
+                      "value TEXT NOT NULL)")
+        self._execute("INSERT INTO opperf_meta (key, value) VALUES ('written_by', ?) ON CONFLICT "
+                      "(key) DO UPDATE SET value = excluded.value", (WRITTEN_BY,))
+
     def _migrate(self, create: bool) -> None:
         target = len(self._migrations)
         version = self._version()
         if version > target:
-            raise HistoryError(f"{self.label}: history schema version {version} is newer than this "
-                               f"pytest-opperf's ({target}); upgrade pytest-opperf")
+            by = self._written_by() or "a release that did not record itself"
+            raise HistoryError(f"{self.label}: history schema version {version}, written by {by}; "
+                               f"this is {WRITTEN_BY} (schema version {target}): upgrade "
+                               "pytest-opperf")
         self._schema = version
-        if version == target:
+        if version == target and not (create and not self._has_table("opperf_meta")):
             return
         if version == 0 and not create and not self._has_schema_table():
             raise HistoryError(f"{self.label}: not a pytest-opperf history (no opperf_schema)")
@@ -550,6 +577,7 @@ class Store:
                 for statement in statements:
                     self._execute(statement.format(**_DIALECT[self.dialect]))
             self._execute("UPDATE opperf_schema SET version = ?", (target,))
+            self._record_writer()
 
     @property
     def version(self) -> int:
@@ -588,6 +616,7 @@ class Store:
             if got is None:
                 return None
             session_id = int(got[0])
+            self._record_writer()
             for run in results.runs:
                 self._insert_run(session_id, run)
         return session_id
