@@ -3,8 +3,9 @@
 A source is a path (a SQLite file, created on first append; stdlib ``sqlite3``) or a
 ``postgresql://`` URL (psycopg 3, the ``history`` extra). Both hold the same tables (prefixed
 ``opperf_`` so that a shared database keeps them apart) under a schema version; :data:`MIGRATIONS`
-brings an older store up to date when it is opened, under a lock, so several writers opening a new
-store at once create it once.
+brings an older store up to date when a writer opens it, under a lock, so several writers opening a
+new store at once create it once. Readers never write (see ``Store._connect``): they read an older
+version as it is.
 
 A run's work counts (:class:`~pytest_opperf.workcount.WorkCounts`, when the results have them) are
 kept with it: each stat's self count per step of each counter, one row each, and the counting
