@@ -10,6 +10,8 @@ JSON Schema.
 from __future__ import annotations
 
 import argparse
+import io
+import os
 import shutil
 import sys
 from collections.abc import Sequence
@@ -95,21 +97,47 @@ def _show(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+def _run(argv: Sequence[str] | None, out: TextIO) -> int:
+    args = _parser().parse_args(argv)
+    if args.command in ("history", "dashboard"):
+        from pytest_opperf.history.commands import run_command
+
+        return run_command(args, out)
+    if args.command == "schema":
+        out.write(f"{Path(__file__).with_name('schema') / 'opperf-1.schema.json'}\n")
+        return EXIT_OK
+    return _compare(args, out) if args.command == "compare" else _show(args, out)
+
+
+def _quiet_stdout(out: TextIO) -> None:
+    """After a broken pipe on stdout: point its descriptor at the null device, so that the
+    interpreter's flush of what is still buffered at exit neither fails nor prints."""
+    if out is not sys.stdout:
+        return
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
          err: TextIO | None = None) -> int:
     """Run a command; returns the exit status (never raises for bad input)."""
     out = out or sys.stdout
     err = err or sys.stderr
+    for stream in (out, err):  # an id stdout's encoding cannot hold (LC_ALL=C) prints escaped
+        if isinstance(stream, io.TextIOWrapper) and stream.encoding.lower().replace(
+                "-", "").replace("_", "") not in ("utf8", "utf8sig"):
+            stream.reconfigure(errors="backslashreplace")
     try:
-        args = _parser().parse_args(argv)
-        if args.command in ("history", "dashboard"):
-            from pytest_opperf.history.commands import run_command
-
-            return run_command(args, out)
-        if args.command == "schema":
-            out.write(f"{Path(__file__).with_name('schema') / 'opperf-1.schema.json'}\n")
-            return EXIT_OK
-        return _compare(args, out) if args.command == "compare" else _show(args, out)
+        code = _run(argv, out)
+        out.flush()  # inside the try: a closed pipe is found here for short outputs
+        return code
+    except BrokenPipeError:  # the reader went away (| head): end quietly, as git log does
+        _quiet_stdout(out)
+        return EXIT_OK
     except (_Usage, ResultsError, ThresholdsError, HistoryError, OSError) as exc:
         err.write(f"error: {exc}\n")
         return EXIT_USAGE

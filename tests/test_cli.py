@@ -142,3 +142,38 @@ def test_module_entry_point(files):
     bad = subprocess.run([sys.executable, "-m", "pytest_opperf", "show", str(base) + ".missing"],
                          capture_output=True, text=True)
     assert bad.returncode == 4 and "Traceback" not in bad.stderr and "no such file" in bad.stderr
+
+
+def test_a_closed_pipe_ends_show_quietly_with_exit_0(tmp_path):
+    """As `show R.json | head -1`: the reader closes the pipe after a line of an output far larger
+    than a pipe's buffer; no `error: [Errno 32] Broken pipe`, no message from the exit flush."""
+    path = tmp_path / "big.json"
+    write_results(path, results(e2e_run(stats={f"op_{i:05d}_" + "x" * 60: [1.0, 1.0]
+                                               for i in range(3000)})))
+    proc = subprocess.Popen([sys.executable, "-m", "pytest_opperf", "show", str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={
+                                **__import__("os").environ, "COLUMNS": "200"})
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()  # as head does after its line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
+    assert first and err == ""
+
+
+@pytest.mark.parametrize("command", ["show", "history"])
+def test_non_ascii_ids_print_escaped_under_the_c_locale(tmp_path, command):
+    path = tmp_path / "r.json"
+    write_results(path, results(e2e_run(run_id="suite/test_é.py::test_train",
+                                        stats={"conv2d_ü": [1.0, 1.0]})))
+    env = {**__import__("os").environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""}
+    target = str(path)
+    if command == "history":
+        target = str(tmp_path / "h.sqlite")
+        done = subprocess.run([sys.executable, "-m", "pytest_opperf", "history", "import",
+                               str(path), "--into", target], capture_output=True, env=env)
+        assert done.returncode == 0, done.stderr
+    done = subprocess.run([sys.executable, "-m", "pytest_opperf", command, target],
+                          capture_output=True, env=env)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    assert b"test_\\xe9.py" in done.stdout and b"Traceback" not in done.stderr

@@ -127,13 +127,13 @@ def test_migrations_bring_an_older_store_up_to_date(store_source):
     with Store(store_source, create=True) as store:
         store.append(session())
     extra = (*MIGRATIONS, ("ALTER TABLE opperf_sessions ADD COLUMN note TEXT",))
-    with Store(store_source, migrations=extra) as store:
+    with Store(store_source, create=True, migrations=extra) as store:  # a writer migrates
         assert store.version == len(extra)
         assert len(store.load().sessions) == 1
     with pytest.raises(
         HistoryError,
-        match=rf"schema version {len(extra)} is newer than this pytest-opperf's "
-        rf"\({len(MIGRATIONS)}\)",
+        match=rf"schema version {len(extra)}, written by {history_store.WRITTEN_BY}; this is "
+        rf"{history_store.WRITTEN_BY} \(schema version {len(MIGRATIONS)}\): upgrade",
     ):
         Store(store_source)
 
@@ -171,20 +171,27 @@ def test_work_counts_are_part_of_what_identifies_a_session(store_source):
         assert store.append(counted(50_001)) is None
 
 
-def test_a_version_1_store_with_sessions_is_migrated_on_open(store_source):
+def test_a_version_1_store_is_read_as_it_is_and_migrated_by_a_writer(store_source):
     with Store(store_source, create=True, migrations=MIGRATIONS[:1]) as store:
         first = store.append(session(conv_ms=2.0))
         second = store.append(session(conv_ms=2.5, sha="b" * 40))
         assert store.version == 1
-    with Store(store_source) as store:  # a reader: the migration needs no create
-        assert store.version == len(MIGRATIONS) == 2
+    with Store(store_source) as store:  # a reader reads version 1 as it is
+        assert store.version == 1
         old = store.load()
-        assert [s.id for s in old.sessions] == [first, second]
-        assert len(old.runs) == 4 and all(r.work is None for r in old.runs)
-        assert len(old.stats) == 6
+        assert store.version == 1
+    with Store(store_source, create=True, migrations=MIGRATIONS[:1]) as store:
+        assert store.append(session(conv_ms=9.0, sha="d" * 40)) is not None  # the old release
+        assert store.version == 1
+    with Store(store_source, create=True) as store:  # a writer migrates
+        assert store.version == len(MIGRATIONS) == 2
         third = store.append(session(conv_ms=2.5, sha="c" * 40, work_counts=work(instructions=7)))
         history = store.load()
-    assert [s.id for s in history.sessions] == [first, second, third]
+    assert [s.id for s in old.sessions] == [first, second]
+    assert len(old.runs) == 4 and all(r.work is None for r in old.runs)
+    assert len(old.stats) == 6
+    assert [s.id for s in history.sessions][:2] == [first, second] and len(history.sessions) == 4
+    assert history.sessions[-1].id == third
     (counted,) = [r for r in history.runs if r.work is not None]
     assert counted.session_id == third and counted.work == work(instructions=7)
 
@@ -287,3 +294,110 @@ def test_the_history_modules_do_not_import_pytest():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(("table", "column"), [("opperf_sessions", "compare"),
+                                               ("opperf_runs", "work_versions")])
+@pytest.mark.parametrize("command", ["history", "dashboard"])
+def test_malformed_json_in_a_stored_row_is_one_line_naming_it(tmp_path, table, column, command):
+    from pytest_opperf.cli import main
+
+    path = tmp_path / "h.sqlite"
+    with Store(str(path), create=True) as store:
+        sid = store.append(session(work_counts=work()), {"summary": "ok"})
+    conn = sqlite3.connect(path)
+    conn.execute(f"UPDATE {table} SET {column} = '{{not json'")
+    conn.commit()
+    conn.close()
+    out, err = __import__("io").StringIO(), __import__("io").StringIO()
+    argv = [command, str(path)] + (["--out", str(tmp_path / "d")] if command == "dashboard" else [])
+    assert main(argv, out, err) == 4
+    line = err.getvalue()
+    assert line.count("\n") == 1 and line.startswith(f"error: {path}: session {sid}")
+    assert f"column {column} holds malformed JSON" in line
+    if column == "work_versions":
+        assert "run 'suite.py::test_train'" in line
+
+
+def _digest(path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("command", ["history", "dashboard"])
+def test_reading_a_version_1_store_writes_nothing(tmp_path, command):
+    from pytest_opperf.cli import main
+
+    path = tmp_path / "h.sqlite"
+    with Store(str(path), create=True, migrations=MIGRATIONS[:1]) as store:
+        store.append(session())
+    before = _digest(path)
+    argv = [command, str(path)] + (["--out", str(tmp_path / "d")] if command == "dashboard" else [])
+    code = main(argv, __import__("io").StringIO(), __import__("io").StringIO())
+    assert code in (0, 4) if command == "dashboard" else code == 0  # 4: no plotly
+    assert _digest(path) == before and sorted(p.name for p in tmp_path.glob("h.sqlite*")) == [
+        "h.sqlite"]  # no -wal, no -shm
+    with Store(str(path), create=True, migrations=MIGRATIONS[:1]) as store:  # the old release
+        assert store.version == 1 and store.append(session(conv_ms=4.0)) is not None
+
+
+def test_a_read_only_store_in_a_read_only_directory_is_read(tmp_path):
+    """As a user who cannot write the file nor its directory (root ignores permission bits: the
+    reader runs as nobody)."""
+    import os
+    import shutil
+    import tempfile
+
+    from pytest_opperf.results import write_results
+
+    if os.geteuid() == 0 and not shutil.which("setpriv"):
+        pytest.skip("root without setpriv: cannot read as another user")
+    top = tempfile.mkdtemp(prefix="opperf-ro-")
+    try:
+        os.chmod(top, 0o755)
+        store_dir = os.path.join(top, "store")
+        os.mkdir(store_dir)
+        path = os.path.join(store_dir, "h.sqlite")
+        write_results(tmp_path / "r.json", session())
+        with Store(path, create=True, migrations=MIGRATIONS[:1]) as store:
+            store.append(session())
+        os.chmod(path, 0o444)
+        os.chmod(store_dir, 0o555)
+        before = _digest(__import__("pathlib").Path(path))
+        prefix = (["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+                  if os.geteuid() == 0 else [])
+        done = subprocess.run([*prefix, sys.executable, "-m", "pytest_opperf", "history", path],
+                              capture_output=True, text=True, cwd=top)
+        assert done.returncode == 0, done.stderr
+        assert "suite.py::test_train" in done.stdout
+        assert _digest(__import__("pathlib").Path(path)) == before
+    finally:
+        os.chmod(os.path.join(top, "store"), 0o755)
+        shutil.rmtree(top)
+
+
+def test_a_reader_cannot_write_the_store(store_source):
+    with Store(store_source, create=True) as store:
+        store.append(session())
+    with Store(store_source) as store:
+        with pytest.raises(HistoryError, match="opened for reading, cannot append"):
+            store.append(session(conv_ms=3.0))
+        with pytest.raises(Exception, match="read-only|readonly"):  # the connection itself
+            store._execute("CREATE TABLE opperf_x (y INTEGER)")
+
+
+def test_a_newer_store_names_the_release_that_wrote_it(tmp_path):
+    path = tmp_path / "h.sqlite"
+    with Store(str(path), create=True) as store:
+        store.append(session())
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT value FROM opperf_meta WHERE key = 'written_by'").fetchone() == (
+        history_store.WRITTEN_BY,)
+    conn.execute("UPDATE opperf_meta SET value = 'pytest-opperf 9.9.0'")
+    conn.execute("UPDATE opperf_schema SET version = 7")
+    conn.commit()
+    conn.close()
+    with pytest.raises(HistoryError, match=r"h.sqlite: history schema version 7, written by "
+                       r"pytest-opperf 9.9.0; this is pytest-opperf .* \(schema version 2\)"):
+        Store(str(path))

@@ -3,8 +3,9 @@
 A source is a path (a SQLite file, created on first append; stdlib ``sqlite3``) or a
 ``postgresql://`` URL (psycopg 3, the ``history`` extra). Both hold the same tables (prefixed
 ``opperf_`` so that a shared database keeps them apart) under a schema version; :data:`MIGRATIONS`
-brings an older store up to date when it is opened, under a lock, so several writers opening a new
-store at once create it once.
+brings an older store up to date when a writer opens it, under a lock, so several writers opening a
+new store at once create it once. Readers never write (see ``Store._connect``): they read an older
+version as it is.
 
 A run's work counts (:class:`~pytest_opperf.workcount.WorkCounts`, when the results have them) are
 kept with it: each stat's self count per step of each counter, one row each, and the counting
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
+from .. import __version__
 from ..results import ResultSet, RunResult, StatResult, is_sha, utf8_text
 from ..stats import after_warmup, median
 from ..workcount import WorkCounts
@@ -46,6 +48,7 @@ __all__ = ["EXTRA_HINT", "MIGRATIONS", "SAMPLES_KEPT", "History", "HistoryError"
 SAMPLES_KEPT = 16  # per stat: enough to see a distribution, small for 1,000 sessions of 170 runs
 EXTRA_HINT = "pip install 'pytest-opperf[history]'"
 URL_SCHEMES = ("postgresql://", "postgres://")
+WRITTEN_BY = f"pytest-opperf {__version__}"
 _LOCK_KEY = 0x6F70706572660001  # pg_advisory_xact_lock key of the schema migration ("opperf" + 1)
 
 # Each migration takes the store from version i to i + 1. {id}, {float} are the
@@ -407,6 +410,8 @@ class Store:
         self._driver_errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
         self._migrations = migrations
         self._conn: Any = None
+        self._writer = create
+        self._schema = 0
         try:
             with self._errors():
                 self._conn = self._connect(create, timeout_s)
@@ -424,14 +429,26 @@ class Store:
             self._driver_errors = (psycopg.Error,)
             timeout = {"connect_timeout": max(1, round(timeout_s))}
             extra = {} if "connect_timeout" in self.source else timeout
-            return psycopg.connect(self.source, autocommit=True, **extra)
+            conn = psycopg.connect(self.source, autocommit=True, **extra)
+            if not create:  # a reader: every statement in a read-only transaction, no DDL
+                conn.execute("SET default_transaction_read_only = on")
+            return conn
         path = Path(self.source)
         if path.is_dir():
             raise HistoryError(f"{self.label}: is a directory, expected a SQLite file")
         if not create and not path.exists():
             raise HistoryError(f"{self.label}: no such file")
-        mode = "rwc" if create else "rw"  # transactions are explicit: no isolation_level
-        conn = sqlite3.connect(f"file:{quote(str(path))}?mode={mode}", uri=True, timeout=timeout_s,
+        # A reader never writes: with a -wal (or -journal) beside the file, a writer may hold
+        # commits there, which mode=ro reads (its -shm exists already); without one, the file
+        # holds every commit and immutable=1 reads it with no lock and no -shm/-wal created,
+        # also on a read-only file, directory or mount (where mode=ro cannot create the -shm).
+        if create:
+            mode = "mode=rwc"  # transactions are explicit: no isolation_level
+        elif any(Path(f"{path}{end}").exists() for end in ("-wal", "-journal")):
+            mode = "mode=ro"
+        else:
+            mode = "immutable=1"
+        conn = sqlite3.connect(f"file:{quote(str(path))}?{mode}", uri=True, timeout=timeout_s,
                                isolation_level=None)
         conn.execute("PRAGMA foreign_keys = ON")
         if create:
@@ -511,16 +528,45 @@ class Store:
                                "number (a damaged store, or not a pytest-opperf history)")
         return version
 
+    def _has_table(self, name: str) -> bool:
+        if self.dialect == "postgresql":
+            return self._execute(
+                "SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = current_schema() "
+                "AND tablename = ?", (name,)).fetchone() is not None
+        return self._execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name = ?",
+                             (name,)).fetchone() is not None
+
+    def _written_by(self) -> str | None:
+        """The release that wrote the store last (``opperf_meta``), or None (not recorded)."""
+        if not self._has_table("opperf_meta"):
+            return None
+        row = self._execute("SELECT value FROM opperf_meta WHERE key = 'written_by'").fetchone()
+        return None if row is None else str(row[0])
+
+    def _record_writer(self) -> None:
+        """``opperf_meta``: a table no schema version names (older releases ignore it), so that
+        recording the writer never stops the release before from appending."""
+        self._execute("CREATE TABLE IF NOT EXISTS opperf_meta (key TEXT PRIMARY KEY, "
+                      "value TEXT NOT NULL)")
+        self._execute("INSERT INTO opperf_meta (key, value) VALUES ('written_by', ?) ON CONFLICT "
+                      "(key) DO UPDATE SET value = excluded.value", (WRITTEN_BY,))
+
     def _migrate(self, create: bool) -> None:
         target = len(self._migrations)
         version = self._version()
         if version > target:
-            raise HistoryError(f"{self.label}: history schema version {version} is newer than this "
-                               f"pytest-opperf's ({target}); upgrade pytest-opperf")
-        if version == target:
+            by = self._written_by() or "a release that did not record itself"
+            raise HistoryError(f"{self.label}: history schema version {version}, written by {by}; "
+                               f"this is {WRITTEN_BY} (schema version {target}): upgrade "
+                               "pytest-opperf")
+        self._schema = version
+        if version == target and not (create and not self._has_table("opperf_meta")):
             return
         if version == 0 and not create and not self._has_schema_table():
             raise HistoryError(f"{self.label}: not a pytest-opperf history (no opperf_schema)")
+        if not create:  # only a writer migrates: a reader reads the older schema as it is
+            return
+        self._schema = target
         with self._transaction():
             if self.dialect == "postgresql":
                 self._execute("SELECT pg_advisory_xact_lock(?)", (_LOCK_KEY,))
@@ -532,6 +578,7 @@ class Store:
                 for statement in statements:
                     self._execute(statement.format(**_DIALECT[self.dialect]))
             self._execute("UPDATE opperf_schema SET version = ?", (target,))
+            self._record_writer()
 
     @property
     def version(self) -> int:
@@ -559,6 +606,8 @@ class Store:
             None if gate is None else int(bool(gate.get("passed"))),
             None if gate is None else _dumps(gate), None if compare is None else _dumps(compare),
         )
+        if not self._writer:
+            raise HistoryError(f"{self.label}: opened for reading, cannot append")
         with self._errors(), self._transaction():
             got = self._execute(
                 "INSERT INTO opperf_sessions (fingerprint, created, stored, source, commit_sha, "
@@ -568,6 +617,7 @@ class Store:
             if got is None:
                 return None
             session_id = int(got[0])
+            self._record_writer()
             for run in results.runs:
                 self._insert_run(session_id, run)
         return session_id
@@ -615,25 +665,33 @@ class Store:
                 dirty=None if r[5] is None else bool(r[5]), commit_time=r[6], device=r[7],
                 device_class=r[8], workload=r[9], timing=r[10],
                 gate_passed=None if r[11] is None else bool(r[11]),
-                compare=json.loads(r[12]) if r[12] else None, runs=int(r[13]))
+                compare=self._loads(r[12], f"session {r[0]}", "compare") if r[12] else None,
+                runs=int(r[13]))
                 for r in self._execute(
                     "SELECT s.id, s.created, s.source, s.commit_sha, s.branch, s.dirty, "
                     "s.commit_time, s.device, s.device_class, s.workload, s.timing, s.gate_passed, "
                     "s.compare, (SELECT COUNT(*) FROM opperf_runs r WHERE r.session_id = s.id) "
                     "FROM opperf_sessions s").fetchall()]
             counts: dict[int, dict[str, dict[str, int]]] = {}
-            for r in self._execute("SELECT run_id, stat, counter, value FROM opperf_work "
-                                   "ORDER BY run_id, stat, counter").fetchall():
+            has_work = self._schema >= 2  # version 1 had no work counts
+            work_rows = [] if not has_work else self._execute(
+                "SELECT run_id, stat, counter, value FROM opperf_work "
+                "ORDER BY run_id, stat, counter").fetchall()
+            for r in work_rows:
                 counts.setdefault(int(r[0]), {}).setdefault(r[1], {})[r[2]] = int(r[3])
+            work_columns = ("work_steps, work_pass_s, work_versions, work_varies, instructions, "
+                            "instructions_cpu" if has_work else ", ".join(["NULL"] * 6))
             runs = [StoredRun(int(r[1]), r[2], r[3], float(r[4]), float(r[5]), float(r[6]),
                               float(r[7]), float(r[8]), None if r[9] is None else WorkCounts(
                                   counts.get(int(r[0]), {}), int(r[9]), float(r[10]),
-                                  json.loads(r[11]), json.loads(r[12]),
+                                  self._loads(r[11], f"session {r[1]} run {r[2]!r}",
+                                              "work_versions"),
+                                  self._loads(r[12], f"session {r[1]} run {r[2]!r}",
+                                              "work_varies"),
                                   None if r[13] is None else int(r[13]), r[14]))
                     for r in self._execute(
                         "SELECT id, session_id, run, kind, examples_per_sec, python_share, "
-                        "framework_share, kernel_share, wall_s, work_steps, work_pass_s, "
-                        "work_versions, work_varies, instructions, instructions_cpu "
+                        f"framework_share, kernel_share, wall_s, {work_columns} "
                         "FROM opperf_runs ORDER BY id").fetchall()
                     if keep_run is None or keep_run(r[2])]
             stats = [StoredStat(int(r[0]), r[1], r[2], r[3], bool(r[4]),
@@ -653,7 +711,16 @@ class Store:
             row = self._execute(
                 "SELECT s.samples FROM opperf_stats s JOIN opperf_runs r ON s.run_id = r.id WHERE "
                 "r.session_id = ? AND r.run = ? AND s.name = ?", (session_id, run, stat)).fetchone()
-        return json.loads(row[0]) if row and row[0] else None
+        where = f"session {session_id} run {run!r} stat {stat!r}"
+        return self._loads(row[0], where, "samples") if row and row[0] else None
+
+    def _loads(self, text: Any, where: str, column: str) -> Any:
+        """A JSON column's value; malformed JSON is a HistoryError naming the row and column."""
+        try:
+            return json.loads(text)
+        except (TypeError, ValueError) as exc:
+            raise HistoryError(f"{self.label}: {where}: column {column} holds malformed JSON "
+                               f"({_one_line(exc)}): {str(text)!r:.60}") from None
 
     def close(self) -> None:
         if self._conn is not None:
