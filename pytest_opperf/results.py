@@ -251,6 +251,15 @@ def _within_all(values: Any, what: str, source: str, bound: float, unit: str = "
         _within(values[i], f"{what}[{i}]", source, bound, unit)
 
 
+def _float(v: float) -> float:
+    """``v`` as a float; 0 and 1, which most runs give for their shares, as one object each."""
+    f = float(v)
+    return _ZERO if f == 0 else _ONE if f == 1 else f
+
+
+_ZERO, _ONE = 0.0, 1.0
+
+
 def _load_stat(d: Any, where: str, source: str, memo: dict[str, str]) -> StatResult:
     _need(isinstance(d, dict), source, f"{where} is not an object")
     _need(isinstance(d.get("name"), str), source, f"{where}.name is missing or not a string")
@@ -285,12 +294,12 @@ def _load_stat(d: Any, where: str, source: str, memo: dict[str, str]) -> StatRes
     name, parent = d["name"], d.get("parent")
     return StatResult(
         name=memo.setdefault(name, name), parent=memo.setdefault(parent, parent)
-        if parent is not None else None, count=d["count"], total_ms=float(d["total_ms"]),
-        avg_ms=float(d["avg_ms"]), min_ms=float(d["min_ms"]), max_ms=float(d["max_ms"]),
+        if parent is not None else None, count=d["count"], total_ms=_float(d["total_ms"]),
+        avg_ms=_float(d["avg_ms"]), min_ms=_float(d["min_ms"]), max_ms=_float(d["max_ms"]),
         samples_ms=samples,
         kernel=bool(d.get("kernel", False)), clock=_interned(str(d.get("clock", "host")), memo),
         flops=d.get("flops"), bytes=d.get("bytes"),
-        host_ms=float(d["host_ms"]) if d.get("host_ms") is not None else None)
+        host_ms=_float(d["host_ms"]) if d.get("host_ms") is not None else None)
 
 
 def _interned(text: str, memo: dict[str, str]) -> str:
@@ -387,16 +396,16 @@ def _load_run(d: Any, i: int, source: str, memo: dict[str, str] | None = None) -
     return RunResult(
         id=d["id"], kind=_interned(d["kind"], memo), config=config,
         device=_interned(str(d.get("device", "")), memo),
-        timing=_interned(str(d.get("timing", "host")), memo), wall_s=float(d["wall_s"]),
+        timing=_interned(str(d.get("timing", "host")), memo), wall_s=_float(d["wall_s"]),
         examples=int(d["examples"]), batches=int(d["batches"]),
-        examples_per_sec=float(d["examples_per_sec"]), sec_per_batch=float(d["sec_per_batch"]),
-        python_share=float(d["python_share"]), stats=stats,
+        examples_per_sec=_float(d["examples_per_sec"]), sec_per_batch=_float(d["sec_per_batch"]),
+        python_share=_float(d["python_share"]), stats=stats,
         counts={_interned(k, memo): v for k, v in counts.items()},
         executor_stat=_interned(executor_stat, memo) if isinstance(executor_stat, str) else None,
         step_ms=[float(x) for x in d.get("step_ms", [])],
         step_examples=[int(x) for x in d.get("step_examples", [])], notes=list(notes),
         trace=d.get("trace") if isinstance(d.get("trace"), dict) else None, work=work,
-        **{k: float(v) for k, v in optional.items()})
+        **{k: _float(v) for k, v in optional.items()})
 
 
 def _check_gate(gate: dict[str, Any], source: str) -> None:
