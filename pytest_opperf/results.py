@@ -28,7 +28,7 @@ from typing import Any
 
 from .stats import after_warmup
 from .stattree import StatResult, StatTree, StatTreeError
-from .workcount import WorkCounts
+from .workcount import COUNTERS, WorkCounts
 
 __all__ = ["KINDS", "SCHEMA", "ResultSet", "ResultsError", "RunResult", "StatResult",
            "baseline_file", "commit_info", "dumps_results", "is_sha", "json_problem",
@@ -182,10 +182,28 @@ def json_problem(value: Any, where: str, depth: int = 0) -> str | None:
 
 # --- reading -------------------------------------------------------------------
 
+MAX_COUNT = 2 ** 63 - 1  # counts are integers in [0, 2**63)
+MAX_TIME = 1e12  # times, in ms or s: over 30 years either way
+MAX_NUMBER = 1e30  # the magnitude of any other number (rates, flops, bytes, the gate's values)
+# the keys of a run's work object and the counters of its stats this version reads
+_WORK_KEYS = frozenset(("steps", "pass_s", "versions", "stats", "varies", "instructions",
+                        "instructions_cpu"))
+
 
 def _need(cond: bool, source: str, what: str) -> None:
     if not cond:
         raise ResultsError(f"{source}: malformed results file: {what}")
+
+
+def shown(v: Any) -> str:
+    """``v`` for a one-line message: a long integer by its first and last digits and length."""
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10 ** 24:
+        try:
+            text = str(abs(v))
+        except ValueError:  # more digits than Python converts to text
+            return f"an integer of about {int(abs(v).bit_length() * 0.30103) + 1} digits"
+        return f"{'-' if v < 0 else ''}{text[:6]}...{text[-3:]} ({len(text)} digits)"
+    return f"{v!r:.60}"
 
 
 def _is_num(v: Any) -> bool:
@@ -198,72 +216,154 @@ def _is_num(v: Any) -> bool:
         return False
 
 
+def _number(v: Any) -> bool:
+    """An int, or a finite float (JSON's 1e999 is not); the bounds are checked apart, by name."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    return isinstance(v, int) or math.isfinite(v)
+
+
 def _num_list(v: Any) -> bool:
-    return isinstance(v, list) and all(_is_num(x) for x in v)
+    return isinstance(v, list) and all(_number(x) for x in v)
 
 
 def _count(v: Any) -> bool:
     """A whole number >= 0 (an int, or a float with no fraction as older writers gave)."""
-    return _is_num(v) and v >= 0 and float(v).is_integer()
+    return _number(v) and v >= 0 and (isinstance(v, int) or v.is_integer())
 
 
-def _nonneg(v: Any) -> bool:
-    return _is_num(v) and v >= 0
+def _within(v: Any, what: str, source: str, bound: float = MAX_TIME, unit: str = "") -> None:
+    """A number ``v`` (checked by the caller) is within its bound: times at most
+    :data:`MAX_TIME`, counts below 2**63, any other number of magnitude :data:`MAX_NUMBER`."""
+    if bound == MAX_COUNT:
+        _need(v <= MAX_COUNT, source, f"{what} must be below 2**63, got {shown(v)}")
+    elif bound == MAX_NUMBER:
+        _need(-MAX_NUMBER <= v <= MAX_NUMBER, source,
+              f"{what} must be within +-1e30, got {shown(v)}")
+    else:
+        _need(v <= bound, source, f"{what} must be at most {bound:g}{unit}, got {shown(v)}")
 
 
-def _load_stat(d: Any, where: str, source: str) -> StatResult:
+def _within_all(values: Any, what: str, source: str, bound: float, unit: str = "") -> None:
+    """Every item of a list (or array) of numbers >= 0 is at most ``bound``."""
+    if values is not None and len(values) and max(values) > bound:
+        i = next(i for i, x in enumerate(values) if x > bound)
+        _within(values[i], f"{what}[{i}]", source, bound, unit)
+
+
+def _float(v: float) -> float:
+    """``v`` as a float; 0 and 1, which most runs give for their shares, as one object each."""
+    f = float(v)
+    return _ZERO if f == 0 else _ONE if f == 1 else f
+
+
+_ZERO, _ONE = 0.0, 1.0
+
+
+def _load_stat(d: Any, where: str, source: str, memo: dict[str, str]) -> StatResult:
     _need(isinstance(d, dict), source, f"{where} is not an object")
     _need(isinstance(d.get("name"), str), source, f"{where}.name is missing or not a string")
-    where = f"{where} ({d['name']!r})"
+    where = f"{where} ({d['name']!r:.80})"
     _need(d.get("parent") is None or isinstance(d["parent"], str), source,
           f"{where}.parent is not a string or null")
     _need(isinstance(d.get("count"), int) and not isinstance(d["count"], bool), source,
           f"{where}.count is missing or not an integer")
     _need(_count(d["count"]), source,
-          f"{where}.count must be an integer >= 0, got {d['count']!r:.40}")
+          f"{where}.count must be an integer >= 0, got {shown(d['count'])}")
+    _within(d["count"], f"{where}.count", source, MAX_COUNT)
     for key in ("total_ms", "avg_ms", "min_ms", "max_ms"):
-        _need(_is_num(d.get(key)), source, f"{where}.{key} is missing or not a finite number")
-        _need(d[key] >= 0, source, f"{where}.{key} must not be negative, got {d[key]!r}")
+        _need(_number(d.get(key)), source, f"{where}.{key} is missing or not a finite number")
+        _need(d[key] >= 0, source, f"{where}.{key} must not be negative, got {shown(d[key])}")
+        _within(d[key], f"{where}.{key}", source, MAX_TIME, " ms")
     samples = d.get("samples_ms")
-    if isinstance(samples, array):  # packed while parsing (_packed): floats, finite ones checked
+    if isinstance(samples, array):  # packed while parsing (_object): floats, finite ones checked
         _need(not samples or (min(samples) >= 0 and max(samples) < math.inf), source,
               f"{where}.samples_ms is not a list of finite numbers >= 0")
     else:
         _need(samples is None or (_num_list(samples) and all(x >= 0 for x in samples)), source,
               f"{where}.samples_ms is not a list of finite numbers >= 0")
         samples = array("d", samples) if samples is not None else None
+    _within_all(samples, f"{where}.samples_ms", source, MAX_TIME, " ms")
     for key in ("flops", "bytes", "host_ms"):
-        _need(d.get(key) is None or _nonneg(d[key]), source,
+        value = d.get(key)
+        _need(value is None or (_number(value) and value >= 0), source,
               f"{where}.{key} is not a finite number >= 0")
+        if value is not None:
+            _within(value, f"{where}.{key}", source, *((MAX_TIME, " ms") if key == "host_ms"
+                                                      else (MAX_NUMBER,)))
+    name, parent = d["name"], d.get("parent")
     return StatResult(
-        name=d["name"], parent=d.get("parent"), count=d["count"], total_ms=float(d["total_ms"]),
-        avg_ms=float(d["avg_ms"]), min_ms=float(d["min_ms"]), max_ms=float(d["max_ms"]),
+        name=memo.setdefault(name, name), parent=memo.setdefault(parent, parent)
+        if parent is not None else None, count=d["count"], total_ms=_float(d["total_ms"]),
+        avg_ms=_float(d["avg_ms"]), min_ms=_float(d["min_ms"]), max_ms=_float(d["max_ms"]),
         samples_ms=samples,
-        kernel=bool(d.get("kernel", False)), clock=str(d.get("clock", "host")),
+        kernel=bool(d.get("kernel", False)), clock=_interned(str(d.get("clock", "host")), memo),
         flops=d.get("flops"), bytes=d.get("bytes"),
-        host_ms=float(d["host_ms"]) if d.get("host_ms") is not None else None)
+        host_ms=_float(d["host_ms"]) if d.get("host_ms") is not None else None)
 
 
-def _load_run(d: Any, i: int, source: str) -> RunResult:
+def _interned(text: str, memo: dict[str, str]) -> str:
+    """One string object for the names and values every run repeats (kind, device, stat names),
+    so that a file of many runs holds each once."""
+    return memo.setdefault(text, text)
+
+
+def _load_work(work: Any, where: str, source: str) -> WorkCounts:
+    """A run's ``work`` object: keys and counters this version does not know are ignored (objects
+    are open), the counts bounded."""
+    if isinstance(work, dict):
+        work = {k: v for k, v in work.items() if k in _WORK_KEYS}
+        stats = work.get("stats")
+        if isinstance(stats, dict):
+            known = {name: {c: n for c, n in counts.items() if c in COUNTERS}
+                     if isinstance(counts, dict) and counts else counts
+                     for name, counts in stats.items()}
+            # a stat whose counters are all unknown has no count this version reads
+            work["stats"] = {name: c for name, c in known.items() if c != {} or not stats[name]}
+        # the bounds first: WorkCounts takes any int, and a float of a 400-digit one overflows
+        for key, bound, unit in (("steps", MAX_COUNT, ""), ("pass_s", MAX_TIME, " s"),
+                                 ("instructions", MAX_COUNT, "")):
+            if _number(work.get(key)) and work[key] >= 0:
+                _within(work[key], f"{where}: work: {key}", source, bound, unit)
+        for name, counts in work.get("stats", {}).items() if isinstance(stats, dict) else ():
+            for counter, n in counts.items() if isinstance(counts, dict) else ():
+                if _number(n) and n >= 0:
+                    _within(n, f"{where}: work: stats[{name!r:.80}][{counter!r}]", source,
+                            MAX_COUNT)
+    try:
+        return WorkCounts.from_dict(work, where)
+    except ValueError as exc:
+        raise ResultsError(f"{source}: malformed results file: {exc}") from None
+
+
+def _load_run(d: Any, i: int, source: str, memo: dict[str, str] | None = None) -> RunResult:
+    memo = {} if memo is None else memo
     where = f"runs[{i}]"
     _need(isinstance(d, dict), source, f"{where} is not an object")
     _need(isinstance(d.get("id"), str), source, f"{where}.id is missing or not a string")
-    where = f"run {d['id']!r}"
+    where = f"run {d['id']!r:.200}"
     _need(d.get("kind") in KINDS, source,
-          f"{where}: kind must be one of {'|'.join(KINDS)}, got {d.get('kind')!r}")
+          f"{where}: kind must be one of {'|'.join(KINDS)}, got {shown(d.get('kind'))}")
     for key in ("wall_s", "examples_per_sec", "sec_per_batch", "python_share"):
-        _need(_is_num(d.get(key)), source, f"{where}: {key} is missing or not a finite number")
-        _need(d[key] >= 0, source, f"{where}: {key} must not be negative, got {d[key]!r}")
+        _need(_number(d.get(key)), source, f"{where}: {key} is missing or not a finite number")
+        _need(d[key] >= 0, source, f"{where}: {key} must not be negative, got {shown(d[key])}")
     _need(d["python_share"] <= 1, source,
-          f"{where}: python_share is a share and must be in [0, 1], got {d['python_share']!r}")
+          f"{where}: python_share is a share and must be in [0, 1], got {shown(d['python_share'])}")
+    _within(d["wall_s"], f"{where}: wall_s", source, MAX_TIME, " s")
+    _within(d["sec_per_batch"], f"{where}: sec_per_batch", source, MAX_TIME, " s")
+    _within(d["examples_per_sec"], f"{where}: examples_per_sec", source, MAX_NUMBER)
     for key in ("examples", "batches"):
-        _need(_is_num(d.get(key)), source, f"{where}: {key} is missing or not a finite number")
-        _need(_count(d[key]), source, f"{where}: {key} must be a whole number >= 0, got {d[key]!r}")
+        _need(_number(d.get(key)), source, f"{where}: {key} is missing or not a finite number")
+        _need(_count(d[key]), source,
+              f"{where}: {key} must be a whole number >= 0, got {shown(d[key])}")
+        _within(d[key], f"{where}: {key}", source, MAX_COUNT)
     _need(isinstance(d.get("stats"), list), source, f"{where}: stats is missing or not a list")
     counts = d.get("counts", {})
     whole = isinstance(counts, dict) and all(
         isinstance(v, int) and not isinstance(v, bool) and _count(v) for v in counts.values())
     _need(whole, source, f"{where}: counts is not an object of integers >= 0")
+    for name, n in counts.items():
+        _within(n, f"{where}: counts[{name!r:.80}]", source, MAX_COUNT)
     config = d.get("config", {})
     _need(isinstance(config, dict), source, f"{where}: config is not an object")
     for key in ("step_ms", "step_examples"):
@@ -272,33 +372,40 @@ def _load_run(d: Any, i: int, source: str) -> RunResult:
               f"{where}: {key} is not a list of finite numbers >= 0")
     _need(all(_count(x) for x in d.get("step_examples", [])), source,
           f"{where}: step_examples is not a list of whole numbers")
+    _within_all(d.get("step_ms"), f"{where}: step_ms", source, MAX_TIME, " ms")
+    _within_all(d.get("step_examples"), f"{where}: step_examples", source, MAX_COUNT)
     notes = d.get("notes", [])
     _need(isinstance(notes, list) and all(isinstance(n, str) for n in notes), source,
           f"{where}: notes is not a list of strings")
     try:
-        stats = StatTree(_load_stat(s, f"{where}: stats[{j}]", source)
+        stats = StatTree(_load_stat(s, f"{where}: stats[{j}]", source, memo)
                          for j, s in enumerate(d["stats"]))
     except StatTreeError as exc:
         raise ResultsError(f"{source}: malformed results file: {where}: {exc}") from None
     keys = ("framework_share", "kernel_share", "executor_ms", "kernel_ms")
-    optional = {k: d[k] for k in keys if _is_num(d.get(k))}
-    work = None
-    if d.get("work") is not None:
-        try:
-            work = WorkCounts.from_dict(d["work"], where)
-        except ValueError as exc:
-            raise ResultsError(f"{source}: malformed results file: {exc}") from None
+    optional = {k: d[k] for k in keys if _number(d.get(k))}
+    for key, value in optional.items():
+        if key.endswith("_ms"):
+            _need(value >= -MAX_TIME, source,
+                  f"{where}: {key} must be at least -1e+12 ms, got {shown(value)}")
+            _within(value, f"{where}: {key}", source, MAX_TIME, " ms")
+        else:
+            _within(value, f"{where}: {key}", source, MAX_NUMBER)
+    work = _load_work(d["work"], where, source) if d.get("work") is not None else None
+    executor_stat = d.get("executor_stat")
     return RunResult(
-        id=d["id"], kind=d["kind"], config=config, device=str(d.get("device", "")),
-        timing=str(d.get("timing", "host")), wall_s=float(d["wall_s"]), examples=int(d["examples"]),
-        batches=int(d["batches"]), examples_per_sec=float(d["examples_per_sec"]),
-        sec_per_batch=float(d["sec_per_batch"]), python_share=float(d["python_share"]), stats=stats,
-        counts=dict(counts),
-        executor_stat=d.get("executor_stat") if isinstance(d.get("executor_stat"), str) else None,
+        id=d["id"], kind=_interned(d["kind"], memo), config=config,
+        device=_interned(str(d.get("device", "")), memo),
+        timing=_interned(str(d.get("timing", "host")), memo), wall_s=_float(d["wall_s"]),
+        examples=int(d["examples"]), batches=int(d["batches"]),
+        examples_per_sec=_float(d["examples_per_sec"]), sec_per_batch=_float(d["sec_per_batch"]),
+        python_share=_float(d["python_share"]), stats=stats,
+        counts={_interned(k, memo): v for k, v in counts.items()},
+        executor_stat=_interned(executor_stat, memo) if isinstance(executor_stat, str) else None,
         step_ms=[float(x) for x in d.get("step_ms", [])],
         step_examples=[int(x) for x in d.get("step_examples", [])], notes=list(notes),
         trace=d.get("trace") if isinstance(d.get("trace"), dict) else None, work=work,
-        **{k: float(v) for k, v in optional.items()})
+        **{k: _float(v) for k, v in optional.items()})
 
 
 def _check_gate(gate: dict[str, Any], source: str) -> None:
@@ -309,8 +416,10 @@ def _check_gate(gate: dict[str, Any], source: str) -> None:
           "gate.violations is not a list of objects")
     for i, v in enumerate(violations):
         for key in ("value", "limit", "baseline"):
-            _need(v.get(key) is None or _is_num(v[key]), source,
+            _need(v.get(key) is None or _number(v[key]), source,
                   f"gate.violations[{i}].{key} is not a number")
+            if v.get(key) is not None:
+                _within(v[key], f"gate.violations[{i}].{key}", source, MAX_NUMBER)
     for key in ("warnings", "notes"):
         values = gate.get(key, [])
         _need(isinstance(values, list) and all(isinstance(x, str) for x in values), source,
@@ -319,6 +428,7 @@ def _check_gate(gate: dict[str, Any], source: str) -> None:
         n = gate.get(key, 0)
         _need(isinstance(n, int) and not isinstance(n, bool) and _count(n), source,
               f"gate.{key} is not an integer >= 0")
+        _within(n, f"gate.{key}", source, MAX_COUNT)
     for key in ("baseline", "thresholds", "incomplete"):
         _need(gate.get(key) is None or isinstance(gate[key], str), source,
               f"gate.{key} is not a string or null")
@@ -336,18 +446,24 @@ def _check_commit(commit: dict[str, Any], source: str) -> None:
           "commit.dirty is not a boolean or null")
 
 
-def _load(data: Any, source: str) -> ResultSet:
-    _need(isinstance(data, dict), source, "the top level is not an object")
+def _check_schema(data: Mapping[str, Any], source: str) -> None:
     schema = data.get("schema")
     if schema != SCHEMA:
-        raise ResultsError(f"{source}: unknown results schema {schema!r} "
+        raise ResultsError(f"{source}: unknown results schema {shown(schema)} "
                            f"(this version reads {SCHEMA!r})")
-    _need(isinstance(data.get("runs"), list), source, "runs is missing or not a list")
-    runs = [_load_run(r, i, source) for i, r in enumerate(data["runs"])]
+
+
+def _unique_ids(runs: list[RunResult], source: str) -> None:
     seen: set[str] = set()
     for r in runs:
-        _need(r.id not in seen, source, f"run {r.id!r} appears twice (run ids must be unique)")
+        _need(r.id not in seen, source,
+              f"run {r.id!r:.200} appears twice (run ids must be unique)")
         seen.add(r.id)
+
+
+def _finish(data: Mapping[str, Any], runs: list[RunResult], source: str) -> ResultSet:
+    """The result set of a document's top-level members other than ``runs`` and its runs."""
+    _unique_ids(runs, source)
     machine = data.get("machine") or {}
     _need(isinstance(machine, dict), source, "machine is not an object")
     commit = data.get("commit")
@@ -365,6 +481,15 @@ def _load(data: Any, source: str) -> ResultSet:
     created = str(data.get("created", ""))
     return ResultSet(runs=runs, machine=machine, commit=commit, created=created, session=session,
                      gate=gate, compare=compare)
+
+
+def _load(data: Any, source: str) -> ResultSet:
+    _need(isinstance(data, dict), source, "the top level is not an object")
+    _check_schema(data, source)
+    _need(isinstance(data.get("runs"), list), source, "runs is missing or not a list")
+    memo: dict[str, str] = {}
+    return _finish(data, [_load_run(r, i, source, memo) for i, r in enumerate(data["runs"])],
+                   source)
 
 
 def read_text(path: str | os.PathLike[str], error: type[Exception], expected: str) -> str:
@@ -400,40 +525,255 @@ def read_text(path: str | os.PathLike[str], error: type[Exception], expected: st
 
 
 def read_results(path: str | os.PathLike[str]) -> ResultSet:
-    """Read a results file; any problem is a :class:`ResultsError` naming the file."""
+    """Read a results file; any problem is a :class:`ResultsError` naming the file.
+
+    The document is parsed one run at a time, each run's parsed object dropped once its
+    :class:`RunResult` is built: what stays is the records, about the file's size (a
+    file of many small runs a few times its size), never the records, the parsed objects and
+    the text all at once."""
     source = str(path)
     text = read_text(path, ResultsError, "a results file")
-    return _load(loads_strict(text, source), source)
+    return _Document(text, source).read()
+
+
+class _Duplicate(Exception):
+    """A key that appears twice in one object (raised while parsing; located afterwards)."""
+
+
+class _Constant(ValueError):
+    """NaN, Infinity or -Infinity: Python's json takes them, JSON has no such numbers."""
 
 
 def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
+    raise _Constant(f"{name} is not a number JSON allows")
 
 
-def _packed(obj: dict[str, Any]) -> dict[str, Any]:
-    """A stat's samples as an ``array('d')`` (8 bytes a sample, where a list of floats takes 32),
-    made as each object is parsed, so a file's samples never exist as lists all at once: reading
-    stays within a small multiple of the file's size. Only lists of floats are packed; anything
-    else is left for the reader's checks to name."""
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A parsed JSON object: a key given twice is refused (json would keep the last silently:
+    ``"passed": false, "passed": true`` would read as passed). A stat's samples are packed as an
+    ``array('d')`` (8 bytes a sample, where a list of floats takes 32), so a file's samples never
+    exist as lists all at once. Only lists of floats are packed; anything else is left for the
+    reader's checks to name."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _Duplicate(key)
+            seen.add(key)
     samples = obj.get("samples_ms")
     if type(samples) is list and all(type(x) is float for x in samples):
         obj["samples_ms"] = array("d", samples)
     return obj
 
 
+_DECODER = json.JSONDecoder(object_pairs_hook=_object, parse_constant=_no_constant)
+_SPACE = re.compile(r"[ \t\n\r]*")
+# the tokens of JSON text for the second look at a value that failed (_locate)
+_TOKEN = re.compile(r'[ \t\n\r]*(?:("[^"\\]*(?:\\.[^"\\]*)*")|([{}\[\]:,])|([^ \t\n\r{}\[\]:,"]+))',
+                    re.DOTALL)
+_MAX_DIGITS = 4300  # Python's limit for converting digits to an int (sys.get_int_max_str_digits)
+
+
+def _position(text: str, pos: int) -> str:
+    line = text.count("\n", 0, pos) + 1
+    return f"line {line} column {pos - text.rfind(chr(10), 0, pos)}"
+
+
+def _path(base: str, stack: list[list[Any]]) -> str:
+    parts = [base]
+    for _, _, at in stack[:-1]:
+        if isinstance(at, int):
+            parts.append(f"[{at}]")
+        elif at is not None:
+            parts.append(f".{at}" if at.isidentifier() else f"[{at!r:.60}]")
+    return "".join(parts).lstrip(".") or "the top level"
+
+
+def _locate(text: str, start: int, base: str) -> str | None:
+    """Where in the JSON value at ``start`` the parser's refusal lies, read a second time token
+    by token (only after a refusal: the first read is json's, in C): the first key given twice
+    in its object, NaN or Infinity, or an integer of more digits than Python reads. ``base``
+    names the value (``runs[3]``). None when none is found."""
+    stack: list[list[Any]] = []  # [is object, keys seen, the key or index now]
+    key_next = False
+    for m in _TOKEN.finditer(text, start):
+        string, mark, bare = m.groups()
+        if mark is not None:
+            if mark in "{[":
+                stack.append([mark == "{", set(), None if mark == "{" else 0])
+                key_next = mark == "{"
+            elif mark in "}]":
+                stack.pop()
+                if not stack:
+                    return None
+            elif mark == ",":
+                top = stack[-1] if stack else None
+                if top is not None and top[0]:
+                    key_next = True
+                elif top is not None:
+                    top[2] += 1
+            continue
+        pos = m.start(1 if string is not None else 3)
+        if string is not None:
+            if stack and stack[-1][0] and key_next:
+                key = json.loads(string)
+                top = stack[-1]
+                if key in top[1]:
+                    where = _path(base, stack)
+                    return (f"malformed results file: the key {key!r:.60} appears twice in "
+                            f"{where} at {_position(text, pos)} (a key may appear once in an "
+                            "object)")
+                top[1].add(key)
+                top[2] = key
+                key_next = False
+        elif bare in ("NaN", "Infinity", "-Infinity"):
+            return f"not valid JSON: {bare} is not a number JSON allows at {_position(text, pos)}"
+        elif len(bare.lstrip("-")) > _MAX_DIGITS and bare.lstrip("-").isdigit():
+            return (f"not valid JSON: an integer of {len(bare.lstrip('-'))} digits at "
+                    f"{_position(text, pos)} (Python reads at most {_MAX_DIGITS})")
+        if not stack:
+            return None
+    return None
+
+
+class _Document:
+    """A results document parsed member by member, and its ``runs`` one run at a time."""
+
+    def __init__(self, text: str, source: str) -> None:
+        self.text, self.source = text, source
+        self.memo: dict[str, str] = {}
+
+    def fail(self, message: str, pos: int) -> ResultsError:
+        return ResultsError(f"{self.source}: not valid JSON: {message} at "
+                            f"{_position(self.text, pos)}")
+
+    def space(self, pos: int) -> int:
+        return _SPACE.match(self.text, pos).end()  # type: ignore[union-attr]
+
+    def value(self, pos: int, where: str) -> tuple[Any, int]:
+        """The JSON value at ``pos`` and the position after it."""
+        try:
+            return _DECODER.raw_decode(self.text, pos)
+        except json.JSONDecodeError as exc:
+            raise ResultsError(f"{self.source}: not valid JSON: {exc.msg} at line {exc.lineno} "
+                               f"column {exc.colno}") from None
+        except RecursionError:
+            raise ResultsError(f"{self.source}: not a results file: nested too deeply") from None
+        except (_Duplicate, ValueError) as exc:  # a key twice, NaN, too many digits
+            found = _locate(self.text, pos, where)
+            if found is None:
+                found = (f"malformed results file: the key {str(exc)!r:.60} appears twice in "
+                         f"{where}" if isinstance(exc, _Duplicate) else f"not valid JSON: {exc}")
+            raise ResultsError(f"{self.source}: {found}") from None
+
+    def read(self) -> ResultSet:
+        text = self.text
+        pos = self.space(0)
+        if not text.startswith("{", pos):  # not an object: the whole document is refused
+            return _load(loads_strict(text, self.source), self.source)
+        head: dict[str, Any] = {}
+        runs: list[RunResult] | None = None
+        refusal: ResultsError | None = None  # a bad run, raised once the schema is known good
+        pos = self.space(pos + 1)
+        if text.startswith("}", pos):
+            pos += 1
+        else:
+            while True:
+                key, pos = self.key(pos, head, runs is not None)
+                if key == "schema":
+                    head[key], pos = self.value(pos, key)
+                    _check_schema(head, self.source)
+                elif key == "runs" and text.startswith("[", pos):
+                    runs, pos, refusal = self.runs(pos, "schema" in head)
+                else:
+                    head[key], pos = self.value(pos, key if key.isidentifier() else repr(key))
+                pos = self.space(pos)
+                if text.startswith(",", pos):
+                    pos = self.space(pos + 1)
+                elif text.startswith("}", pos):
+                    pos += 1
+                    break
+                else:
+                    raise self.fail("Expecting ',' delimiter", pos)
+        end = self.space(pos)
+        if end != len(text):
+            raise self.fail("Extra data", end)
+        _check_schema(head, self.source)
+        if refusal is not None:
+            raise refusal
+        _need(runs is not None or isinstance(head.get("runs"), list), self.source,
+              "runs is missing or not a list")
+        return _finish(head, runs if runs is not None else [], self.source)
+
+    def key(self, pos: int, head: dict[str, Any], runs_read: bool) -> tuple[str, int]:
+        """A top-level member's key at ``pos`` (refused when given before) and where its value
+        starts."""
+        text = self.text
+        if not text.startswith('"', pos):
+            raise self.fail("Expecting property name enclosed in double quotes", pos)
+        try:
+            key, end = json.decoder.scanstring(text, pos + 1)  # type: ignore[attr-defined]
+        except json.JSONDecodeError as exc:
+            raise ResultsError(f"{self.source}: not valid JSON: {exc.msg} at line {exc.lineno} "
+                               f"column {exc.colno}") from None
+        if key in head or (key == "runs" and runs_read):
+            raise ResultsError(
+                f"{self.source}: malformed results file: the key {key!r:.60} appears twice in "
+                f"the top level at {_position(text, pos)} (a key may appear once in an object)")
+        end = self.space(end)
+        if not text.startswith(":", end):
+            raise self.fail("Expecting ':' delimiter", end)
+        return key, self.space(end + 1)
+
+    def runs(self, pos: int, schema_known: bool) -> tuple[list[RunResult], int,
+                                                          ResultsError | None]:
+        """The runs of the array at ``pos``, each built as soon as it is parsed. A bad run's
+        refusal is returned, not raised, while the schema is still unknown (a document of
+        another schema is refused for that first); later runs are then parsed, not built."""
+        text, runs = self.text, list[RunResult]()
+        refusal: ResultsError | None = None
+        pos = self.space(pos + 1)
+        if text.startswith("]", pos):
+            return runs, pos + 1, None
+        i = 0
+        while True:
+            run, pos = self.value(pos, f"runs[{i}]")
+            if refusal is None:
+                try:
+                    runs.append(_load_run(run, i, self.source, self.memo))
+                except ResultsError as exc:
+                    if schema_known:
+                        raise
+                    refusal = exc
+            del run
+            i += 1
+            pos = self.space(pos)
+            if text.startswith(",", pos):
+                pos = self.space(pos + 1)
+                continue
+            if not text.startswith("]", pos):
+                raise self.fail("Expecting ',' delimiter", pos)
+            return runs, pos + 1, refusal
+
+
 def loads_strict(text: str, source: str) -> Any:
-    """Parse a results document: NaN and Infinity (which Python's json accepts)
-    are errors, as are documents nested too deeply to check. Samples are packed
-    (:func:`_packed`)."""
+    """Parse a results document: NaN and Infinity (which Python's json accepts) are errors, as
+    are keys given twice in an object and documents nested too deeply to check (each named
+    with its line). Samples are packed (:func:`_object`)."""
     try:
-        return json.loads(text, parse_constant=_no_constant, object_hook=_packed)
+        return _DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise ResultsError(f"{source}: not valid JSON: {exc.msg} at line {exc.lineno} "
                            f"column {exc.colno}") from None
     except RecursionError:
         raise ResultsError(f"{source}: not a results file: nested too deeply") from None
-    except ValueError as exc:  # NaN/Infinity, or an integer with more digits than Python parses
-        raise ResultsError(f"{source}: not valid JSON: {exc}") from None
+    except (_Duplicate, ValueError) as exc:  # a key twice, NaN/Infinity, too many digits
+        found = _locate(text, _SPACE.match(text).end(), "")  # type: ignore[union-attr]
+        if found is None:
+            found = (f"malformed results file: the key {str(exc)!r:.60} appears twice"
+                     if isinstance(exc, _Duplicate) else f"not valid JSON: {exc}")
+        raise ResultsError(f"{source}: {found}") from None
 
 
 # --- writing -------------------------------------------------------------------

@@ -82,12 +82,14 @@ def short_name(name: str) -> str:
     return name.rsplit("/", 1)[-1]
 
 
+_NONE: dict[str, StatResult] = {}  # never written to
+
+
 class StatTree(tuple[StatResult, ...]):
     """A run's stats in recording order (an immutable tuple), validated when built."""
 
     _by_name: dict[str, StatResult]
-    _kernel_parent: dict[str, StatResult | None]
-    _kernel_regions: set[str]
+    _kernel_parent: dict[str, StatResult]  # only the stats that have a kernel ancestor
 
     def __new__(cls, stats: Iterable[StatResult] = ()) -> StatTree:
         self = super().__new__(cls, stats)
@@ -109,14 +111,15 @@ class StatTree(tuple[StatResult, ...]):
                 chain.append(parent)
                 parent = by_name[parent].parent
             rooted.update(chain)
-        self._kernel_parent = {}
+        kernel_parent = {}
         for s in self:
             node = by_name.get(s.parent) if s.parent is not None else None
             while node is not None and not node.kernel:
                 node = by_name[node.parent] if node.parent is not None else None
-            self._kernel_parent[s.name] = node
-        # trace events carry the region's own name: GemmTimer for conv2d/GemmTimer
-        self._kernel_regions = {short_name(s.name) for s in self if s.kernel}
+            if node is not None:
+                kernel_parent[s.name] = node
+        # (a file of many runs holds many trees: one shared empty mapping where none has one)
+        self._kernel_parent = kernel_parent or _NONE
         return self
 
     @classmethod
@@ -143,7 +146,9 @@ class StatTree(tuple[StatResult, ...]):
 
     def kernel_ancestor(self, name: str) -> StatResult | None:
         """The nearest kernel stat above stat ``name``, or ``None``."""
-        return self._kernel_parent[name]
+        if name not in self._by_name:
+            raise KeyError(name)
+        return self._kernel_parent.get(name)
 
     def in_executor(self, name: str, executor_stat: str | None) -> bool:
         """Whether the executor ran stat ``name``: ``executor_stat`` is on its parent chain, or,
@@ -158,7 +163,7 @@ class StatTree(tuple[StatResult, ...]):
     @property
     def kernel_roots(self) -> list[StatResult]:
         """The kernel stats without a kernel ancestor: the kernel time is their total."""
-        return [s for s in self if s.kernel and self._kernel_parent[s.name] is None]
+        return [s for s in self if s.kernel and s.name not in self._kernel_parent]
 
     @property
     def kernel_ms(self) -> float:
@@ -187,7 +192,7 @@ class StatTree(tuple[StatResult, ...]):
         with ``ExecutorRunTimer``), siblings sorted (stably) by ``SORT_KEYS[sort]``."""
         children: dict[str | None, list[StatResult]] = {}
         for s in self:
-            kernel = self._kernel_parent[s.name]
+            kernel = self._kernel_parent.get(s.name)
             children.setdefault(kernel.name if kernel is not None else None, []).append(s)
         key, out = SORT_KEYS[sort], []
 
@@ -201,7 +206,11 @@ class StatTree(tuple[StatResult, ...]):
 
     def trace_category(self, region: str) -> str:
         """``"kernel"`` for the trace events of a region a kernel stat is of, else framework."""
-        return "kernel" if region in self._kernel_regions else "framework"
+        regions = self.__dict__.get("_kernel_regions")
+        if regions is None:  # made on first use: trees read from files are seldom traced
+            # trace events carry the region's own name: GemmTimer for conv2d/GemmTimer
+            regions = self._kernel_regions = frozenset(short_name(s.name) for s in self if s.kernel)
+        return "kernel" if region in regions else "framework"
 
 
 @dataclass(frozen=True)

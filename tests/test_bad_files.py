@@ -24,8 +24,10 @@ from pytest_opperf.results import (
 )
 from pytest_opperf.thresholds import ThresholdsError, load_thresholds
 from pytest_opperf.verdict import Verdict
+from pytest_opperf.workcount import WorkCounts
 from tests.opperf_factories import e2e_run, results
 from tests.opperf_suites import assert_one_line_usage_error, e2e, inner_run_env  # noqa: F401
+from tests.results_schema import assert_valid, problems
 
 pytest_plugins = ["pytester"]
 
@@ -55,16 +57,16 @@ def write_doc(tmp_path, text: str):
     [
         (
             '{"schema": "opperf/1", "runs": [], "x": NaN}',
-            "not valid JSON: NaN is not a number JSON allows",
+            "not valid JSON: NaN is not a number JSON allows at line 1 column 41",
         ),
         (
             '{"schema": "opperf/1", "runs": [], "x": -Infinity}',
-            "-Infinity is not a number JSON allows",
+            "-Infinity is not a number JSON allows at line 1 column 41",
         ),
         ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
         (
             '{"schema": "opperf/1", "runs": [], "x": ' + "9" * 5000 + "}",
-            "not valid JSON: Exceeds the limit",
+            "not valid JSON: an integer of 5000 digits at line 1 column 41",
         ),
     ],
 )
@@ -76,7 +78,7 @@ def test_unparsable_documents_are_one_line(tmp_path, text, message):
 
 @pytest.mark.parametrize("path, value, message", [
     ("runs.0.wall_s", "BIG", "wall_s is missing or not a finite number"),
-    ("runs.0.batches", 10 ** 400, "batches is missing or not a finite number"),
+    ("runs.0.batches", 10 ** 400, "batches must be below 2**63, got 100000...000 (401 digits)"),
     ("runs.0.examples", -5, "examples must be a whole number >= 0, got -5"),
     ("runs.0.examples", 2.5, "examples must be a whole number >= 0, got 2.5"),
     ("runs.0.python_share", 14.12, "python_share is a share and must be in [0, 1], got 14.12"),
@@ -288,3 +290,137 @@ def test_chrome_trace_gives_nested_kernel_regions_the_kernel_category():
         "conv2d": "kernel",
         "GemmTimer": "kernel",
     }
+
+
+# --- keys given twice, unknown keys, numbers out of range -----------------------------------
+
+
+def doc_with_work() -> dict:
+    run = e2e_run("a", stats={"conv2d": [1.0, 2.0]})
+    run.work = WorkCounts({"conv2d": {"bytecodes": 50, "py_calls": 4}}, 3, 0.5,
+                          {"python": "3.11.7"}, [], 1000, "cpu")
+    doc = results(run)
+    doc.gate = Verdict().to_dict()
+    return json.loads(dumps_results(doc))
+
+
+def twice(text: str, member: str) -> str:
+    """``text`` with the first ``member`` (``"key": value``) given a second time just after it,
+    the second one on a line of its own."""
+    assert member in text, member
+    return text.replace(member, f"{member},\n{member}", 1)
+
+
+@pytest.mark.parametrize("member, key, where, line", [
+    ('"passed": true', "passed", "gate", 3),  # the gate's verdict: the last one must not win
+    ('"total_ms": 3.0', "total_ms", "runs[0].stats[0]", 4),
+    ('"bytecodes": 50', "bytecodes", "runs[0].work.stats.conv2d", 4),
+    ('"schema": "opperf/1"', "schema", "the top level", 2),
+])
+def test_a_key_given_twice_is_refused_naming_the_key_and_its_line(tmp_path, member, key, where,
+                                                                   line):
+    text = twice(dumps_results_text(), member)
+    path = write_doc(tmp_path, text)
+    with pytest.raises(ResultsError) as info:
+        read_results(path)
+    message = str(info.value)
+    assert f"the key {key!r} appears twice in {where} at line {line} column" in message, message
+    assert "\n" not in message
+    for command in (["show", str(path)], ["compare", str(path), str(path)]):
+        err = io.StringIO()
+        assert cli.main(command, out=io.StringIO(), err=err) == 4
+        assert err.getvalue().count("\n") == 1 and f"{key!r} appears twice" in err.getvalue()
+
+
+def dumps_results_text() -> str:
+    """A document with work and a gate: the top-level members on line 1, the gate on line 2, the
+    runs on line 3."""
+    return json.dumps(doc_with_work()).replace(', "runs": [', ',\n"runs": [', 1).replace(
+        ', "gate": ', ',\n"gate": ', 1)
+
+
+def test_a_duplicate_passed_in_a_baseline_is_exit_4_before_tests_run(pytester):
+    marker = pytester.path / "ran"
+    pytester.makepyfile(f"def test_x(): open({str(marker)!r}, 'w').close()")
+    text = json.dumps(doc_with_work())
+    (pytester.path / "base.json").write_text(twice(text, '"passed": true'))
+    result = pytester.runpytest("--opperf", "--opperf-baseline=base.json")
+    assert_one_line_usage_error(result, "--opperf-baseline base.json",
+                                "the key 'passed' appears twice in gate at line 2")
+    assert not marker.exists()
+
+
+def test_unknown_keys_in_open_objects_are_read_and_ignored(tmp_path):
+    doc = doc_with_work()
+    run = doc["runs"][0]
+    doc["future"] = {"x": 1}
+    run["future"] = [1, 2]
+    run["stats"][0]["future"] = "x"
+    run["work"]["future"] = {"y": 2}
+    run["work"]["stats"]["conv2d"]["future_counter"] = 7
+    run["work"]["stats"]["(outside)"] = {"future_counter": 3}
+    doc["gate"]["future"] = True
+    assert_valid(doc)  # the schema agrees: its objects are open
+    back = read_results(write_doc(tmp_path, json.dumps(doc)))
+    plain = read_results(write_doc(tmp_path, json.dumps(doc_with_work())))
+    assert back.runs[0].work == plain.runs[0].work
+    assert back.runs[0].stats == plain.runs[0].stats and back.gate == doc["gate"]
+
+
+BIG = 10 ** 400
+
+
+@pytest.mark.parametrize("path, value, message", [
+    ("runs.0.work.steps", BIG, "run 'a': work: steps must be below 2**63, got 100000...000 (401 "
+                               "digits)"),
+    ("runs.0.work.stats.conv2d.bytecodes", BIG, "work: stats['conv2d']['bytecodes'] must be "
+                                                "below 2**63"),
+    ("runs.0.work.instructions", 2 ** 63, "work: instructions must be below 2**63, got "
+                                          "9223372036854775808"),
+    ("runs.0.work.pass_s", 1e13, "work: pass_s must be at most 1e+12 s, got 10000000000000.0"),
+    ("runs.0.stats.0.count", BIG, "stats[0] ('conv2d').count must be below 2**63"),
+    ("runs.0.stats.0.samples_ms", [1.0, 2e12], "samples_ms[1] must be at most 1e+12 ms, got "
+                                               "2000000000000.0"),
+    ("runs.0.counts", {"conv2d": BIG}, "counts['conv2d'] must be below 2**63"),
+    ("runs.0.examples_per_sec", 1e31, "examples_per_sec must be within +-1e30, got 1e+31"),
+])
+def test_numbers_out_of_range_are_refused_naming_the_field_and_value(tmp_path, path, value,
+                                                                     message):
+    doc = edit(doc_with_work(), path, value)
+    assert problems(doc), "the schema states the bound too"
+    with pytest.raises(ResultsError) as info:
+        read_results(write_doc(tmp_path, json.dumps(doc)))
+    assert "malformed results file" in str(info.value) and message in str(info.value), str(
+        info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_a_400_digit_work_count_in_a_baseline_is_exit_4_not_an_internal_error(pytester):
+    marker = pytester.path / "ran"
+    pytester.makepyfile(f"def test_x(): open({str(marker)!r}, 'w').close()")
+    doc = edit(doc_with_work(), "runs.0.work.stats.conv2d.bytecodes", BIG)
+    (pytester.path / "base.json").write_text(json.dumps(doc))
+    result = pytester.runpytest("--opperf", "--opperf-baseline=base.json")
+    assert_one_line_usage_error(result, "--opperf-baseline base.json",
+                                "work: stats['conv2d']['bytecodes'] must be below 2**63, got "
+                                "100000...000 (401 digits)")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("path, value, shown", [
+    ("runs.0.work.stats.conv2d.bytecodes", BIG, "work: stats['conv2d']['bytecodes'] must be "
+                                                "below 2**63, got 100000...000 (401 digits)"),
+    ("runs.0.wall_s", "NAN", "NaN is not a number JSON allows at line 1 column"),
+])
+def test_compare_and_show_of_a_file_out_of_range_are_exit_4_without_a_traceback(tmp_path, path,
+                                                                                value, shown):
+    good = write_doc(tmp_path, json.dumps(doc_with_work()))
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(edit(doc_with_work(), path, value)).replace('"NAN"', "NaN"))
+    for command in (["compare", str(bad), str(good)], ["compare", str(good), str(bad)],
+                    ["show", str(bad)]):
+        done = subprocess.run([sys.executable, "-m", "pytest_opperf", *command],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 4, done.stderr
+        assert "Traceback" not in done.stderr and done.stdout == ""
+        assert done.stderr.count("\n") == 1 and shown in done.stderr, done.stderr

@@ -175,6 +175,8 @@ def rich_document() -> dict[str, Any]:
     executor, conv = run.stats
     run.stats = [executor, replace(conv, parent="ExecutorRunTimer", flops=1e6, host_ms=0.5)]
     run.executor_stat, run.notes = "ExecutorRunTimer", ["a note"]
+    run.work = WorkCounts({"conv2d": {"bytecodes": 50, "py_calls": 4}}, 3, 0.5,
+                          {"python": "3.11.7"}, ["x"], 1000, "cpu")
     relu = StatResult("relu", None, 2, 2.0, 1.0, 0.9, 1.1, [0.9, 1.1])
     op = RunResult("ops.py::test_relu", "op", {"benchmark": {"rounds": 2, "iterations": 1}}, "cpu",
                    "host", 0.002, 2, 2, 1000.0, 0.001, 0.0, [relu], {})
