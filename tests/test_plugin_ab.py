@@ -370,3 +370,15 @@ def test_a_base_on_another_interpreter_is_said_in_the_report_and_the_json(pytest
     assert "note: the base side runs another Python or numpy" in out
     assert "- note: the base side runs another Python or numpy" in (
         pytester.path / "out.md").read_text()
+
+
+def test_collecting_only_runs_no_side_and_makes_no_worktree(pytester, traces):
+    make_repo(pytester.path, {"test_s.py": suite(n=200)})
+    result = ab(pytester, "--opperf-compare=HEAD", "--opperf-json=out.json", "--collect-only")
+    out = result.stdout.str()
+    assert result.ret == 0, out
+    result.stdout.fnmatch_lines(["*<Function test_e2e>*", "opperf: no test ran (--collect-only): "
+                                 "the opperf gate did not run and no file was written"])
+    assert "opperf A/B" not in out
+    assert list(traces["pids"].iterdir()) == []  # no side ran a test
+    assert len(worktrees(pytester.path)) == 1 and not (pytester.path / "out.json").exists()
