@@ -146,13 +146,15 @@ class _Gate:
         self.limit_stats: set[int] = set()  # ... and whose stat glob matched a stat of one
         self.drift: list[DriftRow] = []
         # runs whose work counts could not be compared, by why; changes that did not fail
-        self.uncounted: dict[str, list[str]] = {"lost": [], "new": [], "versions": [], "cpu": []}
+        self.uncounted: dict[str, list[str]] = {"lost": [], "new": [], "versions": [],
+                                                "unversioned": [], "cpu": []}
         self.work_changes: list[str] = []
 
     def work_notes(self, label: str) -> None:
         """One line per reason work counts were not compared, and one for the changes that
         did not fail (improvements, advisory ones)."""
-        lost, new, versions, cpu = (self.uncounted[k] for k in ("lost", "new", "versions", "cpu"))
+        lost, new, versions, unversioned, cpu = (
+            self.uncounted[k] for k in ("lost", "new", "versions", "unversioned", "cpu"))
         if lost:
             self.verdict.warnings.append(
                 f"{len(lost)} run(s) have no work counts but their baseline runs have: not "
@@ -162,6 +164,11 @@ class _Gate:
             self.verdict.warnings.append(
                 f"work counts of {len(versions)} run(s) are advisory: the library versions differ "
                 f"from {label}'s: {listing(versions)}")
+        if unversioned:
+            self.verdict.warnings.append(
+                f"work counts of {len(unversioned)} run(s) are advisory: the versions they depend "
+                f"on are not recorded on both sides (save a new baseline to gate them): "
+                f"{listing(unversioned)}")
         if cpu:
             self.verdict.notes.append(f"CPU instructions of {len(cpu)} run(s) not compared: "
                                       f"{label} counted them on another CPU: {listing(cpu)}")
@@ -261,9 +268,12 @@ class _Gate:
                 self.uncounted["new"].append(new.id)
             return
         versions = _version_difference(bw, nw)
+        unknown = None if versions else _versions_unknown(bw, nw)
         if versions:
             self.uncounted["versions"].append(f"{new.id} ({versions})")
-        gating = not versions
+        elif unknown:
+            self.uncounted["unversioned"].append(f"{new.id} ({unknown})")
+        gating = not versions and not unknown
         tolerance = self.regression.max_work_increase
         for stat, counter, was, now in compared(bw, nw):
             self._work_check(new.id, metric(counter, stat), now, was, tolerance, gating,
@@ -437,6 +447,22 @@ def _version_difference(base: WorkCounts, new: WorkCounts) -> str | None:
              for name in sorted(set(base.versions) & set(new.versions))
              if base.versions[name] != new.versions[name]]
     return ", ".join(diffs) or None
+
+
+# what workcount.library_versions records for every run (a library only when it is imported, which
+# the process decides, not the run: a library one side lacks is no unknown version)
+ALWAYS_RECORDED = ("python", "cpus")
+
+
+def _versions_unknown(base: WorkCounts, new: WorkCounts) -> str | None:
+    """Which versions that every run records only one side has (a baseline saved without them:
+    its counts may come from any interpreter), or None."""
+    lacking = {side: [name for name in ALWAYS_RECORDED
+                      if name not in have.versions and name in other.versions]
+               for side, have, other in (("the baseline run", base, new),
+                                         ("this run", new, base))}
+    said = [f"{side} records no {', '.join(names)}" for side, names in lacking.items() if names]
+    return "; ".join(said) or None
 
 
 def _time_advisory(baseline: ResultSet, results: ResultSet) -> str | None:
