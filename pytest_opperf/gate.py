@@ -6,8 +6,9 @@ decisions :mod:`pytest_opperf.ab.paired` makes). Against a stored baseline, what
 hard - per-step op counts (exact), the absolute ``[[limit]]``s - and time (stat times, examples/sec,
 the Python share) is a :class:`~pytest_opperf.verdict.Drift` table: each metric's ratio to its
 baseline, the machine factor (their median) and each ratio over it. With ``[regression] time =
-"gate"`` the drift's regressions fail too, unless the baseline is from other hardware or another
-workload (advisory again, one warning line).
+"gate"`` the drift's regressions fail too, unless the baseline is from other hardware, unknown
+hardware (a fact this session records that the baseline does not) or another workload (advisory
+again, one warning line).
 
 The regression rule on time: a series is slower than its baseline when its median exceeds the
 baseline's by more than ``max_slowdown`` AND by more than a floor in ms AND a one-sided
@@ -42,7 +43,7 @@ from .metrics import (
     metric,
     view,
 )
-from .results import ResultSet, RunResult, same_hardware
+from .results import ResultSet, RunResult, _hardware, same_hardware
 from .stats import Samples, after_warmup, mann_whitney_u
 from .thresholds import Regression, Thresholds
 from .verdict import Drift, DriftRow, Verdict, Violation
@@ -465,11 +466,25 @@ def _versions_unknown(base: WorkCounts, new: WorkCounts) -> str | None:
     return "; ".join(said) or None
 
 
+def _unknown_hardware(baseline: ResultSet, results: ResultSet) -> str | None:
+    """The hardware facts that only one side records (``same_hardware`` leaves them out: a
+    baseline without them is not known to be from this machine), or None."""
+    facts = _hardware(baseline.machine or {}), _hardware(results.machine or {})
+    lacking = [(side, [key for key in facts[i] if facts[i][key] is None
+                       and facts[1 - i][key] is not None])
+               for i, side in enumerate(("the baseline", "this session"))]
+    said = [f"{side} records no {', '.join(keys)}" for side, keys in lacking if keys]
+    return "; ".join(said) or None
+
+
 def _time_advisory(baseline: ResultSet, results: ResultSet) -> str | None:
     """Why times of ``baseline`` cannot gate ``results`` even with ``time = "gate"``."""
     other = same_hardware(baseline.machine, results.machine)
     if other:
         return f"other hardware ({other})"
+    unknown = _unknown_hardware(baseline, results)
+    if unknown:
+        return f"unknown hardware ({unknown})"
     was, now = (baseline.session or {}).get("workload"), (results.session or {}).get("workload")
     if was and now and was != now:
         return f"another workload ({now} vs baseline {was})"

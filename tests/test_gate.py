@@ -608,3 +608,32 @@ def test_a_library_one_side_did_not_import_is_no_unknown_version():
 
 def test_the_versions_always_recorded_are_those_library_versions_records_for_every_run():
     assert set(library_versions()) - set(LIBRARIES) == set(ALWAYS_RECORDED)
+
+
+# --- time against a baseline whose hardware is unknown ----------------------------------------
+
+
+@pytest.mark.parametrize("machine, said", [
+    ({}, "the baseline records no device_class, cpu"),
+    ({"device_class": "cpu"}, "the baseline records no cpu"),
+], ids=["no-machine", "no-cpu"])
+def test_unknown_hardware_makes_gated_time_advisory_with_one_warning(machine, said):
+    base = results(e2e_run(stats={"conv2d": noisy(1.0)}), machine=machine)
+    new = results(e2e_run(stats={"conv2d": noisy(3.0, seed=1)}))
+    v = evaluate(new, GATE, base, "b.json")
+    assert v.passed and v.drift is not None and not v.drift.gating
+    assert [r.metric for r in v.drift.beyond] == ["step_ms:conv2d"]
+    assert v.warnings == [f'baseline b.json is from unknown hardware ({said}): time is advisory '
+                          'drift, not gated (time = "gate" needs the same hardware and workload); '
+                          'counts and limits still gate']
+    advisory = evaluate(new, None, base, "b.json")
+    assert advisory.passed and not advisory.warnings
+    assert f"baseline b.json is from unknown hardware ({said}): its times are drift only, " \
+           "as always" in advisory.notes
+
+
+def test_a_fact_that_neither_side_records_is_no_unknown_hardware():
+    base = results(e2e_run(stats={"conv2d": noisy(1.0)}), machine={"device_class": "cpu"})
+    new = results(e2e_run(stats={"conv2d": noisy(3.0, seed=1)}), machine={"device_class": "cpu"})
+    v = evaluate(new, GATE, base, "b.json")
+    assert [x.metric for x in v.violations] == ["step_ms:conv2d"] and not v.warnings
