@@ -389,17 +389,18 @@ class OpPerfSession:
             return
         exc = (outcome.exception if hasattr(outcome, "exception")
                else (outcome.excinfo or (None, None))[1])
+        if self.ab is not None and self.ab.aborted:
+            return  # no comparison: no gate to pass; the session fails with the reason
         if exc is not None:  # Ctrl-C, -x / --maxfail, or a plugin stopping the loop
             self.interrupted = str(exc) or type(exc).__name__
         elif self.collect_only or (not self.tests_run and not self.runs):
             # nothing ran (--collect-only, -k matching nothing): nothing to gate or write, and
             # no empty session in the history; pytest's own exit status stands
-            self.no_gate = "--collect-only" if self.collect_only else "no test selected"
+            self.no_gate = ("--collect-only" if self.collect_only else
+                            "collection errors" if session.testsfailed else "no test selected")
             return
         elif session.shouldstop or session.shouldfail:
             self.interrupted = str(session.shouldstop or session.shouldfail)
-        if self.ab is not None and self.ab.aborted:
-            return  # no comparison: no gate to pass; the session fails with the reason
         try:
             self._gate(session)
         except Exception as exc:  # the gate could not decide: never pass silently
