@@ -6,8 +6,9 @@ decisions :mod:`pytest_opperf.ab.paired` makes). Against a stored baseline, what
 hard - per-step op counts (exact), the absolute ``[[limit]]``s - and time (stat times, examples/sec,
 the Python share) is a :class:`~pytest_opperf.verdict.Drift` table: each metric's ratio to its
 baseline, the machine factor (their median) and each ratio over it. With ``[regression] time =
-"gate"`` the drift's regressions fail too, unless the baseline is from other hardware or another
-workload (advisory again, one warning line).
+"gate"`` the drift's regressions fail too, unless the baseline is from other hardware, unknown
+hardware (a fact this session records that the baseline does not) or another workload (advisory
+again, one warning line).
 
 The regression rule on time: a series is slower than its baseline when its median exceeds the
 baseline's by more than ``max_slowdown`` AND by more than a floor in ms AND a one-sided
@@ -42,7 +43,7 @@ from .metrics import (
     metric,
     view,
 )
-from .results import ResultSet, RunResult, same_hardware
+from .results import ResultSet, RunResult, _hardware, same_hardware
 from .stats import Samples, after_warmup, mann_whitney_u
 from .thresholds import Regression, Thresholds
 from .verdict import Drift, DriftRow, Verdict, Violation
@@ -146,13 +147,15 @@ class _Gate:
         self.limit_stats: set[int] = set()  # ... and whose stat glob matched a stat of one
         self.drift: list[DriftRow] = []
         # runs whose work counts could not be compared, by why; changes that did not fail
-        self.uncounted: dict[str, list[str]] = {"lost": [], "new": [], "versions": [], "cpu": []}
+        self.uncounted: dict[str, list[str]] = {"lost": [], "new": [], "versions": [],
+                                                "unversioned": [], "cpu": []}
         self.work_changes: list[str] = []
 
     def work_notes(self, label: str) -> None:
         """One line per reason work counts were not compared, and one for the changes that
         did not fail (improvements, advisory ones)."""
-        lost, new, versions, cpu = (self.uncounted[k] for k in ("lost", "new", "versions", "cpu"))
+        lost, new, versions, unversioned, cpu = (
+            self.uncounted[k] for k in ("lost", "new", "versions", "unversioned", "cpu"))
         if lost:
             self.verdict.warnings.append(
                 f"{len(lost)} run(s) have no work counts but their baseline runs have: not "
@@ -162,6 +165,11 @@ class _Gate:
             self.verdict.warnings.append(
                 f"work counts of {len(versions)} run(s) are advisory: the library versions differ "
                 f"from {label}'s: {listing(versions)}")
+        if unversioned:
+            self.verdict.warnings.append(
+                f"work counts of {len(unversioned)} run(s) are advisory: the versions they depend "
+                f"on are not recorded on both sides (save a new baseline to gate them): "
+                f"{listing(unversioned)}")
         if cpu:
             self.verdict.notes.append(f"CPU instructions of {len(cpu)} run(s) not compared: "
                                       f"{label} counted them on another CPU: {listing(cpu)}")
@@ -261,9 +269,12 @@ class _Gate:
                 self.uncounted["new"].append(new.id)
             return
         versions = _version_difference(bw, nw)
+        unknown = None if versions else _versions_unknown(bw, nw)
         if versions:
             self.uncounted["versions"].append(f"{new.id} ({versions})")
-        gating = not versions
+        elif unknown:
+            self.uncounted["unversioned"].append(f"{new.id} ({unknown})")
+        gating = not versions and not unknown
         tolerance = self.regression.max_work_increase
         for stat, counter, was, now in compared(bw, nw):
             self._work_check(new.id, metric(counter, stat), now, was, tolerance, gating,
@@ -439,11 +450,41 @@ def _version_difference(base: WorkCounts, new: WorkCounts) -> str | None:
     return ", ".join(diffs) or None
 
 
+# what workcount.library_versions records for every run (a library only when it is imported, which
+# the process decides, not the run: a library one side lacks is no unknown version)
+ALWAYS_RECORDED = ("python", "cpus")
+
+
+def _versions_unknown(base: WorkCounts, new: WorkCounts) -> str | None:
+    """Which versions that every run records only one side has (a baseline saved without them:
+    its counts may come from any interpreter), or None."""
+    lacking = {side: [name for name in ALWAYS_RECORDED
+                      if name not in have.versions and name in other.versions]
+               for side, have, other in (("the baseline run", base, new),
+                                         ("this run", new, base))}
+    said = [f"{side} records no {', '.join(names)}" for side, names in lacking.items() if names]
+    return "; ".join(said) or None
+
+
+def _unknown_hardware(baseline: ResultSet, results: ResultSet) -> str | None:
+    """The hardware facts that only one side records (``same_hardware`` leaves them out: a
+    baseline without them is not known to be from this machine), or None."""
+    facts = _hardware(baseline.machine or {}), _hardware(results.machine or {})
+    lacking = [(side, [key for key in facts[i] if facts[i][key] is None
+                       and facts[1 - i][key] is not None])
+               for i, side in enumerate(("the baseline", "this session"))]
+    said = [f"{side} records no {', '.join(keys)}" for side, keys in lacking if keys]
+    return "; ".join(said) or None
+
+
 def _time_advisory(baseline: ResultSet, results: ResultSet) -> str | None:
     """Why times of ``baseline`` cannot gate ``results`` even with ``time = "gate"``."""
     other = same_hardware(baseline.machine, results.machine)
     if other:
         return f"other hardware ({other})"
+    unknown = _unknown_hardware(baseline, results)
+    if unknown:
+        return f"unknown hardware ({unknown})"
     was, now = (baseline.session or {}).get("workload"), (results.session or {}).get("workload")
     if was and now and was != now:
         return f"another workload ({now} vs baseline {was})"

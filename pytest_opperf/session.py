@@ -91,6 +91,9 @@ class OpPerfSession:
         self.started = time.perf_counter()  # the session's start (pytest_sessionstart)
         self.deselected = 0
         self.failed_tests = 0
+        self.tests_run = 0  # tests that reached their setup (skipped ones too)
+        self.collect_only = bool(config.getoption("collectonly", False))
+        self.no_gate: str | None = None  # why the gate did not run: no test ran
         self.save_notes: list[str] = []  # what --opperf-save wrote (merged runs), for the report
         # GPU additions (see _gpu_start): NVTX ranges, the L2 flush, per-op timing without
         # pytest-benchmark, the per-GPU workers' devices, and NVML snapshots
@@ -176,6 +179,8 @@ class OpPerfSession:
     def pytest_runtest_logreport(self, report: Any) -> None:
         if report.failed:
             self.failed_tests += 1
+        if report.when == "setup":
+            self.tests_run += 1
 
     def partial(self) -> list[str]:
         """Why this session did not measure every run it could have (empty: it did)."""
@@ -221,7 +226,7 @@ class OpPerfSession:
         self._check_history()
         self._load_thresholds()
         self._load_baseline()
-        if self.settings.compare:
+        if self.settings.compare and not self.collect_only:  # collecting only: no A/B
             from pytest_opperf.ab.session import ABSession
 
             self.ab = ABSession.start(self.config, self.settings, self.thresholds,
@@ -291,7 +296,10 @@ class OpPerfSession:
 
     def _warn(self, message: str, report: bool = True,
               category: type[Warning] = hookspec.OpPerfBaselineWarning) -> None:
-        """A warning now, in the report too (filterable; ``-W error`` makes it a usage error)."""
+        """A warning now, in the report too (filterable; ``-W error`` makes it a usage error);
+        none when only collecting: no gate, no report to warn about."""
+        if self.collect_only:
+            return
         if report:
             self.warnings.append(message)
         with usage_errors("warning turned into an error", Warning):
@@ -381,12 +389,18 @@ class OpPerfSession:
             return
         exc = (outcome.exception if hasattr(outcome, "exception")
                else (outcome.excinfo or (None, None))[1])
-        if exc is not None:  # Ctrl-C, -x / --maxfail, or a plugin stopping the loop
-            self.interrupted = str(exc) or type(exc).__name__
-        elif session.shouldstop or session.shouldfail:
-            self.interrupted = str(session.shouldstop or session.shouldfail)
         if self.ab is not None and self.ab.aborted:
             return  # no comparison: no gate to pass; the session fails with the reason
+        if exc is not None:  # Ctrl-C, -x / --maxfail, or a plugin stopping the loop
+            self.interrupted = str(exc) or type(exc).__name__
+        elif self.collect_only or (not self.tests_run and not self.runs):
+            # nothing ran (--collect-only, -k matching nothing): nothing to gate or write, and
+            # no empty session in the history; pytest's own exit status stands
+            self.no_gate = ("--collect-only" if self.collect_only else
+                            "collection errors" if session.testsfailed else "no test selected")
+            return
+        elif session.shouldstop or session.shouldfail:
+            self.interrupted = str(session.shouldstop or session.shouldfail)
         try:
             self._gate(session)
         except Exception as exc:  # the gate could not decide: never pass silently
@@ -583,6 +597,10 @@ class OpPerfSession:
                 self.session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
     def _summary(self, tr: Any) -> None:
+        if self.no_gate is not None and not self.errors:
+            tr.write_line(f"opperf: no test ran ({self.no_gate}): the opperf gate did not run and "
+                          "no file was written")
+            return
         tr.write_sep("=", "opperf")
         width = tr.config.get_terminal_writer().fullwidth  # COLUMNS when set
         if self.results is None:

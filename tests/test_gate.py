@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from pytest_opperf.device import CPU_HOST
-from pytest_opperf.gate import compare_slower, evaluate
+from pytest_opperf.gate import ALWAYS_RECORDED, compare_slower, evaluate
 from pytest_opperf.keys import keys as table_keys
 from pytest_opperf.measure import op_run
+from pytest_opperf.results import RunResult
 from pytest_opperf.thresholds import (
     Limit,
     Regression,
@@ -19,6 +20,7 @@ from pytest_opperf.thresholds import (
     parse_thresholds,
 )
 from pytest_opperf.verdict import Verdict
+from pytest_opperf.workcount import LIBRARIES, WorkCounts, library_versions
 from tests.opperf_factories import e2e_run, results
 
 SECTION_7 = """
@@ -557,3 +559,81 @@ def test_the_drift_survives_the_results_file():
     v = evaluate(results(new), None, results(base), "b.json")
     back = Verdict.from_dict(v.to_dict())
     assert back.drift == v.drift
+
+
+# --- work counts against a baseline whose versions are unknown ---------------------------------
+
+WORK = {"conv2d": {"bytecodes": 1000, "py_calls": 100, "c_calls": 50}}
+VERSIONS = {"python": "3.11.7", "cpus": "2", "numpy": "2.0.2"}
+
+
+def counted_run(bytecodes: int, versions: dict[str, str]) -> RunResult:
+    run = e2e_run()
+    stats = {"conv2d": dict(WORK["conv2d"], bytecodes=bytecodes)}
+    run.work = WorkCounts(stats, 2, 1.0, dict(versions), [])
+    return run
+
+
+def work_warnings(verdict: Verdict) -> list[str]:
+    return [w for w in verdict.warnings if "work counts" in w]
+
+
+def test_work_counts_gate_when_both_sides_record_the_same_versions():
+    v = evaluate(results(counted_run(2000, VERSIONS)), None,
+                 results(counted_run(1000, VERSIONS)), "b.json")
+    assert [x.metric for x in v.violations] == ["bytecodes:conv2d"] and not work_warnings(v)
+
+
+@pytest.mark.parametrize("recorded, said", [
+    ({}, "the baseline run records no python, cpus"),
+    ({"python": "3.11.7", "numpy": "2.0.2"}, "the baseline run records no cpus"),
+], ids=["empty", "a-key-missing"])
+def test_a_baseline_without_versions_makes_work_counts_advisory_in_one_warning(recorded, said):
+    v = evaluate(results(counted_run(2000, VERSIONS)), None,
+                 results(counted_run(1000, recorded)), "b.json")
+    assert v.passed and not v.violations
+    assert work_warnings(v) == [
+        "work counts of 1 run(s) are advisory: the versions they depend on are not recorded on "
+        f"both sides (save a new baseline to gate them): suite.py::test_train ({said})"]
+    assert any("+100.0% bytecodes in conv2d" in n for n in v.notes), v.notes  # still shown
+
+
+def test_a_library_one_side_did_not_import_is_no_unknown_version():
+    """Libraries are recorded when the process imported them (by any test): that a baseline
+    lacks torch says nothing about the versions its counts depend on."""
+    v = evaluate(results(counted_run(2000, {**VERSIONS, "torch": "2.5.0"})), None,
+                 results(counted_run(1000, VERSIONS)), "b.json")
+    assert [x.metric for x in v.violations] == ["bytecodes:conv2d"] and not work_warnings(v)
+
+
+def test_the_versions_always_recorded_are_those_library_versions_records_for_every_run():
+    assert set(library_versions()) - set(LIBRARIES) == set(ALWAYS_RECORDED)
+
+
+# --- time against a baseline whose hardware is unknown ----------------------------------------
+
+
+@pytest.mark.parametrize("machine, said", [
+    ({}, "the baseline records no device_class, cpu"),
+    ({"device_class": "cpu"}, "the baseline records no cpu"),
+], ids=["no-machine", "no-cpu"])
+def test_unknown_hardware_makes_gated_time_advisory_with_one_warning(machine, said):
+    base = results(e2e_run(stats={"conv2d": noisy(1.0)}), machine=machine)
+    new = results(e2e_run(stats={"conv2d": noisy(3.0, seed=1)}))
+    v = evaluate(new, GATE, base, "b.json")
+    assert v.passed and v.drift is not None and not v.drift.gating
+    assert [r.metric for r in v.drift.beyond] == ["step_ms:conv2d"]
+    assert v.warnings == [f'baseline b.json is from unknown hardware ({said}): time is advisory '
+                          'drift, not gated (time = "gate" needs the same hardware and workload); '
+                          'counts and limits still gate']
+    advisory = evaluate(new, None, base, "b.json")
+    assert advisory.passed and not advisory.warnings
+    assert f"baseline b.json is from unknown hardware ({said}): its times are drift only, " \
+           "as always" in advisory.notes
+
+
+def test_a_fact_that_neither_side_records_is_no_unknown_hardware():
+    base = results(e2e_run(stats={"conv2d": noisy(1.0)}), machine={"device_class": "cpu"})
+    new = results(e2e_run(stats={"conv2d": noisy(3.0, seed=1)}), machine={"device_class": "cpu"})
+    v = evaluate(new, GATE, base, "b.json")
+    assert [x.metric for x in v.violations] == ["step_ms:conv2d"] and not v.warnings

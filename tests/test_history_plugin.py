@@ -116,6 +116,40 @@ def test_an_interrupted_session_appends_nothing(pytester):
     assert not (pytester.path / "h.sqlite").exists()
 
 
+
+def test_a_session_where_no_test_ran_appends_nothing(pytester):
+    pytester.makepyfile(test_suite=e2e(steps=2))
+    assert pytester.runpytest("--opperf", "--opperf-save=base.json").ret == 0
+    result = pytester.runpytest("--opperf", "--opperf-history=h.sqlite",
+                                "--opperf-baseline=base.json", "--opperf-json=r.json",
+                                "-k", "no_such_test")
+    out = result.stdout.str()
+    assert result.ret == 5, out  # pytest's "no tests collected": the gate adds nothing to it
+    result.stdout.fnmatch_lines(["opperf: no test ran (no test selected): the opperf gate did not "
+                                 "run and no file was written"])
+    assert not any(line.startswith("gate:") or (line.startswith("=") and "opperf" in line)
+                   for line in out.splitlines()), out  # no opperf section, no verdict
+    assert not (pytester.path / "h.sqlite").exists() and not (pytester.path / "r.json").exists()
+
+
+def test_a_session_whose_tests_all_skipped_is_gated_and_appended(pytester):
+    """Selected tests that all skip (no GPU, a missing library) did run: the gate says that the
+    baseline's runs are missing, and the history keeps the failed session."""
+    pytester.makepyfile(test_suite=e2e(steps=2))
+    assert pytester.runpytest("--opperf", "--opperf-save=base.json").ret == 0
+    skipped = e2e(steps=2) + '\npytestmark = __import__("pytest").mark.skip(reason="no GPU")\n'
+    pytester.makepyfile(test_suite=skipped)
+    result = pytester.runpytest("--opperf", "--opperf-history=h.sqlite",
+                                "--opperf-baseline=base.json")
+    assert result.ret == 1, result.stdout.str()
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["FAIL (session) baseline_match",
+                                 "*the session measured no runs*"])
+    with Store(str(pytester.path / "h.sqlite")) as store:
+        (stored,) = store.load().sessions
+    assert stored.gate_passed is False
+
+
 def test_a_non_utf8_locale_and_a_non_ascii_file_name_lose_no_file(pytester, monkeypatch):
     """Under LC_ALL=C (file-system encoding ascii) the node id of ``test_é.py`` holds surrogate
     escapes, which no UTF-8 writer takes: the history append was an INTERNALERROR and the

@@ -370,3 +370,48 @@ def test_a_base_on_another_interpreter_is_said_in_the_report_and_the_json(pytest
     assert "note: the base side runs another Python or numpy" in out
     assert "- note: the base side runs another Python or numpy" in (
         pytester.path / "out.md").read_text()
+
+
+def test_collecting_only_runs_no_side_and_makes_no_worktree(pytester, traces):
+    make_repo(pytester.path, {"test_s.py": suite(n=200)})
+    result = ab(pytester, "--opperf-compare=HEAD", "--opperf-json=out.json", "--collect-only")
+    out = result.stdout.str()
+    assert result.ret == 0, out
+    result.stdout.fnmatch_lines(["*<Function test_e2e>*", "opperf: no test ran (--collect-only): "
+                                 "the opperf gate did not run and no file was written"])
+    assert "opperf A/B" not in out
+    assert list(traces["pids"].iterdir()) == []  # no side ran a test
+    assert len(worktrees(pytester.path)) == 1 and not (pytester.path / "out.json").exists()
+
+
+def test_a_second_sigterm_during_the_cleanup_prints_no_traceback(pytester, traces):
+    """A job runner that cancels sends SIGTERM, and often again soon after: the first ends the
+    session as Ctrl-C does, the second must not break the cleanup (sides, worktree, temp
+    directory) or print a traceback."""
+    make_repo(pytester.path, {"test_s.py": suite(n=200, steps=10 ** 6)})
+    tmp = pytester.path / "tmp"  # its own: other A/B sessions on this machine use /tmp too
+    tmp.mkdir()
+    main = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "--opperf", "--opperf-compare=HEAD", "-p",
+         "no:cacheprovider", "test_s.py::test_e2e"],
+        cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "TMPDIR": str(tmp)},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(traces["pids"].iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(list(traces["pids"].iterdir())) == 2, "the sides did not start"
+        main.send_signal(signal.SIGTERM)
+        time.sleep(0.05)
+        main.send_signal(signal.SIGTERM)
+        out, _ = main.communicate(timeout=60)
+    finally:
+        if main.poll() is None:
+            main.kill()
+    assert main.returncode == 2, out  # interrupted, as by the first signal alone
+    assert "Traceback" not in out and "INTERNALERROR" not in out, out
+    pids = [int(p.name) for p in traces["pids"].iterdir()]
+    assert not any(alive(pid) for pid in pids)
+    assert len(worktrees(pytester.path)) == 1
+    assert not list(tmp.glob("opperf-ab-*"))

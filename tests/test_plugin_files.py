@@ -2,11 +2,15 @@
 trace."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
+
+import pytest
 
 from pytest_opperf.results import read_results
 from tests.opperf_suites import e2e, inner_run_env  # noqa: F401
@@ -193,3 +197,58 @@ def test_chrome_trace_loads_and_nests(pytester):
         )
     assert {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"} == {
         "step 2", "step 1"}
+
+
+def _opperf_lines(text):
+    """The plugin's lines: its section's title, what it says in it and after it."""
+    return [line for line in text.splitlines()
+            if line.startswith(("opperf", "gate:", "warning:", "note:", "wrote ", "error:"))
+            or (line.startswith("=") and "opperf" in line)]
+
+
+def test_collecting_only_writes_nothing_and_gates_nothing(pytester, monkeypatch):
+    pytester.makepyfile(test_suite=e2e(steps=2))
+    assert pytester.runpytest("--opperf", "--opperf-save=base.json").ret == 0
+    summary = pytester.path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    # a baseline the collected test would not match: a gate would fail baseline_match
+    pytester.makepyfile(test_suite=e2e(name="test_other", steps=2))
+    pytester.makefile(".toml", t='[[limit]]\nrun = "nothing*"\nmax_python_share = 0.5\n')
+    outputs = ["json=r.json", "markdown=r.md", "trace=t.json", "save=new.json",
+               "history=h.sqlite"]
+    result = pytester.runpytest("--opperf", "--collect-only", "--opperf-baseline=base.json",
+                                "--opperf-thresholds=t.toml", *(f"--opperf-{o}" for o in outputs))
+    out = result.stdout.str()
+    assert result.ret == 0, out
+    assert _opperf_lines(out) == ["opperf: no test ran (--collect-only): the opperf gate did not "
+                                  "run and no file was written"], out
+    assert "<Function test_other>" in out
+    for name in ("r.json", "r.md", "t.json", "new.json", "h.sqlite", "summary.md"):
+        assert not (pytester.path / name).exists(), name
+
+
+def test_collecting_only_still_checks_the_inputs(pytester):
+    pytester.makepyfile(test_suite=e2e(steps=2))
+    result = pytester.runpytest("--opperf", "--collect-only", "--opperf-baseline=absent.json")
+    assert result.ret == 4
+
+
+@pytest.mark.parametrize("args", [[], ["--opperf-workload=tiny"]], ids=["default", "tiny"])
+def test_collecting_the_suites_only_is_one_line_and_exit_0(tmp_path, args):
+    """``pytest suites/ --opperf --collect-only``: the suites' conftest sets the CI gate's
+    thresholds and baselines as defaults, which must not gate a session that runs nothing."""
+    root = Path(__file__).resolve().parent.parent
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_", "GITHUB_", "OPPERF_"))}
+    env["GITHUB_STEP_SUMMARY"] = str(tmp_path / "summary.md")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "suites/", "--opperf",
+         "--opperf-device=cpu", "--collect-only", "-q", f"--opperf-history={tmp_path / 'h.db'}",
+         f"--opperf-json={tmp_path / 'r.json'}", *args],
+        cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert _opperf_lines(done.stdout) == [
+        "opperf: no test ran (--collect-only): the opperf gate did not run and no file was "
+        "written"], done.stdout[-3000:]
+    assert "suites/test_resnet50.py::test_train[" in done.stdout
+    assert list(tmp_path.iterdir()) == []

@@ -202,3 +202,25 @@ def test_internal_error_in_a_hook_never_passes_silently(pytester):
     assert result.ret == 1
     result.stdout.fnmatch_lines(["error: internal error in the gate: RuntimeError: hook bug"])
     assert "Traceback" not in result.stdout.str()
+
+
+def test_a_baseline_without_machine_facts_does_not_gate_time(pytester):
+    """A baseline that does not say which hardware it ran on is not known to be from this one:
+    with time = "gate" its times are drift, in one warning line."""
+    base = save_baseline(pytester, relu_ms=1.0)
+    data = json.loads(base.read_text())
+    data["machine"] = {}
+    base.write_text(json.dumps(data))
+    pytester.makepyfile(test_suite=e2e(relu_ms=3.0))
+    pytester.makefile(".toml", t='[regression]\ntime = "gate"\n')
+    result = pytester.runpytest("--opperf", f"--opperf-baseline={base}",
+                                "--opperf-thresholds=t.toml", "--opperf-json=new.json")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["gate: PASSED (*",
+                                 "warning: baseline * is from unknown hardware*"])
+    gate = json.loads((pytester.path / "new.json").read_text())["gate"]
+    assert [w for w in gate["warnings"] if "hardware" in w] == [
+        f"baseline {base} is from unknown hardware (the baseline records no device_class, cpu): "
+        'time is advisory drift, not gated (time = "gate" needs the same hardware and workload); '
+        "counts and limits still gate"]
+    assert not gate["drift"]["gating"] and gate["drift"]["beyond"] > 0

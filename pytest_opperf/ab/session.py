@@ -36,9 +36,43 @@ from .controller import Controller, SideFailure, SideSpec, TestOutcome
 from .paired import CompareResult
 
 PLUGIN_NAME = "opperf-ab"
-# signals that end an A/B session as Ctrl-C does (SIGHUP: not on Windows)
+# signals that end an A/B session as Ctrl-C does (SIGHUP: not on Windows); SIGINT is Ctrl-C
 TRAPPED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP")
                         if hasattr(signal, name))
+
+
+def trap_signals(config: pytest.Config) -> None:
+    """SIGTERM (a cancelled job) and SIGHUP (a closed terminal, a CI runner going away) end the
+    session as Ctrl-C does, so the sides end and the worktree and temp directory go. The first of
+    these signals (Ctrl-C included) interrupts; every later one is ignored until the session's
+    cleanup is done: a second one (runners often send two) must not break the cleanup off with a
+    traceback. A signal the process ignores (nohup) stays ignored. Restored by the last cleanup:
+    install this before the cleanups it protects."""
+    interrupted = False
+
+    def interrupt(signum: int, frame: Any) -> None:
+        nonlocal interrupted
+        if interrupted:
+            return  # the session is ending already
+        interrupted = True
+        raise KeyboardInterrupt() if signum == signal.SIGINT else KeyboardInterrupt(
+            f"signal {signum}")
+
+    old: dict[int, Any] = {}
+    for sig in (signal.SIGINT, *TRAPPED_SIGNALS):
+        if signal.getsignal(sig) is signal.SIG_IGN:
+            continue  # the process was started ignoring it (nohup): it stays ignored
+        try:
+            old[sig] = signal.signal(sig, interrupt)
+        except ValueError:  # not the main thread
+            break
+
+    def restore() -> None:
+        for sig, handler in old.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+    config.add_cleanup(restore)
+
 
 # Options the controller keeps to itself: the sides measure and answer, nothing more.
 _CONTROLLER_OPTIONS = ("compare", "compare-python", "compare-timeout", "compare-undecided",
@@ -140,6 +174,7 @@ class ABSession:
         python = settings.compare_python or sys.executable
         with usage_errors(settings.label("compare_python"), CompareError):
             info = check_python(python, config.rootpath)
+        trap_signals(config)  # from here on: its restore is the cleanup after the workspace's
         workspace = Workspace(base)
         def close_workspace() -> None:  # at the very end: the terminal report is written by then
             for problem in workspace.close():
@@ -156,27 +191,7 @@ class ABSession:
                       not info.has_plugin_entry_point)
         session.base_python = info
         config.pluginmanager.register(session, PLUGIN_NAME)
-        session._trap_signals()
         return session
-
-    def _trap_signals(self) -> None:
-        """SIGTERM (a cancelled job) and SIGHUP (a closed terminal, a CI runner going away) end
-        the session as Ctrl-C does, so the sides end and the worktree and temp directory go."""
-        def interrupt(signum: int, frame: Any) -> None:
-            raise KeyboardInterrupt(f"signal {signum}")
-
-        old: dict[int, Any] = {}
-        for sig in TRAPPED_SIGNALS:
-            try:
-                old[sig] = signal.signal(sig, interrupt)
-            except ValueError:  # not the main thread
-                break
-
-        def restore() -> None:
-            for sig, handler in old.items():
-                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-
-        self.config.add_cleanup(restore)
 
     # --- the session ------------------------------------------------------------------------
 
