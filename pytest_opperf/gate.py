@@ -43,7 +43,7 @@ from .metrics import (
     metric,
     view,
 )
-from .results import ResultSet, RunResult, _hardware, same_hardware
+from .results import ResultSet, RunResult, hardware_facts, same_hardware
 from .stats import Samples, after_warmup, mann_whitney_u
 from .thresholds import Regression, Thresholds
 from .verdict import Drift, DriftRow, Verdict, Violation
@@ -469,7 +469,7 @@ def _versions_unknown(base: WorkCounts, new: WorkCounts) -> str | None:
 def _unknown_hardware(baseline: ResultSet, results: ResultSet) -> str | None:
     """The hardware facts that only one side records (``same_hardware`` leaves them out: a
     baseline without them is not known to be from this machine), or None."""
-    facts = _hardware(baseline.machine or {}), _hardware(results.machine or {})
+    facts = hardware_facts(baseline.machine or {}), hardware_facts(results.machine or {})
     lacking = [(side, [key for key in facts[i] if facts[i][key] is None
                        and facts[1 - i][key] is not None])
                for i, side in enumerate(("the baseline", "this session"))]

@@ -31,9 +31,9 @@ from .stattree import StatResult, StatTree, StatTreeError
 from .workcount import COUNTERS, WorkCounts
 
 __all__ = ["KINDS", "SCHEMA", "ResultSet", "ResultsError", "RunResult", "StatResult",
-           "baseline_file", "commit_info", "dumps_results", "is_sha", "json_problem",
-           "machine_info", "read_results", "same_hardware", "utf8_text", "write_json_atomic",
-           "write_results", "write_text_atomic"]
+           "baseline_file", "commit_info", "dumps_results", "hardware_facts", "is_sha",
+           "json_problem", "machine_info", "read_results", "same_hardware", "utf8_text",
+           "write_json_atomic", "write_results", "write_text_atomic"]
 
 SCHEMA = "opperf/1"
 KINDS = ("e2e", "op", "overhead")
@@ -991,7 +991,7 @@ def commit_info(cwd: str | os.PathLike[str] = ".") -> dict[str, Any] | None:
     return {"sha": sha, "dirty": dirty, "branch": None if branch == "(detached)" else branch}
 
 
-def _hardware(machine: Mapping[str, Any]) -> dict[str, Any]:
+def hardware_facts(machine: Mapping[str, Any]) -> dict[str, Any]:
     gpu = machine.get("gpu")
     facts = {"device_class": machine.get("device_class"), "cpu": machine.get("cpu"),
              "gpu": gpu.get("model") if isinstance(gpu, dict) else None}
@@ -1006,7 +1006,7 @@ def _hardware(machine: Mapping[str, Any]) -> dict[str, Any]:
 def same_hardware(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
     """``None`` when two machine records describe the same hardware, else how they differ
     (a fact missing from either record is not a difference)."""
-    ha, hb = _hardware(a), _hardware(b)
+    ha, hb = hardware_facts(a), hardware_facts(b)
     diffs = [f"{key} {ha[key]!r} vs {hb[key]!r}" for key in ha
              if ha[key] is not None and hb[key] is not None and ha[key] != hb[key]]
     return "; ".join(diffs) or None
