@@ -77,7 +77,7 @@ class OpPerf:
                              "this test; give each window its own name (run ids must be unique)")
         self._names.add(name)
         self._windows += 1
-        run_id = run_id_of(self._request.node)
+        run_id = test = run_id_of(self._request.node)
         if name is not None:
             run_id = f"{run_id}#{name}"
         elif self._windows > 1:
@@ -96,7 +96,7 @@ class OpPerf:
                           count_steps=recorder.count_steps,
                           count_timeout_s=recorder.count_timeout_s,
                           instructions=recorder.instructions,
-                          callgrind_pass=recorder.callgrind_pass)
+                          callgrind_pass=recorder.callgrind_pass, test=test)
         self._open = run_id
         try:
             with measure.measure_window(run):

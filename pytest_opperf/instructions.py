@@ -20,25 +20,20 @@ its Python work counts.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import statistics
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import valgrind
+from . import child, valgrind
 
 __all__ = ["CHILD_ENV", "ChildPass", "Instructions"]
 
 CHILD_ENV = "OPPERF_INSTRUCTIONS_DIR"  # set in the child: where its passes note their runs
 _WINDOWS = "windows.json"
-# ini keys the child must not take from the user's configuration: it writes no file and gates
-# nothing (the values given on its command line are empty)
-_QUIET_INI = ("opperf_thresholds", "opperf_baseline", "opperf_save", "opperf_json",
-              "opperf_markdown", "opperf_trace", "opperf_history", "opperf_compare")
 
 
 class ChildPass:
@@ -70,9 +65,10 @@ class Instructions:
     """The parent's side: after a run's counting pass, its test again under callgrind (once per
     test, for all its windows); ``warnings`` holds a line per run that could not be counted."""
 
-    def __init__(self, rootdir: Path, options: Sequence[str], timeout_s: float) -> None:
+    def __init__(self, rootdir: Path, options: Mapping[str, str], timeout_s: float) -> None:
         self.rootdir = rootdir
-        self.options = list(options)  # --opperf-device=..., --opperf-workload=..., ...
+        # the child's options (pytest_opperf.child): the session's fixed ones, no outputs, no gate
+        self.options = dict(options)
         self.timeout_s = timeout_s
         self.warnings: list[str] = []
         self.problem = valgrind.problem()
@@ -87,7 +83,7 @@ class Instructions:
         if self.problem is not None:
             self._warn(f"--opperf-instructions: {self.problem}: no CPU instructions counted")
             return
-        test = run.id.partition("#")[0]
+        test = run.test  # its node id: a window's run id adds "#<name>"
         counted = self._counted.get(test)
         if counted is None:
             counted = self._counted[test] = self._child(test, steps)
@@ -109,10 +105,11 @@ class Instructions:
     def _child(self, test: str, steps: int) -> dict[str, list[int]] | str:
         out = Path(tempfile.mkdtemp(prefix="opperf-instructions-"))
         try:
+            options = dict(self.options, **{"count-steps": str(steps)})
+            # the node id is one argument (no shell): only "::" means something to pytest in it
             argv = [sys.executable, "-m", "pytest", test, "-q", "-p", "no:cacheprovider",
-                    "--opperf", f"--opperf-count-steps={steps}", *self.options,
-                    *(f"-o{key}=" for key in _QUIET_INI), "-oopperf_instructions=false"]
-            env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
+                    "--opperf", *child.argv_options(options)]
+            env = child.environment(options)
             env[CHILD_ENV] = str(out)
             try:
                 counts = valgrind.run_counted(argv, out, timeout_s=self.timeout_s, env=env,

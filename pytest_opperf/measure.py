@@ -64,9 +64,10 @@ class Run:
                  handover: Callable[[Run], None] | None = None, count_steps: int = 0,
                  count_timeout_s: float = 300.0,
                  instructions: Callable[[Run, Callable[[], object], int], None] | None = None,
-                 callgrind_pass: Callable[[str, Callable[[], object], int], None] | None = None
-                 ) -> None:
+                 callgrind_pass: Callable[[str, Callable[[], object], int], None] | None = None,
+                 test: str | None = None) -> None:
         self.id = run_id
+        self.test = run_id if test is None else test  # the node id of the test that opened it
         self.kind = kind
         self.config = dict(config or {})
         self.device = device

@@ -282,10 +282,9 @@ class OpPerfSession:
         if child:
             self.recorder.callgrind_pass = instructions.ChildPass(child)
         elif self.settings.instructions:
-            options = [f"--opperf-device={self.settings.device}",
-                       f"--opperf-workload={self.workload}",
-                       f"--opperf-timing={self.settings.timing}",
-                       f"--opperf-count-timeout={self.settings.count_timeout:g}"]
+            from pytest_opperf.options import child_options
+
+            options = child_options(self.settings, workload=self.workload)
             self.instructions = instructions.Instructions(self.config.rootpath, options,
                                                           self.settings.count_timeout)
             self.recorder.instructions = self.instructions

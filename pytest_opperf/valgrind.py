@@ -48,7 +48,9 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -548,6 +550,38 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
     process.wait()
 
 
+class Terminated(BaseException):
+    """SIGTERM (or SIGHUP) arrived while a child ran under valgrind: the child's process group was
+    killed, and the signal's default action follows."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+@contextmanager
+def _terminate_raises() -> Iterator[None]:
+    """While the child runs: SIGTERM and SIGHUP raise :class:`Terminated` in the main thread, so
+    that the child (in a session of its own, which the signal does not reach) is killed before
+    this process ends (:func:`run_counted` then sends the signal again, its default action
+    restored). Signals that have a handler already, or that are ignored, are left as they are."""
+    old: dict[int, Any] = {}
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Terminated(signum)
+
+    if threading.current_thread() is threading.main_thread():
+        for name in ("SIGTERM", "SIGHUP"):
+            sig = getattr(signal, name, None)
+            if sig is not None and signal.getsignal(sig) is signal.SIG_DFL:
+                old[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
+
+
 def run_counted(argv: Sequence[str], out_dir: str | os.PathLike[str], *, timeout_s: float,
                 env: Mapping[str, str] | None = None,
                 cwd: str | os.PathLike[str] | None = None) -> dict[str, int]:
@@ -576,13 +610,16 @@ def run_counted(argv: Sequence[str], out_dir: str | os.PathLike[str], *, timeout
         except OSError as exc:
             raise ValgrindError(f"cannot start valgrind: {exc.strerror}") from None
         try:
-            status = process.wait(timeout=timeout_s)
+            with _terminate_raises():
+                status = process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             _kill_group(process)
             raise ValgrindError(f"{name} under valgrind ran past {timeout_s:g} s and was "
                                 f"killed") from None
-        except BaseException:
+        except BaseException as exc:
             _kill_group(process)
+            if isinstance(exc, Terminated):  # the child is gone: end as the signal would have
+                os.kill(os.getpid(), exc.signum)
             raise
     log = out / f"valgrind.{process.pid}.log"
     said = _last_line(out / "child.err") or _valgrind_reason(log)

@@ -32,7 +32,6 @@ from pytest_opperf.ab.controller import (
 )
 from pytest_opperf.ab.pairs import e2e_samples
 from pytest_opperf.ab.protocol import Channel, SideGone, SideTimeout
-from pytest_opperf.ab.session import _strip_options
 from pytest_opperf.ab.side import SidePlugin, current_cpu
 from pytest_opperf.device import CPU_HOST
 from pytest_opperf.results import RunResult, StatResult
@@ -125,7 +124,11 @@ def test_side_arguments_leave_out_the_controllers_options():
         "--benchmark-quiet",
         "--opperf-compare-python=/p",
     ]
-    assert _strip_options(args) == ["suites/", "-k", "conv", "--benchmark-quiet"]
+    from pytest_opperf.child import strip_opperf_args
+    from pytest_opperf.options import VALUED_OPTIONS
+
+    assert strip_opperf_args(args, VALUED_OPTIONS) == ["suites/", "-k", "conv",
+                                                       "--benchmark-quiet"]
 
 
 def test_a_step_hand_over_is_left_out_of_the_window(monkeypatch):

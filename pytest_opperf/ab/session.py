@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from .. import child
+from ..options import CHILD_DEFAULTS, VALUED_OPTIONS, child_options
 from ..results import RunResult
 from ..settings import Settings, usage_errors
 from ..thresholds import Thresholds
@@ -74,31 +76,6 @@ def trap_signals(config: pytest.Config) -> None:
     config.add_cleanup(restore)
 
 
-# Options the controller keeps to itself: the sides measure and answer, nothing more.
-_CONTROLLER_OPTIONS = ("compare", "compare-python", "compare-timeout", "compare-undecided",
-                       "json", "markdown", "save", "trace", "baseline", "thresholds", "workload",
-                       "device", "timing", "sort")
-
-
-def _strip_options(args: list[str]) -> list[str]:
-    """``args`` without ``--opperf`` and the controller's ``--opperf-*`` options, values too."""
-    out: list[str] = []
-    skip = False
-    names = {f"--opperf-{name}" for name in _CONTROLLER_OPTIONS}
-    for arg in args:
-        if skip:
-            skip = False
-            continue
-        if arg == "--opperf":
-            continue
-        head, eq, _ = arg.partition("=")
-        if head in names:
-            skip = not eq
-            continue
-        out.append(arg)
-    return out
-
-
 def _relative(arg: str, invocation: Path, rootdir: Path) -> str:
     path, sep, rest = arg.partition("::")
     absolute = Path(invocation, path).resolve()
@@ -124,7 +101,8 @@ def side_args(config: pytest.Config) -> tuple[list[str], list[str]]:
         positional = [_relative(a, invocation, config.rootpath) for a in config.args]
     else:
         positional = [_relative(".", invocation, config.rootpath)]
-    return _strip_options(raw) + positional, [p.partition("::")[0] for p in positional]
+    return (child.strip_opperf_args(raw, VALUED_OPTIONS) + positional,
+            [p.partition("::")[0] for p in positional])
 
 
 class ABSession:
@@ -202,18 +180,22 @@ class ABSession:
     def _specs(self) -> tuple[SideSpec, SideSpec]:
         settings = self.settings
         args, _ = side_args(self.config)
-        fixed = [f"--opperf-workload={settings.workload}", f"--opperf-device={settings.device}",
-                 f"--opperf-timing={settings.timing}"]
         # both sides record the trace events (the same cost); the head's are kept
-        if "trace" in settings.paths:
-            fixed.append(f"--opperf-trace={self.workspace.path / 'trace-unused.json'}")
+        unused = self.workspace.path / "trace-unused.json"
+        trace = str(unused) if "trace" in settings.paths else None
+        options = child_options(settings, trace=trace)
+        # on the command line too, for a base side of an earlier release (it reads only that);
+        # those at their defaults left out (such a release may not know them)
+        always = ("workload", "device", "timing")
+        fixed = child.argv_options(options, {k: v for k, v in CHILD_DEFAULTS.items()
+                                             if k not in always})
         specs = []
         for name, python, root, plugin in (("base", self.python, self.base_root, self.with_plugin),
                                            ("head", sys.executable, self.config.rootpath, False)):
             command = [python, "-m", "pytest", "-p", "pytest_opperf.ab.side"]
             command += ["-p", "pytest_opperf.plugin"] if plugin else []
             command += ["--opperf", *fixed, *args]
-            env = side_environment(self.workspace.shim, root)
+            env = child.environment(options, side_environment(self.workspace.shim, root))
             specs.append(SideSpec(name, command, Path(root), env, self.workspace.log(name)))
         return specs[0], specs[1]
 
