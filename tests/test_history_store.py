@@ -319,6 +319,28 @@ def test_malformed_json_in_a_stored_row_is_one_line_naming_it(tmp_path, table, c
         assert "run 'suite.py::test_train'" in line
 
 
+@pytest.mark.parametrize(("table", "column"), [("opperf_runs", "examples_per_sec"),
+                                               ("opperf_stats", "total_ms"),
+                                               ("opperf_work", "value")])
+@pytest.mark.parametrize("command", ["history", "dashboard"])
+def test_text_in_a_stored_number_column_is_one_line(tmp_path, table, column, command):
+    from pytest_opperf.cli import main
+
+    path = tmp_path / "h.sqlite"
+    with Store(str(path), create=True) as store:
+        store.append(session(work_counts=work()), {"summary": "ok"})
+    conn = sqlite3.connect(path)
+    conn.execute(f"UPDATE {table} SET {column} = 'abc'")
+    conn.commit()
+    conn.close()
+    out, err = __import__("io").StringIO(), __import__("io").StringIO()
+    argv = [command, str(path)] + (["--out", str(tmp_path / "d")] if command == "dashboard" else [])
+    assert main(argv, out, err) == 4
+    line = err.getvalue()
+    assert line.count("\n") == 1 and line.startswith(f"error: {path}: a stored value is not")
+    assert "'abc'" in line
+
+
 def _digest(path) -> str:
     import hashlib
 

@@ -658,7 +658,16 @@ class Store:
 
     def load(self, keep_run: Callable[[str], bool] | None = None) -> History:
         """Every stored session, run (with its work counts) and stat (runs filtered by
-        ``keep_run``), in time order."""
+        ``keep_run``), in time order. A stored value of the wrong type (text in a number column)
+        is a HistoryError naming the store and the problem."""
+        try:
+            return self._load(keep_run)
+        except (TypeError, ValueError) as exc:  # HistoryError is neither
+            raise HistoryError(f"{self.label}: a stored value is not of its column's type "
+                               f"({_one_line(exc)}): the store was written by something else "
+                               "than pytest-opperf, or damaged") from None
+
+    def _load(self, keep_run: Callable[[str], bool] | None) -> History:
         with self._errors():
             sessions = [StoredSession(
                 id=int(r[0]), created=r[1], source=r[2], sha=r[3], branch=r[4],
