@@ -1,6 +1,7 @@
 """pytest glue for pytest-opperf (the ``pytest11`` entry point): options, hooks, the fixtures.
 
-The settings live in :mod:`.settings`, the fixtures in :mod:`.fixtures`, the session of an
+The options' table (with each option's child policy) lives in :mod:`.options`, the settings
+in :mod:`.settings`, the fixtures in :mod:`.fixtures`, the session of an
 ``--opperf`` run (gate, report, files) in :mod:`.session`, the reliance on pytest-benchmark's
 internals in :mod:`.benchmark_adapter`. Without ``--opperf`` only the options and the two fixtures
 exist, and the fixtures only count: no recording, no report, no gate. With it, an ``OpPerfSession``
