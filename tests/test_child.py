@@ -26,7 +26,7 @@ def test_every_option_declares_a_child_policy(pytester):
     assert child.policy_problems(CHILD_POLICIES, names) == []
     # and every --opperf-* option pytest knows is one of the table's: none added around it
     result = pytester.runpytest("--help")
-    shown = {word.split("=")[0].rstrip(",") for line in result.stdout.lines
+    shown = {word.split("=")[0].rstrip(",;.:)") for line in result.stdout.lines
              for word in line.split() if word.startswith("--opperf-")}
     assert shown and shown == {f"--opperf-{name}" for name in CHILD_POLICIES}
 
