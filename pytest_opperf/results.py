@@ -20,7 +20,7 @@ import subprocess
 import sys
 from array import array
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -49,9 +49,12 @@ class ResultsError(Exception):
     """A results file that cannot be used; the message is one line naming the file."""
 
 
-@dataclass
+@dataclass(slots=True)
 class RunResult:
-    """One measured run (a test's measured window, or one per-op benchmark)."""
+    """One measured run (a test's measured window, or one per-op benchmark).
+
+    Slotted: a results file of many small runs holds one of these per run, and an instance
+    dictionary would be a fifth of each."""
 
     id: str
     kind: str
@@ -80,7 +83,7 @@ class RunResult:
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "stats" and not isinstance(value, StatTree):
             value = StatTree(value)  # validated here, once: every reader trusts the tree
-        super().__setattr__(name, value)
+        object.__setattr__(self, name, value)  # (slots: the class is rebuilt, no bare super())
 
     def stat(self, name: str) -> StatResult | None:
         return self.stats.get(name)
@@ -101,7 +104,8 @@ class RunResult:
         return after_warmup(shares) if shares and all(w > 0 for w in self.step_ms) else []
 
     def to_dict(self, with_trace: bool = False) -> dict[str, Any]:
-        d = {k: v for k, v in self.__dict__.items() if k not in ("stats", "trace", "work")}
+        d = {f.name: getattr(self, f.name) for f in fields(self)
+             if f.name not in ("stats", "trace", "work")}
         d["stats"] = [s.to_dict() for s in self.stats]
         if self.work is not None:
             d["work"] = self.work.to_dict()

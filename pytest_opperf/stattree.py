@@ -44,7 +44,7 @@ class StatTreeError(ValueError):
     """Stats that do not form a tree; the message names the stat."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StatResult:
     """One stat of a run (section 6 plus additions): ``samples_ms`` are per-step totals (e2e)
     or per-call times of each round (op runs); ``flops``/``bytes`` are work over the run."""
@@ -83,17 +83,22 @@ def short_name(name: str) -> str:
 
 
 _NONE: dict[str, StatResult] = {}  # never written to
+_SCAN = 8  # a tree of at most this many stats finds a name by a scan, and keeps no index
 
 
 class StatTree(tuple[StatResult, ...]):
-    """A run's stats in recording order (an immutable tuple), validated when built."""
+    """A run's stats in recording order (an immutable tuple), validated when built.
 
-    _by_name: dict[str, StatResult]
-    _kernel_parent: dict[str, StatResult]  # only the stats that have a kernel ancestor
+    A file of many runs holds many trees, most of one or a few stats: such a tree keeps no
+    instance dictionary (its lookups scan the tuple, and the class's empty mappings stand for
+    the kernel parents it does not have), so that it costs little more than the tuple."""
+
+    _by_name: dict[str, StatResult] = _NONE  # an index only for trees of more than _SCAN stats
+    _kernel_parent: dict[str, StatResult] = _NONE  # only the stats that have a kernel ancestor
 
     def __new__(cls, stats: Iterable[StatResult] = ()) -> StatTree:
         self = super().__new__(cls, stats)
-        by_name = self._by_name = {}
+        by_name: dict[str, StatResult] = {}
         for s in self:
             if s.name in by_name:
                 raise StatTreeError(f"stat {s.name!r} appears twice")
@@ -118,8 +123,10 @@ class StatTree(tuple[StatResult, ...]):
                 node = by_name[node.parent] if node.parent is not None else None
             if node is not None:
                 kernel_parent[s.name] = node
-        # (a file of many runs holds many trees: one shared empty mapping where none has one)
-        self._kernel_parent = kernel_parent or _NONE
+        if len(self) > _SCAN:
+            self._by_name = by_name
+        if kernel_parent:
+            self._kernel_parent = kernel_parent
         return self
 
     @classmethod
@@ -137,7 +144,18 @@ class StatTree(tuple[StatResult, ...]):
             host_ms=s.host_total_ms if s.clock == "device" else None) for name, s in table.items())
 
     def get(self, name: str) -> StatResult | None:
-        return self._by_name.get(name)
+        if len(self) > _SCAN:
+            return self._by_name.get(name)
+        for s in self:
+            if s.name == name:
+                return s
+        return None
+
+    def _stat(self, name: str) -> StatResult:
+        stat = self.get(name)
+        if stat is None:
+            raise KeyError(name)
+        return stat
 
     @property
     def roots(self) -> list[StatResult]:
@@ -146,18 +164,17 @@ class StatTree(tuple[StatResult, ...]):
 
     def kernel_ancestor(self, name: str) -> StatResult | None:
         """The nearest kernel stat above stat ``name``, or ``None``."""
-        if name not in self._by_name:
-            raise KeyError(name)
+        self._stat(name)
         return self._kernel_parent.get(name)
 
     def in_executor(self, name: str, executor_stat: str | None) -> bool:
         """Whether the executor ran stat ``name``: ``executor_stat`` is on its parent chain, or,
         without one (executor time is the sum of the top-level stats), it is a top-level stat."""
-        parent = self._by_name[name].parent
+        parent = self._stat(name).parent
         if not executor_stat:
             return parent is None
         while parent is not None and parent != executor_stat:
-            parent = self._by_name[parent].parent
+            parent = self._stat(parent).parent
         return parent is not None
 
     @property
@@ -171,14 +188,14 @@ class StatTree(tuple[StatResult, ...]):
 
     def executor_ms(self, executor_stat: str | None) -> float:
         """The total of ``executor_stat``, or without that stat the sum of the top-level stats."""
-        stat = self._by_name.get(executor_stat) if executor_stat else None
+        stat = self.get(executor_stat) if executor_stat else None
         return stat.total_ms if stat is not None else sum(s.total_ms for s in self.roots)
 
     def executor_samples(self, executor_stat: str | None) -> Sequence[float] | None:
         """Per-step executor time: ``executor_stat``'s samples, or without it the step-by-step
         sum of the top-level stats' samples; ``None`` when a stat has none."""
         if executor_stat is not None:
-            stat = self._by_name.get(executor_stat)
+            stat = self.get(executor_stat)
             return stat.samples_ms if stat is not None else None
         roots = self.roots
         tops = [s.samples_ms for s in roots if s.samples_ms]
