@@ -20,7 +20,7 @@ from typing import NoReturn, TextIO
 
 from pytest_opperf import report
 from pytest_opperf.gate import evaluate
-from pytest_opperf.history.store import HistoryError
+from pytest_opperf.history.errors import HistoryError
 from pytest_opperf.layout import clean
 from pytest_opperf.results import ResultsError, read_results
 from pytest_opperf.thresholds import ThresholdsError, load_thresholds

@@ -1,16 +1,16 @@
 """``--opperf-instructions``: the CPU instructions of each counted step, under valgrind.
 
 No hardware counters on shared virtual machines; valgrind's callgrind counts instructions exactly
-(:mod:`pytest_opperf.valgrind`). A process cannot be put under valgrind once it runs, so after a
-run's counting pass the session runs the run's test again in a child process under callgrind
-(instrumentation off until the pass: the child's window runs at valgrind's cheapest slowdown, still
-several times slower than natively, much more for BLAS-heavy steps). In the child, each window's
-counting pass is done by callgrind instead of the Python tracer (:class:`ChildPass`): per step, the
-counters are zeroed before it and dumped after it, so a step's count holds that step's instructions
-on the calling thread only (``child_env`` holds the BLAS libraries to one thread). The run's
-``work.instructions`` is the median over its steps; ``work.instructions_cpu`` the CPU and valgrind
-that counted them, for instructions compare only on the same CPU model (BLAS picks its kernels by
-the CPU's features).
+(:mod:`pytest_opperf.valgrind_run` runs the child, :mod:`pytest_opperf.callgrind` counts its
+steps). A process cannot be put under valgrind once it runs, so after a run's counting pass the
+session runs the run's test again in a child process under callgrind (instrumentation off until the
+pass: the child's window runs at valgrind's cheapest slowdown, still several times slower than
+natively, much more for BLAS-heavy steps). In the child, each window's counting pass is done by
+callgrind instead of the Python tracer (:class:`ChildPass`): per step, the counters are zeroed
+before it and dumped after it, so a step's count holds that step's instructions on the calling
+thread only (``child_env`` holds the BLAS libraries to one thread). The run's ``work.instructions``
+is the median over its steps; ``work.instructions_cpu`` the CPU and valgrind that counted them, for
+instructions compare only on the same CPU model (BLAS picks its kernels by the CPU's features).
 
 Faults never fail the session: valgrind missing, a child that fails, crashes or runs past
 ``--opperf-count-timeout`` give one ``warning:`` line each, and the run keeps its timed results and
@@ -28,7 +28,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import child, valgrind
+from . import child, valgrind_run
+from .callgrind import Callgrind
+from .valgrind import ValgrindError
 
 __all__ = ["CHILD_ENV", "ChildPass", "Instructions"]
 
@@ -48,7 +50,7 @@ class ChildPass:
         index = len(self.windows)
         self.windows.append(run_id)
         (self.out_dir / _WINDOWS).write_text(json.dumps(self.windows))
-        counter = valgrind.Callgrind()
+        counter = Callgrind()
         counter.start_pass()
         try:
             for k in range(steps):
@@ -71,7 +73,7 @@ class Instructions:
         self.options = dict(options)
         self.timeout_s = timeout_s
         self.warnings: list[str] = []
-        self.problem = valgrind.problem()
+        self.problem = valgrind_run.problem()
         self._counted: dict[str, dict[str, list[int]] | str] = {}  # by test: steps by run, or why
         self._cpu: str | None = None
 
@@ -112,15 +114,15 @@ class Instructions:
             env = child.environment(options)
             env[CHILD_ENV] = str(out)
             try:
-                counts = valgrind.run_counted(argv, out, timeout_s=self.timeout_s, env=env,
-                                              cwd=self.rootdir)
-            except valgrind.ValgrindError as exc:
+                counts = valgrind_run.run_counted(argv, out, timeout_s=self.timeout_s, env=env,
+                                                  cwd=self.rootdir)
+            except ValgrindError as exc:
                 return str(exc)
             try:
                 windows = json.loads((out / _WINDOWS).read_text())
             except (OSError, ValueError) as exc:
                 return f"the child's list of windows is unreadable: {exc}"
-            self._cpu = valgrind.counted_on()
+            self._cpu = valgrind_run.counted_on()
             by_run: dict[str, list[int]] = {}
             for label, n in counts.items():
                 index, _, _ = label[1:].partition("-s")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from pytest_opperf.ab.paired import Paired, decide
-from pytest_opperf.gate import compare_slower
+from pytest_opperf.comparison import compare_slower
 from pytest_opperf.metrics import MetricKey
 from pytest_opperf.thresholds import CompareSettings, Regression
 

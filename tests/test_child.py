@@ -136,13 +136,13 @@ def test_sigterm_ends_a_child_under_valgrind_too(tmp_path):
     pid_file = tmp_path / "child.pid"
     script = textwrap.dedent(f"""
         import sys
-        from pytest_opperf import valgrind
-        valgrind.problem = lambda: None
-        valgrind.command = lambda argv, out: argv
+        from pytest_opperf import valgrind_run
+        valgrind_run.problem = lambda: None
+        valgrind_run.command = lambda argv, out: argv
         child = [sys.executable, "-c",
                  "import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
                  "time.sleep(60)"]
-        valgrind.run_counted(child, {str(tmp_path / 'out')!r}, timeout_s=60)
+        valgrind_run.run_counted(child, {str(tmp_path / 'out')!r}, timeout_s=60)
     """)
     parent = subprocess.Popen([sys.executable, "-c", script], cwd=os.getcwd())
     deadline = time.monotonic() + 30

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from pytest_opperf.baseline_checks import ALWAYS_RECORDED
+from pytest_opperf.comparison import compare_slower
 from pytest_opperf.device import CPU_HOST
-from pytest_opperf.gate import ALWAYS_RECORDED, compare_slower, evaluate
+from pytest_opperf.gate import evaluate
 from pytest_opperf.keys import keys as table_keys
 from pytest_opperf.measure import op_run
 from pytest_opperf.results import RunResult

@@ -13,15 +13,10 @@ from pathlib import Path
 import pytest
 
 from pytest_opperf.cli import main
-from pytest_opperf.history.store import (
-    HistoryError,
-    Store,
-    check_target,
-    check_url,
-    commit_time,
-    redact,
-    scrub,
-)
+from pytest_opperf.history.errors import HistoryError
+from pytest_opperf.history.records import commit_time
+from pytest_opperf.history.sources import check_target, check_url, redact, scrub
+from pytest_opperf.history.store import Store
 from pytest_opperf.results import write_results
 from pytest_opperf.workcount import OUTSIDE, WorkCounts
 from tests.history_helpers import session

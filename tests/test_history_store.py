@@ -11,15 +11,11 @@ from multiprocessing import get_context
 
 import pytest
 
-from pytest_opperf.history import store as history_store
-from pytest_opperf.history.store import (
-    MIGRATIONS,
-    SAMPLES_KEPT,
-    HistoryError,
-    Store,
-    check_target,
-    redact,
-)
+from pytest_opperf.history.errors import HistoryError, MissingExtra
+from pytest_opperf.history.records import SAMPLES_KEPT
+from pytest_opperf.history.schema import MIGRATIONS, WRITTEN_BY
+from pytest_opperf.history.sources import check_target, redact
+from pytest_opperf.history.store import Store
 from tests.history_helpers import (  # noqa: F401 (fixtures)
     op_run,
     pg_schema_url_fixture,
@@ -132,8 +128,8 @@ def test_migrations_bring_an_older_store_up_to_date(store_source):
         assert len(store.load().sessions) == 1
     with pytest.raises(
         HistoryError,
-        match=rf"schema version {len(extra)}, written by {history_store.WRITTEN_BY}; this is "
-        rf"{history_store.WRITTEN_BY} \(schema version {len(MIGRATIONS)}\): upgrade",
+        match=rf"schema version {len(extra)}, written by {WRITTEN_BY}; this is "
+        rf"{WRITTEN_BY} \(schema version {len(MIGRATIONS)}\): upgrade",
     ):
         Store(store_source)
 
@@ -256,7 +252,7 @@ def test_targets_are_checked_before_a_session(tmp_path):
 def test_a_missing_driver_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg raises ImportError
     with pytest.raises(
-        history_store.MissingExtra,
+        MissingExtra,
         match=r"needs psycopg 3 \(pip install 'pytest-opperf\[history\]'\)",
     ):
         check_target("postgresql://h/db")
@@ -285,7 +281,10 @@ def test_the_sqlite_store_needs_no_optional_library(tmp_path):
 def test_the_history_modules_do_not_import_pytest():
     code = (
         "import sys\n"
-        "import pytest_opperf.history.store, pytest_opperf.history.changepoints, "
+        "import pytest_opperf.history.store, pytest_opperf.history.errors, "
+        "pytest_opperf.history.sources, pytest_opperf.history.connect, "
+        "pytest_opperf.history.schema, pytest_opperf.history.records, "
+        "pytest_opperf.history.changepoints, "
         "pytest_opperf.history.trends, pytest_opperf.history.dashboard, "
         "pytest_opperf.history.commands\n"
         "bad = sorted(m for m in sys.modules "
@@ -420,7 +419,7 @@ def test_a_newer_store_names_the_release_that_wrote_it(tmp_path):
         store.append(session())
     conn = sqlite3.connect(path)
     assert conn.execute("SELECT value FROM opperf_meta WHERE key = 'written_by'").fetchone() == (
-        history_store.WRITTEN_BY,)
+        WRITTEN_BY,)
     conn.execute("UPDATE opperf_meta SET value = 'pytest-opperf 9.9.0'")
     conn.execute("UPDATE opperf_schema SET version = 7")
     conn.commit()

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_opperf"
-PURE = ["timers", "stattree", "stats", "results", "gate", "report", "measure", "device", "cli",
-        "thresholds", "metrics", "verdict", "keys", "ab.paired", "ab.pairs", "ab.controller",
-        "history.suspects", "history.trends", "workcount", "valgrind", "instructions"]
+PURE = ["timers", "stattree", "stats", "results", "gate", "comparison", "baseline_checks",
+        "report", "measure", "device", "cli", "thresholds", "metrics", "verdict", "keys",
+        "ab.paired", "ab.pairs", "ab.controller",
+        "history.suspects", "history.trends", "workcount", "valgrind", "callgrind",
+        "callgrind_dumps", "valgrind_run", "instructions"]
 MODULES = sorted(PACKAGE.rglob("*.py"))
 
 

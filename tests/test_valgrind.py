@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_opperf import valgrind
+from pytest_opperf import callgrind_dumps, valgrind, valgrind_run
+from pytest_opperf.callgrind import Callgrind
+from pytest_opperf.callgrind_dumps import CallgrindFormatError
 from pytest_opperf.valgrind import (
     CALLGRIND_DUMP_STATS,
     CALLGRIND_DUMP_STATS_AT,
@@ -25,20 +27,19 @@ from pytest_opperf.valgrind import (
     CALLGRIND_TOGGLE_COLLECT,
     CALLGRIND_ZERO_STATS,
     RUNNING_ON_VALGRIND,
-    Callgrind,
-    CallgrindFormatError,
     ValgrindError,
 )
 
 requests_here = pytest.mark.skipif(valgrind.client_request_problem() is not None,
                                    reason=str(valgrind.client_request_problem()))
-needs_valgrind = pytest.mark.skipif(valgrind.problem() is not None,
-                                    reason=str(valgrind.problem()))
+needs_valgrind = pytest.mark.skipif(valgrind_run.problem() is not None,
+                                    reason=str(valgrind_run.problem()))
 
 
 def test_the_module_imports_no_pytest():
     # the child imports it in the middle of a test run, and the plugin's purity rule holds
-    code = ("import sys, pytest_opperf.valgrind\n"
+    code = ("import sys, pytest_opperf.valgrind, pytest_opperf.callgrind, "
+            "pytest_opperf.callgrind_dumps, pytest_opperf.valgrind_run\n"
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('pytest', '_pytest', "
             "'numpy', 'reference_framework'))\n"
             "assert not bad, bad\n")
@@ -106,7 +107,7 @@ def test_another_platform_is_refused_with_a_message(fresh_requests, monkeypatch,
     with pytest.raises(ValgrindError, match="x86_64 Linux"):
         valgrind.client_request(RUNNING_ON_VALGRIND)
     assert valgrind.running_on_valgrind() == 0
-    assert valgrind.problem() == message
+    assert valgrind_run.problem() == message
     with pytest.raises(ValgrindError, match="not running under valgrind.*x86_64 Linux"):
         Callgrind().start_pass()
 
@@ -232,7 +233,7 @@ totals: 0
 
 
 def test_a_real_step_dump_parses():
-    dump = valgrind.parse_dump(REAL_STEP_DUMP, "callgrind.out.21015.2")
+    dump = callgrind_dumps.parse_dump(REAL_STEP_DUMP, "callgrind.out.21015.2")
     assert dump.part == 2
     assert dump.label == "A"
     assert dump.trigger == "Client Request: A"
@@ -244,7 +245,7 @@ def test_a_real_step_dump_parses():
 
 
 def test_the_exit_dump_is_no_step():
-    dump = valgrind.parse_dump(REAL_EXIT_DUMP)
+    dump = callgrind_dumps.parse_dump(REAL_EXIT_DUMP)
     assert dump.label is None and dump.trigger == "Program termination"
     assert dump.totals == (0,)
 
@@ -253,18 +254,18 @@ def test_counts_follow_the_events_line_and_missing_trailing_counts_are_zero():
     text = REAL_STEP_DUMP.replace("events: Ir", "events: Ir Dr Dw").replace(
         "totals: 4129589", "totals: 4129589 1000").replace("summary: 4129589",
                                                            "summary: 4129589 1000 0")
-    dump = valgrind.parse_dump(text)
+    dump = callgrind_dumps.parse_dump(text)
     assert dump.totals == (4129589, 1000, 0) == dump.summary
     assert dump.count("Dr") == 1000
 
 
 def test_summary_stands_in_for_missing_totals_but_not_in_a_step(tmp_path):
-    dump = valgrind.parse_dump(REAL_STEP_DUMP.replace("totals: 4129589\n", ""))
+    dump = callgrind_dumps.parse_dump(REAL_STEP_DUMP.replace("totals: 4129589\n", ""))
     assert dump.totals is None and dump.count() == 4129589
     # a step's dump always has both: one without its totals was cut short
     write_dumps(tmp_path, 1, {2: REAL_STEP_DUMP.replace("totals: 4129589\n", "")})
     with pytest.raises(CallgrindFormatError, match="step 'A' has no 'totals:' line"):
-        valgrind.read_step_counts(tmp_path, 1)
+        callgrind_dumps.read_step_counts(tmp_path, 1)
 
 
 @pytest.mark.parametrize("text, why", [
@@ -283,7 +284,7 @@ def test_summary_stands_in_for_missing_totals_but_not_in_a_step(tmp_path):
 ])
 def test_malformed_dumps_are_refused_with_the_reason(text, why):
     with pytest.raises(CallgrindFormatError, match=re.escape(why)) as info:
-        valgrind.parse_dump(text, "out/callgrind.out.1.2")
+        callgrind_dumps.parse_dump(text, "out/callgrind.out.1.2")
     assert str(info.value).startswith("out/callgrind.out.1.2: not a callgrind output file")
     assert "\n" not in str(info.value)
 
@@ -308,28 +309,28 @@ def test_step_counts_are_read_in_part_order_for_one_process(tmp_path):
     write_dumps(tmp_path, 999, {1: step_dump("other", 5, 1)})
     (tmp_path / "callgrind.out.21015").write_text(REAL_EXIT_DUMP)
     (tmp_path / "valgrind.21015.log").write_text("not a dump")
-    counts = valgrind.read_step_counts(tmp_path, 21015)
+    counts = callgrind_dumps.read_step_counts(tmp_path, 21015)
     assert list(counts.items()) == [("s9", 90), ("s10", 100)]
-    assert valgrind.read_step_counts(tmp_path) == {"other": 5, "s9": 90, "s10": 100}
+    assert callgrind_dumps.read_step_counts(tmp_path) == {"other": 5, "s9": 90, "s10": 100}
 
 
 def test_a_step_dumped_twice_or_inconsistent_is_refused(tmp_path):
     write_dumps(tmp_path, 1, {1: step_dump("A", 10, 1), 2: step_dump("A", 12, 2)})
     with pytest.raises(CallgrindFormatError, match="step 'A' is dumped twice"):
-        valgrind.read_step_counts(tmp_path, 1)
+        callgrind_dumps.read_step_counts(tmp_path, 1)
     write_dumps(tmp_path, 2, {1: step_dump("B", 10, 1, summary=11)})
     with pytest.raises(CallgrindFormatError, match="'summary:' .11,. and 'totals:' .10,. disagree"):
-        valgrind.read_step_counts(tmp_path, 2)
+        callgrind_dumps.read_step_counts(tmp_path, 2)
     write_dumps(tmp_path, 3, {1: "garbage\n"})
     with pytest.raises(CallgrindFormatError, match=r"callgrind\.out\.3\.1: not a callgrind"):
-        valgrind.read_step_counts(tmp_path, 3)
+        callgrind_dumps.read_step_counts(tmp_path, 3)
 
 
 # --- the parent's command line and environment -------------------------------------------------
 
 @requests_here
 def test_the_command_line_counts_nothing_until_asked(tmp_path):
-    cmd = valgrind.command([sys.executable, "prog.py", "--n", "3"], tmp_path)
+    cmd = valgrind_run.command([sys.executable, "prog.py", "--n", "3"], tmp_path)
     assert cmd[:2] == ["valgrind", "--tool=callgrind"]
     for option in ["--instr-atstart=no", "--collect-atstart=no", "--cache-sim=no",
                    "--branch-sim=no", "--trace-children=no",
@@ -344,43 +345,43 @@ def test_a_script_or_missing_program_is_refused(tmp_path):
     shim.write_text("#!/bin/sh\nexec python3 \"$@\"\n")
     shim.chmod(shim.stat().st_mode | stat.S_IXUSR)
     with pytest.raises(ValgrindError, match="is a script, not a program.*sys.executable"):
-        valgrind.command([str(shim), "-c", "pass"], tmp_path)
+        valgrind_run.command([str(shim), "-c", "pass"], tmp_path)
     with pytest.raises(ValgrindError, match="not found"):
-        valgrind.command([str(tmp_path / "no-such-python")], tmp_path)
+        valgrind_run.command([str(tmp_path / "no-such-python")], tmp_path)
     with pytest.raises(ValueError, match="argv is empty"):
-        valgrind.command([], tmp_path)
+        valgrind_run.command([], tmp_path)
 
 
 def test_the_child_environment_is_deterministic():
-    env = valgrind.child_env({"PATH": "/bin", "PYTHONHASHSEED": "random",
+    env = valgrind_run.child_env({"PATH": "/bin", "PYTHONHASHSEED": "random",
                               "PYTHONMALLOC": "malloc", "OMP_NUM_THREADS": "8"})
     assert env["PATH"] == "/bin"
     assert env["PYTHONHASHSEED"] == "0"
     assert env["PYTHONMALLOC"] == "pymalloc"
     assert env["OMP_NUM_THREADS"] == env["OPENBLAS_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "1"
-    assert valgrind.child_env({"PYTHONHASHSEED": "123"})["PYTHONHASHSEED"] == "123"
+    assert valgrind_run.child_env({"PYTHONHASHSEED": "123"})["PYTHONHASHSEED"] == "123"
 
 
 def test_counted_on_names_the_cpu_model_and_valgrind(tmp_path, monkeypatch):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\n"
                        "model name\t: AMD EPYC  7R13 Processor\nflags\t: fpu\n")
-    described = valgrind.counted_on(str(cpuinfo))
+    described = valgrind_run.counted_on(str(cpuinfo))
     assert described.startswith("AMD EPYC 7R13 Processor, ")
-    if valgrind.shutil.which("valgrind"):
+    if valgrind_run.shutil.which("valgrind"):
         assert re.fullmatch(r"AMD EPYC 7R13 Processor, valgrind-\d+\.\d+\.\d+\S*", described)
     monkeypatch.setenv("PATH", str(tmp_path))  # no valgrind to ask
-    assert valgrind.counted_on(str(tmp_path / "none")) == "unknown CPU, no valgrind"
+    assert valgrind_run.counted_on(str(tmp_path / "none")) == "unknown CPU, no valgrind"
 
 
 def test_no_valgrind_on_path_is_a_message(monkeypatch, tmp_path):
-    monkeypatch.setattr(valgrind.shutil, "which", lambda name: None)
-    if valgrind._platform_problem() is None:
-        assert valgrind.problem() == ("valgrind is not on PATH "
+    monkeypatch.setattr(valgrind_run.shutil, "which", lambda name: None)
+    if valgrind.platform_problem() is None:
+        assert valgrind_run.problem() == ("valgrind is not on PATH "
                                       "(install it: apt-get install valgrind)")
     with pytest.raises(ValgrindError) as info:
-        valgrind.run_counted([sys.executable, "-c", "pass"], tmp_path, timeout_s=5)
-    assert str(info.value) == valgrind.problem()
+        valgrind_run.run_counted([sys.executable, "-c", "pass"], tmp_path, timeout_s=5)
+    assert str(info.value) == valgrind_run.problem()
 
 
 # --- end to end under valgrind -----------------------------------------------------------------
@@ -388,7 +389,7 @@ def test_no_valgrind_on_path_is_a_message(monkeypatch, tmp_path):
 STEPS_PROGRAM = textwrap.dedent("""\
     import sys
     import threading
-    from pytest_opperf.valgrind import Callgrind
+    from pytest_opperf.callgrind import Callgrind
 
     n, outside = int(sys.argv[1]), int(sys.argv[2])
 
@@ -436,7 +437,7 @@ def steps_program(tmp_path_factory) -> Path:
 
 def count(program: Path, out: Path, *args: object) -> dict[str, int]:
     started = time.perf_counter()
-    counts = valgrind.run_counted([sys.executable, str(program), *map(str, args)], out,
+    counts = valgrind_run.run_counted([sys.executable, str(program), *map(str, args)], out,
                                   timeout_s=60)
     assert time.perf_counter() - started < 30
     return counts
@@ -499,7 +500,7 @@ def program(tmp_path: Path, source: str) -> Path:
 def test_a_directory_with_earlier_dumps_is_refused(tmp_path):
     write_dumps(tmp_path, 1, {1: step_dump("A", 10, 1)})
     with pytest.raises(ValgrindError, match="already holds callgrind dumps"):
-        valgrind.run_counted([sys.executable, "-c", "pass"], tmp_path, timeout_s=5)
+        valgrind_run.run_counted([sys.executable, "-c", "pass"], tmp_path, timeout_s=5)
 
 
 @needs_valgrind
@@ -507,7 +508,7 @@ def test_a_hanging_child_is_killed_at_the_timeout(tmp_path):
     child = program(tmp_path, "import time\ntime.sleep(60)\n")
     started = time.perf_counter()
     with pytest.raises(ValgrindError, match=r"child.py under valgrind ran past 1 s and was killed"):
-        valgrind.run_counted([sys.executable, str(child)], tmp_path / "out", timeout_s=1)
+        valgrind_run.run_counted([sys.executable, str(child)], tmp_path / "out", timeout_s=1)
     assert time.perf_counter() - started < 10
 
 
@@ -519,7 +520,7 @@ def test_a_crashing_child_is_one_line(tmp_path):
         os.kill(os.getpid(), signal.SIGSEGV)
     """)
     with pytest.raises(ValgrindError) as info:
-        valgrind.run_counted([sys.executable, str(child)], tmp_path / "out", timeout_s=30)
+        valgrind_run.run_counted([sys.executable, str(child)], tmp_path / "out", timeout_s=30)
     message = str(info.value)
     assert message == "python child.py under valgrind died of SIGSEGV: about to crash".replace(
         "python", Path(sys.executable).name)
@@ -530,18 +531,18 @@ def test_a_silent_crash_says_what_valgrind_saw(tmp_path):
     child = program(tmp_path, "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
     with pytest.raises(ValgrindError, match=r"died of SIGSEGV: Process terminating with default "
                                             r"action of signal 11 \(SIGSEGV\)$"):
-        valgrind.run_counted([sys.executable, str(child)], tmp_path / "out", timeout_s=30)
+        valgrind_run.run_counted([sys.executable, str(child)], tmp_path / "out", timeout_s=30)
 
 
 @needs_valgrind
 def test_a_failing_child_says_its_status_and_last_line(tmp_path):
     child = program(tmp_path, "raise SystemExit('the test failed: loss is nan')\n")
     with pytest.raises(ValgrindError, match=r"exited with status 1: the test failed: loss is nan$"):
-        valgrind.run_counted([sys.executable, str(child)], tmp_path / "out", timeout_s=30)
+        valgrind_run.run_counted([sys.executable, str(child)], tmp_path / "out", timeout_s=30)
 
 
 @needs_valgrind
 def test_a_child_with_no_counting_pass_is_an_error(tmp_path):
     child = program(tmp_path, "print('no pass')\n")
     with pytest.raises(ValgrindError, match="dumped no step"):
-        valgrind.run_counted([sys.executable, str(child)], tmp_path / "out", timeout_s=30)
+        valgrind_run.run_counted([sys.executable, str(child)], tmp_path / "out", timeout_s=30)

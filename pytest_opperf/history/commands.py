@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import TextIO
 
 from ..results import ResultsError, ResultSet, loads_strict, read_text
-from .store import History, HistoryError, Store, commit_time
+from .errors import HistoryError
+from .records import History, commit_time
+from .store import Store
 
 __all__ = ["add_commands", "run_command"]
 

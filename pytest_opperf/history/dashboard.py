@@ -15,7 +15,7 @@ from typing import Any
 
 from ..results import write_text_atomic
 from ..workcount import LABELS
-from .store import EXTRA_HINT, MissingExtra
+from .errors import EXTRA_HINT, MissingExtra
 from .trends import (
     RUN_METRICS,
     SESSION_HEADERS,
@@ -250,7 +250,7 @@ def _latest(group: Group, history_runs: Any, history_stats: Any) -> dict[str, An
 
 
 def page(label: str, groups: Sequence[Group], history: Any) -> str:
-    """The whole page; ``history`` is the :class:`~.store.History` the groups were built from."""
+    """The whole page; ``history`` is the :class:`~.records.History` the groups were built from."""
     go, pio, offline = _plotly()
     body = [_group_html(gi, g, _latest(g, history.runs, history.stats), go, pio)
             for gi, g in enumerate(groups)]

@@ -26,7 +26,7 @@ from ..layout import clean
 from ..stats import median
 from ..workcount import COUNTERS, OUTSIDE, WorkCounts
 from .changepoints import ChangePoint, detect
-from .store import History, StoredSession
+from .records import History, StoredSession
 
 __all__ = ["Commit", "Group", "Series", "build", "find_changes", "history_lines", "is_work",
            "metric_name", "version_change", "work_metrics"]
