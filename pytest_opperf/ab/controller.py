@@ -296,13 +296,6 @@ class TestOutcome:
 
 
 @dataclass
-class _Bench:
-    paired: paired.Paired
-    iterations: int = 0
-    rounds: int = 1
-
-
-@dataclass
 class Controller:
     """Drives the two sides; :meth:`start` then :meth:`run`, and always :meth:`close`."""
 
