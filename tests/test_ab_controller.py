@@ -20,7 +20,7 @@ import pytest
 
 from pytest_opperf import measure
 from pytest_opperf.ab import controller as controller_module
-from pytest_opperf.ab import paired
+from pytest_opperf.ab import decide, paired
 from pytest_opperf.ab.controller import (
     MIN_PAIRS,
     RERUN_MIN_S,
@@ -549,7 +549,7 @@ def _key_with_pairs(c: Controller, kind: str, xs: list[float], first: str,
     """Pairs with ``x`` values ``xs`` (log ratios for time and rate, differences for the share),
     measured with ``first`` started first."""
     key = paired.MetricKey(run, metric)
-    p = c.samples.setdefault(key, paired.Paired(key, kind))  # type: ignore[arg-type]
+    p = c.samples.of(key, kind)  # type: ignore[arg-type]
     for x in xs:
         if kind == "time":
             p.add(1.0, math.exp(x))
@@ -557,7 +557,7 @@ def _key_with_pairs(c: Controller, kind: str, xs: list[float], first: str,
             p.add(math.exp(x), 1.0)
         else:
             p.add(0.2, 0.2 + x)
-        c._orders.setdefault(key, []).append(first)
+        c.samples.firsts.setdefault(key, []).append(first)
     return key
 
 
@@ -569,23 +569,24 @@ def test_may_regress_reads_the_lower_end_of_the_final_orders_interval(tmp_path, 
     # 20 pairs of "base first" around +2c: the lower end is above c/2
     slow = _key_with_pairs(c, kind, [2 * c_ + 0.1 * c_ * ((i * 7) % 5 - 2) for i in range(20)],
                            "base", metric)
-    assert c._may_regress(slow, "base")
+    assert decide.may_regress(c.samples, slow, "base", c.settings)
     # the pairs of the other order are not those: none, so it cannot be confirmed
-    assert not c._may_regress(slow, "head")
+    assert not decide.may_regress(c.samples, slow, "head", c.settings)
     # around 0: the lower end is below c/2, whatever the other order's pairs do
-    c.samples.clear()
-    c._orders.clear()
+    c.samples.paired.clear()
+    c.samples.firsts.clear()
     flat = _key_with_pairs(c, kind, [0.1 * c_ * ((i * 7) % 5 - 2) for i in range(20)], "base",
                            metric)
-    assert not c._may_regress(flat, "base")
+    assert not decide.may_regress(c.samples, flat, "base", c.settings)
 
 
 def test_may_regress_needs_enough_pairs_and_keeps_counts(tmp_path):
     c = controller(tmp_path, {"base": 1.0, "head": 1.0}, {"base": [], "head": []})
     few = _key_with_pairs(c, "time", [1.0] * (paired.CompareSettings().min_pairs - 1), "base")
-    assert not c._may_regress(few, "base")  # below min_pairs: never a verdict of its own
+    # below min_pairs: never a verdict of its own
+    assert not decide.may_regress(c.samples, few, "base", c.settings)
     count = _key_with_pairs(c, "count", [], "base", "count:op")
-    assert c._may_regress(count, "head")
+    assert decide.may_regress(c.samples, count, "head", c.settings)
 
 
 def test_past_the_budget_an_aa_metric_that_does_not_lean_ends_the_session(tmp_path, monkeypatch):
@@ -618,7 +619,7 @@ def _decision(kind: str, estimate: float, limit: float) -> paired.Decision:
     ("count", math.nan, 0.0, True),  # counts are exact: undecided only without pairs
 ])
 def test_leans_is_an_estimate_past_half_the_threshold(kind, estimate, limit, leans):
-    assert controller_module._leans(_decision(kind, estimate, limit)) is leans
+    assert decide.leans(_decision(kind, estimate, limit)) is leans
 
 
 @pytest.mark.parametrize(("leaning_min_s", "visit_s", "generations"),

@@ -52,7 +52,7 @@ generation (``MAX_RERUNS``, or the time left allows none after it) runs
 only the tests with a metric that may still end regressed: the pairs of the
 current start order get no more pairs then, and a regression needs them, on
 their own, to have an interval whose lower end is above ``c/2``
-(:meth:`Controller._may_regress`). With none, the session ends: what is
+(:func:`.decide.may_regress`). With none, the session ends: what is
 left undecided cannot fail the gate. ``--opperf-compare-undecided=fail``
 keeps every undecided test (up to the ceiling): an undecided metric fails
 the gate then.
@@ -62,7 +62,6 @@ No pytest import: the glue (``session.py``) passes callbacks.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import random
@@ -73,10 +72,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from ..results import ResultsError, ResultSet, RunResult
-from . import paired
+from . import decide, paired
+from .decide import Keep, Samples
 from .pairs import e2e_samples
 from .protocol import ProtocolError, SideGone, SideTimeout, pair
 
@@ -109,15 +109,11 @@ RERUN_MIN_S = 10.0
 # from the session's start, so a small selection's A/B costs at most this much more than its
 # single side (counted from the first pass's end, suites/test_resnet50.py took 4x, +73 s).
 LEANING_MIN_S = 60.0
-MIN_ORDER_PAIRS = 4  # pairs of each start order a regressed or improved metric needs
 # The share of the budget left (over the tests left) a first visit of a benchmark may take; the
 # rest stays for running tests again. With 0.5 the main job's first pass took 1.7 times a
 # single-side run; visits that have the pairs for a bounded interval gain little from more.
 FIRST_VISIT_SHARE = 0.25
 LOG_TAIL_LINES = 15
-# Which tests run again (Controller._undecided_runs): those with an undecided metric, only those
-# with a leaning metric short of pairs or a change seen in one start order, only the changes.
-Keep = Literal["undecided", "leaning", "changes"]
 
 
 class SideFailure(Exception):
@@ -251,28 +247,6 @@ def rerun_budget(first_pass_s: float) -> float:
     return max(RERUN_MIN_S, RERUN_SHARE * first_pass_s)
 
 
-def _in_x(d: paired.Decision) -> tuple[float, float, float]:
-    """The estimate, the lower end of ``d``'s interval and ``c`` in ``x`` units (positive: worse
-    for the head; ``paired`` module docstring)."""
-    def log(v: float) -> float:
-        return math.log(v) if v > 0 else -math.inf if v == 0 else math.nan
-
-    if d.kind == "time":
-        return log(d.estimate), log(d.low), log(d.limit)
-    if d.kind == "rate":  # low/high are exp(-hi)/exp(-lo) of x
-        return -log(d.estimate), -log(d.high), -log(d.limit)
-    return d.estimate, d.low, d.limit
-
-
-def _leans(d: paired.Decision) -> bool:
-    """Whether ``d``'s estimate lies past ``c/2`` (a regression's side of the rule's margin), or
-    it is a count (exact: undecided only without pairs)."""
-    if d.kind == "count":
-        return True
-    estimate, _, c = _in_x(d)
-    return estimate > c / 2
-
-
 @dataclass
 class Plan:
     """What both sides collected: the tests run on both, and those on one side only."""
@@ -313,7 +287,7 @@ class Controller:
     should_stop: Callable[[], bool] = lambda: False
     cpus: Sequence[int] | None = None  # where a pair's second block may be pinned (None: usable)
     sides: dict[str, Side] = field(default_factory=dict)
-    samples: dict[paired.MetricKey, paired.Paired] = field(default_factory=dict)
+    samples: Samples = field(default_factory=Samples)  # each pair tagged with its start order
     notes: list[str] = field(default_factory=list)
     pairs: int = 0
 
@@ -329,7 +303,6 @@ class Controller:
         self._ids: dict[str, list[str]] = {}
         self.generation = 0
         self._first = self.rng.choice(["base", "head"])  # started first in generation 0
-        self._orders: dict[paired.MetricKey, list[str]] = {}  # per pair: the side started first
         self._unvisited = 0  # tests the first pass has not reached (for the family size)
         self._spawn_s = 0.0  # how long the last start of both sides took
         self._visit_s: dict[str, float] = {}  # how long each test's last visit took
@@ -411,8 +384,7 @@ class Controller:
         rerun_s = self._budget_end - self._started - first_pass_s
         leaning_end = min(ceiling, max(self._budget_end, self._started + LEANING_MIN_S))
         budget_exhausted = self._rerun(set(plan.common), leaning_end, ceiling)
-        decisions = [self._confirmed(d) for d in paired.decide(list(self.samples.values()),
-                                                               self.settings)]
+        decisions = decide.final_decisions(self.samples, self.settings)
         if any(d.verdict == "undecided" for d in decisions) and self.clock() >= self._budget_end:
             budget_exhausted = True
         self.notes.append(f"first pass {first_pass_s:.0f} s, then a budget of "
@@ -432,7 +404,7 @@ class Controller:
         for a verdict go on, up to ``leaning_end``; once that has no time for those either, only
         the changes, up to ``ceiling``. The last generation (the ``MAX_RERUNS``-th, or none would
         fit after it) runs only the tests with a metric that may still end regressed
-        (:meth:`_may_regress`)."""
+        (:func:`.decide.may_regress`)."""
         keep: Keep = "undecided"
         for generation in range(1, MAX_RERUNS + 1):
             tests = self._undecided_runs(common, keep=keep)
@@ -477,95 +449,24 @@ class Controller:
     def _next_of(schedule: list[str], index: int) -> str | None:
         return schedule[index + 1] if index + 1 < len(schedule) else None
 
-    def _unconfirmed(self, d: paired.Decision) -> bool:
-        changed = d.verdict in ("regressed", "improved") and d.kind != "count"
-        return changed and not self._both_orders(d)
-
-    def _both_orders(self, d: paired.Decision) -> bool:
-        """Whether the pairs of each start order, on their own, give ``d``'s verdict at the
-        session's corrected level: a false alarm then needs two independent ones."""
-        for first in ("base", "head"):
-            part = self._order_part(d.key, first)
-            if part is None or part.pairs < MIN_ORDER_PAIRS or self._alone(part) != d.verdict:
-                return False
-        return True
-
-    def _order_part(self, key: paired.MetricKey, first: str) -> paired.Paired | None:
-        """The pairs of ``key`` measured with ``first`` started first."""
-        samples, orders = self.samples.get(key), self._orders.get(key, [])
-        if samples is None:
-            return None
-        rows = [i for i, o in enumerate(orders) if o == first]
-        return paired.Paired(key, samples.kind, [samples.base[i] for i in rows],
-                             [samples.head[i] for i in rows])
-
-    def _confirmed(self, d: paired.Decision) -> paired.Decision:
-        """A change seen in one start order only (the budget ran out first) is undecided."""
-        if not self._unconfirmed(d):
-            return d
-        return dataclasses.replace(d, verdict="undecided",
-                                   statistic=f"{d.statistic}; {d.verdict}, but not in "
-                                   "the pairs of each start order of the sides on their own")
-
     def _undecided_runs(self, common: set[str], final: str | None = None,
                         keep: Keep = "undecided") -> list[str]:
-        """The tests to run again: first those with a metric regressed or improved in one run of
-        the test only (a change must show again in a second run, with its own set-up), then those
-        with undecided metrics. Unless undecided metrics fail the gate, only those changes and
-        the metrics that lean towards a regression (:meth:`_leans`) with too few pairs in a start
-        order for a verdict (:meth:`_short`) count with ``keep="leaning"``, only the changes with
-        ``keep="changes"``, and
-        with ``final`` (the start order whose pairs get no more pairs: the next generation is the
-        last) only those that may still end regressed (:meth:`_may_regress`)."""
-        decisions = paired.decide(list(self.samples.values()), self.settings)
-        if not self.undecided_fails:
-            decisions = [d for d in decisions
-                         if (keep == "undecided" or self._unconfirmed(d)
-                             or (keep == "leaning" and _leans(d) and self._short(d.key)))
-                         and (final is None or self._may_regress(d.key, final))]
-        unconfirmed = {self._test_of(d.key.run) for d in decisions if self._unconfirmed(d)}
+        """The tests to run again: first those with a metric regressed or improved in one start
+        order only, then those with undecided metrics, most first (an e2e test's run gives a pair
+        to each of its metrics); which metrics count with ``keep`` and ``final``:
+        :func:`.decide.wanting_pairs`."""
+        wanted = decide.wanting_pairs(self.samples, self.settings, keep, final,
+                                      self.undecided_fails)
+        unconfirmed = {self._test_of(key.run) for key, why in wanted if why == "confirm"}
         undecided: dict[str, int] = {}
-        for d in decisions:
-            if d.verdict == "undecided":
-                test = self._test_of(d.key.run)
+        for key, why in wanted:
+            if why == "decide":
+                test = self._test_of(key.run)
                 undecided[test] = undecided.get(test, 0) + 1
         order = self._plan.order if self._plan else []
-        # most undecided metrics first: an e2e test's run gives a pair to each of its metrics
         rest = sorted((t for t in order if t in undecided and t not in unconfirmed and t in common),
                       key=lambda t: -undecided[t])
         return [t for t in order if t in unconfirmed and t in common] + rest
-
-    def _may_regress(self, key: paired.MetricKey, final: str) -> bool:
-        """Whether ``key`` can still end regressed when the pairs of the start order ``final``
-        get no more pairs. A regression needs those pairs, on their own, to decide "regressed"
-        (:meth:`_both_orders`): at least ``MIN_ORDER_PAIRS`` and ``min_pairs`` of them and the
-        lower end of their interval above ``c/2`` (``paired.rule``). Their ``c`` is fixed (their
-        base median is), and the family only grows (samples are never dropped), so the interval
-        at the end is at least as wide as at today's family size: a lower end at or below
-        ``c/2`` now stays there. Counts (exact, no confirmation) always may."""
-        samples = self.samples[key]
-        if samples.kind == "count":
-            return True
-        part = self._order_part(key, final)
-        if part is None or part.pairs < max(MIN_ORDER_PAIRS,
-                                            self.settings.for_metric(key).min_pairs):
-            return False
-        _, low, c = _in_x(self._part_decision(part, len(self.samples)))
-        return math.isfinite(c) and low > c / 2
-
-    def _short(self, key: paired.MetricKey) -> bool:
-        """Whether the pairs of a start order of ``key`` are too few for a verdict of their own:
-        fewer than ``MIN_ORDER_PAIRS`` or ``min_pairs``, or no bounded interval at the session's
-        level (an e2e stat gets a few pairs a run)."""
-        need = max(MIN_ORDER_PAIRS, self.settings.for_metric(key).min_pairs)
-        for first in ("base", "head"):
-            part = self._order_part(key, first)
-            if part is None or part.pairs < need:
-                return True
-            _, low, _ = _in_x(self._part_decision(part, len(self.samples)))
-            if not math.isfinite(low):
-                return True
-        return False
 
     @staticmethod
     def _test_of(run_id: str) -> str:
@@ -641,11 +542,9 @@ class Controller:
                 continue
             for s in e2e_samples(base[head.id], head):
                 key = paired.MetricKey(s.run, s.metric)
-                new = paired.Paired(key, s.kind)
-                target = self.samples.setdefault(key, new)
+                self.samples.of(key, s.kind)
                 for x, y in zip(s.base, s.head, strict=True):
-                    target.add(x, y)
-                self._orders.setdefault(key, []).extend([self._first] * len(s.base))
+                    self.samples.add(key, s.kind, x, y, self._first)
                 self.pairs += len(s.base)
 
     # --- per-op benchmarks --------------------------------------------------------------------
@@ -710,7 +609,7 @@ class Controller:
         doing = f"benchmarking {nodeid}"
         key = paired.MetricKey(str(message.get("run", nodeid)),
                                f"call_ms:{message.get('stat', nodeid)}")
-        target = self.samples.setdefault(key, paired.Paired(key, "time"))
+        target = self.samples.of(key, "time")
         deadline = self._visit_deadline()
         iterations, rounds = self._calibrate(sides, doing)
         by_name = {s.name: s for s in sides}
@@ -723,16 +622,17 @@ class Controller:
         need = self._visit_pairs()
         while True:
             got = self._pair(by_name, rounds, iterations, doing)
-            target.add(got["base"], got["head"])
-            self._orders.setdefault(key, []).append(self._first)
+            self.samples.add(key, "time", got["base"], got["head"], self._first)
             self.pairs += 1
             done = len(target.base) - start
             if done >= MAX_VISIT_PAIRS or (done >= need and self.clock() >= deadline):
                 break
             look = done >= MIN_PAIRS and (done - MIN_PAIRS) % CHECK_EVERY == 0
             # decided: the pairs of this start order on their own (what a change needs)
-            part = self._order_part(key, self._first) if look else None
-            if part is not None and self._alone(part) != "undecided":
+            part = self.samples.part(key, self._first) if look else None
+            if (part is not None
+                    and decide.order_verdict(part, self.settings,
+                                             self._family_size()) != "undecided"):
                 break
 
     def _visit_pairs(self) -> int:
@@ -743,18 +643,6 @@ class Controller:
         level = self.settings.alpha / self._family_size()
         return min(MAX_VISIT_PAIRS,
                    max(MIN_PAIRS, paired.pairs_for_interval(level) + VISIT_MARGIN_PAIRS))
-
-    def _alone(self, target: paired.Paired) -> str:
-        """``target``'s verdict at the session's corrected level."""
-        return self._part_decision(target, self._family_size()).verdict
-
-    def _part_decision(self, target: paired.Paired, family_size: int) -> paired.Decision:
-        """``target``'s decision, corrected for ``family_size`` metrics."""
-        # decide() corrects for the number of Paired it is given: the others, empty, stand
-        # for the rest of the session's metrics, so this look uses the session's level.
-        family = [target] + [paired.Paired(paired.MetricKey("", f"#{i}"), "time")
-                             for i in range(family_size - 1)]
-        return paired.decide(family, self.settings)[0]
 
     def _bench_alone(self, nodeid: str, side: Side) -> None:
         doing = f"benchmarking {nodeid} (on the {side.name} side only)"
