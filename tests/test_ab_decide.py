@@ -8,7 +8,8 @@ import math
 import pytest
 
 from pytest_opperf.ab import decide, paired
-from pytest_opperf.ab.decide import MIN_ORDER_PAIRS, Samples
+from pytest_opperf.ab.decide import Samples
+from pytest_opperf.ab.tuning import MIN_ORDER_PAIRS
 from pytest_opperf.metrics import MetricKey
 from pytest_opperf.thresholds import CompareSettings
 

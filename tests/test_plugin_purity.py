@@ -11,8 +11,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_opperf"
 PURE = ["timers", "stattree", "stats", "results", "gate", "report", "measure", "device", "cli",
         "thresholds", "metrics", "verdict", "keys", "ab.paired", "ab.pairs", "ab.decide",
-        "ab.controller", "history.suspects", "history.trends", "workcount", "valgrind",
-        "instructions"]
+        "ab.tuning", "ab.processes", "ab.controller", "history.suspects", "history.trends",
+        "workcount", "valgrind", "instructions"]
 MODULES = sorted(PACKAGE.rglob("*.py"))
 
 

@@ -6,8 +6,8 @@ is tagged with the side started first when it was measured (:class:`Samples`). T
 metric is :func:`pytest_opperf.ab.paired.decide`'s on all its pairs, except that a change
 (regressed or improved; counts are exact and need nothing more) counts only when the pairs of each
 start order, on their own, decide it at the session's corrected level, with at least
-``MIN_ORDER_PAIRS`` of them: a false alarm then needs two independent ones. Else it is undecided
-(:func:`final_decisions`; docs/contract-additions.md, A/B).
+``MIN_ORDER_PAIRS`` (:mod:`.tuning`) of them: a false alarm then needs two independent ones.
+Else it is undecided (:func:`final_decisions`; docs/contract-additions.md, A/B).
 
 The controller only collects the pairs and asks here: for the final decisions, whether the pairs
 of one start order decide on their own (:func:`order_verdict`, a visit's sequential stop), and
@@ -25,13 +25,12 @@ from typing import Literal
 
 from ..metrics import Kind, MetricKey
 from ..thresholds import CompareSettings
-from . import paired
+from . import paired, tuning
 from .paired import Decision, Paired, Verdict
 
-__all__ = ["MIN_ORDER_PAIRS", "Keep", "Samples", "Want", "final_decisions", "leans",
+__all__ = ["Keep", "Samples", "Want", "final_decisions", "leans",
            "may_regress", "order_verdict", "short", "wanting_pairs"]
 
-MIN_ORDER_PAIRS = 4  # pairs of each start order a regressed or improved metric needs
 # Which metrics want more pairs (wanting_pairs): every undecided one; only a leaning one short of
 # pairs or a change seen in one start order; only the changes.
 Keep = Literal["undecided", "leaning", "changes"]
@@ -90,7 +89,7 @@ def _both_orders(d: Decision, samples: Samples, settings: CompareSettings) -> bo
     session's corrected level (at least ``MIN_ORDER_PAIRS`` of each)."""
     for first in ("base", "head"):
         part = samples.part(d.key, first)
-        if (part is None or part.pairs < MIN_ORDER_PAIRS
+        if (part is None or part.pairs < tuning.MIN_ORDER_PAIRS
                 or order_verdict(part, settings, len(samples)) != d.verdict):
             return False
     return True
@@ -132,7 +131,7 @@ def short(samples: Samples, key: MetricKey, settings: CompareSettings) -> bool:
     """Whether the pairs of a start order of ``key`` are too few for a verdict of their own:
     fewer than ``MIN_ORDER_PAIRS`` or ``min_pairs``, or no bounded interval at the session's
     level (an e2e stat gets a few pairs a run)."""
-    need = max(MIN_ORDER_PAIRS, settings.for_metric(key).min_pairs)
+    need = max(tuning.MIN_ORDER_PAIRS, settings.for_metric(key).min_pairs)
     for first in ("base", "head"):
         part = samples.part(key, first)
         if part is None or part.pairs < need:
@@ -154,7 +153,8 @@ def may_regress(samples: Samples, key: MetricKey, final: str, settings: CompareS
     if samples.paired[key].kind == "count":
         return True
     part = samples.part(key, final)
-    if part is None or part.pairs < max(MIN_ORDER_PAIRS, settings.for_metric(key).min_pairs):
+    need = max(tuning.MIN_ORDER_PAIRS, settings.for_metric(key).min_pairs)
+    if part is None or part.pairs < need:
         return False
     _, low, _, c = _part_decision(part, settings, len(samples)).in_x()
     return math.isfinite(c) and low > c / 2
