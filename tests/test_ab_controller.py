@@ -20,19 +20,13 @@ import pytest
 
 from pytest_opperf import measure
 from pytest_opperf.ab import controller as controller_module
-from pytest_opperf.ab import paired
-from pytest_opperf.ab.controller import (
-    MIN_PAIRS,
-    RERUN_MIN_S,
-    RERUN_SHARE,
-    Controller,
-    SideFailure,
-    SideSpec,
-    rerun_budget,
-)
+from pytest_opperf.ab import decide, paired, processes, tuning
+from pytest_opperf.ab.controller import Controller, rerun_budget
 from pytest_opperf.ab.pairs import e2e_samples
+from pytest_opperf.ab.processes import SideFailure, SideSpec
 from pytest_opperf.ab.protocol import Channel, SideGone, SideTimeout
 from pytest_opperf.ab.side import SidePlugin, current_cpu
+from pytest_opperf.ab.tuning import MIN_PAIRS, RERUN_MIN_S, RERUN_SHARE
 from pytest_opperf.device import CPU_HOST
 from pytest_opperf.results import RunResult, StatResult
 
@@ -311,14 +305,14 @@ def test_the_second_block_of_a_pair_runs_on_the_cpu_the_first_ended_on(tmp_path,
 
 
 def test_the_usable_cpus_are_those_of_the_affinity_when_there_is_a_choice(monkeypatch):
-    monkeypatch.setattr(controller_module.os, "sched_getaffinity", lambda pid: {5, 2, 7},
+    monkeypatch.setattr(processes.os, "sched_getaffinity", lambda pid: {5, 2, 7},
                         raising=False)
-    assert controller_module.usable_cpus() == [2, 5, 7]
-    monkeypatch.setattr(controller_module.os, "sched_getaffinity", lambda pid: {4},
+    assert processes.usable_cpus() == [2, 5, 7]
+    monkeypatch.setattr(processes.os, "sched_getaffinity", lambda pid: {4},
                         raising=False)
-    assert controller_module.usable_cpus() == []  # one CPU: nothing to choose, nothing to pin
-    monkeypatch.delattr(controller_module.os, "sched_getaffinity", raising=False)
-    assert controller_module.usable_cpus() == []
+    assert processes.usable_cpus() == []  # one CPU: nothing to choose, nothing to pin
+    monkeypatch.delattr(processes.os, "sched_getaffinity", raising=False)
+    assert processes.usable_cpus() == []
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity here")
@@ -371,7 +365,7 @@ def test_a_side_that_dies_is_named_with_its_status(tmp_path):
     )
     try:
         c.start()
-        processes = [side.process for side in c.sides.values()]
+        processes = [side.process for side in c.sides.running.values()]
         with pytest.raises(
             SideFailure, match=r"^the base side exited with status 5 while running t::a$"
         ):
@@ -482,7 +476,7 @@ def test_a_visit_past_its_share_of_the_budget_still_takes_the_pairs_an_interval_
     run_session(c)
     blocks = _blocks(tmp_path)
     assert len(blocks) == 2 * (1 + pairs)  # one warm-up pair, one generation
-    assert paired.pairs_for_interval(0.05 / 300) + controller_module.VISIT_MARGIN_PAIRS == 16
+    assert paired.pairs_for_interval(0.05 / 300) + tuning.VISIT_MARGIN_PAIRS == 16
 
 
 def test_the_reruns_budget_is_a_share_of_the_first_pass_and_the_budget_a_ceiling():
@@ -527,8 +521,8 @@ def test_the_early_stop_never_drops_a_regression(tmp_path, monkeypatch, visit_s,
     # 20: the only one) or a plain one (visit_s 0) runs it again, and it is confirmed; with no
     # budget for reruns at all (rerun_s 0) too: the last generation may run up to budget_s
     if rerun_s is not None:
-        monkeypatch.setattr(controller_module, "RERUN_MIN_S", rerun_s)
-        monkeypatch.setattr(controller_module, "RERUN_SHARE", 0.0)
+        monkeypatch.setattr(tuning, "RERUN_MIN_S", rerun_s)
+        monkeypatch.setattr(tuning, "RERUN_SHARE", 0.0)
     c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 2.0}, visit_s)
     result = run_session(c)
     (d,) = result.decisions
@@ -540,8 +534,8 @@ def test_with_time_left_an_undecided_aa_metric_is_run_again(tmp_path):
     # metric (undecided after the first pass, as above) gets pairs of the other start order
     c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 1.0}, 0.0, **AA_UNDECIDED)
     result = run_session(c)
-    assert c.generation >= 1 and result.decisions[0].verdict != "regressed"
-    assert len({pid for s, pid, _ in _blocks(tmp_path) if s == "head"}) == c.generation + 1
+    assert c.sides.generation >= 1 and result.decisions[0].verdict != "regressed"
+    assert len({pid for s, pid, _ in _blocks(tmp_path) if s == "head"}) == c.sides.generation + 1
 
 
 def _key_with_pairs(c: Controller, kind: str, xs: list[float], first: str,
@@ -549,7 +543,7 @@ def _key_with_pairs(c: Controller, kind: str, xs: list[float], first: str,
     """Pairs with ``x`` values ``xs`` (log ratios for time and rate, differences for the share),
     measured with ``first`` started first."""
     key = paired.MetricKey(run, metric)
-    p = c.samples.setdefault(key, paired.Paired(key, kind))  # type: ignore[arg-type]
+    p = c.samples.of(key, kind)  # type: ignore[arg-type]
     for x in xs:
         if kind == "time":
             p.add(1.0, math.exp(x))
@@ -557,7 +551,7 @@ def _key_with_pairs(c: Controller, kind: str, xs: list[float], first: str,
             p.add(math.exp(x), 1.0)
         else:
             p.add(0.2, 0.2 + x)
-        c._orders.setdefault(key, []).append(first)
+        c.samples.firsts.setdefault(key, []).append(first)
     return key
 
 
@@ -569,30 +563,31 @@ def test_may_regress_reads_the_lower_end_of_the_final_orders_interval(tmp_path, 
     # 20 pairs of "base first" around +2c: the lower end is above c/2
     slow = _key_with_pairs(c, kind, [2 * c_ + 0.1 * c_ * ((i * 7) % 5 - 2) for i in range(20)],
                            "base", metric)
-    assert c._may_regress(slow, "base")
+    assert decide.may_regress(c.samples, slow, "base", c.settings)
     # the pairs of the other order are not those: none, so it cannot be confirmed
-    assert not c._may_regress(slow, "head")
+    assert not decide.may_regress(c.samples, slow, "head", c.settings)
     # around 0: the lower end is below c/2, whatever the other order's pairs do
-    c.samples.clear()
-    c._orders.clear()
+    c.samples.paired.clear()
+    c.samples.firsts.clear()
     flat = _key_with_pairs(c, kind, [0.1 * c_ * ((i * 7) % 5 - 2) for i in range(20)], "base",
                            metric)
-    assert not c._may_regress(flat, "base")
+    assert not decide.may_regress(c.samples, flat, "base", c.settings)
 
 
 def test_may_regress_needs_enough_pairs_and_keeps_counts(tmp_path):
     c = controller(tmp_path, {"base": 1.0, "head": 1.0}, {"base": [], "head": []})
     few = _key_with_pairs(c, "time", [1.0] * (paired.CompareSettings().min_pairs - 1), "base")
-    assert not c._may_regress(few, "base")  # below min_pairs: never a verdict of its own
+    # below min_pairs: never a verdict of its own
+    assert not decide.may_regress(c.samples, few, "base", c.settings)
     count = _key_with_pairs(c, "count", [], "base", "count:op")
-    assert c._may_regress(count, "head")
+    assert decide.may_regress(c.samples, count, "head", c.settings)
 
 
 def test_past_the_budget_an_aa_metric_that_does_not_lean_ends_the_session(tmp_path, monkeypatch):
     # no budget for reruns: only a change seen in one order or a leaning metric may go on; the
     # A/A metric's estimate is about 1.0, below sqrt(1.05)
-    monkeypatch.setattr(controller_module, "RERUN_MIN_S", 0.0)
-    monkeypatch.setattr(controller_module, "RERUN_SHARE", 0.0)
+    monkeypatch.setattr(tuning, "RERUN_MIN_S", 0.0)
+    monkeypatch.setattr(tuning, "RERUN_SHARE", 0.0)
     c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 1.0}, 0.0, **AA_UNDECIDED)
     result = run_session(c)
     (d,) = result.decisions
@@ -618,7 +613,7 @@ def _decision(kind: str, estimate: float, limit: float) -> paired.Decision:
     ("count", math.nan, 0.0, True),  # counts are exact: undecided only without pairs
 ])
 def test_leans_is_an_estimate_past_half_the_threshold(kind, estimate, limit, leans):
-    assert controller_module._leans(_decision(kind, estimate, limit)) is leans
+    assert decide.leans(_decision(kind, estimate, limit)) is leans
 
 
 @pytest.mark.parametrize(("leaning_min_s", "visit_s", "generations"),
@@ -632,9 +627,9 @@ def test_past_the_budget_a_leaning_metric_gets_the_pairs_a_verdict_needs_for_lea
     # change seen in one start order goes on (e2e stats, with a few pairs a run, took the main
     # job's A/B to 3x its single side when they went on up to budget_s). LEANING_MIN_S counts
     # from the session's start: after a first pass of 40 s, a 40 s generation does not fit
-    monkeypatch.setattr(controller_module, "RERUN_MIN_S", 0.0)
-    monkeypatch.setattr(controller_module, "RERUN_SHARE", 0.0)
-    monkeypatch.setattr(controller_module, "LEANING_MIN_S", leaning_min_s)
+    monkeypatch.setattr(tuning, "RERUN_MIN_S", 0.0)
+    monkeypatch.setattr(tuning, "RERUN_SHARE", 0.0)
+    monkeypatch.setattr(tuning, "LEANING_MIN_S", leaning_min_s)
     c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 1.04}, visit_s, noise=0.0,
                                  gauss=0.3)
     result = run_session(c)

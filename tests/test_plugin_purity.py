@@ -11,7 +11,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_opperf"
 PURE = ["timers", "stattree", "stats", "results", "gate", "comparison", "baseline_checks",
         "report", "measure", "device", "cli", "thresholds", "metrics", "verdict", "keys",
-        "ab.paired", "ab.pairs", "ab.controller",
+        "ab.paired", "ab.pairs", "ab.decide", "ab.tuning", "ab.processes", "ab.controller",
         "history.suspects", "history.trends", "workcount", "valgrind", "callgrind",
         "callgrind_dumps", "valgrind_run", "instructions"]
 MODULES = sorted(PACKAGE.rglob("*.py"))
@@ -118,3 +118,32 @@ def test_the_package_has_no_import_circle():
 def test_the_circle_finder_finds_a_circle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
     assert circles(graph) == [["a", "b", "c"]]
+
+
+def _reaches(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for w in graph[todo.pop()] - seen:
+            seen.add(w)
+            todo.append(w)
+    return seen
+
+
+def test_the_ab_layers_import_downwards_only():
+    # the decisions know nothing of the schedule or the processes; the processes nothing of
+    # the schedule or the decisions; the schedule asks the decisions and drives the processes
+    graph = import_graph()
+    ab = "pytest_opperf.ab."
+    upper = {ab + m for m in ("session", "controller", "processes", "side", "checkout")}
+    for pure in ("paired", "decide", "tuning", "pairs"):
+        assert not _reaches(graph, ab + pure) & upper, pure
+    assert not _reaches(graph, ab + "processes") & {ab + "controller", ab + "decide",
+                                                    ab + "paired"}
+    assert {ab + "decide", ab + "processes", ab + "tuning"} <= graph[ab + "controller"]
+
+
+def test_the_ab_modules_stay_small():
+    sizes = {p.name: len(p.read_text().splitlines()) for p in (PACKAGE / "ab").glob("*.py")}
+    assert {"controller.py", "processes.py", "decide.py", "tuning.py"} <= set(sizes)
+    assert {name: n for name, n in sizes.items() if n >= 500} == {}

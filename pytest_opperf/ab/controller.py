@@ -1,10 +1,8 @@
-"""The A/B controller: two side processes driven in lockstep, paired samples, the decision.
+"""The A/B schedule: what runs on the two sides and when; visits, passes and the budget.
 
-One process per side (``<python> -m pytest <args> -p pytest_opperf.ab.side``,
-cwd the side's root) collects the tests and then waits for orders on its
-socket (:mod:`.protocol`). The controller holds the baton: only one side
-runs at a time. For each test of the plan it starts the test on one side,
-then on the other (the *start order*), each running up to its first
+The two side processes (:mod:`.processes`) collect the tests; the controller holds the baton:
+only one side runs at a time. For each test of the plan (:class:`Plan`) it starts the test on
+one side, then on the other (the generation's start order), each running up to its first
 hand-over point, and then:
 
 * both at a per-op benchmark: each side calibrates (the iterations per
@@ -20,22 +18,22 @@ hand-over point, and then:
   block chose is the one the scheduler found free: pinning the pairs to
   the CPUs in turn instead put half of them beside the other job, and the
   pairs spread 1.8-2.6 times as wide (``benchmarks/pair_cpu.py``). After
-  ``MIN_PAIRS`` the metric is decided (at the corrected level for the whole
-  session's metrics) every ``CHECK_EVERY`` pairs; it stops when decided, at
-  ``MAX_VISIT_PAIRS`` or at its share of the time budget, but not before it
-  has the pairs a bounded interval needs at that level (:meth:`_visit_pairs`:
-  with ~240 metrics, 14 plus 2; fewer could never decide it);
+  ``MIN_PAIRS`` the pairs of the current start order are decided (at the
+  corrected level for the whole session's metrics) every ``CHECK_EVERY``
+  pairs; the visit stops when they are decided, at ``MAX_VISIT_PAIRS`` or at
+  its share of the time budget, but not before it has the pairs a bounded
+  interval needs at that level (:meth:`Controller._visit_pairs`: with ~240
+  metrics, 14 plus 2; fewer could never decide it);
 * both at an e2e step (``run.step()``): each side does its next step in
   turn, the order drawn per step; pair i is step i (from the RunResults);
 * otherwise (one side ahead, or the test on one side only) the side alone.
 
-After the first pass every metric is decided together; tests with undecided
-metrics are run again on both sides (more pairs) while the budget lasts, and
-so are tests with a metric regressed or improved in one start order only:
-which side starts first is not neutral (A/A here: 5-9 % on memory-bound e2e
-stats), so each pass after the first runs in two fresh processes started in
-the other order (a *generation*), and a change counts only when the pairs of
-each start order decide it on their own (docs/contract-additions.md, A/B).
+Every pair is tagged with the side started first (:class:`.decide.Samples`), and the decisions
+are :mod:`.decide`'s: after the first pass every metric is decided together; tests with
+undecided metrics are run again on both sides (more pairs) while the budget lasts, and so are
+tests with a metric regressed or improved in one start order only (a change counts only when the
+pairs of each start order decide it on their own). Each pass after the first runs in two fresh
+processes started in the other order (a *generation*, :meth:`.processes.Sides.restart`).
 
 The budget of the passes after the first scales with what the selection
 costs: ``RERUN_SHARE`` of the first pass's wall time, at least
@@ -52,225 +50,38 @@ generation (``MAX_RERUNS``, or the time left allows none after it) runs
 only the tests with a metric that may still end regressed: the pairs of the
 current start order get no more pairs then, and a regression needs them, on
 their own, to have an interval whose lower end is above ``c/2``
-(:meth:`Controller._may_regress`). With none, the session ends: what is
+(:func:`.decide.may_regress`). With none, the session ends: what is
 left undecided cannot fail the gate. ``--opperf-compare-undecided=fail``
 keeps every undecided test (up to the ceiling): an undecided metric fails
-the gate then.
+the gate then. The constants named here are :mod:`.tuning`'s.
 The head's results of each test's first visit are the session's results.
 No pytest import: the glue (``session.py``) passes callbacks.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import random
-import signal
 import statistics
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from ..results import ResultsError, ResultSet, RunResult
-from . import paired
+from . import decide, paired, tuning
+from .decide import Keep, Samples
 from .pairs import e2e_samples
-from .protocol import ProtocolError, SideGone, SideTimeout, pair
+from .processes import Side, SideFailure, Sides, SideSpec, usable_cpus
 
-__all__ = ["Controller", "Plan", "SideFailure", "SideSpec", "TestOutcome", "rerun_budget",
-           "usable_cpus"]
-
-MIN_PAIRS = 12  # a first look; decide's own minimum applies on top
-VISIT_MARGIN_PAIRS = 2  # a visit's pairs past the fewest with a bounded interval
-CHECK_EVERY = 4
-MAX_VISIT_PAIRS = 80
-MIN_ROUND_S = 0.0005  # timer resolution is far finer; rounds this long keep call overhead small
-BLOCK_S = 0.008  # timed work per block: short, so base and head blocks lie close in time
-MAX_ROUNDS = 50
-MIN_VISIT_S = 0.5  # a benchmark's share of the budget is never below this
-# Warm-up pairs, discarded, for at least this long per visit: the set-up of a test leaves
-# transients (BLAS threads that busy-wait ~0.1 s after a call, caches) that favour the side
-# that ran last; measured A/A here, pairs taken straight after set-up were off by up to 10x.
-WARMUP_S = 0.3
-MAX_RERUNS = 8  # passes after the first (each in fresh processes), at most
-# The passes after the first may take this share of the first pass's wall time (spawn and
-# collection included), but at least RERUN_MIN_S, and never more than [compare] budget_s allows.
-# The first pass of the main job costs about 1.45 times a single-side run (two sides, warm-up
-# pairs); with 0.3 and the narrowing of _rerun its whole A/B came to 1.77 times (0.3 alone: 3x).
-RERUN_SHARE = 0.3
-RERUN_MIN_S = 10.0
-# When the reruns' budget has no room for every undecided test, the changes seen in one start
-# order and the leaning metrics that lack pairs go on until the session has run this long at
-# least (still within [compare] budget_s): an e2e stat gets 3 pairs a run and needs about 14 in
-# each start order, which a small selection's generations give in a few seconds each. Counted
-# from the session's start, so a small selection's A/B costs at most this much more than its
-# single side (counted from the first pass's end, suites/test_resnet50.py took 4x, +73 s).
-LEANING_MIN_S = 60.0
-MIN_ORDER_PAIRS = 4  # pairs of each start order a regressed or improved metric needs
-# The share of the budget left (over the tests left) a first visit of a benchmark may take; the
-# rest stays for running tests again. With 0.5 the main job's first pass took 1.7 times a
-# single-side run; visits that have the pairs for a bounded interval gain little from more.
-FIRST_VISIT_SHARE = 0.25
-LOG_TAIL_LINES = 15
-# Which tests run again (Controller._undecided_runs): those with an undecided metric, only those
-# with a leaning metric short of pairs or a change seen in one start order, only the changes.
-Keep = Literal["undecided", "leaning", "changes"]
-
-
-class SideFailure(Exception):
-    """A side crashed, hung or broke the protocol; ``tail`` holds the last lines of its log."""
-
-    def __init__(self, message: str, tail: Sequence[str] = ()) -> None:
-        super().__init__(message)
-        self.tail = list(tail)
-
-
-@dataclass(frozen=True)
-class SideSpec:
-    name: str  # "base" | "head"
-    command: list[str]
-    cwd: Path
-    env: dict[str, str]
-    log: Path
-
-
-class Side:
-    """One running side process and its channel."""
-
-    def __init__(self, spec: SideSpec) -> None:
-        self.spec = spec
-        self.name = spec.name
-        channel, theirs = pair()
-        self.channel = channel
-        env = dict(spec.env, OPPERF_AB_FD=str(theirs.fileno()), OPPERF_AB_SIDE=spec.name)
-        self._log = open(spec.log, "wb")  # noqa: SIM115 - open for the process's lifetime
-        try:
-            self.process = subprocess.Popen(spec.command, cwd=spec.cwd, env=env,
-                                            stdin=subprocess.DEVNULL,
-                                            stdout=self._log, stderr=subprocess.STDOUT,
-                                            pass_fds=(theirs.fileno(),), start_new_session=True)
-        except OSError as exc:
-            self._log.close()
-            channel.close()
-            raise SideFailure(f"the {spec.name} side cannot start ({spec.command[0]}): "
-                              f"{exc}") from None
-        finally:
-            theirs.close()
-        self.last: dict[str, Any] = {}
-
-    def tail(self, lines: int = LOG_TAIL_LINES) -> list[str]:
-        try:
-            text = self.spec.log.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return []
-        return text.rstrip().splitlines()[-lines:]
-
-    def send(self, message: dict[str, Any], doing: str) -> None:
-        try:
-            self.channel.send(message)
-        except SideGone:
-            raise self._gone(doing) from None
-
-    def receive(self, timeout: float, doing: str) -> dict[str, Any]:
-        try:
-            message = self.channel.receive(timeout)
-        except SideTimeout:
-            raise SideFailure(f"the {self.name} side hangs: no answer in {timeout:g} s "
-                              f"while {doing} "
-                              "(--opperf-compare-timeout)", self.tail()) from None
-        except SideGone:
-            raise self._gone(doing) from None
-        except ProtocolError as exc:
-            raise SideFailure(f"the {self.name} side broke the protocol while {doing}: {exc}",
-                              self.tail()) from None
-        if message.get("ev") == "error":
-            raise SideFailure(f"the {self.name} side failed while {doing}: "
-                              f"{message.get('message')}", self.tail())
-        self.last = message
-        return message
-
-    def _gone(self, doing: str) -> SideFailure:
-        try:
-            code = self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            code = None
-        how = "closed its connection" if code is None else (
-            f"died (signal {-code})" if code < 0 else f"exited with status {code}")
-        return SideFailure(f"the {self.name} side {how} while {doing}", self.tail())
-
-    def stop(self, grace_s: float = 10.0) -> None:
-        """End the process: ``finish``, then SIGTERM, then SIGKILL (its whole process group)."""
-        if self.process.poll() is None:
-            try:
-                self.channel.send({"cmd": "finish"})
-            except ProtocolError:
-                pass
-            try:
-                self.process.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                self._signal(signal.SIGTERM)
-                try:
-                    self.process.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    self._signal(signal.SIGKILL)
-                    self.process.wait()
-        self.channel.close()
-        self._log.close()
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self._signal(signal.SIGKILL)
-            self.process.wait()
-        self.channel.close()
-        self._log.close()
-
-    def _signal(self, sig: int) -> None:
-        try:
-            os.killpg(self.process.pid, sig)  # the side and anything it started
-        except (ProcessLookupError, PermissionError):
-            try:
-                self.process.send_signal(sig)
-            except ProcessLookupError:
-                pass
-
-
-def usable_cpus() -> list[int]:
-    """The CPUs this process may run on, when there is a choice (else none: nothing to pin)."""
-    if not hasattr(os, "sched_getaffinity"):
-        return []
-    cpus = sorted(os.sched_getaffinity(0))
-    return cpus if len(cpus) > 1 else []
+__all__ = ["Controller", "Plan", "TestOutcome", "rerun_budget"]
 
 
 def rerun_budget(first_pass_s: float) -> float:
     """The seconds the passes after the first may take, after a first pass of ``first_pass_s``:
-    ``RERUN_SHARE`` of it, at least ``RERUN_MIN_S``."""
-    return max(RERUN_MIN_S, RERUN_SHARE * first_pass_s)
-
-
-def _in_x(d: paired.Decision) -> tuple[float, float, float]:
-    """The estimate, the lower end of ``d``'s interval and ``c`` in ``x`` units (positive: worse
-    for the head; ``paired`` module docstring)."""
-    def log(v: float) -> float:
-        return math.log(v) if v > 0 else -math.inf if v == 0 else math.nan
-
-    if d.kind == "time":
-        return log(d.estimate), log(d.low), log(d.limit)
-    if d.kind == "rate":  # low/high are exp(-hi)/exp(-lo) of x
-        return -log(d.estimate), -log(d.high), -log(d.limit)
-    return d.estimate, d.low, d.limit
-
-
-def _leans(d: paired.Decision) -> bool:
-    """Whether ``d``'s estimate lies past ``c/2`` (a regression's side of the rule's margin), or
-    it is a count (exact: undecided only without pairs)."""
-    if d.kind == "count":
-        return True
-    estimate, _, c = _in_x(d)
-    return estimate > c / 2
+    ``tuning.RERUN_SHARE`` of it, at least ``tuning.RERUN_MIN_S``."""
+    return max(tuning.RERUN_MIN_S, tuning.RERUN_SHARE * first_pass_s)
 
 
 @dataclass
@@ -296,13 +107,6 @@ class TestOutcome:
 
 
 @dataclass
-class _Bench:
-    paired: paired.Paired
-    iterations: int = 0
-    rounds: int = 1
-
-
-@dataclass
 class Controller:
     """Drives the two sides; :meth:`start` then :meth:`run`, and always :meth:`close`."""
 
@@ -314,13 +118,12 @@ class Controller:
     timeout_s: float = 600.0
     undecided_fails: bool = False  # --opperf-compare-undecided=fail: undecided metrics fail
     seed: int | None = None
-    warmup_s: float = WARMUP_S
+    warmup_s: float = tuning.WARMUP_S
     clock: Callable[[], float] = time.monotonic
     on_outcome: Callable[[TestOutcome], None] = lambda outcome: None
     should_stop: Callable[[], bool] = lambda: False
     cpus: Sequence[int] | None = None  # where a pair's second block may be pinned (None: usable)
-    sides: dict[str, Side] = field(default_factory=dict)
-    samples: dict[paired.MetricKey, paired.Paired] = field(default_factory=dict)
+    samples: Samples = field(default_factory=Samples)  # each pair tagged with its start order
     notes: list[str] = field(default_factory=list)
     pairs: int = 0
 
@@ -331,14 +134,10 @@ class Controller:
         self._cpus: list[int] = list(usable_cpus() if self.cpus is None else self.cpus)
         self._started = 0.0
         self._visits: dict[str, int] = {}
-        self._order: list[str] = []
         self._plan: Plan | None = None
-        self._ids: dict[str, list[str]] = {}
-        self.generation = 0
-        self._first = self.rng.choice(["base", "head"])  # started first in generation 0
-        self._orders: dict[paired.MetricKey, list[str]] = {}  # per pair: the side started first
+        first = self.rng.choice(["base", "head"])  # started first in generation 0
+        self.sides = Sides(self.base_spec, self.head_spec, first, self.timeout_s, self.clock)
         self._unvisited = 0  # tests the first pass has not reached (for the family size)
-        self._spawn_s = 0.0  # how long the last start of both sides took
         self._visit_s: dict[str, float] = {}  # how long each test's last visit took
 
     # --- start ----------------------------------------------------------------------------
@@ -347,8 +146,8 @@ class Controller:
         """Spawn both sides and wait for their collection. Returns the plan and each side's
         collection errors (serialised reports); the glue decides what they mean."""
         self._started = self.clock()
-        collected = self._spawn()
-        base_ids, head_ids = self._ids["base"], self._ids["head"]
+        collected = self.sides.spawn()
+        base_ids, head_ids = self.sides.ids["base"], self.sides.ids["head"]
         base_set, head_set = set(base_ids), set(head_ids)
         plan = Plan(common=[i for i in head_ids if i in base_set],
                     added=[i for i in head_ids if i not in base_set],
@@ -356,45 +155,6 @@ class Controller:
         self._plan = plan
         errors = {name: list(message.get("errors", [])) for name, message in collected.items()}
         return plan, errors
-
-    def _start_order(self) -> list[str]:
-        """The sides in this generation's start order."""
-        return [self._first, "head" if self._first == "base" else "base"]
-
-    def _spawn(self) -> dict[str, dict[str, Any]]:
-        """Start both sides in this generation's order; both collect at once (nothing is measured
-        yet)."""
-        specs = {"base": self.base_spec, "head": self.head_spec}
-        spawned = self.clock()
-        for name in self._start_order():
-            self.sides[name] = Side(specs[name])
-        collected = {name: side.receive(self.timeout_s, "collecting the tests")
-                     for name, side in self.sides.items()}
-        for name, message in collected.items():
-            if message.get("ev") != "collected":
-                raise SideFailure(f"the {name} side sent {message.get('ev')!r}, "
-                                  "expected 'collected'",
-                                  self.sides[name].tail())
-            ids = list(message.get("ids", []))
-            if name in self._ids and ids != self._ids[name]:
-                raise SideFailure(f"the {name} side collected other tests when started again "
-                                  f"({len(ids)}, before {len(self._ids[name])}): its collection "
-                                  "is not deterministic",
-                                  self.sides[name].tail())
-            self._ids[name] = ids
-        self._spawn_s = self.clock() - spawned
-        return collected
-
-    def _restart(self) -> None:
-        """A new generation: both sides ended, then started again in the other order."""
-        self.close()
-        self.generation += 1
-        self._first = self._start_order()[1]
-        collected = self._spawn()
-        for name, message in collected.items():
-            if message.get("errors"):
-                raise SideFailure(f"the {name} side cannot collect the tests when started again",
-                                  self.sides[name].tail())
 
     # --- the session ------------------------------------------------------------------------
 
@@ -416,16 +176,15 @@ class Controller:
         first_pass_s = now - self._started
         self._budget_end = min(ceiling, now + rerun_budget(first_pass_s))
         rerun_s = self._budget_end - self._started - first_pass_s
-        leaning_end = min(ceiling, max(self._budget_end, self._started + LEANING_MIN_S))
+        leaning_end = min(ceiling, max(self._budget_end, self._started + tuning.LEANING_MIN_S))
         budget_exhausted = self._rerun(set(plan.common), leaning_end, ceiling)
-        decisions = [self._confirmed(d) for d in paired.decide(list(self.samples.values()),
-                                                               self.settings)]
+        decisions = decide.final_decisions(self.samples, self.settings)
         if any(d.verdict == "undecided" for d in decisions) and self.clock() >= self._budget_end:
             budget_exhausted = True
         self.notes.append(f"first pass {first_pass_s:.0f} s, then a budget of "
                           f"{max(0.0, rerun_s):.0f} s for running tests again")
-        self.notes.append(f"order seed {self.seed}; {self.generation + 1} generation(s) of side "
-                          "processes")
+        self.notes.append(f"order seed {self.seed}; {self.sides.generation + 1} generation(s) "
+                          "of side processes")
         return paired.CompareResult(
             base=self.base_label, head=self.head_label, decisions=decisions, added=list(plan.added),
             removed=list(plan.removed), pairs=self.pairs, elapsed_s=self.clock() - self._started,
@@ -439,9 +198,9 @@ class Controller:
         for a verdict go on, up to ``leaning_end``; once that has no time for those either, only
         the changes, up to ``ceiling``. The last generation (the ``MAX_RERUNS``-th, or none would
         fit after it) runs only the tests with a metric that may still end regressed
-        (:meth:`_may_regress`)."""
+        (:func:`.decide.may_regress`)."""
         keep: Keep = "undecided"
-        for generation in range(1, MAX_RERUNS + 1):
+        for generation in range(1, tuning.MAX_RERUNS + 1):
             tests = self._undecided_runs(common, keep=keep)
             if self.should_stop():
                 return False
@@ -449,31 +208,31 @@ class Controller:
                 keep = "leaning" if keep == "undecided" else "changes"
                 self._budget_end = leaning_end if keep == "leaning" else ceiling
                 tests = self._undecided_runs(common, keep=keep)
-            last = generation == MAX_RERUNS or not self._time_for(tests)
+            last = generation == tuning.MAX_RERUNS or not self._time_for(tests)
             if last:  # the pairs of the current start order are final
-                tests = self._undecided_runs(common, final=self._first, keep=keep)
+                tests = self._undecided_runs(common, final=self.sides.first, keep=keep)
             if not tests:
                 left = self._undecided_runs(common)
                 if left:
                     self.notes.append("stopped early: no metric left undecided could end "
                                       "regressed in the generations the budget allows")
                 return bool(left)
-            if self.clock() + self._spawn_s >= self._budget_end:
+            if self.clock() + self.sides.spawn_s >= self._budget_end:
                 return True  # a restart would measure nothing
             self._pass(tests)
             if last:
-                return generation < MAX_RERUNS and bool(self._undecided_runs(common))
+                return generation < tuning.MAX_RERUNS and bool(self._undecided_runs(common))
         return False
 
     def _time_for(self, tests: list[str]) -> bool:
         """Whether the budget has time for a generation that runs ``tests`` and a start of the
         sides after it (estimated from the last start's and the tests' last visits' durations)."""
-        cost = self._spawn_s + sum(self._visit_s.get(t, 0.0) for t in tests)
-        return self.clock() + cost + self._spawn_s < self._budget_end
+        cost = self.sides.spawn_s + sum(self._visit_s.get(t, 0.0) for t in tests)
+        return self.clock() + cost + self.sides.spawn_s < self._budget_end
 
     def _pass(self, tests: list[str]) -> None:
         """One generation: the sides restarted in the other order, ``tests`` run on both."""
-        self._restart()
+        self.sides.restart()
         for index, nodeid in enumerate(tests):
             if self.clock() >= self._budget_end:
                 break
@@ -484,95 +243,24 @@ class Controller:
     def _next_of(schedule: list[str], index: int) -> str | None:
         return schedule[index + 1] if index + 1 < len(schedule) else None
 
-    def _unconfirmed(self, d: paired.Decision) -> bool:
-        changed = d.verdict in ("regressed", "improved") and d.kind != "count"
-        return changed and not self._both_orders(d)
-
-    def _both_orders(self, d: paired.Decision) -> bool:
-        """Whether the pairs of each start order, on their own, give ``d``'s verdict at the
-        session's corrected level: a false alarm then needs two independent ones."""
-        for first in ("base", "head"):
-            part = self._order_part(d.key, first)
-            if part is None or part.pairs < MIN_ORDER_PAIRS or self._alone(part) != d.verdict:
-                return False
-        return True
-
-    def _order_part(self, key: paired.MetricKey, first: str) -> paired.Paired | None:
-        """The pairs of ``key`` measured with ``first`` started first."""
-        samples, orders = self.samples.get(key), self._orders.get(key, [])
-        if samples is None:
-            return None
-        rows = [i for i, o in enumerate(orders) if o == first]
-        return paired.Paired(key, samples.kind, [samples.base[i] for i in rows],
-                             [samples.head[i] for i in rows])
-
-    def _confirmed(self, d: paired.Decision) -> paired.Decision:
-        """A change seen in one start order only (the budget ran out first) is undecided."""
-        if not self._unconfirmed(d):
-            return d
-        return dataclasses.replace(d, verdict="undecided",
-                                   statistic=f"{d.statistic}; {d.verdict}, but not in "
-                                   "the pairs of each start order of the sides on their own")
-
     def _undecided_runs(self, common: set[str], final: str | None = None,
                         keep: Keep = "undecided") -> list[str]:
-        """The tests to run again: first those with a metric regressed or improved in one run of
-        the test only (a change must show again in a second run, with its own set-up), then those
-        with undecided metrics. Unless undecided metrics fail the gate, only those changes and
-        the metrics that lean towards a regression (:meth:`_leans`) with too few pairs in a start
-        order for a verdict (:meth:`_short`) count with ``keep="leaning"``, only the changes with
-        ``keep="changes"``, and
-        with ``final`` (the start order whose pairs get no more pairs: the next generation is the
-        last) only those that may still end regressed (:meth:`_may_regress`)."""
-        decisions = paired.decide(list(self.samples.values()), self.settings)
-        if not self.undecided_fails:
-            decisions = [d for d in decisions
-                         if (keep == "undecided" or self._unconfirmed(d)
-                             or (keep == "leaning" and _leans(d) and self._short(d.key)))
-                         and (final is None or self._may_regress(d.key, final))]
-        unconfirmed = {self._test_of(d.key.run) for d in decisions if self._unconfirmed(d)}
+        """The tests to run again: first those with a metric regressed or improved in one start
+        order only, then those with undecided metrics, most first (an e2e test's run gives a pair
+        to each of its metrics); which metrics count with ``keep`` and ``final``:
+        :func:`.decide.wanting_pairs`."""
+        wanted = decide.wanting_pairs(self.samples, self.settings, keep, final,
+                                      self.undecided_fails)
+        unconfirmed = {self._test_of(key.run) for key, why in wanted if why == "confirm"}
         undecided: dict[str, int] = {}
-        for d in decisions:
-            if d.verdict == "undecided":
-                test = self._test_of(d.key.run)
+        for key, why in wanted:
+            if why == "decide":
+                test = self._test_of(key.run)
                 undecided[test] = undecided.get(test, 0) + 1
         order = self._plan.order if self._plan else []
-        # most undecided metrics first: an e2e test's run gives a pair to each of its metrics
         rest = sorted((t for t in order if t in undecided and t not in unconfirmed and t in common),
                       key=lambda t: -undecided[t])
         return [t for t in order if t in unconfirmed and t in common] + rest
-
-    def _may_regress(self, key: paired.MetricKey, final: str) -> bool:
-        """Whether ``key`` can still end regressed when the pairs of the start order ``final``
-        get no more pairs. A regression needs those pairs, on their own, to decide "regressed"
-        (:meth:`_both_orders`): at least ``MIN_ORDER_PAIRS`` and ``min_pairs`` of them and the
-        lower end of their interval above ``c/2`` (``paired.rule``). Their ``c`` is fixed (their
-        base median is), and the family only grows (samples are never dropped), so the interval
-        at the end is at least as wide as at today's family size: a lower end at or below
-        ``c/2`` now stays there. Counts (exact, no confirmation) always may."""
-        samples = self.samples[key]
-        if samples.kind == "count":
-            return True
-        part = self._order_part(key, final)
-        if part is None or part.pairs < max(MIN_ORDER_PAIRS,
-                                            self.settings.for_metric(key).min_pairs):
-            return False
-        _, low, c = _in_x(self._part_decision(part, len(self.samples)))
-        return math.isfinite(c) and low > c / 2
-
-    def _short(self, key: paired.MetricKey) -> bool:
-        """Whether the pairs of a start order of ``key`` are too few for a verdict of their own:
-        fewer than ``MIN_ORDER_PAIRS`` or ``min_pairs``, or no bounded interval at the session's
-        level (an e2e stat gets a few pairs a run)."""
-        need = max(MIN_ORDER_PAIRS, self.settings.for_metric(key).min_pairs)
-        for first in ("base", "head"):
-            part = self._order_part(key, first)
-            if part is None or part.pairs < need:
-                return True
-            _, low, _ = _in_x(self._part_decision(part, len(self.samples)))
-            if not math.isfinite(low):
-                return True
-        return False
 
     @staticmethod
     def _test_of(run_id: str) -> str:
@@ -580,17 +268,11 @@ class Controller:
 
     def close(self, grace_s: float = 10.0) -> None:
         """End both processes (idempotent, never raises); ``grace_s`` for each to end by itself."""
-        for side in self.sides.values():
-            try:
-                side.stop(grace_s)
-            except Exception:  # noqa: BLE001 - closing must go on to the other side
-                side.kill()
-        self.sides.clear()
+        self.sides.close(grace_s)
 
     def kill(self) -> None:
-        for side in self.sides.values():
-            side.kill()
-        self.sides.clear()
+        """End both processes at once."""
+        self.sides.kill()
 
     # --- one test on both sides --------------------------------------------------------------
 
@@ -598,7 +280,7 @@ class Controller:
         started = self.clock()
         visit = self._visits.get(nodeid, 0)
         self._visits[nodeid] = visit + 1
-        names = self._start_order() if both else ["head"]
+        names = self.sides.start_order() if both else ["head"]
         doing = f"running {nodeid}"
         state: dict[str, dict[str, Any]] = {}
         for name in names:
@@ -648,11 +330,9 @@ class Controller:
                 continue
             for s in e2e_samples(base[head.id], head):
                 key = paired.MetricKey(s.run, s.metric)
-                new = paired.Paired(key, s.kind)
-                target = self.samples.setdefault(key, new)
+                self.samples.of(key, s.kind)
                 for x, y in zip(s.base, s.head, strict=True):
-                    target.add(x, y)
-                self._orders.setdefault(key, []).extend([self._first] * len(s.base))
+                    self.samples.add(key, s.kind, x, y, self.sides.first)
                 self.pairs += len(s.base)
 
     # --- per-op benchmarks --------------------------------------------------------------------
@@ -662,15 +342,15 @@ class Controller:
         warm-up)."""
         answers = []
         for side in sides:
-            side.send({"cmd": "calibrate", "min_round_s": MIN_ROUND_S}, doing)
+            side.send({"cmd": "calibrate", "min_round_s": tuning.MIN_ROUND_S}, doing)
             answers.append(side.receive(self.timeout_s, doing))
         iterations = max(int(a.get("iterations", 1)) for a in answers)
         per_call = max(float(a.get("round_s", 0.0)) / max(1, int(a.get("iterations", 1)))
                        for a in answers)
         round_s = per_call * iterations
         if round_s <= 0:
-            return iterations, MAX_ROUNDS
-        return iterations, max(1, min(MAX_ROUNDS, math.ceil(BLOCK_S / round_s)))
+            return iterations, tuning.MAX_ROUNDS
+        return iterations, max(1, min(tuning.MAX_ROUNDS, math.ceil(tuning.BLOCK_S / round_s)))
 
     def _pair(self, by_name: dict[str, Side], rounds: int, iterations: int,
               doing: str) -> dict[str, float]:
@@ -705,8 +385,8 @@ class Controller:
         left (the rest stays for the runs again of tests still undecided)."""
         now = self.clock()
         left = max(1, getattr(self, "_remaining", 1))
-        share = FIRST_VISIT_SHARE * (self._budget_end - now) / left
-        return now + max(MIN_VISIT_S, share)
+        share = tuning.FIRST_VISIT_SHARE * (self._budget_end - now) / left
+        return now + max(tuning.MIN_VISIT_S, share)
 
     def _family_size(self) -> int:
         """The number of metrics the decision is corrected for, as far as known now: those with
@@ -717,7 +397,7 @@ class Controller:
         doing = f"benchmarking {nodeid}"
         key = paired.MetricKey(str(message.get("run", nodeid)),
                                f"call_ms:{message.get('stat', nodeid)}")
-        target = self.samples.setdefault(key, paired.Paired(key, "time"))
+        target = self.samples.of(key, "time")
         deadline = self._visit_deadline()
         iterations, rounds = self._calibrate(sides, doing)
         by_name = {s.name: s for s in sides}
@@ -730,16 +410,18 @@ class Controller:
         need = self._visit_pairs()
         while True:
             got = self._pair(by_name, rounds, iterations, doing)
-            target.add(got["base"], got["head"])
-            self._orders.setdefault(key, []).append(self._first)
+            self.samples.add(key, "time", got["base"], got["head"], self.sides.first)
             self.pairs += 1
             done = len(target.base) - start
-            if done >= MAX_VISIT_PAIRS or (done >= need and self.clock() >= deadline):
+            if done >= tuning.MAX_VISIT_PAIRS or (done >= need and self.clock() >= deadline):
                 break
-            look = done >= MIN_PAIRS and (done - MIN_PAIRS) % CHECK_EVERY == 0
+            look = (done >= tuning.MIN_PAIRS
+                    and (done - tuning.MIN_PAIRS) % tuning.CHECK_EVERY == 0)
             # decided: the pairs of this start order on their own (what a change needs)
-            part = self._order_part(key, self._first) if look else None
-            if part is not None and self._alone(part) != "undecided":
+            part = self.samples.part(key, self.sides.first) if look else None
+            if (part is not None
+                    and decide.order_verdict(part, self.settings,
+                                             self._family_size()) != "undecided"):
                 break
 
     def _visit_pairs(self) -> int:
@@ -748,24 +430,12 @@ class Controller:
         and ``VISIT_MARGIN_PAIRS`` more (fewer could never decide the metric: time spent for
         nothing)."""
         level = self.settings.alpha / self._family_size()
-        return min(MAX_VISIT_PAIRS,
-                   max(MIN_PAIRS, paired.pairs_for_interval(level) + VISIT_MARGIN_PAIRS))
-
-    def _alone(self, target: paired.Paired) -> str:
-        """``target``'s verdict at the session's corrected level."""
-        return self._part_decision(target, self._family_size()).verdict
-
-    def _part_decision(self, target: paired.Paired, family_size: int) -> paired.Decision:
-        """``target``'s decision, corrected for ``family_size`` metrics."""
-        # decide() corrects for the number of Paired it is given: the others, empty, stand
-        # for the rest of the session's metrics, so this look uses the session's level.
-        family = [target] + [paired.Paired(paired.MetricKey("", f"#{i}"), "time")
-                             for i in range(family_size - 1)]
-        return paired.decide(family, self.settings)[0]
+        fewest = paired.pairs_for_interval(level) + tuning.VISIT_MARGIN_PAIRS
+        return min(tuning.MAX_VISIT_PAIRS, max(tuning.MIN_PAIRS, fewest))
 
     def _bench_alone(self, nodeid: str, side: Side) -> None:
         doing = f"benchmarking {nodeid} (on the {side.name} side only)"
         iterations, rounds = self._calibrate([side], doing)
-        for _ in range(1 + MIN_PAIRS):
+        for _ in range(1 + tuning.MIN_PAIRS):
             self._block(side, rounds, iterations, doing)
 

@@ -26,8 +26,8 @@ from ..stats import most_common
 from ..thresholds import CompareSettings
 from ..workcount import COUNTERS
 
-__all__ = ["CompareResult", "Decision", "Paired", "Verdict", "decide", "pairs_for_interval", "rule",
-           "signed_rank_cdf", "walsh_interval"]
+__all__ = ["CompareResult", "Decision", "Paired", "Verdict", "decide", "from_x",
+           "pairs_for_interval", "rule", "signed_rank_cdf", "to_x", "walsh_interval"]
 
 Verdict = Literal["regressed", "improved", "unchanged", "undecided"]
 KINDS: tuple[str, ...] = ("time", "rate", "share", "count")
@@ -36,6 +36,32 @@ VERDICTS: tuple[str, ...] = ("regressed", "undecided", "improved", "unchanged")
 
 EXACT_MAX_PAIRS = 300  # the signed-rank distribution is counted exactly up to this many pairs
 _CHUNK = 2_000_000  # Walsh averages held at once (16 MB)
+
+
+# --- x: one pair's change ------------------------------------------------------------
+
+# x = sign * log(head/base) for the ratios (a rate's drop is worse: -1), head - base otherwise
+_LOG_SIGN: dict[str, float] = {"time": 1.0, "rate": -1.0}
+
+
+def to_x(kind: str, value: float) -> float:
+    """``value`` in ``x`` units: a ratio head/base (time, rate; <= 0 has no log: -inf at 0, nan
+    below) as its signed log, a difference head - base (share, count) as it is."""
+    sign = _LOG_SIGN.get(kind)
+    if sign is None:
+        return value
+    return sign * (math.log(value) if value > 0 else -math.inf if value == 0 else math.nan)
+
+
+def from_x(kind: str, x: float) -> float:
+    """The inverse of :func:`to_x`: ``x`` as a ratio head/base or a difference."""
+    sign = _LOG_SIGN.get(kind)
+    return x if sign is None else math.exp(sign * x)
+
+
+def _flips(kind: str) -> bool:
+    """Whether :func:`to_x` turns an interval's ends round (a rate's: a drop is worse)."""
+    return _LOG_SIGN.get(kind, 1.0) < 0
 
 
 # --- samples -------------------------------------------------------------------------
@@ -188,6 +214,13 @@ class Decision:
             return math.expm1((math.log(self.high) - math.log(self.low)) / 2)
         return (self.high - self.low) / 2
 
+    def in_x(self) -> tuple[float, float, float, float]:
+        """The estimate, the interval's low and high ends and ``c`` (the limit) in ``x`` units
+        (:func:`to_x`; positive: worse for the head)."""
+        low, high = (self.high, self.low) if _flips(self.kind) else (self.low, self.high)
+        return (to_x(self.kind, self.estimate), to_x(self.kind, low), to_x(self.kind, high),
+                to_x(self.kind, self.limit))
+
     def to_dict(self) -> dict[str, Any]:
         def num(v: float) -> float | None:
             return v if math.isfinite(v) else None
@@ -241,14 +274,15 @@ def _count_decision(p: Paired) -> Decision:
 
 
 def _worse(kinds: Sequence[str], base: Any, head: Any) -> Any:
-    """Each pair as ``x`` (rows of metrics, columns of pairs), positive when the head is worse."""
+    """Each pair as ``x`` (rows of metrics, columns of pairs), positive when the head is worse:
+    :func:`to_x` of each pair's head/base, on whole arrays."""
     import numpy as np
 
     with np.errstate(all="ignore"):  # unusable rows are set aside by the caller
         logs = np.log(head) - np.log(base)
         diff = head - base
-    sign = np.array([[-1.0] if k == "rate" else [1.0] for k in kinds])
-    ratio = np.array([[k in ("time", "rate")] for k in kinds])
+    sign = np.array([[_LOG_SIGN.get(k, 1.0)] for k in kinds])
+    ratio = np.array([[k in _LOG_SIGN] for k in kinds])
     return np.where(ratio, logs * sign, diff)
 
 
@@ -315,12 +349,9 @@ def decide(samples: Sequence[Paired], settings: CompareSettings) -> list[Decisio
                 statistic += f"; too few pairs ({n} < min_pairs {ms.min_pairs})"
             elif math.isinf(hi) or math.isinf(lo):
                 statistic += f"; too few pairs for a {_level(a)} interval"
-            if p.kind == "time":
-                estimate, low, high, limit = (math.exp(v) for v in (centre, lo, hi, c))
-            elif p.kind == "rate":
-                estimate, low, high, limit = (math.exp(-v) for v in (centre, hi, lo, c))
-            else:
-                estimate, low, high, limit = centre, lo, hi, c
+            estimate, low, high, limit = (from_x(p.kind, v) for v in (centre, lo, hi, c))
+            if _flips(p.kind):
+                low, high = high, low
             decisions[members[row]] = Decision(p.key, p.kind, verdict, b, h, estimate, low, high, n,
                                                statistic, limit)
     return [d for d in decisions if d is not None]

@@ -34,8 +34,9 @@ from .checkout import (
     side_environment,
     this_python,
 )
-from .controller import Controller, SideFailure, SideSpec, TestOutcome
+from .controller import Controller, TestOutcome
 from .paired import CompareResult
+from .processes import SideFailure, SideSpec
 
 PLUGIN_NAME = "opperf-ab"
 # signals that end an A/B session as Ctrl-C does (SIGHUP: not on Windows); SIGINT is Ctrl-C

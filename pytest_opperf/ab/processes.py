@@ -1,0 +1,236 @@
+"""The A/B side processes: starting, talking to, restarting and stopping them.
+
+One process per side (``<python> -m pytest <args> -p pytest_opperf.ab.side``, cwd the side's
+root, :class:`SideSpec`) collects the tests and then waits for orders on its socket
+(:mod:`.protocol`); :class:`Side` is one such process and its channel, and turns a crash, a hang
+or a broken message into a :class:`SideFailure` with the tail of the side's log.
+
+:class:`Sides` holds both, generation after generation. Which side starts first is not neutral
+(A/A here: 5-9 % on memory-bound e2e stats), so each generation after the first is two fresh
+processes started in the other order (the *start order*, :attr:`Sides.first`); both collect at
+once, and a side that collects other tests when started again fails the session (its collection
+is not deterministic). What runs on them, and when, is the scheduling's (:mod:`.controller`).
+No pytest import.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import tuning
+from .protocol import ProtocolError, SideGone, SideTimeout, pair
+
+__all__ = ["Side", "SideFailure", "SideSpec", "Sides", "usable_cpus"]
+
+
+class SideFailure(Exception):
+    """A side crashed, hung or broke the protocol; ``tail`` holds the last lines of its log."""
+
+    def __init__(self, message: str, tail: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.tail = list(tail)
+
+
+@dataclass(frozen=True)
+class SideSpec:
+    """How to start one side: its command, working directory, environment and log file."""
+
+    name: str  # "base" | "head"
+    command: list[str]
+    cwd: Path
+    env: dict[str, str]
+    log: Path
+
+
+class Side:
+    """One running side process and its channel."""
+
+    def __init__(self, spec: SideSpec) -> None:
+        self.spec = spec
+        self.name = spec.name
+        channel, theirs = pair()
+        self.channel = channel
+        env = dict(spec.env, OPPERF_AB_FD=str(theirs.fileno()), OPPERF_AB_SIDE=spec.name)
+        self._log = open(spec.log, "wb")  # noqa: SIM115 - open for the process's lifetime
+        try:
+            self.process = subprocess.Popen(spec.command, cwd=spec.cwd, env=env,
+                                            stdin=subprocess.DEVNULL,
+                                            stdout=self._log, stderr=subprocess.STDOUT,
+                                            pass_fds=(theirs.fileno(),), start_new_session=True)
+        except OSError as exc:
+            self._log.close()
+            channel.close()
+            raise SideFailure(f"the {spec.name} side cannot start ({spec.command[0]}): "
+                              f"{exc}") from None
+        finally:
+            theirs.close()
+        self.last: dict[str, Any] = {}
+
+    def tail(self, lines: int | None = None) -> list[str]:
+        """The last ``lines`` lines of the side's log (None: ``tuning.LOG_TAIL_LINES``)."""
+        lines = tuning.LOG_TAIL_LINES if lines is None else lines
+        try:
+            text = self.spec.log.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return []
+        return text.rstrip().splitlines()[-lines:]
+
+    def send(self, message: dict[str, Any], doing: str) -> None:
+        try:
+            self.channel.send(message)
+        except SideGone:
+            raise self._gone(doing) from None
+
+    def receive(self, timeout: float, doing: str) -> dict[str, Any]:
+        try:
+            message = self.channel.receive(timeout)
+        except SideTimeout:
+            raise SideFailure(f"the {self.name} side hangs: no answer in {timeout:g} s "
+                              f"while {doing} "
+                              "(--opperf-compare-timeout)", self.tail()) from None
+        except SideGone:
+            raise self._gone(doing) from None
+        except ProtocolError as exc:
+            raise SideFailure(f"the {self.name} side broke the protocol while {doing}: {exc}",
+                              self.tail()) from None
+        if message.get("ev") == "error":
+            raise SideFailure(f"the {self.name} side failed while {doing}: "
+                              f"{message.get('message')}", self.tail())
+        self.last = message
+        return message
+
+    def _gone(self, doing: str) -> SideFailure:
+        try:
+            code = self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        how = "closed its connection" if code is None else (
+            f"died (signal {-code})" if code < 0 else f"exited with status {code}")
+        return SideFailure(f"the {self.name} side {how} while {doing}", self.tail())
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """End the process: ``finish``, then SIGTERM, then SIGKILL (its whole process group)."""
+        if self.process.poll() is None:
+            try:
+                self.channel.send({"cmd": "finish"})
+            except ProtocolError:
+                pass
+            try:
+                self.process.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                self._signal(signal.SIGTERM)
+                try:
+                    self.process.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    self._signal(signal.SIGKILL)
+                    self.process.wait()
+        self.channel.close()
+        self._log.close()
+
+    def kill(self) -> None:
+        """End the process at once (SIGKILL to its process group)."""
+        if self.process.poll() is None:
+            self._signal(signal.SIGKILL)
+            self.process.wait()
+        self.channel.close()
+        self._log.close()
+
+    def _signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.process.pid, sig)  # the side and anything it started
+        except (ProcessLookupError, PermissionError):
+            try:
+                self.process.send_signal(sig)
+            except ProcessLookupError:
+                pass
+
+
+def usable_cpus() -> list[int]:
+    """The CPUs this process may run on, when there is a choice (else none: nothing to pin)."""
+    if not hasattr(os, "sched_getaffinity"):
+        return []
+    cpus = sorted(os.sched_getaffinity(0))
+    return cpus if len(cpus) > 1 else []
+
+
+def _other(name: str) -> str:
+    return "head" if name == "base" else "base"
+
+
+class Sides:
+    """Both side processes of a session: :meth:`spawn` once, :meth:`restart` for each generation
+    after the first, and always :meth:`close` (or :meth:`kill`)."""
+
+    def __init__(self, base: SideSpec, head: SideSpec, first: str, timeout_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.specs = {"base": base, "head": head}
+        self.first = first  # the side started first in this generation
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self.generation = 0
+        self.running: dict[str, Side] = {}
+        self.ids: dict[str, list[str]] = {}  # each side's collected node ids
+        self.spawn_s = 0.0  # how long the last start of both sides took
+
+    def __getitem__(self, name: str) -> Side:
+        return self.running[name]
+
+    def start_order(self) -> list[str]:
+        """The sides in this generation's start order."""
+        return [self.first, _other(self.first)]
+
+    def spawn(self) -> dict[str, dict[str, Any]]:
+        """Start both sides in this generation's order and wait for their collection (both
+        collect at once: nothing is measured yet); returns each side's ``collected`` message."""
+        spawned = self.clock()
+        for name in self.start_order():
+            self.running[name] = Side(self.specs[name])
+        collected = {name: side.receive(self.timeout_s, "collecting the tests")
+                     for name, side in self.running.items()}
+        for name, message in collected.items():
+            if message.get("ev") != "collected":
+                raise SideFailure(f"the {name} side sent {message.get('ev')!r}, "
+                                  "expected 'collected'",
+                                  self.running[name].tail())
+            ids = list(message.get("ids", []))
+            if name in self.ids and ids != self.ids[name]:
+                raise SideFailure(f"the {name} side collected other tests when started again "
+                                  f"({len(ids)}, before {len(self.ids[name])}): its collection "
+                                  "is not deterministic",
+                                  self.running[name].tail())
+            self.ids[name] = ids
+        self.spawn_s = self.clock() - spawned
+        return collected
+
+    def restart(self) -> None:
+        """A new generation: both sides ended, then started again in the other order."""
+        self.close()
+        self.generation += 1
+        self.first = _other(self.first)
+        collected = self.spawn()
+        for name, message in collected.items():
+            if message.get("errors"):
+                raise SideFailure(f"the {name} side cannot collect the tests when started again",
+                                  self.running[name].tail())
+
+    def close(self, grace_s: float = 10.0) -> None:
+        """End both processes (idempotent, never raises); ``grace_s`` for each to end by itself."""
+        for side in self.running.values():
+            try:
+                side.stop(grace_s)
+            except Exception:  # noqa: BLE001 - closing must go on to the other side
+                side.kill()
+        self.running.clear()
+
+    def kill(self) -> None:
+        """End both processes at once."""
+        for side in self.running.values():
+            side.kill()
+        self.running.clear()

@@ -1,0 +1,55 @@
+"""The tuning constants of an A/B session, in one place, each with what it does and why its value.
+
+Read by the scheduling (:mod:`.controller`: visits, passes, the budget), the decisions
+(:mod:`.decide`: the start-order rule) and the process management (:mod:`.processes`: the log
+tail of a failed side). The figures were measured here (docs/ab-statistics.md, "Measured").
+Modules read them as ``tuning.NAME`` at the time of use, so a test that sets one here sets it for
+all.
+"""
+
+from __future__ import annotations
+
+# --- a visit of a per-op benchmark ------------------------------------------------------------
+
+MIN_PAIRS = 12  # a visit's first look at its pairs; paired.decide's own minimum applies on top
+VISIT_MARGIN_PAIRS = 2  # a visit's pairs past the fewest with a bounded interval
+CHECK_EVERY = 4  # after MIN_PAIRS, the visit looks at its pairs every this many pairs
+MAX_VISIT_PAIRS = 80  # a visit's pairs, at most
+MIN_ROUND_S = 0.0005  # timer resolution is far finer; rounds this long keep call overhead small
+BLOCK_S = 0.008  # timed work per block: short, so base and head blocks lie close in time
+MAX_ROUNDS = 50  # rounds per block, at most
+MIN_VISIT_S = 0.5  # a benchmark's share of the budget is never below this
+# Warm-up pairs, discarded, for at least this long per visit: the set-up of a test leaves
+# transients (BLAS threads that busy-wait ~0.1 s after a call, caches) that favour the side
+# that ran last; measured A/A here, pairs taken straight after set-up were off by up to 10x.
+WARMUP_S = 0.3
+# The share of the budget left (over the tests left) a first visit of a benchmark may take; the
+# rest stays for running tests again. With 0.5 the main job's first pass took 1.7 times a
+# single-side run; visits that have the pairs for a bounded interval gain little from more.
+FIRST_VISIT_SHARE = 0.25
+
+# --- the passes after the first ---------------------------------------------------------------
+
+MAX_RERUNS = 8  # passes after the first (each in fresh processes), at most
+# The passes after the first may take this share of the first pass's wall time (spawn and
+# collection included), but at least RERUN_MIN_S, and never more than [compare] budget_s allows.
+# The first pass of the main job costs about 1.45 times a single-side run (two sides, warm-up
+# pairs); with 0.3 and the narrowing of the tests run again its whole A/B came to 1.77 times
+# (0.3 alone: 3x).
+RERUN_SHARE = 0.3
+RERUN_MIN_S = 10.0
+# When the reruns' budget has no room for every undecided test, the changes seen in one start
+# order and the leaning metrics that lack pairs go on until the session has run this long at
+# least (still within [compare] budget_s): an e2e stat gets 3 pairs a run and needs about 14 in
+# each start order, which a small selection's generations give in a few seconds each. Counted
+# from the session's start, so a small selection's A/B costs at most this much more than its
+# single side (counted from the first pass's end, suites/test_resnet50.py took 4x, +73 s).
+LEANING_MIN_S = 60.0
+
+# --- the decisions ----------------------------------------------------------------------------
+
+MIN_ORDER_PAIRS = 4  # pairs of each start order a regressed or improved metric needs
+
+# --- the side processes -----------------------------------------------------------------------
+
+LOG_TAIL_LINES = 15  # the lines of a failed side's log its error shows

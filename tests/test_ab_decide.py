@@ -1,0 +1,89 @@
+"""The final decisions (pytest_opperf.ab.decide): a change counts only when the pairs of each
+start order of the sides decide it on their own; and x, the one transform of a pair's change."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pytest_opperf.ab import decide, paired
+from pytest_opperf.ab.decide import Samples
+from pytest_opperf.ab.tuning import MIN_ORDER_PAIRS
+from pytest_opperf.metrics import MetricKey
+from pytest_opperf.thresholds import CompareSettings
+
+KEY = MetricKey("t::a", "call_ms:op")
+
+
+def _samples(ratios: dict[str, list[float]]) -> Samples:
+    """Time pairs with head/base ``ratios`` per side started first, interleaved by order."""
+    samples = Samples()
+    samples.of(KEY, "time")
+    rows = [(first, r) for first, rs in ratios.items() for r in rs]
+    for i in range(max(len(rs) for rs in ratios.values())):
+        for first, rs in ratios.items():
+            if i < len(rs):
+                samples.add(KEY, "time", 1.0, rs[i], first)
+    assert samples.paired[KEY].pairs == len(rows)
+    return samples
+
+
+def _around(ratio: float, n: int) -> list[float]:
+    return [ratio * (1 + 0.002 * ((i * 7) % 5 - 2)) for i in range(n)]
+
+
+def test_a_change_in_one_start_order_only_is_not_regressed_in_the_final_decision():
+    settings = CompareSettings()
+    # 2x slower with the base started first; the other order, on its own, sees no change
+    samples = _samples({"base": _around(2.0, 30), "head": _around(1.0, 14)})
+    (everything,) = paired.decide(list(samples.paired.values()), settings)
+    assert everything.verdict == "regressed"  # all pairs together: regressed
+    (d,) = decide.final_decisions(samples, settings)
+    assert d.verdict == "undecided" and (d.estimate, d.low, d.high) == (
+        everything.estimate, everything.low, everything.high)
+    assert d.statistic == (f"{everything.statistic}; regressed, but not in the pairs of each "
+                           "start order of the sides on their own")
+    assert decide.wanting_pairs(samples, settings) == [(KEY, "confirm")]
+
+
+def test_a_change_in_one_start_order_with_too_few_pairs_of_the_other_is_undecided():
+    settings = CompareSettings(min_pairs=2)
+    samples = _samples({"base": _around(2.0, 30), "head": [2.0] * (MIN_ORDER_PAIRS - 1)})
+    (d,) = decide.final_decisions(samples, settings)
+    assert d.verdict == "undecided" and d.statistic.endswith("on their own")
+
+
+def test_a_change_seen_in_each_start_order_on_its_own_is_regressed():
+    settings = CompareSettings()
+    samples = _samples({"base": _around(2.0, 16), "head": _around(2.0, 16)})
+    (d,) = decide.final_decisions(samples, settings)
+    assert d == paired.decide(list(samples.paired.values()), settings)[0]
+    assert d.verdict == "regressed" and decide.wanting_pairs(samples, settings) == []
+
+
+def test_counts_need_no_start_order():
+    samples = Samples()
+    key = MetricKey("t::e2e", "count:relu")
+    samples.add(key, "count", 3.0, 4.0, "base")
+    (d,) = decide.final_decisions(samples, CompareSettings())
+    assert d.verdict == "regressed"
+
+
+@pytest.mark.parametrize(("kind", "value", "x"), [
+    ("time", 2.0, math.log(2.0)), ("rate", 2.0, -math.log(2.0)), ("share", 0.02, 0.02),
+    ("count", 3.0, 3.0), ("time", 0.0, -math.inf), ("rate", 0.0, math.inf),
+])
+def test_x_is_the_signed_log_of_a_ratio_and_a_difference_as_it_is(kind, value, x):
+    assert paired.to_x(kind, value) == x
+    if math.isfinite(x):
+        assert paired.from_x(kind, x) == pytest.approx(value)
+    assert math.isnan(paired.to_x("time", -1.0))
+
+
+def test_a_decision_in_x_turns_a_rates_interval_round():
+    d = paired.Decision(KEY, "rate", "regressed", 10.0, 8.0, 0.8, 0.7, 0.9, 20, "", 0.95)
+    estimate, low, high, c = d.in_x()
+    assert (estimate, low, high, c) == pytest.approx(
+        (-math.log(0.8), -math.log(0.9), -math.log(0.7), -math.log(0.95)))
+    assert low < estimate < high
