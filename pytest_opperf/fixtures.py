@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 class OpPerf:
-    """The ``opperf`` fixture: measured windows for e2e suites (see the README)."""
+    """The ``opperf`` fixture: measured windows for e2e suites (see docs/usage.md)."""
 
     def __init__(self, request: pytest.FixtureRequest) -> None:
         self._request = request

@@ -1,14 +1,10 @@
 """The gate: one place that turns checks into a verdict's violations (limits, counts, time, A/B).
 
-The policy (ARCHITECTURE section 10; the rules in docs/contract-additions.md, "Thresholds file"):
-a time verdict fails the gate only when both sides were measured in the same job (A/B, whose
-decisions :mod:`pytest_opperf.ab.paired` makes). Against a stored baseline, what cannot drift is
-hard - per-step op counts (exact), the absolute ``[[limit]]``s - and time (stat times, examples/sec,
-the Python share) is a :class:`~pytest_opperf.verdict.Drift` table: each metric's ratio to its
-baseline, the machine factor (their median) and each ratio over it. With ``[regression] time =
-"gate"`` the drift's regressions fail too, unless the baseline is from other hardware, unknown
-hardware (a fact this session records that the baseline does not) or another workload (advisory
-again, one warning line).
+The policy (ARCHITECTURE section 10) is stated once, in docs/gate.md: time fails only in A/B
+(decisions by :mod:`pytest_opperf.ab.paired`); against a stored baseline op counts, work counts
+and ``[[limit]]``s are hard and time is a :class:`~pytest_opperf.verdict.Drift` table, a gate only
+under ``[regression] time = "gate"`` and then not against other or unknown hardware or another
+workload.
 
 :func:`evaluate` checks the absolute ``[[limit]]``s here (a ``[[limit]]`` matching nothing is a
 warning) and a stored baseline with :func:`pytest_opperf.baseline_checks.check_baseline` (the

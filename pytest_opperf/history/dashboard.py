@@ -1,6 +1,6 @@
 """The dashboard: one self-contained static page (plotly charts, plotly.js inline) of a history.
 
-What it shows is listed in the README ("History and dashboard"). Nothing is fetched at view time:
+What it shows is listed in docs/history.md. Nothing is fetched at view time:
 plotly.js and the data are in the page. The charts are plotly figures built here and drawn by
 plotly.js; the page's own script only swaps the searched metric's data into its chart.
 """

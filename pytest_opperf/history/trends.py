@@ -3,8 +3,8 @@
 Sessions are grouped by device class and workload (numbers from different hardware or sizes are
 never on one line). Within a group, the points of a series are commits in time order: sessions of
 one clean commit are one point (the median of their values); a session of a dirty tree, or without
-git, is a point of its own. Metrics are named as the gate names them (listed in the README,
-"History and dashboard"): ``step_ms:<stat>`` is the per-step median, ``call_ms:<stat>`` per call.
+git, is a point of its own. Metrics are named as the gate names them (listed in
+docs/history.md): ``step_ms:<stat>`` is the per-step median, ``call_ms:<stat>`` per call.
 
 A run with work counts (:mod:`pytest_opperf.workcount`) adds its work per step as series too: the
 step's totals ``bytecodes``, ``py_calls``, ``c_calls`` and, where counted, ``instructions`` (CPU

@@ -1,6 +1,6 @@
 """PaddlePaddle support: each Paddle operator of a window as a kernel stat, and Paddle's device.
 
-Use (the README's "PaddlePaddle" section shows it whole): ``with opperf.measure() as run,
+Use (docs/adapters.md, "PaddlePaddle", shows it whole): ``with opperf.measure() as run,
 profile():`` around the training loop, static graph or dygraph, and ``from pytest_opperf.paddle
 import pytest_opperf_select_device`` in the suite's ``conftest.py`` (a CUDA place when usable and
 asked for, else the CPU).

@@ -1,6 +1,6 @@
 """PyTorch support: each aten op of a window as a kernel stat, the torch device, op benchmarks.
 
-Use (the README's "PyTorch" section shows it whole): ``with opperf.measure() as run, profile():``
+Use (docs/adapters.md, "PyTorch", shows it whole): ``with opperf.measure() as run, profile():``
 around the training loop, and ``from pytest_opperf.torch import pytest_opperf_select_device`` in
 the suite's ``conftest.py`` (CUDA when usable, else the CPU).
 
