@@ -4,6 +4,7 @@ NVML facts and throttling, NVTX ranges, and the per-op loop."""
 
 from __future__ import annotations
 
+import dataclasses
 import pytest
 
 from pytest_opperf import gpu_env, timers
@@ -186,7 +187,7 @@ def test_measured_windows_keep_the_host_time_of_device_stats():
     relu = run.result.stat("relu")
     assert relu.clock == "device" and relu.total_ms == pytest.approx(2.0)  # two 1 ms spans
     assert relu.host_ms is not None and 0 <= relu.host_ms < relu.total_ms
-    assert StatResult(**relu.__dict__).to_dict()["host_ms"] == relu.host_ms
+    assert StatResult(**dataclasses.asdict(relu)).to_dict()["host_ms"] == relu.host_ms
     back = ResultSet.from_dict(results(run.result).to_dict())
     assert back.runs[0].stat("relu").host_ms == pytest.approx(relu.host_ms)
 
