@@ -5,6 +5,7 @@ NVML facts and throttling, NVTX ranges, and the per-op loop."""
 from __future__ import annotations
 
 import dataclasses
+
 import pytest
 
 from pytest_opperf import gpu_env, timers
