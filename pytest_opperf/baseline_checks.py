@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from .comparison import Comparison, compare_higher, compare_slower
 from .identity import mismatch
 from .layout import listing
+from .machine import hardware_facts, same_hardware
 from .metrics import (
     AVG,
     COUNT,
@@ -29,7 +30,7 @@ from .metrics import (
     metric,
     view,
 )
-from .results import ResultSet, RunResult, hardware_facts, same_hardware
+from .results import ResultSet, RunResult
 from .stats import Samples, after_warmup
 from .thresholds import Regression
 from .verdict import Drift, DriftRow, Verdict, Violation

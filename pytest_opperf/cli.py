@@ -22,7 +22,8 @@ from pytest_opperf import report
 from pytest_opperf.gate import evaluate
 from pytest_opperf.history.errors import HistoryError
 from pytest_opperf.layout import clean
-from pytest_opperf.results import ResultsError, read_results
+from pytest_opperf.results import ResultsError
+from pytest_opperf.results_reader import read_results
 from pytest_opperf.thresholds import ThresholdsError, load_thresholds
 from pytest_opperf.verdict import Verdict
 
@@ -77,7 +78,7 @@ def _compare(args: argparse.Namespace, out: TextIO) -> int:
         for line in report.gate_lines(verdict, width):
             out.write(line + "\n")
     if args.markdown:
-        from pytest_opperf.results import write_text_atomic
+        from pytest_opperf.atomic import write_text_atomic
 
         new.gate = verdict.to_dict()
         write_text_atomic(args.markdown, report.markdown(new, verdict, args.sort))

@@ -15,7 +15,8 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .results import ResultsError, ResultSet, read_results
+from .results import ResultsError, ResultSet
+from .results_reader import read_results
 
 __all__ = ["SaveRefused", "Saved", "baseline_to_save"]
 

@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 
 from pytest_opperf import benchmark_adapter, gpu_env, hookspec, instructions, nvtx_ranges, report
+from pytest_opperf.atomic import utf8_text, write_json_atomic, write_text_atomic
 from pytest_opperf.device import CPU_HOST, DeviceInfo, benchmark_timer
 from pytest_opperf.gate import add_compare, evaluate
 from pytest_opperf.identity import baseline_variant, run_id_of
+from pytest_opperf.machine import commit_info, machine_info, same_hardware
 from pytest_opperf.measure import op_run
 from pytest_opperf.recorder import RECORDER, Recorder
 from pytest_opperf.results import (
@@ -22,16 +24,10 @@ from pytest_opperf.results import (
     ResultSet,
     RunResult,
     baseline_file,
-    commit_info,
     json_problem,
-    machine_info,
-    read_results,
-    same_hardware,
-    utf8_text,
-    write_json_atomic,
     write_results,
-    write_text_atomic,
 )
+from pytest_opperf.results_reader import read_results, results_from_dict
 from pytest_opperf.save import SaveRefused, baseline_to_save
 from pytest_opperf.settings import Settings, resolved_workload, select_device, usage_errors
 from pytest_opperf.thresholds import Thresholds, ThresholdsError, load_thresholds
@@ -366,7 +362,7 @@ class OpPerfSession:
             return
         try:
             payload = json.loads(data)
-            worker = ResultSet.from_dict(payload["results"], source=f"worker {name}")
+            worker = results_from_dict(payload["results"], source=f"worker {name}")
         except (ValueError, KeyError, ResultsError) as exc:
             self.errors.append(f"results of worker {name} unreadable: {exc}")
             return

@@ -18,7 +18,7 @@ from typing import Any
 
 from .keys import ThresholdsError, keys, parse, table_key, type_name, unknown
 from .metrics import MetricKey
-from .results import read_text
+from .results_reader import read_text
 
 __all__ = ["PER_METRIC", "CompareSettings", "Limit", "Override", "Regression", "Thresholds",
            "ThresholdsError", "load_thresholds", "parse_compare", "parse_thresholds"]

@@ -15,13 +15,9 @@ from dataclasses import replace
 import pytest
 
 from pytest_opperf import cli, report
-from pytest_opperf.results import (
-    ResultsError,
-    dumps_results,
-    read_results,
-    write_results,
-    write_text_atomic,
-)
+from pytest_opperf.atomic import write_text_atomic
+from pytest_opperf.results import ResultsError, dumps_results, write_results
+from pytest_opperf.results_reader import read_results
 from pytest_opperf.thresholds import ThresholdsError, load_thresholds
 from pytest_opperf.verdict import Verdict
 from pytest_opperf.workcount import WorkCounts

@@ -7,7 +7,7 @@ import re
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from pytest_opperf.results import read_results
+from pytest_opperf.results_reader import read_results
 from pytest_opperf.thresholds import load_thresholds
 from reference_framework.benchmark import WORKLOADS
 from suites.support import distinct_ops, training_program

@@ -118,7 +118,7 @@ def test_bad_arguments_are_exit_4():
 def test_show_prints_the_report_and_stored_verdict(files, tmp_path):
     base, _, slow = files
     rs = results(e2e_run(stats={"conv2d": noisy(6.0, seed=2)}))
-    from pytest_opperf.results import read_results
+    from pytest_opperf.results_reader import read_results
 
     gated = parse_thresholds({"regression": {"time": "gate"}})
     rs.gate = evaluate(rs, gated, read_results(base), str(base)).to_dict()

@@ -13,11 +13,13 @@ from pytest_opperf.device import DeviceInfo
 from pytest_opperf.gate import evaluate
 from pytest_opperf.gpu_report import bound, device_host_lines, steady_examples_per_sec, steady_lines
 from pytest_opperf.identity import baseline_variant, mismatch
+from pytest_opperf.machine import same_hardware
 from pytest_opperf.measure import Run, measure_window
 from pytest_opperf.nvtx_ranges import NvtxRanges
 from pytest_opperf.oploop import LoopSettings, time_rounds
 from pytest_opperf.report import run_lines
-from pytest_opperf.results import ResultSet, StatResult, baseline_file, same_hardware
+from pytest_opperf.results import StatResult, baseline_file
+from pytest_opperf.results_reader import results_from_dict
 from pytest_opperf.thresholds import parse_thresholds
 from tests.opperf_factories import e2e_run, results, stat
 
@@ -189,7 +191,7 @@ def test_measured_windows_keep_the_host_time_of_device_stats():
     assert relu.clock == "device" and relu.total_ms == pytest.approx(2.0)  # two 1 ms spans
     assert relu.host_ms is not None and 0 <= relu.host_ms < relu.total_ms
     assert StatResult(**dataclasses.asdict(relu)).to_dict()["host_ms"] == relu.host_ms
-    back = ResultSet.from_dict(results(run.result).to_dict())
+    back = results_from_dict(results(run.result).to_dict())
     assert back.runs[0].stat("relu").host_ms == pytest.approx(relu.host_ms)
 
 

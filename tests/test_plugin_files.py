@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_opperf.results import read_results
+from pytest_opperf.results_reader import read_results
 from tests.opperf_suites import e2e, inner_run_env  # noqa: F401
 
 pytest_plugins = ["pytester"]
@@ -105,7 +105,7 @@ def test_killed_save_keeps_the_old_baseline(pytester):
 
 WRITER = """
 import sys
-from pytest_opperf.results import write_json_atomic
+from pytest_opperf.atomic import write_json_atomic
 path = sys.argv[1]
 big = [float(i) for i in range(200_000)]
 n = 0

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from pytest_opperf.results import read_results
+from pytest_opperf.results_reader import read_results
 from tests.opperf_suites import assert_one_line_usage_error, e2e, inner_run_env  # noqa: F401
 
 pytest_plugins = ["pytester"]

@@ -8,20 +8,17 @@ from dataclasses import replace
 
 import pytest
 
+from pytest_opperf.atomic import write_json_atomic
 from pytest_opperf.device import DeviceInfo
+from pytest_opperf.machine import commit_info, machine_info, same_hardware
 from pytest_opperf.results import (
     SCHEMA,
     ResultsError,
-    ResultSet,
     StatResult,
     baseline_file,
-    commit_info,
-    machine_info,
-    read_results,
-    same_hardware,
-    write_json_atomic,
     write_results,
 )
+from pytest_opperf.results_reader import read_results, results_from_dict
 from tests.opperf_factories import e2e_run, results
 
 
@@ -61,7 +58,7 @@ def test_trace_stays_out_of_files_unless_asked():
     run.trace = {"step": 2, "dur_ns": 5, "events": []}
     assert "trace" not in run.to_dict()
     assert run.to_dict(with_trace=True)["trace"]["step"] == 2
-    assert ResultSet.from_dict(results(run).to_dict(with_trace=True)).runs[0].trace == run.trace
+    assert results_from_dict(results(run).to_dict(with_trace=True)).runs[0].trace == run.trace
 
 
 @pytest.mark.parametrize("text, message", [
@@ -170,7 +167,7 @@ def test_baseline_file_name(tmp_path):
 
 
 def test_written_files_get_the_umask_mode_not_a_private_one(tmp_path):
-    from pytest_opperf.results import write_text_atomic
+    from pytest_opperf.atomic import write_text_atomic
 
     umask = os.umask(0o022)
     try:

@@ -22,14 +22,9 @@ from pytest_opperf.ab import render as render_ab
 from pytest_opperf.ab.paired import CompareResult
 from pytest_opperf.cli import main
 from pytest_opperf.gate import add_compare, evaluate
-from pytest_opperf.results import (
-    ResultsError,
-    ResultSet,
-    RunResult,
-    StatResult,
-    dumps_results,
-    machine_info,
-)
+from pytest_opperf.machine import machine_info
+from pytest_opperf.results import ResultsError, ResultSet, RunResult, StatResult, dumps_results
+from pytest_opperf.results_reader import results_from_dict
 from pytest_opperf.verdict import Drift, DriftRow, Verdict, Violation
 from pytest_opperf.workcount import WorkCounts
 from tests.opperf_factories import e2e_run, results
@@ -202,7 +197,7 @@ def read_back(doc: Any, render: bool = False) -> str | None:
     """What every reader of a results file says: None when all accept it, else the first refusal.
     ``render``: also print the report as ``python -m pytest_opperf show`` does."""
     try:
-        rs = ResultSet.from_dict(doc, "r.json")
+        rs = results_from_dict(doc, "r.json")
         verdict = Verdict.from_dict(rs.gate) if rs.gate is not None else None
         compare = CompareResult.from_dict(rs.compare, "r.json") if rs.compare is not None else None
     except ResultsError as exc:

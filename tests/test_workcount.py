@@ -16,6 +16,7 @@ from pytest_opperf.ab import paired
 from pytest_opperf.ab.pairs import e2e_samples
 from pytest_opperf.device import CPU_HOST
 from pytest_opperf.results import ResultsError, ResultSet
+from pytest_opperf.results_reader import results_from_dict
 from pytest_opperf.thresholds import CompareSettings, parse_thresholds
 from pytest_opperf.workcount import OUTSIDE, Counter, WorkCounts
 from tests.opperf_factories import e2e_run
@@ -331,7 +332,7 @@ def test_work_counts_round_trip_through_a_results_file():
     run = e2e_run()
     run.work = WorkCounts({"conv2d": {"bytecodes": 10, "py_calls": 2}, OUTSIDE: {"c_calls": 1}},
                           2, 1.5, {"python": "3.11.7", "numpy": "2.0"}, [], 123, "AMD EPYC")
-    back = ResultSet.from_dict(ResultSet(runs=[run]).to_dict()).runs[0]
+    back = results_from_dict(ResultSet(runs=[run]).to_dict()).runs[0]
     assert back.work == run.work
 
 
@@ -345,7 +346,7 @@ def test_a_malformed_work_object_is_one_line(work, problem):
     data = ResultSet(runs=[e2e_run()]).to_dict()
     data["runs"][0]["work"] = work
     with pytest.raises(ResultsError, match=problem):
-        ResultSet.from_dict(data)
+        results_from_dict(data)
 
 
 def test_unknown_keys_of_a_work_object_are_read_and_ignored():
@@ -354,7 +355,7 @@ def test_unknown_keys_of_a_work_object_are_read_and_ignored():
     data = ResultSet(runs=[e2e_run()]).to_dict()
     data["runs"][0]["work"] = {"steps": 2, "pass_s": 1, "versions": {}, "extra": 1,
                                "stats": {"a": {"bytecodes": 3, "lines": 3}}}
-    work = ResultSet.from_dict(data).runs[0].work
+    work = results_from_dict(data).runs[0].work
     assert work is not None and work.stats == {"a": {"bytecodes": 3}}
 
 

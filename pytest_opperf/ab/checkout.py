@@ -110,9 +110,9 @@ class PythonInfo:
 
 def this_python() -> PythonInfo:
     """The interpreter this process runs (the head side's)."""
-    from ..results import _version
+    from ..machine import package_version
 
-    return PythonInfo(sys.executable, platform.python_version(), True, _version("numpy"))
+    return PythonInfo(sys.executable, platform.python_version(), True, package_version("numpy"))
 
 
 def interpreter_note(base: PythonInfo, head: PythonInfo) -> str | None:

@@ -69,7 +69,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..results import ResultsError, ResultSet, RunResult
+from ..results import ResultsError, RunResult
+from ..results_reader import results_from_dict
 from . import decide, paired, tuning
 from .decide import Keep, Samples
 from .pairs import e2e_samples
@@ -311,7 +312,7 @@ class Controller:
             message = state[name]
             try:
                 data = message.get("results") or {"schema": "opperf/1", "runs": []}
-                runs = ResultSet.from_dict(data, source=f"the {name} side").runs
+                runs = results_from_dict(data, source=f"the {name} side").runs
             except ResultsError as exc:
                 raise SideFailure(f"results of the {name} side unreadable: {exc}",
                                   self.sides[name].tail()) from None

@@ -21,7 +21,8 @@ from statistics import NormalDist
 from typing import Any, Literal
 
 from ..metrics import CALL, STEP, Kind, MetricKey
-from ..results import ResultsError, _is_num
+from ..results import ResultsError
+from ..results_checks import is_num
 from ..stats import most_common
 from ..thresholds import CompareSettings
 from ..workcount import COUNTERS
@@ -379,7 +380,7 @@ def _decision_from_dict(d: Any, where: str, source: str) -> Decision:
     values = {}
     for key in ("base", "head", "estimate", "low", "high", "limit"):
         v = d.get(key)
-        _need(v is None or _is_num(v), source, f"{where}.{key} is not a number or null")
+        _need(v is None or is_num(v), source, f"{where}.{key} is not a number or null")
         values[key] = float(v) if v is not None else unbounded.get(key, math.nan)
     return Decision(MetricKey(d["run"], d["metric"]), d["kind"], d["verdict"], values["base"],
                     values["head"], values["estimate"], values["low"], values["high"], d["pairs"],
@@ -441,7 +442,7 @@ class CompareResult:
                   source, f"compare.{key} is missing or not a list of strings")
         _need(isinstance(data.get("pairs"), int) and not isinstance(data["pairs"], bool), source,
               "compare.pairs is missing or not an integer")
-        _need(_is_num(data.get("elapsed_s")), source,
+        _need(is_num(data.get("elapsed_s")), source,
               "compare.elapsed_s is missing or not a number")
         _need(isinstance(data.get("budget_exhausted"), bool), source,
               "compare.budget_exhausted is missing or not a boolean")

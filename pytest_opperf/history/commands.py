@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from ..results import ResultsError, ResultSet, loads_strict, read_text
+from ..results import ResultsError
+from ..results_reader import loads_strict, read_text, results_from_dict
 from .errors import HistoryError
 from .records import History, commit_time
 from .store import Store
@@ -69,7 +70,7 @@ def _import(files: Sequence[str], into: str, out: TextIO) -> None:
     documents = []
     for name in files:  # read and check every file first: one bad file stores nothing
         data = loads_strict(read_text(name, ResultsError, "a results file"), name)
-        results = ResultSet.from_dict(data, source=name)
+        results = results_from_dict(data, source=name)
         compare = data.get("compare") if isinstance(data.get("compare"), dict) else None
         documents.append((name, results, compare))
     with Store(into, create=True) as store:

@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from ..results import write_text_atomic
+from ..atomic import write_text_atomic
 from ..workcount import LABELS
 from .errors import EXTRA_HINT, MissingExtra
 from .trends import (

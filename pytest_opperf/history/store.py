@@ -29,7 +29,8 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
-from ..results import ResultSet, RunResult, utf8_text
+from ..atomic import utf8_text
+from ..results import ResultSet, RunResult
 from ..workcount import WorkCounts
 from .connect import connect_postgresql, connect_sqlite
 from .errors import HistoryError, one_line
