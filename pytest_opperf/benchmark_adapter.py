@@ -71,3 +71,26 @@ def loop_option(config: pytest.Config, name: str) -> float:
     """``--benchmark-<name>`` (min_rounds, max_time, min_time) for opperf's own loop."""
     value = config.getoption(f"benchmark_{name}", None)
     return LOOP_DEFAULTS[name] if value is None else float(value)
+
+
+def check_items(items: list[Any]) -> None:
+    """The collected tests' use of the ``benchmark`` fixture: a ``benchmark`` redefined on top
+    of ``opperf_benchmark`` is a usage error, and a test of ``opperf_benchmark`` is not skipped
+    by ``--benchmark-only`` (which skips what does not request ``benchmark`` by name)."""
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        if "benchmark" in names:
+            info = getattr(item, "_fixtureinfo", None)
+            defs = getattr(info, "name2fixturedefs", {}).get("benchmark") or ()
+            last = defs[-1] if defs else None
+            if last is not None and "opperf_benchmark" in last.argnames:
+                where = f"{last.baseid}/conftest.py" if last.baseid else "conftest.py"
+                raise pytest.UsageError(
+                    f"opperf: {item.nodeid}: the `benchmark` fixture is redefined on top of "
+                    f"opperf_benchmark (in {where}), which pytest-benchmark cannot run; record "
+                    "plain benchmark fixtures with --opperf-record-benchmarks instead")
+        elif "opperf_benchmark" in names:
+            # --benchmark-only skips what does not request `benchmark` by name; opperf_benchmark
+            # requests it when the test calls it, so it is a benchmark all the same
+            item.own_markers[:] = [m for m in item.own_markers
+                                   if not is_only_skip(m)]

@@ -15,7 +15,7 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["SETTINGS", "nvml_module", "settings_of", "snapshot", "throttling"]
+__all__ = ["SETTINGS", "findings", "nvml_module", "settings_of", "snapshot", "throttling"]
 
 # NVML's clock event (throttle) reason bits (nvml.h), and the ones that hold a GPU back.
 _REASONS = {
@@ -164,3 +164,19 @@ def settings_of(machine: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(start, Mapping) or "error" in start:
         start = {}
     return {f"gpu {key}": start.get(key) for key in SETTINGS}
+
+
+def findings(own: Mapping[str, Any], workers: Mapping[str, Mapping[str, Any]]
+             ) -> tuple[list[str], list[str]]:
+    """The notes and warnings of a session's snapshots (``own``: its ``start`` and ``end``, empty
+    without a GPU) and of its per-GPU workers' (by worker name, each ``gpu_env`` its own)."""
+    notes, warnings = [], []
+    if own:
+        error = own["start"].get("error")
+        if error:
+            notes.append(f"GPU environment (NVML) not recorded: {error}")
+        warnings += throttling(own["start"], own.get("end"))
+    for name, info in sorted(workers.items()):
+        env = info.get("gpu_env") or {}
+        warnings += [f"worker {name}: {w}" for w in throttling(env.get("start"), env.get("end"))]
+    return notes, warnings

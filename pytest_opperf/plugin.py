@@ -90,7 +90,7 @@ def _settings(config: pytest.Config) -> Settings:
         if name == "history":
             if given:
                 values[name] = given if "://" in given else str(Path(base, given))
-                from pytest_opperf.history.store import redact  # sqlite3: only with a history
+                from pytest_opperf.history.sources import redact  # sqlite3: only with a history
 
                 labels[name] = f"{label} {redact(given)}"  # never a URL's password
         elif name in ("thresholds", "baseline", "save", "json", "markdown", "trace"):

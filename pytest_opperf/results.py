@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .atomic import write_text_atomic
+from . import atomic
 from .stats import after_warmup
 from .stattree import StatResult, StatTree
 from .workcount import WorkCounts
@@ -181,7 +181,7 @@ def dumps_results(results: ResultSet) -> str:
 
 
 def write_results(path: str | os.PathLike[str], results: ResultSet) -> None:
-    write_text_atomic(path, dumps_results(results))
+    atomic.write_text_atomic(path, dumps_results(results))
 
 
 def baseline_file(directory: str | os.PathLike[str], device_class: str, workload: str,

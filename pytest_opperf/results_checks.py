@@ -19,7 +19,7 @@ from .stattree import StatResult, StatTree, StatTreeError
 from .workcount import COUNTERS, WorkCounts
 
 __all__ = ["MAX_COUNT", "MAX_NUMBER", "MAX_TIME", "check_schema", "finish", "is_num",
-           "load_document", "load_run", "need", "shown"]
+           "results_from_dict", "load_run", "need", "shown"]
 
 MAX_COUNT = 2 ** 63 - 1  # counts are integers in [0, 2**63)
 MAX_TIME = 1e12  # times, in ms or s: over 30 years either way
@@ -322,7 +322,8 @@ def finish(data: Mapping[str, Any], runs: list[RunResult], source: str) -> Resul
                      gate=gate, compare=compare)
 
 
-def load_document(data: Any, source: str) -> ResultSet:
+def results_from_dict(data: Any, source: str = "<data>") -> ResultSet:
+    """Validate and load a parsed results document (raises :class:`ResultsError`)."""
     need(isinstance(data, dict), source, "the top level is not an object")
     check_schema(data, source)
     need(isinstance(data.get("runs"), list), source, "runs is missing or not a list")

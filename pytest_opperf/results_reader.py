@@ -17,14 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from .results import ResultsError, ResultSet, RunResult
-from .results_checks import check_schema, finish, load_document, load_run, need
+from .results_checks import check_schema, finish, load_run, need, results_from_dict
 
-__all__ = ["loads_strict", "read_results", "read_text", "results_from_dict"]
-
-
-def results_from_dict(data: Any, source: str = "<data>") -> ResultSet:
-    """Validate and load a parsed results document (raises :class:`ResultsError`)."""
-    return load_document(data, source)
+__all__ = ["loads_strict", "read_results", "read_text"]
 
 
 def read_text(path: str | os.PathLike[str], error: type[Exception], expected: str) -> str:
@@ -206,7 +201,7 @@ class _Document:
         text = self.text
         pos = self.space(0)
         if not text.startswith("{", pos):  # not an object: the whole document is refused
-            return load_document(loads_strict(text, self.source), self.source)
+            return results_from_dict(loads_strict(text, self.source), self.source)
         head: dict[str, Any] = {}
         runs: list[RunResult] | None = None
         refusal: ResultsError | None = None  # a bad run, raised once the schema is known good

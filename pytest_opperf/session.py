@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Generator
@@ -11,41 +10,32 @@ from typing import Any
 
 import pytest
 
-from pytest_opperf import benchmark_adapter, gpu_env, hookspec, instructions, nvtx_ranges, report
-from pytest_opperf.atomic import utf8_text, write_json_atomic, write_text_atomic
+from pytest_opperf import (
+    benchmark_adapter,
+    gpu_env,
+    hookspec,
+    inputs,
+    instructions,
+    nvtx_ranges,
+    report,
+)
 from pytest_opperf.device import CPU_HOST, DeviceInfo, benchmark_timer
 from pytest_opperf.gate import add_compare, evaluate
+from pytest_opperf.handback import HandBack, HandBackError
 from pytest_opperf.identity import baseline_variant, run_id_of
 from pytest_opperf.machine import commit_info, machine_info, same_hardware
 from pytest_opperf.measure import op_run
+from pytest_opperf.outputs import Outputs, check_outputs
 from pytest_opperf.recorder import RECORDER, Recorder
 from pytest_opperf.results import (
-    ResultsError,
     ResultSet,
     RunResult,
     baseline_file,
-    json_problem,
-    write_results,
 )
-from pytest_opperf.results_reader import read_results, results_from_dict
-from pytest_opperf.save import SaveRefused, baseline_to_save
 from pytest_opperf.settings import Settings, resolved_workload, select_device, usage_errors
-from pytest_opperf.thresholds import Thresholds, ThresholdsError, load_thresholds
+from pytest_opperf.thresholds import Thresholds
 from pytest_opperf.verdict import Verdict
 from pytest_opperf.xdist_gpu import different_models
-
-OUTPUTS = ("save", "json", "markdown", "trace")  # the files the options name
-
-
-def directory_problem(directory: Path) -> str | None:
-    """Why the output directory ``directory`` (absolute) cannot be there when the session writes,
-    or None: it exists, or its missing part can be created in the directory above it."""
-    existing = next((p for p in (directory, *directory.parents) if os.path.lexists(p)), directory)
-    if not existing.is_dir():
-        return f"{existing} is not a directory"
-    if existing != directory and not os.access(existing, os.W_OK | os.X_OK):
-        return f"cannot create directory {directory}: no permission to write in {existing}"
-    return None
 
 
 class OpPerfSession:
@@ -73,7 +63,6 @@ class OpPerfSession:
         self.notes: list[str] = []
         self.results: ResultSet | None = None
         self.verdict: Verdict | None = None
-        self.written: list[str] = []
         self.errors: list[str] = []
         self.session: pytest.Session | None = None
         self.merged = False
@@ -90,7 +79,7 @@ class OpPerfSession:
         self.tests_run = 0  # tests that reached their setup (skipped ones too)
         self.collect_only = bool(config.getoption("collectonly", False))
         self.no_gate: str | None = None  # why the gate did not run: no test ran
-        self.save_notes: list[str] = []  # what --opperf-save wrote (merged runs), for the report
+        self.outputs = Outputs(settings, self.errors, self.notes)  # the files it writes
         # GPU additions (see _gpu_start): NVTX ranges, the L2 flush, per-op timing without
         # pytest-benchmark, the per-GPU workers' devices, and NVML snapshots
         self.nvtx: Any = None
@@ -127,23 +116,7 @@ class OpPerfSession:
 
     @pytest.hookimpl(trylast=True)  # after pytest-benchmark's own
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[Any]) -> None:
-        for item in items:
-            names = getattr(item, "fixturenames", ())
-            if "benchmark" in names:
-                info = getattr(item, "_fixtureinfo", None)
-                defs = getattr(info, "name2fixturedefs", {}).get("benchmark") or ()
-                last = defs[-1] if defs else None
-                if last is not None and "opperf_benchmark" in last.argnames:
-                    where = f"{last.baseid}/conftest.py" if last.baseid else "conftest.py"
-                    raise pytest.UsageError(
-                        f"opperf: {item.nodeid}: the `benchmark` fixture is redefined on top of "
-                        f"opperf_benchmark (in {where}), which pytest-benchmark cannot run; record "
-                        "plain benchmark fixtures with --opperf-record-benchmarks instead")
-            elif "opperf_benchmark" in names:
-                # --benchmark-only skips what does not request `benchmark` by name; opperf_benchmark
-                # requests it when the test calls it, so it is a benchmark all the same
-                item.own_markers[:] = [m for m in item.own_markers
-                                       if not benchmark_adapter.is_only_skip(m)]
+        benchmark_adapter.check_items(items)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: Any, call: Any) -> Generator[None, Any, None]:
@@ -218,10 +191,11 @@ class OpPerfSession:
         problem = benchmark_adapter.version_problem()
         if problem:
             self._warn(problem, category=hookspec.OpPerfBenchmarkWarning)
-        self._check_outputs()
-        self._check_history()
-        self._load_thresholds()
-        self._load_baseline()
+        check_outputs(self.settings)
+        inputs.check_history(self.settings)
+        self.thresholds = inputs.read_thresholds(self.settings)
+        self.baseline, self.baseline_name = inputs.read_baseline(
+            self.settings, self.device.device_class, self.workload, self._variant(), self._warn)
         if self.settings.compare and not self.collect_only:  # collecting only: no A/B
             from pytest_opperf.ab.session import ABSession
 
@@ -253,14 +227,9 @@ class OpPerfSession:
         """NVML facts at the end, throttling warnings, and the per-GPU workers' same-model check."""
         if self.gpu_env:
             self.gpu_env["end"] = gpu_env.snapshot(self.device.pci_bus_id)
-            error = self.gpu_env["start"].get("error")
-            if error:
-                verdict.notes.append(f"GPU environment (NVML) not recorded: {error}")
-            verdict.warnings += gpu_env.throttling(self.gpu_env["start"], self.gpu_env["end"])
-        for name, info in sorted(self.worker_devices.items()):
-            env = info.get("gpu_env") or {}
-            throttled = gpu_env.throttling(env.get("start"), env.get("end"))
-            verdict.warnings += [f"worker {name}: {w}" for w in throttled]
+        notes, warnings = gpu_env.findings(self.gpu_env, self.worker_devices)
+        verdict.notes += notes
+        verdict.warnings += warnings
         if self.worker_devices:
             self.machine["workers"] = self.worker_devices
         differ = different_models(self.worker_devices)
@@ -300,54 +269,6 @@ class OpPerfSession:
         with usage_errors("warning turned into an error", Warning):
             self.config.issue_config_time_warning(category(message), stacklevel=2)
 
-    def _check_outputs(self) -> None:
-        """Output files and their directories: missing directories are created when the session
-        writes (never before); what would stop that is a usage error now."""
-        for name in OUTPUTS:
-            path = self.settings.paths.get(name)
-            if path is None or (name == "save" and path.is_dir()):
-                continue
-            label = self.settings.label(name)
-            if name != "save" or not self.settings.save_dir:
-                if path.is_dir():
-                    raise pytest.UsageError(f"opperf: {label}: is a directory, expected a file")
-                path = path.parent
-            problem = directory_problem(path)
-            if problem:
-                raise pytest.UsageError(f"opperf: {label}: {problem}")
-
-    def _check_history(self) -> None:
-        if self.settings.history is None:
-            return
-        from pytest_opperf.history.store import HistoryError, check_target
-
-        with usage_errors(self.settings.label("history"), HistoryError):
-            check_target(self.settings.history)
-
-    def _load_thresholds(self) -> None:
-        path = self.settings.paths.get("thresholds")
-        if path is None:
-            return
-        with usage_errors(self.settings.label("thresholds"), ThresholdsError):
-            self.thresholds = load_thresholds(path)
-
-    def _load_baseline(self) -> None:
-        path = self.settings.paths.get("baseline")
-        if path is None:
-            return
-        label = self.settings.label("baseline")
-        if not os.path.lexists(path):
-            raise pytest.UsageError(f"opperf: {label}: no such file or directory")
-        if path.is_dir():
-            path = baseline_file(path, self.device.device_class, self.workload, self._variant())
-            if not os.path.lexists(path):  # a broken link or a link loop is an error, read below
-                self._warn(f"no baseline {path} for device class {self.device.device_class!r} and "
-                           f"workload {self.workload!r}: only absolute limits are checked")
-                return
-        with usage_errors(label, ResultsError):
-            self.baseline = read_results(path)
-        self.baseline_name = str(path)
-
     # --- xdist ------------------------------------------------------------------------
 
     @pytest.hookimpl(optionalhook=True)
@@ -361,18 +282,16 @@ class OpPerfSession:
         if not data:
             return
         try:
-            payload = json.loads(data)
-            worker = results_from_dict(payload["results"], source=f"worker {name}")
-        except (ValueError, KeyError, ResultsError) as exc:
+            back = HandBack.loads(data, f"worker {name}")
+        except HandBackError as exc:
             self.errors.append(f"results of worker {name} unreadable: {exc}")
             return
-        self.runs.extend(worker.runs)
-        self.untimed_benchmarks += int(payload.get("untimed", 0))
-        self.plain_benchmarks += int(payload.get("plain", 0))
-        # every worker collects (and deselects) all
-        self.deselected = max(self.deselected, int(payload.get("deselected", 0)))
-        if isinstance(payload.get("device"), dict):
-            self.worker_devices[name] = payload["device"]
+        self.runs.extend(back.runs)
+        self.untimed_benchmarks += back.untimed
+        self.plain_benchmarks += back.plain
+        self.deselected = max(self.deselected, back.deselected)  # every worker collects all
+        if back.device is not None:
+            self.worker_devices[name] = back.device
         self.merged = True
 
     # --- end: gate, files, report ---------------------------------------------------------
@@ -479,7 +398,9 @@ class OpPerfSession:
         if exitstatus == pytest.ExitCode.INTERRUPTED:
             self.notes.append(f"{label}: not appended, the session was interrupted")
             return
-        from pytest_opperf.history.store import HistoryError, append_session, redact
+        from pytest_opperf.history.errors import HistoryError
+        from pytest_opperf.history.sources import redact
+        from pytest_opperf.history.store import append_session
 
         try:
             sid = append_session(source, self.results, getattr(self.results, "compare", None),
@@ -487,97 +408,40 @@ class OpPerfSession:
         except HistoryError as exc:
             self.errors.append(f"{label}: {exc}")
         else:
-            self.written.append(f"history: {redact(source)} (session {sid})")
+            self.outputs.written.append(f"history: {redact(source)} (session {sid})")
 
     def _hand_over(self) -> None:
         if not hasattr(self.config, "workerinput"):
             return  # an A/B side: its runs went to the controller test by test
-        payload = {"results": ResultSet(runs=self.runs).to_dict(with_trace=True),
-                   "untimed": self.untimed_benchmarks, "deselected": self.deselected,
-                   "plain": self.plain_benchmarks}
+        device = None
         if self.device.is_gpu:  # for the controller's same-model check and NVML warnings
             if self.gpu_env:
                 self.gpu_env["end"] = gpu_env.snapshot(self.device.pci_bus_id)
-            payload["device"] = {"name": self.device.name, "gpu_model": self.device.gpu_model,
-                                 "pci_bus_id": self.device.pci_bus_id,
-                                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-                                 "gpu_env": self.gpu_env}
-        self.config.workeroutput["opperf"] = json.dumps(payload)  # type: ignore[attr-defined]
-
-    def _write(self, name: str, write: Callable[[Path], None], path: Path | None = None,
-               label: str | None = None) -> None:
-        path = path or self.settings.paths.get(name)
-        if path is None:
-            return
-        try:
-            if name in OUTPUTS:  # its missing directories, checked at the start
-                path.parent.mkdir(parents=True, exist_ok=True)
-            write(path)
-        except (OSError, ValueError) as exc:
-            self.errors.append(f"{label or self.settings.label(name)}: cannot write {path}: {exc}")
-        else:
-            self.written.append(f"{name}: {path}")
+            device = {"name": self.device.name, "gpu_model": self.device.gpu_model,
+                      "pci_bus_id": self.device.pci_bus_id,
+                      "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                      "gpu_env": self.gpu_env}
+        back = HandBack(self.runs, self.untimed_benchmarks, self.plain_benchmarks,
+                        self.deselected, device)
+        self.config.workeroutput["opperf"] = back.dumps()  # type: ignore[attr-defined]
 
     def _write_files(self) -> None:
         results = self.results
         assert results is not None
-        self._drop_unwritable_runs(results)
-        self._write("json", lambda p: write_results(p, results))
-        save = self.settings.paths.get("save")
-        if save is not None:
-            if not results.runs:
-                self.notes.append(f"{self.settings.label('save')}: not saved, no measured runs")
-            else:
-                self._save(save)
-        if "markdown" in self.settings.paths or os.environ.get("GITHUB_STEP_SUMMARY"):
+
+        def markdown() -> str:
             text = report.markdown(results, self.verdict, self.settings.sort, self.sections)
             if self.compare is not None:
                 from pytest_opperf.ab import render
 
                 text += "\n" + render.markdown(self.compare)
-            self._write("markdown", lambda p: write_text_atomic(p, text))
-            summary = os.environ.get("GITHUB_STEP_SUMMARY")
-            if summary:
-                def append(p: Path) -> None:
-                    with open(p, "a", encoding="utf-8") as f:
-                        f.write(utf8_text(text))  # file names of a non-UTF-8 locale
+            return text
 
-                self._write("step summary", append, Path(summary), label="GITHUB_STEP_SUMMARY")
-        self._write("trace", lambda p: write_json_atomic(p, report.chrome_trace(results)))
+        def baseline_in(directory: Path) -> Path:
+            return baseline_file(directory, self.device.device_class, self.workload,
+                                 self._variant())
 
-    def _drop_unwritable_runs(self, results: ResultSet) -> None:
-        """Runs that JSON cannot hold (a hook put NaN or an object in them) are left out of every
-        file, each with an error naming the run and the field; the other runs are written."""
-        keep = []
-        for run in results.runs:
-            problem = json_problem(run.to_dict(), "run")
-            if problem:
-                self.errors.append(f"run {run.id!r} not written: {problem}")
-            else:
-                keep.append(run)
-        results.runs[:] = keep
-
-    def _save(self, save: Path) -> None:
-        """``--opperf-save``: a partial session merges into the baseline, or refuses (save.py)."""
-        results = self.results
-        assert results is not None
-        if self.settings.save_dir:
-            try:
-                save.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                label = self.settings.label("save")
-                self.errors.append(f"{label}: cannot create directory {save}: {exc}")
-                return
-        target = (baseline_file(save, self.device.device_class, self.workload, self._variant())
-                  if save.is_dir() else save)
-        try:
-            saved = baseline_to_save(results, target, self.partial())
-        except SaveRefused as exc:
-            self.errors.append(f"{self.settings.label('save')}: {exc}")
-            return
-        self._write("save", lambda p: write_results(p, saved.results), target)
-        if saved.note and any(line == f"save: {target}" for line in self.written):
-            self.save_notes.append(saved.note)
+        self.outputs.write_all(results, markdown, baseline_in, self.partial())
 
     @pytest.hookimpl(trylast=True)  # the verdict closes the output, after pytest-benchmark's table
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -610,9 +474,9 @@ class OpPerfSession:
             for line in report.terminal_lines(self.results, self.verdict, self.settings.sort,
                                               self.notes, sections, width):
                 tr.write_line(line)
-        for line in self.written:
+        for line in self.outputs.written:
             tr.write_line(f"wrote {line}")
-        for line in self.save_notes:
+        for line in self.outputs.save_notes:
             tr.write_line(f"note: {line}")
         for line in self.errors:
             tr.write_line(f"error: {line}", red=True)

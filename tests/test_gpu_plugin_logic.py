@@ -19,7 +19,7 @@ from pytest_opperf.nvtx_ranges import NvtxRanges
 from pytest_opperf.oploop import LoopSettings, time_rounds
 from pytest_opperf.report import run_lines
 from pytest_opperf.results import StatResult, baseline_file
-from pytest_opperf.results_reader import results_from_dict
+from pytest_opperf.results_checks import results_from_dict
 from pytest_opperf.thresholds import parse_thresholds
 from tests.opperf_factories import e2e_run, results, stat
 

@@ -39,18 +39,18 @@ def test_an_empty_session_does_not_overwrite_a_baseline(pytester):
 
 
 FULL_DISK = """
-import pytest_opperf.results as results
+import pytest_opperf.atomic as atomic
 
-_write = results.write_text_atomic
+_write = atomic.write_text_atomic
 
 def _full(path, obj):
     raise OSError(28, "No space left on device")
 
 def pytest_configure(config):
-    results.write_text_atomic = _full
+    atomic.write_text_atomic = _full
 
 def pytest_unconfigure(config):
-    results.write_text_atomic = _write
+    atomic.write_text_atomic = _write
 """
 
 

@@ -80,7 +80,7 @@ def test_a_directory_that_cannot_be_created_at_the_end_is_an_error_line(pytester
 
 
 def test_directory_problem(tmp_path):
-    from pytest_opperf.session import directory_problem
+    from pytest_opperf.outputs import directory_problem
 
     assert directory_problem(tmp_path) is None
     assert directory_problem(tmp_path / "a" / "b") is None

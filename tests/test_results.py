@@ -18,7 +18,8 @@ from pytest_opperf.results import (
     baseline_file,
     write_results,
 )
-from pytest_opperf.results_reader import read_results, results_from_dict
+from pytest_opperf.results_checks import results_from_dict
+from pytest_opperf.results_reader import read_results
 from tests.opperf_factories import e2e_run, results
 
 

@@ -24,7 +24,7 @@ from pytest_opperf.cli import main
 from pytest_opperf.gate import add_compare, evaluate
 from pytest_opperf.machine import machine_info
 from pytest_opperf.results import ResultsError, ResultSet, RunResult, StatResult, dumps_results
-from pytest_opperf.results_reader import results_from_dict
+from pytest_opperf.results_checks import results_from_dict
 from pytest_opperf.verdict import Drift, DriftRow, Verdict, Violation
 from pytest_opperf.workcount import WorkCounts
 from tests.opperf_factories import e2e_run, results

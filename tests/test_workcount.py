@@ -16,7 +16,7 @@ from pytest_opperf.ab import paired
 from pytest_opperf.ab.pairs import e2e_samples
 from pytest_opperf.device import CPU_HOST
 from pytest_opperf.results import ResultsError, ResultSet
-from pytest_opperf.results_reader import results_from_dict
+from pytest_opperf.results_checks import results_from_dict
 from pytest_opperf.thresholds import CompareSettings, parse_thresholds
 from pytest_opperf.workcount import OUTSIDE, Counter, WorkCounts
 from tests.opperf_factories import e2e_run

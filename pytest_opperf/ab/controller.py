@@ -70,7 +70,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..results import ResultsError, RunResult
-from ..results_reader import results_from_dict
+from ..results_checks import results_from_dict
 from . import decide, paired, tuning
 from .decide import Keep, Samples
 from .pairs import e2e_samples

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TextIO
 
 from ..results import ResultsError
-from ..results_reader import loads_strict, read_text, results_from_dict
+from ..results_checks import results_from_dict
+from ..results_reader import loads_strict, read_text
 from .errors import HistoryError
 from .records import History, commit_time
 from .store import Store

@@ -47,11 +47,9 @@ from .records import (
     utc,
 )
 from .schema import DIALECT, LOCK_KEY, MIGRATIONS, WRITTEN_BY
-from .sources import check_target, check_url, import_psycopg, is_url, redact, scrub
+from .sources import check_url, import_psycopg, is_url, redact, scrub
 
-# HistoryError, check_target and redact: for importers that still name this module for them
-# (pytest_opperf/session.py, pytest_opperf/plugin.py); their home is .errors and .sources.
-__all__ = ["HistoryError", "Store", "append_session", "check_target", "redact"]
+__all__ = ["Store", "append_session"]
 
 
 def _storable(params: Sequence[Any]) -> tuple[Any, ...]:
