@@ -8,7 +8,7 @@ import math
 import pytest
 
 from pytest_opperf.ab import decide, paired
-from pytest_opperf.ab.decide import Samples
+from pytest_opperf.ab.decide import SessionPairs
 from pytest_opperf.ab.tuning import MIN_ORDER_PAIRS
 from pytest_opperf.metrics import MetricKey
 from pytest_opperf.thresholds import CompareSettings
@@ -16,9 +16,9 @@ from pytest_opperf.thresholds import CompareSettings
 KEY = MetricKey("t::a", "call_ms:op")
 
 
-def _samples(ratios: dict[str, list[float]]) -> Samples:
+def _samples(ratios: dict[str, list[float]]) -> SessionPairs:
     """Time pairs with head/base ``ratios`` per side started first, interleaved by order."""
-    samples = Samples()
+    samples = SessionPairs()
     samples.of(KEY, "time")
     rows = [(first, r) for first, rs in ratios.items() for r in rs]
     for i in range(max(len(rs) for rs in ratios.values())):
@@ -63,7 +63,7 @@ def test_a_change_seen_in_each_start_order_on_its_own_is_regressed():
 
 
 def test_counts_need_no_start_order():
-    samples = Samples()
+    samples = SessionPairs()
     key = MetricKey("t::e2e", "count:relu")
     samples.add(key, "count", 3.0, 4.0, "base")
     (d,) = decide.final_decisions(samples, CompareSettings())

@@ -28,7 +28,7 @@ hand-over point, and then:
   turn, the order drawn per step; pair i is step i (from the RunResults);
 * otherwise (one side ahead, or the test on one side only) the side alone.
 
-Every pair is tagged with the side started first (:class:`.decide.Samples`), and the decisions
+Every pair is tagged with the side started first (:class:`.decide.SessionPairs`), and the decisions
 are :mod:`.decide`'s: after the first pass every metric is decided together; tests with
 undecided metrics are run again on both sides (more pairs) while the budget lasts, and so are
 tests with a metric regressed or improved in one start order only (a change counts only when the
@@ -72,7 +72,7 @@ from typing import Any
 from ..results import ResultsError, RunResult
 from ..results_checks import results_from_dict
 from . import decide, paired, tuning
-from .decide import Keep, Samples
+from .decide import Keep, SessionPairs
 from .pairs import e2e_samples
 from .processes import Side, SideFailure, Sides, SideSpec, usable_cpus
 
@@ -124,7 +124,7 @@ class Controller:
     on_outcome: Callable[[TestOutcome], None] = lambda outcome: None
     should_stop: Callable[[], bool] = lambda: False
     cpus: Sequence[int] | None = None  # where a pair's second block may be pinned (None: usable)
-    samples: Samples = field(default_factory=Samples)  # each pair tagged with its start order
+    samples: SessionPairs = field(default_factory=SessionPairs)  # pairs tagged by start order
     notes: list[str] = field(default_factory=list)
     pairs: int = 0
 

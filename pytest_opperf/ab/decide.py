@@ -2,7 +2,7 @@
 
 Which side's process starts first is not neutral (A/A here: 5-9 % on memory-bound e2e stats), so
 every pass after the first runs in two fresh processes started in the other order, and every pair
-is tagged with the side started first when it was measured (:class:`Samples`). The verdict of a
+is tagged with the side started first when it was measured (:class:`SessionPairs`). The verdict of a
 metric is :func:`pytest_opperf.ab.paired.decide`'s on all its pairs, except that a change
 (regressed or improved; counts are exact and need nothing more) counts only when the pairs of each
 start order, on their own, decide it at the session's corrected level, with at least
@@ -28,7 +28,7 @@ from ..thresholds import CompareSettings
 from . import paired, tuning
 from .paired import Decision, Paired, Verdict
 
-__all__ = ["Keep", "Samples", "Want", "final_decisions", "leans",
+__all__ = ["Keep", "SessionPairs", "Want", "final_decisions", "leans",
            "may_regress", "order_verdict", "short", "wanting_pairs"]
 
 # Which metrics want more pairs (wanting_pairs): every undecided one; only a leaning one short of
@@ -40,7 +40,7 @@ Want = Literal["confirm", "decide"]
 
 
 @dataclass
-class Samples:
+class SessionPairs:
     """The session's paired samples, each pair tagged with the side started first (``"base"`` or
     ``"head"``) in the processes that measured it."""
 
@@ -84,7 +84,7 @@ def order_verdict(part: Paired, settings: CompareSettings, family_size: int) -> 
     return _part_decision(part, settings, family_size).verdict
 
 
-def _both_orders(d: Decision, samples: Samples, settings: CompareSettings) -> bool:
+def _both_orders(d: Decision, samples: SessionPairs, settings: CompareSettings) -> bool:
     """Whether the pairs of each start order, on their own, give ``d``'s verdict at the
     session's corrected level (at least ``MIN_ORDER_PAIRS`` of each)."""
     for first in ("base", "head"):
@@ -95,13 +95,13 @@ def _both_orders(d: Decision, samples: Samples, settings: CompareSettings) -> bo
     return True
 
 
-def _unconfirmed(d: Decision, samples: Samples, settings: CompareSettings) -> bool:
+def _unconfirmed(d: Decision, samples: SessionPairs, settings: CompareSettings) -> bool:
     """Whether ``d`` is a change not seen in the pairs of each start order on their own."""
     changed = d.verdict in ("regressed", "improved") and d.kind != "count"
     return changed and not _both_orders(d, samples, settings)
 
 
-def _confirmed(d: Decision, samples: Samples, settings: CompareSettings) -> Decision:
+def _confirmed(d: Decision, samples: SessionPairs, settings: CompareSettings) -> Decision:
     """``d``, or undecided when it is a change seen in one start order only."""
     if not _unconfirmed(d, samples, settings):
         return d
@@ -110,7 +110,7 @@ def _confirmed(d: Decision, samples: Samples, settings: CompareSettings) -> Deci
                                "the pairs of each start order of the sides on their own")
 
 
-def final_decisions(samples: Samples, settings: CompareSettings) -> list[Decision]:
+def final_decisions(samples: SessionPairs, settings: CompareSettings) -> list[Decision]:
     """The session's decisions, one per metric in ``samples``' order: :func:`.paired.decide` on
     all the pairs, a change seen in one start order only made undecided (the module docstring).
     Pure and deterministic."""
@@ -127,7 +127,7 @@ def leans(d: Decision) -> bool:
     return estimate > c / 2
 
 
-def short(samples: Samples, key: MetricKey, settings: CompareSettings) -> bool:
+def short(samples: SessionPairs, key: MetricKey, settings: CompareSettings) -> bool:
     """Whether the pairs of a start order of ``key`` are too few for a verdict of their own:
     fewer than ``MIN_ORDER_PAIRS`` or ``min_pairs``, or no bounded interval at the session's
     level (an e2e stat gets a few pairs a run)."""
@@ -142,7 +142,8 @@ def short(samples: Samples, key: MetricKey, settings: CompareSettings) -> bool:
     return False
 
 
-def may_regress(samples: Samples, key: MetricKey, final: str, settings: CompareSettings) -> bool:
+def may_regress(samples: SessionPairs, key: MetricKey, final: str,
+                settings: CompareSettings) -> bool:
     """Whether ``key`` can still end regressed when the pairs of the start order ``final`` get no
     more pairs. A regression needs those pairs, on their own, to decide "regressed" (the start
     order rule): at least ``MIN_ORDER_PAIRS`` and ``min_pairs`` of them and the lower end of
@@ -160,7 +161,7 @@ def may_regress(samples: Samples, key: MetricKey, final: str, settings: CompareS
     return math.isfinite(c) and low > c / 2
 
 
-def wanting_pairs(samples: Samples, settings: CompareSettings, keep: Keep = "undecided",
+def wanting_pairs(samples: SessionPairs, settings: CompareSettings, keep: Keep = "undecided",
                   final: str | None = None,
                   undecided_fails: bool = False) -> list[tuple[MetricKey, Want]]:
     """The metrics that want more pairs, in ``samples``' order, and why: ``"confirm"``, a change
