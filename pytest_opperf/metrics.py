@@ -17,6 +17,7 @@ applied once, here, for the stored-baseline gate, the drift table and the A/B pa
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -35,8 +36,9 @@ EXAMPLES_PER_SEC, PYTHON_SHARE, INSTRUCTIONS = "examples_per_sec", "python_share
 
 
 def metric(prefix: str, stat: str) -> str:
-    """A stat's metric name: ``metric(STEP, "conv2d")`` is ``step_ms:conv2d``."""
-    return f"{prefix}:{stat}"
+    """A stat's metric name: ``metric(STEP, "conv2d")`` is ``step_ms:conv2d`` (one string
+    object for every run's, so that a comparison of many runs holds each name once)."""
+    return sys.intern(f"{prefix}:{stat}")
 
 
 def stat_of(name: str) -> str | None:

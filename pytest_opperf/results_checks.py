@@ -3,8 +3,8 @@
 Every number is bounded (counts below 2**63, times at most 1e12 ms or s, others at most 1e30),
 every list and object typed; unknown keys of open objects (``work`` included) are ignored. Each
 problem is one :class:`~pytest_opperf.results.ResultsError` line naming the file and the run.
-Strings every run repeats (kinds, devices, stat names) are interned, so that a file of many runs
-holds each once.
+Strings every run repeats (kinds, devices, stat names) are interned, and equal op counts and empty
+lists are one read-only object (:mod:`.readonly`), so that a file of many runs holds each once.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from array import array
 from collections.abc import Mapping
 from typing import Any
 
+from .readonly import shared_dict, shared_list
 from .results import KINDS, SCHEMA, ResultsError, ResultSet, RunResult, is_sha
 from .stattree import StatResult, StatTree, StatTreeError
 from .workcount import COUNTERS, WorkCounts
@@ -99,7 +100,7 @@ def _float(v: float) -> float:
 _ZERO, _ONE = 0.0, 1.0
 
 
-def _load_stat(d: Any, where: str, source: str, memo: dict[str, str]) -> StatResult:
+def _load_stat(d: Any, where: str, source: str, memo: dict[Any, Any]) -> StatResult:
     need(isinstance(d, dict), source, f"{where} is not an object")
     need(isinstance(d.get("name"), str), source, f"{where}.name is missing or not a string")
     where = f"{where} ({d['name']!r:.80})"
@@ -141,7 +142,7 @@ def _load_stat(d: Any, where: str, source: str, memo: dict[str, str]) -> StatRes
         host_ms=_float(d["host_ms"]) if d.get("host_ms") is not None else None)
 
 
-def _interned(text: str, memo: dict[str, str]) -> str:
+def _interned(text: str, memo: dict[Any, Any]) -> str:
     """One string object for the names and values every run repeats (kind, device, stat names),
     so that a file of many runs holds each once."""
     return memo.setdefault(text, text)
@@ -175,7 +176,7 @@ def _load_work(work: Any, where: str, source: str) -> WorkCounts:
         raise ResultsError(f"{source}: malformed results file: {exc}") from None
 
 
-def load_run(d: Any, i: int, source: str, memo: dict[str, str] | None = None) -> RunResult:
+def load_run(d: Any, i: int, source: str, memo: dict[Any, Any] | None = None) -> RunResult:
     memo = {} if memo is None else memo
     where = f"runs[{i}]"
     need(isinstance(d, dict), source, f"{where} is not an object")
@@ -239,10 +240,11 @@ def load_run(d: Any, i: int, source: str, memo: dict[str, str] | None = None) ->
         examples=int(d["examples"]), batches=int(d["batches"]),
         examples_per_sec=_float(d["examples_per_sec"]), sec_per_batch=_float(d["sec_per_batch"]),
         python_share=_float(d["python_share"]), stats=stats,
-        counts={_interned(k, memo): v for k, v in counts.items()},
+        counts=shared_dict({_interned(k, memo): v for k, v in counts.items()}, memo),
         executor_stat=_interned(executor_stat, memo) if isinstance(executor_stat, str) else None,
-        step_ms=[float(x) for x in d.get("step_ms", [])],
-        step_examples=[int(x) for x in d.get("step_examples", [])], notes=list(notes),
+        step_ms=shared_list([float(x) for x in d.get("step_ms", [])]),
+        step_examples=shared_list([int(x) for x in d.get("step_examples", [])]),
+        notes=shared_list(list(notes)),
         trace=d.get("trace") if isinstance(d.get("trace"), dict) else None, work=work,
         **{k: _float(v) for k, v in optional.items()})
 
@@ -327,6 +329,6 @@ def results_from_dict(data: Any, source: str = "<data>") -> ResultSet:
     need(isinstance(data, dict), source, "the top level is not an object")
     check_schema(data, source)
     need(isinstance(data.get("runs"), list), source, "runs is missing or not a list")
-    memo: dict[str, str] = {}
+    memo: dict[Any, Any] = {}
     return finish(data, [load_run(r, i, source, memo) for i, r in enumerate(data["runs"])],
                    source)

@@ -14,7 +14,7 @@ import re
 import stat
 from array import array
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from .results import ResultsError, ResultSet, RunResult
 from .results_checks import check_schema, finish, load_run, need, results_from_dict
@@ -22,11 +22,9 @@ from .results_checks import check_schema, finish, load_run, need, results_from_d
 __all__ = ["loads_strict", "read_results", "read_text"]
 
 
-def read_text(path: str | os.PathLike[str], error: type[Exception], expected: str) -> str:
-    """A text file's contents; any problem is ``error`` with one line naming the file.
-
-    Only regular files are read (a FIFO would block forever), and a broken or
-    looping symbolic link is said to be one."""
+def _check_file(path: str | os.PathLike[str], error: type[Exception], expected: str) -> None:
+    """Refuse, with one line naming the file, what is not a regular file (a FIFO would block
+    forever); a broken or looping symbolic link is said to be one."""
     if os.path.islink(path) and not os.path.exists(path):
         try:
             os.stat(path)
@@ -44,6 +42,14 @@ def read_text(path: str | os.PathLike[str], error: type[Exception], expected: st
     if not stat.S_ISREG(mode):
         raise error(f"{path}: is not a regular file (a FIFO, device or socket), "
                     f"expected {expected}")
+
+
+def read_text(path: str | os.PathLike[str], error: type[Exception], expected: str) -> str:
+    """A text file's contents; any problem is ``error`` with one line naming the file.
+
+    Only regular files are read (a FIFO would block forever), and a broken or
+    looping symbolic link is said to be one."""
+    _check_file(path, error, expected)
     try:
         return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -57,11 +63,35 @@ def read_text(path: str | os.PathLike[str], error: type[Exception], expected: st
 def read_results(path: str | os.PathLike[str]) -> ResultSet:
     """Read a results file; any problem is a :class:`ResultsError` naming the file.
 
-    The document is parsed one run at a time, each run's parsed object dropped once its
-    :class:`RunResult` is built: what stays is the records, about the file's size (a
-    file of many small runs a few times its size), never the records, the parsed objects and
-    the text all at once."""
+    The file is read through a window of a few MB and parsed one run at a time, each run's
+    text and parsed object dropped once its :class:`RunResult` is built: what stays is the
+    records (about the file's size; a file of many small runs a few times its size), never the
+    records and the file's text at once. A file the window finds anything wrong with is read
+    again whole (:class:`_Document` over the text), which names the problem and its line."""
     source = str(path)
+    _check_file(path, ResultsError, "a results file")
+    try:
+        small = os.path.getsize(path) <= _Window.WINDOW
+    except OSError as exc:
+        raise ResultsError(f"{source}: cannot read: {exc}") from None
+    try:
+        if small:  # read whole: a window would be larger than the file
+            raise _Whole
+        with open(path, encoding="utf-8") as file:
+            window = _Window(file, source)
+            try:
+                return window.read()
+            except (ResultsError, _Whole):
+                if window.held_whole:  # the window held the whole file: its refusal is the one
+                    raise
+    except _Whole:
+        pass
+    except FileNotFoundError:
+        raise ResultsError(f"{source}: no such file") from None
+    except IsADirectoryError:
+        raise ResultsError(f"{source}: is a directory, expected a results file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{source}: cannot read: {exc}") from None
     text = read_text(path, ResultsError, "a results file")
     return _Document(text, source).read()
 
@@ -167,16 +197,34 @@ def _locate(text: str, start: int, base: str) -> str | None:
     return None
 
 
+class _Whole(Exception):
+    """The window cannot read this document (not an object at the top): read it whole."""
+
+
 class _Document:
-    """A results document parsed member by member, and its ``runs`` one run at a time."""
+    """A results document parsed member by member, and its ``runs`` one run at a time.
+
+    The parse goes through a few primitives (:meth:`at`, :meth:`space`, :meth:`value`,
+    :meth:`key`, :meth:`mark`, :meth:`ended`) over positions in :attr:`text`: here the whole
+    document; :class:`_Window` keeps only a window of it."""
 
     def __init__(self, text: str, source: str) -> None:
         self.text, self.source = text, source
-        self.memo: dict[str, str] = {}
+        self.memo: dict[Any, Any] = {}
 
     def fail(self, message: str, pos: int) -> ResultsError:
         return ResultsError(f"{self.source}: not valid JSON: {message} at "
                             f"{_position(self.text, pos)}")
+
+    def mark(self, pos: int) -> int:
+        """Nothing before ``pos`` is read again; the same place in :attr:`text`, returned."""
+        return pos
+
+    def at(self, pos: int, char: str) -> bool:
+        return self.text.startswith(char, pos)
+
+    def ended(self, pos: int) -> bool:
+        return pos == len(self.text)
 
     def space(self, pos: int) -> int:
         return _SPACE.match(self.text, pos).end()  # type: ignore[union-attr]
@@ -197,37 +245,48 @@ class _Document:
                          f"{where}" if isinstance(exc, _Duplicate) else f"not valid JSON: {exc}")
             raise ResultsError(f"{self.source}: {found}") from None
 
+    def scan_key(self, pos: int) -> tuple[str, int]:
+        """The string at ``pos`` (a key) and the position after it."""
+        try:
+            return json.decoder.scanstring(self.text, pos + 1)  # type: ignore[attr-defined]
+        except json.JSONDecodeError as exc:
+            raise ResultsError(f"{self.source}: not valid JSON: {exc.msg} at line {exc.lineno} "
+                               f"column {exc.colno}") from None
+
+    def not_an_object(self) -> Any:
+        """The document when it is not an object (refused whole, by :func:`loads_strict`)."""
+        return loads_strict(self.text, self.source)
+
     def read(self) -> ResultSet:
-        text = self.text
-        pos = self.space(0)
-        if not text.startswith("{", pos):  # not an object: the whole document is refused
-            return results_from_dict(loads_strict(text, self.source), self.source)
+        pos = self.space(self.mark(0))
+        if not self.at(pos, "{"):  # not an object: the whole document is refused
+            return results_from_dict(self.not_an_object(), self.source)
         head: dict[str, Any] = {}
         runs: list[RunResult] | None = None
         refusal: ResultsError | None = None  # a bad run, raised once the schema is known good
         pos = self.space(pos + 1)
-        if text.startswith("}", pos):
+        if self.at(pos, "}"):
             pos += 1
         else:
             while True:
-                key, pos = self.key(pos, head, runs is not None)
+                key, pos = self.key(self.mark(pos), head, runs is not None)
                 if key == "schema":
                     head[key], pos = self.value(pos, key)
                     check_schema(head, self.source)
-                elif key == "runs" and text.startswith("[", pos):
+                elif key == "runs" and self.at(pos, "["):
                     runs, pos, refusal = self.runs(pos, "schema" in head)
                 else:
                     head[key], pos = self.value(pos, key if key.isidentifier() else repr(key))
                 pos = self.space(pos)
-                if text.startswith(",", pos):
+                if self.at(pos, ","):
                     pos = self.space(pos + 1)
-                elif text.startswith("}", pos):
+                elif self.at(pos, "}"):
                     pos += 1
                     break
                 else:
                     raise self.fail("Expecting ',' delimiter", pos)
         end = self.space(pos)
-        if end != len(text):
+        if not self.ended(end):
             raise self.fail("Extra data", end)
         check_schema(head, self.source)
         if refusal is not None:
@@ -239,20 +298,16 @@ class _Document:
     def key(self, pos: int, head: dict[str, Any], runs_read: bool) -> tuple[str, int]:
         """A top-level member's key at ``pos`` (refused when given before) and where its value
         starts."""
-        text = self.text
-        if not text.startswith('"', pos):
+        if not self.at(pos, '"'):
             raise self.fail("Expecting property name enclosed in double quotes", pos)
-        try:
-            key, end = json.decoder.scanstring(text, pos + 1)  # type: ignore[attr-defined]
-        except json.JSONDecodeError as exc:
-            raise ResultsError(f"{self.source}: not valid JSON: {exc.msg} at line {exc.lineno} "
-                               f"column {exc.colno}") from None
+        key, end = self.scan_key(pos)
         if key in head or (key == "runs" and runs_read):
             raise ResultsError(
                 f"{self.source}: malformed results file: the key {key!r:.60} appears twice in "
-                f"the top level at {_position(text, pos)} (a key may appear once in an object)")
+                f"the top level at {_position(self.text, pos)} (a key may appear once in an "
+                "object)")
         end = self.space(end)
-        if not text.startswith(":", end):
+        if not self.at(end, ":"):
             raise self.fail("Expecting ':' delimiter", end)
         return key, self.space(end + 1)
 
@@ -261,14 +316,14 @@ class _Document:
         """The runs of the array at ``pos``, each built as soon as it is parsed. A bad run's
         refusal is returned, not raised, while the schema is still unknown (a document of
         another schema is refused for that first); later runs are then parsed, not built."""
-        text, runs = self.text, list[RunResult]()
+        runs = list[RunResult]()
         refusal: ResultsError | None = None
         pos = self.space(pos + 1)
-        if text.startswith("]", pos):
+        if self.at(pos, "]"):
             return runs, pos + 1, None
         i = 0
         while True:
-            run, pos = self.value(pos, f"runs[{i}]")
+            run, pos = self.value(self.mark(pos), f"runs[{i}]")
             if refusal is None:
                 try:
                     runs.append(load_run(run, i, self.source, self.memo))
@@ -279,12 +334,93 @@ class _Document:
             del run
             i += 1
             pos = self.space(pos)
-            if text.startswith(",", pos):
+            if self.at(pos, ","):
                 pos = self.space(pos + 1)
                 continue
-            if not text.startswith("]", pos):
+            if not self.at(pos, "]"):
                 raise self.fail("Expecting ',' delimiter", pos)
             return runs, pos + 1, refusal
+
+
+class _Window(_Document):
+    """A results document read through a window of the file: :attr:`text` holds the part from
+    the last :meth:`mark` on, at least :data:`WINDOW` characters of it while the file lasts
+    (more when one value is longer). Only the way through a good file is taken here: whatever
+    goes wrong raises, and :func:`read_results` reads the file again whole for the message
+    (:attr:`held_whole` says when this window held the whole file)."""
+
+    WINDOW = 1 << 22  # characters read at a time (4 MB of ASCII)
+
+    def __init__(self, file: TextIO, source: str) -> None:
+        super().__init__("", source)
+        self.file = file
+        self.eof = False
+        self.held_whole = True  # nothing of the file was dropped (yet)
+        self.more(self.WINDOW)
+
+    def more(self, chars: int) -> bool:
+        """Read up to ``chars`` more characters; False at the end of the file."""
+        if self.eof:
+            return False
+        chunk = self.file.read(chars)
+        if not chunk:
+            self.eof = True
+            return False
+        self.text += chunk
+        return True
+
+    def need(self, pos: int, chars: int = 1) -> None:
+        """At least ``chars`` characters from ``pos`` on, or the file's end."""
+        while len(self.text) - pos < chars and self.more(max(self.WINDOW, chars)):
+            pass
+
+    def mark(self, pos: int) -> int:
+        if pos > len(self.text) // 2:  # drop what was read, copying the rest once in a while
+            self.text = self.text[pos:]
+            self.held_whole = False
+            pos = 0
+        self.need(pos, self.WINDOW)
+        return pos
+
+    def at(self, pos: int, char: str) -> bool:
+        self.need(pos)
+        return super().at(pos, char)
+
+    def ended(self, pos: int) -> bool:
+        self.need(pos)
+        return super().ended(pos)
+
+    def space(self, pos: int) -> int:
+        end = super().space(pos)
+        while end == len(self.text) and self.more(self.WINDOW):
+            end = super().space(end)
+        return end
+
+    def value(self, pos: int, where: str) -> tuple[Any, int]:
+        """The value at ``pos``, once the window holds it and one character after it (a number
+        at the window's end may go on in the file)."""
+        while True:
+            try:
+                value, end = _DECODER.raw_decode(self.text, pos)
+            except json.JSONDecodeError:  # cut off by the window's end, or wrong
+                end = -1
+            except (_Duplicate, ValueError, RecursionError):
+                raise _Whole from None
+            if 0 <= end < len(self.text) or (end >= 0 and self.eof):
+                return value, end
+            if not self.more(max(self.WINDOW, len(self.text) - pos)):  # double what it holds
+                raise _Whole
+
+    def scan_key(self, pos: int) -> tuple[str, int]:
+        while True:
+            try:
+                return json.decoder.scanstring(self.text, pos + 1)  # type: ignore[attr-defined]
+            except json.JSONDecodeError:  # cut off by the window's end, or wrong
+                if not self.more(self.WINDOW):
+                    raise _Whole from None
+
+    def not_an_object(self) -> Any:
+        raise _Whole
 
 
 def loads_strict(text: str, source: str) -> Any:

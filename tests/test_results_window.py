@@ -1,0 +1,117 @@
+"""Reading a results file through a window: every document reads (or is refused) exactly as
+when it is read whole, whatever the window's size and wherever its edges fall."""
+
+import json
+
+import pytest
+
+from pytest_opperf import results_reader
+from pytest_opperf.results import ResultsError, dumps_results
+from pytest_opperf.results_reader import _Document, _Window, read_results
+from tests.opperf_factories import e2e_run, results
+
+
+def _good() -> str:
+    runs = [e2e_run(run_id=f"suite.py::test_{i}[é {i}]",
+                    stats={"conv2d": [1.5 + i, 2.25e3], "relu": [0.125]})
+            for i in range(4)]
+    runs[1].notes.append("a note")
+    return dumps_results(results(*runs))
+
+
+GOOD = _good()
+HEAD, _, REST = GOOD.partition('"runs": [\n')
+FIRST_RUN = REST.split("\n")[0]
+
+DOCUMENTS = {
+    "good": GOOD,
+    "good, members after runs": GOOD.replace('"schema": "opperf/1", ', "")[:-2]
+                                + ', "schema": "opperf/1"}\n',
+    "good, no runs": HEAD + '"runs": []}\n',
+    "good, spaces everywhere": GOOD.replace(", ", " ,   \n\t ").replace(": ", "  :  "),
+    "good, a number last": GOOD[:-2] + ', "zz": 12345678901234}',
+    "a key twice at the top": GOOD[:-2] + ', "created": "x"}\n',
+    "a key twice in a run": GOOD.replace('"kind": "e2e"', '"kind": "e2e", "kind": "op"', 1),
+    "NaN in a run": GOOD.replace('"wall_s": ', '"wall_s": NaN, "x": ', 1),
+    "a bad run": GOOD.replace('"kind": "e2e"', '"kind": "nope"', 1),
+    "a bad run before the schema": GOOD.replace('"schema": "opperf/1", ', "")
+                                       .replace('"kind": "e2e"', '"kind": "nope"', 1)[:-2]
+                                   + ', "schema": "opperf/1"}\n',
+    "another schema": GOOD.replace("opperf/1", "opperf/9"),
+    "cut short": GOOD[: len(GOOD) // 2],
+    "cut inside a number": GOOD[: GOOD.index("2250.0") + 3],
+    "extra data": GOOD + "{}",
+    "no comma between runs": GOOD.replace("},\n{", "}\n{", 1),
+    "not an object": "[" + FIRST_RUN + "]",
+    "empty": "",
+    "runs not a list": HEAD + '"runs": 3}\n',
+    "runs missing": HEAD[:-2] + "}\n",
+}
+
+
+def _outcome(read):
+    try:
+        return read().to_dict()
+    except ResultsError as exc:
+        return f"refused: {exc}"
+
+
+@pytest.mark.parametrize("window", [1, 2, 7, 64, 1 << 22])
+@pytest.mark.parametrize("name", sorted(DOCUMENTS))
+def test_a_window_of_any_size_reads_as_the_whole_document_does(tmp_path, monkeypatch, name,
+                                                               window):
+    text = DOCUMENTS[name]
+    path = tmp_path / "r.json"
+    path.write_text(text, encoding="utf-8")
+    whole = _outcome(lambda: _Document(text, str(path)).read())
+    monkeypatch.setattr(_Window, "WINDOW", window)
+    assert _outcome(lambda: read_results(path)) == whole
+    assert isinstance(whole, dict) == name.startswith("good"), whole
+
+
+def test_a_good_file_larger_than_the_window_is_never_held_whole(tmp_path, monkeypatch):
+    """The point of the window: the file's text is not read at once (it took 150 MB of a
+    `compare` that peaked at 1.1 GB)."""
+    path = tmp_path / "r.json"
+    path.write_text(GOOD, encoding="utf-8")
+    monkeypatch.setattr(_Window, "WINDOW", 64)
+    longest = 0
+    real_more = _Window.more
+
+    def more(self, chars):
+        nonlocal longest
+        grew = real_more(self, chars)
+        longest = max(longest, len(self.text))
+        return grew
+
+    monkeypatch.setattr(_Window, "more", more)
+    monkeypatch.setattr(results_reader, "read_text", lambda *a: pytest.fail("read whole"))
+    back = read_results(path)
+    assert [r.id for r in back.runs] == [f"suite.py::test_{i}[é {i}]" for i in range(4)]
+    assert longest < len(GOOD) / 2, (longest, len(GOOD))
+
+
+def test_a_file_the_window_refuses_is_named_with_its_line(tmp_path, monkeypatch):
+    path = tmp_path / "r.json"
+    path.write_text(DOCUMENTS["a key twice in a run"], encoding="utf-8")
+    monkeypatch.setattr(_Window, "WINDOW", 16)
+    with pytest.raises(ResultsError, match=r"the key 'kind' appears twice in runs\[0\] at "
+                                           r"line 2 column \d+"):
+        read_results(path)
+
+
+def test_bytes_that_are_not_utf8_past_the_window_are_one_line(tmp_path, monkeypatch):
+    path = tmp_path / "r.json"
+    path.write_bytes(GOOD.encode()[:-40] + b"\xff\xfe" + GOOD.encode()[-38:])
+    monkeypatch.setattr(_Window, "WINDOW", 32)
+    with pytest.raises(ResultsError, match="cannot read: 'utf-8' codec can't decode"):
+        read_results(path)
+
+
+def test_the_documents_above_are_what_they_say():
+    """The table's good documents are good JSON; the bad ones differ from GOOD."""
+    for name, text in DOCUMENTS.items():
+        if name.startswith("good"):
+            json.loads(text)
+        else:
+            assert text != GOOD, name
