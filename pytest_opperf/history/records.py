@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from ..metrics import steady
 from ..results import ResultSet, RunResult, StatResult, is_sha
-from ..stats import after_warmup, median
+from ..stats import median
 from ..workcount import WorkCounts
 
 __all__ = ["SAMPLES_KEPT", "History", "StoredRun", "StoredSession", "StoredStat",
@@ -55,11 +56,12 @@ def commit_time(sha: str | None, cwd: str | os.PathLike[str] = ".") -> str | Non
 
 
 def step_value(run: RunResult, stat: StatResult) -> float | None:
-    """The stat's per-step median (e2e: the per-step totals after the warm-up step, as the
-    gate takes them) or per-call median (per-op benchmarks); without samples the mean."""
-    samples = stat.samples_ms
+    """The stat's steady-state median, as the gate takes it (:func:`pytest_opperf.metrics.steady`:
+    e2e, the per-step totals after warm-up) or per-call median (per-op benchmarks); without
+    samples the mean."""
+    samples = steady(run, stat.samples_ms)
     if samples:
-        return median(after_warmup(samples) if run.kind == "e2e" else samples)
+        return median(samples)
     if run.kind == "e2e":
         return stat.total_ms / run.batches if run.batches else None
     return stat.avg_ms
