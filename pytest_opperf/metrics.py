@@ -35,8 +35,8 @@ from .results import RunResult
 
 __all__ = ["AVG", "CALL", "COUNT", "EXAMPLES_PER_SEC", "INSTRUCTIONS", "METRIC_KINDS",
            "PYTHON_SHARE", "STEP", "TIME_KINDS", "TOTAL", "WINDOW_EXAMPLES_PER_SEC",
-           "WINDOW_PYTHON_SHARE", "Kind", "MetricKey", "MetricSeries", "metric", "stat_of", "steady",
-           "steady_examples_per_sec", "steady_python_shares", "steady_steps", "view"]
+           "WINDOW_PYTHON_SHARE", "Kind", "MetricKey", "MetricSeries", "metric", "stat_of",
+           "steady", "steady_examples_per_sec", "steady_python_shares", "steady_steps", "view"]
 
 Kind = Literal["time", "rate", "share", "count"]
 METRIC_KINDS: tuple[str, ...] = ("time", "rate", "share", "count")  # Kind's values
