@@ -400,6 +400,14 @@ def active_run() -> Run | None:
     return _active.run
 
 
+def run_of(table: timers.Table) -> Run | None:
+    """The run whose measured window is open on this thread and records into ``table``, or
+    ``None`` (no window, or ``table`` is an inner ``timers.recording()``): for instrumentation
+    that files into the table it is given (``pytest_opperf.torch.profile``)."""
+    run = _active.run
+    return run if run is not None and run._table is table else None
+
+
 def in_window() -> bool:
     """Whether a window is open on this thread: a measured one, or one that only counts."""
     return _active.run is not None or _active.counting > 0

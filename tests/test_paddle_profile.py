@@ -24,7 +24,7 @@ from pytest_opperf.device import CPU_HOST
 from pytest_opperf.gate import evaluate
 from pytest_opperf.metrics import steady_python_shares, steady_steps
 from pytest_opperf.paddle.events import EXECUTOR, inner_name, op_name, samples_of
-from pytest_opperf.paddle.support import INSTALL, SUPPORTED, import_paddle, version_problem
+from pytest_opperf.paddle.support import INSTALL, PADDLE_SUPPORTED, import_paddle, version_problem
 from pytest_opperf.recorded import MARK
 from pytest_opperf.results import ResultSet, RunResult
 from pytest_opperf.thresholds import parse_thresholds
@@ -50,7 +50,7 @@ nn = paddle.nn
 
 def test_the_installed_paddle_is_in_the_supported_range() -> None:
     assert version_problem(paddle.__version__) is None, paddle.__version__
-    assert SUPPORTED == ((3, 3), (3, 4))
+    assert PADDLE_SUPPORTED == ((3, 3), (3, 4))
     assert "outside the supported range >=3.3,<3.4" in str(version_problem("3.4.0"))
 
 
