@@ -26,12 +26,13 @@ from .metrics import (
     INSTRUCTIONS,
     PYTHON_SHARE,
     TIME_KINDS,
-    Series,
+    MetricSeries,
     metric,
+    steady_steps,
     view,
 )
 from .results import ResultSet, RunResult
-from .stats import Samples, after_warmup
+from .stats import Samples
 from .thresholds import Regression
 from .verdict import Drift, DriftRow, Verdict, Violation
 from .workcount import LABELS, WorkCounts, compared
@@ -43,7 +44,7 @@ def _pct(ratio: float) -> str:
     return f"{(ratio - 1) * 100:+.1f}%" if math.isfinite(ratio) else "+inf%"
 
 
-def _matched(base: RunResult, new: RunResult) -> Iterator[tuple[str, Series, Series]]:
+def _matched(base: RunResult, new: RunResult) -> Iterator[tuple[str, MetricSeries, MetricSeries]]:
     """The time, rate and share metrics of ``new`` that ``base`` has too, from both views. Where
     one side has samples and the other a summary, both are compared by their summaries: a stat's
     average (``avg_ms:<stat>``), a run's whole-window examples/sec or Python share."""
@@ -57,11 +58,11 @@ def _matched(base: RunResult, new: RunResult) -> Iterator[tuple[str, Series, Ser
             yield name, b, n
         elif n.stat is not None and n.stat in base_stats:
             avg = metric(AVG, n.stat)
-            yield (avg, Series(avg, "time", (base_stats[n.stat].avg_ms,), False),
-                   Series(avg, "time", (new_stats[n.stat].avg_ms,), False))
+            yield (avg, MetricSeries(avg, "time", (base_stats[n.stat].avg_ms,), False),
+                   MetricSeries(avg, "time", (new_stats[n.stat].avg_ms,), False))
         elif b is not None and name in _WHOLE:
-            yield (name, Series(name, b.kind, (_WHOLE[name](base),), False),
-                   Series(name, n.kind, (_WHOLE[name](new),), False))
+            yield (name, MetricSeries(name, b.kind, (_WHOLE[name](base),), False),
+                   MetricSeries(name, n.kind, (_WHOLE[name](new),), False))
 
 
 _WHOLE: dict[str, Callable[[RunResult], float]] = {
@@ -203,8 +204,8 @@ class _Baseline:
                     self.fail(new.id, name, value, limit, baseline, checked.message,
                               checked.statistic)
 
-    def _check(self, base: RunResult, new: RunResult, name: str, b: Series,
-               n: Series) -> _Checked:
+    def _check(self, base: RunResult, new: RunResult, name: str, b: MetricSeries,
+               n: MetricSeries) -> _Checked:
         reg = self.regression
         if n.kind == "share":
             increase = reg.max_python_share_increase
@@ -232,7 +233,7 @@ class _Baseline:
                             f"{what}: {c.statistic}")
         e2e = new.kind == "e2e"
         if e2e:
-            steps = after_warmup(base.step_ms)
+            steps = steady_steps(base)
             step_floor = reg.min_step_share * Samples(steps).median if steps else 0.0
             floor = max(reg.min_diff_ms, step_floor)
             tolerance = reg.max_slowdown

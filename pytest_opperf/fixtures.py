@@ -64,10 +64,11 @@ class OpPerf:
         (``step()`` runs one; see :meth:`pytest_opperf.measure.Run.counting_pass`).
         """
         from pytest_opperf import measure  # heavy: only for tests that measure
-        from pytest_opperf.results import KINDS, json_problem
+        from pytest_opperf.results import RUN_KINDS, json_problem
 
-        if kind not in KINDS:
-            raise ValueError(f"opperf.measure: kind must be one of {'|'.join(KINDS)}, got {kind!r}")
+        if kind not in RUN_KINDS:
+            raise ValueError(f"opperf.measure: kind must be one of {'|'.join(RUN_KINDS)}, "
+                             f"got {kind!r}")
         if self._open is not None:
             # the inner recording would take every region over and the outer window would undercount
             raise RuntimeError(f"opperf.measure: a window cannot open inside the open window "

@@ -19,8 +19,7 @@ from fnmatch import fnmatchcase
 
 from .ab.paired import CompareResult, Decision
 from .baseline_checks import check_baseline
-from .gpu_report import steady_examples_per_sec
-from .metrics import AVG, CALL, TOTAL, metric
+from .metrics import AVG, CALL, TOTAL, metric, steady_examples_per_sec
 from .results import ResultSet, RunResult
 from .thresholds import Thresholds
 from .verdict import Verdict, Violation

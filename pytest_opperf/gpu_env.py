@@ -15,7 +15,7 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["SETTINGS", "findings", "nvml_module", "settings_of", "snapshot", "throttling"]
+__all__ = ["GPU_SETTINGS", "findings", "nvml_module", "settings_of", "snapshot", "throttling"]
 
 # NVML's clock event (throttle) reason bits (nvml.h), and the ones that hold a GPU back.
 _REASONS = {
@@ -32,8 +32,8 @@ _CONSTANTS = {"NVML_PERF_POLICY_POWER": 0, "NVML_PERF_POLICY_THERMAL": 1, "NVML_
 
 # The facts of a snapshot that are settings, not state: two runs are only comparable
 # when these agree (a driver update or locked clocks change the speed of every op).
-SETTINGS = ("driver", "applications_sm_clock_mhz", "applications_mem_clock_mhz", "power_limit_w",
-            "ecc", "mig")
+GPU_SETTINGS = ("driver", "applications_sm_clock_mhz", "applications_mem_clock_mhz",
+                "power_limit_w", "ecc", "mig")
 
 
 def nvml_module() -> Any | None:
@@ -163,7 +163,7 @@ def settings_of(machine: Mapping[str, Any]) -> dict[str, Any]:
     start = env.get("start") if isinstance(env, Mapping) else None
     if not isinstance(start, Mapping) or "error" in start:
         start = {}
-    return {f"gpu {key}": start.get(key) for key in SETTINGS}
+    return {f"gpu {key}": start.get(key) for key in GPU_SETTINGS}
 
 
 def findings(own: Mapping[str, Any], workers: Mapping[str, Mapping[str, Any]]

@@ -11,13 +11,14 @@ clocks and calls an op *launch-bound* when its device span is no longer than its
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from tabulate import tabulate
 
-__all__ = ["LAUNCH_MARGIN", "bound", "compile_ms", "device_host_lines", "steady_examples_per_sec",
-           "steady_lines"]
+from .metrics import steady_examples_per_sec, steady_steps
+from .results import RunResult
+
+__all__ = ["LAUNCH_MARGIN", "bound", "compile_ms", "device_host_lines", "steady_lines"]
 
 LAUNCH_MARGIN = 0.10
 COMPILE_STAT = "CompileTimer"
@@ -52,30 +53,21 @@ def device_host_lines(run: Any, limit: int = 15) -> list[str]:
     return [head, *table.splitlines(), *more]
 
 
-def steady_examples_per_sec(run: Any) -> float | None:
-    """Examples/sec over the steps after warm-up (the first step holds model building,
-    startup and first compiles); ``None`` with fewer than two steps."""
-    steps: Sequence[float] = run.step_ms or []
-    examples: Sequence[int] = run.step_examples or []
-    if len(steps) < 2 or len(examples) != len(steps):
-        return None
-    ms = sum(steps[1:])
-    return sum(examples[1:]) / (ms / 1e3) if ms > 0 else None
-
-
 def compile_ms(run: Any) -> float:
     """One-time kernel compile (and load) time recorded in the run."""
     stat = run.stat(COMPILE_STAT) if hasattr(run, "stat") else None
     return stat.total_ms if stat is not None else 0.0
 
 
-def steady_lines(run: Any) -> list[str]:
-    """A line with the steady-state throughput and one with the compile time, when there are any."""
+def steady_lines(run: RunResult) -> list[str]:
+    """A line with the steady-state throughput
+    (:func:`pytest_opperf.metrics.steady_examples_per_sec`) and one with the compile time, when
+    there are any."""
     steady, compiled = steady_examples_per_sec(run), compile_ms(run)
     lines = []
     if steady is not None:
         lines.append(f"steady state: {steady:.5f} examples/sec over the "
-                     f"{len(run.step_ms) - 1} steps after warm-up")
+                     f"{len(steady_steps(run))} steps after warm-up")
     if compiled:
         lines.append(f"kernel compiles {compiled:.1f} ms ({COMPILE_STAT}, one-time work)")
     return lines

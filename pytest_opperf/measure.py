@@ -20,7 +20,7 @@ from typing import Any
 
 from . import timers, workcount
 from .device import DeviceInfo
-from .results import RunResult, StatResult
+from .results import RunResult, StatResult, warmup_rule
 from .stats import most_common
 from .stattree import Shares, StatTree
 
@@ -333,7 +333,7 @@ class Run:
     def _counts(self, notes: list[str]) -> dict[str, int]:
         if not self._step_ms:
             return {}
-        first = 1 if len(self._step_ms) >= 2 else 0  # the first step is warm-up
+        first = warmup_rule(len(self._step_ms))  # the steps that are warm-up
         counts = {}
         for name, per_step in self._step_counts.items():
             warm = per_step[first:]
@@ -398,6 +398,14 @@ def active_run() -> Run | None:
     lets instrumentation that opens inside a window (``pytest_opperf.torch.profile``)
     tell the run how to account for its time."""
     return _active.run
+
+
+def run_of(table: timers.Table) -> Run | None:
+    """The run whose measured window is open on this thread and records into ``table``, or
+    ``None`` (no window, or ``table`` is an inner ``timers.recording()``): for instrumentation
+    that files into the table it is given (``pytest_opperf.torch.profile``)."""
+    run = _active.run
+    return run if run is not None and run._table is table else None
 
 
 def in_window() -> bool:

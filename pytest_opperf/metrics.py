@@ -11,8 +11,18 @@ counts are compared by :func:`pytest_opperf.gate.evaluate`, exactly, and are no 
 :func:`view`). A series' *kind* says how two of them compare: ``time`` (larger is slower),
 ``rate`` (smaller is slower), ``share`` (a difference in points) or ``count`` (exact).
 
-:func:`view` is the steady state: the warm-up rule (:func:`pytest_opperf.stats.after_warmup`)
-applied once, here, for the stored-baseline gate, the drift table and the A/B pairs alike.
+:func:`view` is the steady state, for the stored-baseline gate, the drift table, the A/B pairs, the
+reports and the history alike: a run says which of its leading steps are warm-up
+(:attr:`~pytest_opperf.results.RunResult.warmup_steps`, set once by the one warm-up rule,
+:func:`pytest_opperf.results.warmup_rule`, when the run is recorded or read), and the functions
+here are the only ones that leave them out (:func:`steady`, :func:`steady_steps`,
+:func:`steady_python_shares`, :func:`steady_examples_per_sec`).
+
+Steady-state examples/sec is one number: the examples of the steps after warm-up over their time
+(:func:`steady_examples_per_sec`, sum over sum); a run without a warm-up step has none, and its
+whole window's ``examples_per_sec`` (examples over wall time) stands for it. Compared with a
+baseline, the metric's samples are each steady step's rate (a distribution to test, as for every
+sampled metric).
 """
 
 from __future__ import annotations
@@ -23,16 +33,20 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .results import RunResult
-from .stats import after_warmup
 
-__all__ = ["AVG", "CALL", "COUNT", "EXAMPLES_PER_SEC", "INSTRUCTIONS", "PYTHON_SHARE", "STEP",
-           "TOTAL", "Kind", "MetricKey", "Series", "TIME_KINDS", "metric", "stat_of", "view"]
+__all__ = ["AVG", "CALL", "COUNT", "EXAMPLES_PER_SEC", "INSTRUCTIONS", "METRIC_KINDS",
+           "PYTHON_SHARE", "STEP", "TIME_KINDS", "TOTAL", "WINDOW_EXAMPLES_PER_SEC",
+           "WINDOW_PYTHON_SHARE", "Kind", "MetricKey", "MetricSeries", "metric", "stat_of",
+           "steady", "steady_examples_per_sec", "steady_python_shares", "steady_steps", "view"]
 
 Kind = Literal["time", "rate", "share", "count"]
+METRIC_KINDS: tuple[str, ...] = ("time", "rate", "share", "count")  # Kind's values
 TIME_KINDS: tuple[str, ...] = ("time", "rate")  # the kinds a machine's speed moves
 
 STEP, CALL, AVG, TOTAL, COUNT = "step_ms", "call_ms", "avg_ms", "total_ms", "count"
 EXAMPLES_PER_SEC, PYTHON_SHARE, INSTRUCTIONS = "examples_per_sec", "python_share", "instructions"
+# the whole window's values (warm-up included), named apart from the steady-state ones above
+WINDOW_EXAMPLES_PER_SEC, WINDOW_PYTHON_SHARE = "window_examples_per_sec", "window_python_share"
 
 
 def metric(prefix: str, stat: str) -> str:
@@ -67,7 +81,7 @@ class MetricKey:
 
 
 @dataclass(frozen=True)
-class Series:
+class MetricSeries:
     """One metric of a run in its steady state: ``sampled`` is False where ``samples`` is a
     single summary value (a stat's average, a run's whole-window share) rather than samples."""
 
@@ -81,22 +95,51 @@ class Series:
         return stat_of(self.metric)
 
 
-def _series(name: str, kind: Kind, values: Sequence[float], sampled: bool = True) -> Series:
-    return Series(name, kind, tuple(float(v) for v in values), sampled)
+def steady(run: RunResult, per_step: Sequence[float] | None) -> list[float]:
+    """A per-step series of ``run`` (its ``step_ms``, a stat's per-step totals, per-step rates)
+    without its warm-up steps; a per-op run's rounds (it has no steps) all."""
+    return list(per_step[run.warmup_steps:]) if per_step else []
 
 
-def view(run: RunResult) -> dict[str, Series]:
-    """Every metric of ``run``, in its steady state (e2e: the steps after the warm-up step;
-    per-op: every round), keyed by metric name, in the run's stat order then run-level ones.
+def steady_steps(run: RunResult) -> list[float]:
+    """The wall ms of the steps after warm-up."""
+    return steady(run, run.step_ms)
+
+
+def steady_python_shares(run: RunResult) -> list[float]:
+    """Each step's share of wall time outside the executor, after warm-up: what the gate
+    decides on (empty if unknown: no per-step executor time, or a step of no time)."""
+    shares = run.step_python_shares()
+    return steady(run, shares) if shares and all(w > 0 for w in run.step_ms) else []
+
+
+def steady_examples_per_sec(run: RunResult) -> float | None:
+    """Steady-state examples/sec: the examples of the steps after warm-up over their time;
+    ``None`` for a run without a warm-up step (fewer than two steps), whose whole window's
+    ``examples_per_sec`` stands for it, or without per-step examples."""
+    if not run.warmup_steps or len(run.step_examples) != len(run.step_ms):
+        return None
+    ms = sum(steady_steps(run))
+    return sum(steady(run, run.step_examples)) / (ms / 1e3) if ms > 0 else None
+
+
+def _series(name: str, kind: Kind, values: Sequence[float],
+            sampled: bool = True) -> MetricSeries:
+    return MetricSeries(name, kind, tuple(float(v) for v in values), sampled)
+
+
+def view(run: RunResult) -> dict[str, MetricSeries]:
+    """Every metric of ``run``, in its steady state (the steps after warm-up; a per-op run's
+    rounds all), keyed by metric name, in the run's stat order then run-level ones.
 
     A stat without samples is ``avg_ms:<stat>`` (its average); e2e runs add the per-step
     ``examples_per_sec`` and ``python_share`` (the whole window's share when the run has no
     per-step executor time) and ``count:<stat>`` for each per-step op count. (Work counts are one
     value per run, not a series: :func:`pytest_opperf.workcount.compared` pairs two runs'.)"""
     e2e = run.kind == "e2e"
-    out: dict[str, Series] = {}
+    out: dict[str, MetricSeries] = {}
     for s in run.stats:
-        samples = after_warmup(s.samples_ms) if e2e else list(s.samples_ms or [])
+        samples = steady(run, s.samples_ms)
         if samples:
             name = metric(STEP if e2e else CALL, s.name)
             out[name] = _series(name, "time", samples)
@@ -106,12 +149,14 @@ def view(run: RunResult) -> dict[str, Series]:
     if not e2e:
         return out
     rates = [e / ms * 1e3 for e, ms in zip(run.step_examples, run.step_ms, strict=False) if ms > 0]
-    if any(run.step_examples) and len(rates) == min(len(run.step_examples), len(run.step_ms)):
-        out[EXAMPLES_PER_SEC] = _series(EXAMPLES_PER_SEC, "rate", after_warmup(rates))
+    steady_rates = steady(run, rates)
+    if (any(run.step_examples) and len(rates) == min(len(run.step_examples), len(run.step_ms))
+            and steady_rates):
+        out[EXAMPLES_PER_SEC] = _series(EXAMPLES_PER_SEC, "rate", steady_rates)
     elif run.examples > 0 and run.examples_per_sec > 0:
         out[EXAMPLES_PER_SEC] = _series(EXAMPLES_PER_SEC, "rate", [run.examples_per_sec],
                                         sampled=False)
-    shares = run.steady_python_shares()
+    shares = steady_python_shares(run)
     out[PYTHON_SHARE] = (_series(PYTHON_SHARE, "share", shares) if shares
                          else _series(PYTHON_SHARE, "share", [run.python_share], sampled=False))
     if run.batches:

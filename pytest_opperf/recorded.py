@@ -17,9 +17,9 @@ closed, after its wall clock stopped (:meth:`pytest_opperf.measure.Run.defer`), 
   ``perf_counter_ns`` reads, which gives the offset between the clocks at that marker (to well
   under a microsecond); a time is converted with the offset of the last marker before it.
 
-:func:`file_samples` is pure (tested on synthetic samples); :class:`Recorder` is the life cycle a
-framework's recorder fills in (start, mark, stop, read), and :func:`read_after_window` hands a
-recorder to the run, to be read when its window closes.
+:func:`file_samples` is pure (tested on synthetic samples); :class:`ProfilerRecorder` is the life
+cycle a framework's recorder fills in (its public hooks: start, make an event, stop, read), and
+:func:`read_after_window` hands a recorder to the run, to be read when its window closes.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any
 
 from pytest_opperf import measure, timers
 
-__all__ = ["MARK", "WARM_UP", "Mark", "Recorder", "RegionLog", "WatchedTable", "alignment",
+__all__ = ["MARK", "WARM_UP", "Mark", "ProfilerRecorder", "RegionLog", "WatchedTable", "alignment",
            "file_samples", "read_after_window"]
 
 MARK = "opperf::mark"  # the name of the marker events (never an operator)
@@ -157,11 +157,12 @@ class WatchedTable(timers.Table):
             log.set(perf_counter_ns(), region)
 
 
-class Recorder:
+class ProfilerRecorder:
     """A framework's profiler over one ``profile()`` block of ``table``; :meth:`finish` files its
     ops. Subclasses start and stop the profiler, drop a marker event into it and read it:
-    :meth:`_begin`, :meth:`_event`, :meth:`_end`, :meth:`_read`, and optionally
-    :meth:`_started` and :meth:`_closing` around the block."""
+    :meth:`start_profiler`, :meth:`make_event`, :meth:`stop_profiler`, :meth:`read_profile`, and
+    optionally :meth:`on_started` and :meth:`on_closing` around the block (the seams a framework's
+    adapter fills in; the rest is this class's)."""
 
     def __init__(self, table: timers.Table, run: measure.Run | None) -> None:
         self.table, self.run = table, run
@@ -174,39 +175,39 @@ class Recorder:
 
     # --- what a framework fills in ---------------------------------------------------
 
-    def _begin(self) -> None:
+    def start_profiler(self) -> None:
         """Start the framework's profiler (raise when it cannot be)."""
         raise NotImplementedError
 
-    def _event(self, name: str) -> None:
+    def make_event(self, name: str) -> None:
         """Make one event named ``name`` (:data:`MARK`, :data:`WARM_UP`) in the profiler's
         stream, on this thread."""
         raise NotImplementedError
 
-    def _end(self) -> Any:
+    def stop_profiler(self) -> Any:
         """Stop the profiler and return what it recorded (called once)."""
         raise NotImplementedError
 
-    def _read(self, result: Any, steps: int) -> dict[str, tuple[list[int], list[int]]]:
+    def read_profile(self, result: Any, steps: int) -> dict[str, tuple[list[int], list[int]]]:
         """File the ops of ``result`` into the table; per-step (counts, ns) of the first
         ``steps`` steps (:func:`file_samples` does most of it)."""
         raise NotImplementedError
 
-    def _started(self) -> None:
+    def on_started(self) -> None:
         """Called once the profiler and the markers are set up (e.g. to install hooks)."""
 
-    def _closing(self) -> None:
+    def on_closing(self) -> None:
         """Called at the end of the ``profile()`` block (e.g. to remove hooks)."""
 
     # --- the life cycle -----------------------------------------------------------------
 
     def mark(self, step: int | None) -> None:
         before = perf_counter_ns()
-        self._event(MARK)
+        self.make_event(MARK)
         self.marks.append(Mark(before, perf_counter_ns(), step))
 
     def start(self) -> None:
-        self._begin()
+        self.start_profiler()
         try:
             table = self.table
             # for the window the table is its subclass that logs each change of its open region
@@ -215,9 +216,9 @@ class Recorder:
             self.regions.set(perf_counter_ns(), table.current)
             table.on_flush(self._on_flush)
             for _ in range(2):  # the first events made cost tens of microseconds: not a marker's
-                self._event(WARM_UP)
+                self.make_event(WARM_UP)
             self.mark(None)
-            self._started()
+            self.on_started()
         except BaseException:
             self.abandon()
             raise
@@ -228,7 +229,7 @@ class Recorder:
 
     def close(self) -> None:
         """The end of ``profile()``: later ops are not the window's (read in :meth:`finish`)."""
-        self._closing()
+        self.on_closing()
         self.mark(None)
         self.closed = True
         table = self.table
@@ -242,7 +243,7 @@ class Recorder:
             self.finished = True
         if not self.closed:
             self.close()
-        return self._end()
+        return self.stop_profiler()
 
     def finish(self, steps: int | None = None) -> None:
         """Stop the profiler, read its events and file the window's ops (and per-step samples
@@ -251,7 +252,7 @@ class Recorder:
         if result is None:
             return
         steps = steps if steps is not None else (self.run.batches if self.run is not None else 0)
-        per_step = self._read(result, steps)
+        per_step = self.read_profile(result, steps)
         if self.run is not None:
             for name, (counts, totals) in per_step.items():
                 self.run.add_step_samples(name, counts, [ns / 1e6 for ns in totals])
@@ -270,7 +271,7 @@ class Recorder:
 
 
 @contextmanager
-def read_after_window(recorder: Recorder, unread: dict[int, Recorder],
+def read_after_window(recorder: ProfilerRecorder, unread: dict[int, ProfilerRecorder],
                       keep_on_error: bool = False) -> Iterator[None]:
     """Run ``recorder`` over the block; its ops are filed when the run's window closes (after its
     wall clock stopped), or at the end of the block without a run. ``unread`` holds, by table, a
@@ -301,7 +302,8 @@ def read_after_window(recorder: Recorder, unread: dict[int, Recorder],
     _read_when_closed(recorder, run, unread)
 
 
-def _read_when_closed(recorder: Recorder, run: measure.Run, unread: dict[int, Recorder]) -> None:
+def _read_when_closed(recorder: ProfilerRecorder, run: measure.Run,
+                      unread: dict[int, ProfilerRecorder]) -> None:
     table = recorder.table
     recorder.close()
     unread[id(table)] = recorder

@@ -17,8 +17,9 @@ from tabulate import tabulate
 
 from .gpu_report import device_host_lines, steady_lines
 from .layout import clean, md_code, md_text, middle, run_group, table, wrap
+from .metrics import steady, steady_python_shares, steady_steps
 from .results import SCHEMA, ResultSet, RunResult
-from .stats import Samples, after_warmup
+from .stats import Samples
 from .stattree import SORT_KEYS, Shares, short_name
 from .verdict import Drift, DriftRow, Verdict
 from .workcount import COUNTERS, LABELS, OUTSIDE
@@ -77,12 +78,12 @@ def _outside(run: RunResult) -> str:
 
 def _steady_shares(run: RunResult) -> list[str]:
     """The shares of the steps after warm-up, each the median of its per-step values (the
-    gate's Python share); empty with fewer than two steps."""
-    python, steps = run.steady_python_shares(), after_warmup(run.step_ms)
-    if len(run.step_ms) < 2 or len(python) != len(steps):
+    gate's Python share); empty for a run without a warm-up step."""
+    python, steps = steady_python_shares(run), steady_steps(run)
+    if not run.warmup_steps or not steps or len(python) != len(steps):
         return []
     roots = [t.samples_ms for t in run.stats.kernel_roots]
-    kernels = [after_warmup(x) for x in roots if x and len(x) == len(run.step_ms)]
+    kernels = [steady(run, x) for x in roots if x and len(x) == len(run.step_ms)]
     kernel = [sum(k) / w for w, *k in zip(steps, *kernels, strict=True)]
     framework = [max(0.0, 1 - p - k) for p, k in zip(python, kernel, strict=True)]
     p, f, k = (f"{Samples(x).median:.2%}" for x in (python, framework, kernel))

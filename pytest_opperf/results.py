@@ -19,15 +19,24 @@ from pathlib import Path
 from typing import Any
 
 from . import atomic
-from .stats import after_warmup
 from .stattree import StatResult, StatTree
 from .workcount import WorkCounts
 
-__all__ = ["KINDS", "SCHEMA", "ResultSet", "ResultsError", "RunResult", "StatResult",
-           "baseline_file", "dumps_results", "is_sha", "json_problem", "write_results"]
+__all__ = ["RUN_KINDS", "SCHEMA", "ResultSet", "ResultsError", "RunResult", "StatResult",
+           "baseline_file", "dumps_results", "is_sha", "json_problem", "warmup_rule",
+           "write_results"]
 
 SCHEMA = "opperf/1"
-KINDS = ("e2e", "op", "overhead")
+RUN_KINDS = ("e2e", "op", "overhead")
+BY_RULE = -1  # RunResult.warmup_steps: not given, the warm-up rule decides
+
+
+def warmup_rule(steps: int) -> int:
+    """How many of a run's ``steps`` (``run.step()`` calls) are warm-up: the first, when there
+    are at least two (it holds model building, startup and first compiles). The one warm-up
+    rule: a run applies it once, when it is recorded or read from a file that does not say
+    (:attr:`RunResult.warmup_steps`); every steady-state value is :mod:`pytest_opperf.metrics`'."""
+    return 1 if steps >= 2 else 0
 _SHA = re.compile(r"[0-9a-fA-F]{1,64}")
 
 
@@ -70,6 +79,15 @@ class RunResult:
     notes: list[str] = field(default_factory=list)
     trace: dict[str, Any] | None = None  # one step's events; kept out of results files
     work: WorkCounts | None = None  # the counting pass's work counts per step (run.counting_pass)
+    # how many leading steps are warm-up (as many as there are steps or more: all of them);
+    # BY_RULE (not given): warmup_rule's count, set at construction
+    warmup_steps: int = BY_RULE
+
+    def __post_init__(self) -> None:
+        if self.warmup_steps == BY_RULE:
+            self.warmup_steps = warmup_rule(len(self.step_ms))
+        elif self.warmup_steps < 0:
+            raise ValueError(f"run {self.id!r}: warmup_steps must be >= 0, got {self.warmup_steps}")
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "stats" and not isinstance(value, StatTree):
@@ -88,11 +106,6 @@ class RunResult:
         if not executor or len(executor) != len(self.step_ms):
             return None
         return [(w - e) / w if w > 0 else 0.0 for w, e in zip(self.step_ms, executor, strict=True)]
-
-    def steady_python_shares(self) -> list[float]:
-        """The step shares after warm-up, what the gate decides on (empty if unknown)."""
-        shares = self.step_python_shares()
-        return after_warmup(shares) if shares and all(w > 0 for w in self.step_ms) else []
 
     def to_dict(self, with_trace: bool = False) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)

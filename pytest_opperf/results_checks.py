@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .readonly import shared_dict, shared_list
-from .results import KINDS, SCHEMA, ResultsError, ResultSet, RunResult, is_sha
+from .results import BY_RULE, RUN_KINDS, SCHEMA, ResultsError, ResultSet, RunResult, is_sha
 from .stattree import StatResult, StatTree, StatTreeError
 from .workcount import COUNTERS, WorkCounts
 
@@ -182,8 +182,8 @@ def load_run(d: Any, i: int, source: str, memo: dict[Any, Any] | None = None) ->
     need(isinstance(d, dict), source, f"{where} is not an object")
     need(isinstance(d.get("id"), str), source, f"{where}.id is missing or not a string")
     where = f"run {d['id']!r:.200}"
-    need(d.get("kind") in KINDS, source,
-          f"{where}: kind must be one of {'|'.join(KINDS)}, got {shown(d.get('kind'))}")
+    need(d.get("kind") in RUN_KINDS, source,
+          f"{where}: kind must be one of {'|'.join(RUN_KINDS)}, got {shown(d.get('kind'))}")
     for key in ("wall_s", "examples_per_sec", "sec_per_batch", "python_share"):
         need(_number(d.get(key)), source, f"{where}: {key} is missing or not a finite number")
         need(d[key] >= 0, source, f"{where}: {key} must not be negative, got {shown(d[key])}")
@@ -214,6 +214,10 @@ def load_run(d: Any, i: int, source: str, memo: dict[Any, Any] | None = None) ->
           f"{where}: step_examples is not a list of whole numbers")
     _within_all(d.get("step_ms"), f"{where}: step_ms", source, MAX_TIME, " ms")
     _within_all(d.get("step_examples"), f"{where}: step_examples", source, MAX_COUNT)
+    warmup = d.get("warmup_steps", BY_RULE)  # files before it: the warm-up rule decides
+    need("warmup_steps" not in d or _count(warmup), source,
+         f"{where}: warmup_steps must be a whole number >= 0, got {shown(warmup)}")
+    _within(warmup, f"{where}: warmup_steps", source, MAX_COUNT)
     notes = d.get("notes", [])
     need(isinstance(notes, list) and all(isinstance(n, str) for n in notes), source,
           f"{where}: notes is not a list of strings")
@@ -246,6 +250,7 @@ def load_run(d: Any, i: int, source: str, memo: dict[Any, Any] | None = None) ->
         step_examples=shared_list([int(x) for x in d.get("step_examples", [])]),
         notes=shared_list(list(notes)),
         trace=d.get("trace") if isinstance(d.get("trace"), dict) else None, work=work,
+        warmup_steps=int(warmup),
         **{k: _float(v) for k, v in optional.items()})
 
 

@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-__all__ = ["MannWhitney", "Samples", "after_warmup", "mann_whitney_u", "median", "most_common",
-           "normal_sf"]
+__all__ = ["MannWhitney", "Samples", "mann_whitney_u", "median", "most_common", "normal_sf"]
 
 
 def median(values: Sequence[float]) -> float:
@@ -24,13 +23,6 @@ def median(values: Sequence[float]) -> float:
     s = sorted(values)
     mid = len(s) // 2
     return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
-
-
-def after_warmup(samples: Sequence[float] | None) -> list[float]:
-    """The samples after the first (warm-up) one; all of them when there are fewer than two."""
-    if not samples:
-        return []
-    return list(samples[1:]) if len(samples) >= 2 else list(samples)
 
 
 class Samples:

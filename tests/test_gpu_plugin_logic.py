@@ -11,10 +11,11 @@ import pytest
 from pytest_opperf import gpu_env, timers
 from pytest_opperf.device import DeviceInfo
 from pytest_opperf.gate import evaluate
-from pytest_opperf.gpu_report import bound, device_host_lines, steady_examples_per_sec, steady_lines
+from pytest_opperf.gpu_report import bound, device_host_lines, steady_lines
 from pytest_opperf.identity import baseline_variant, mismatch
 from pytest_opperf.machine import same_hardware
 from pytest_opperf.measure import Run, measure_window
+from pytest_opperf.metrics import steady_examples_per_sec
 from pytest_opperf.nvtx_ranges import NvtxRanges
 from pytest_opperf.oploop import LoopSettings, time_rounds
 from pytest_opperf.report import run_lines

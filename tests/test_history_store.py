@@ -49,7 +49,7 @@ def test_a_session_round_trips_with_per_step_medians_and_counts(store_source):
     assert conv.step_count == 53 and conv.kernel
     assert stats[("suite.py::test_op[conv2d]", "conv2d")].value == 0.5  # per call
     run = next(r for r in history.runs if r.kind == "e2e")
-    assert run.examples_per_sec == pytest.approx(results.runs[0].examples_per_sec)
+    assert run.window_examples_per_sec == pytest.approx(results.runs[0].examples_per_sec)
 
 
 def test_compare_is_optional_and_the_same_results_are_stored_once(store_source):
@@ -180,7 +180,7 @@ def test_a_version_1_store_is_read_as_it_is_and_migrated_by_a_writer(store_sourc
         assert store.append(session(conv_ms=9.0, sha="d" * 40)) is not None  # the old release
         assert store.version == 1
     with Store(store_source, create=True) as store:  # a writer migrates
-        assert store.version == len(MIGRATIONS) == 2
+        assert store.version == len(MIGRATIONS) == 3
         third = store.append(session(conv_ms=2.5, sha="c" * 40, work_counts=work(instructions=7)))
         history = store.load()
     assert [s.id for s in old.sessions] == [first, second]
@@ -425,5 +425,5 @@ def test_a_newer_store_names_the_release_that_wrote_it(tmp_path):
     conn.commit()
     conn.close()
     with pytest.raises(HistoryError, match=r"h.sqlite: history schema version 7, written by "
-                       r"pytest-opperf 9.9.0; this is pytest-opperf .* \(schema version 2\)"):
+                       r"pytest-opperf 9.9.0; this is pytest-opperf .* \(schema version 3\)"):
         Store(str(path))

@@ -227,10 +227,11 @@ def test_the_listing_shows_the_work_per_step_after_the_times(tmp_path):
     lines = out.splitlines()
     rows = [line.split() for line in lines if line.startswith("suite.py::test_train ")]
     metrics = [row[1] for row in rows]
-    assert metrics == ["examples_per_sec", "python_share", "step_ms:conv2d", "step_ms:relu",
+    assert metrics == ["examples_per_sec", "python_share", "window_examples_per_sec",
+                       "window_python_share", "step_ms:conv2d", "step_ms:relu",
                        "bytecodes", "py_calls", "c_calls", "instructions", "bytecodes:(outside)"]
-    assert rows[4][2:] == ["78,000"] + ["81,000*"] + ["81,000"] * 3  # counts in full
-    assert rows[7][2:] == ["9,000,000"] * 5 and rows[8][2:] == ["8,000"] * 5
+    assert rows[6][2:] == ["78,000"] + ["81,000*"] + ["81,000"] * 3  # counts in full
+    assert rows[9][2:] == ["9,000,000"] * 5 and rows[10][2:] == ["8,000"] * 5
     assert ("  suite.py::test_train bytecodes: stepped at "
             f"{_sha(10)[:8]} ({_stamp(10)}): 78,000 -> 81,000 (+3.8%, worse)") in lines
     assert "work counts per step" in out  # the table says what its numbers are

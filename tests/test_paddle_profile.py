@@ -22,8 +22,9 @@ import pytest
 from pytest_opperf import measure, timers
 from pytest_opperf.device import CPU_HOST
 from pytest_opperf.gate import evaluate
+from pytest_opperf.metrics import steady_python_shares, steady_steps
 from pytest_opperf.paddle.events import EXECUTOR, inner_name, op_name, samples_of
-from pytest_opperf.paddle.support import INSTALL, SUPPORTED, import_paddle, version_problem
+from pytest_opperf.paddle.support import INSTALL, PADDLE_SUPPORTED, import_paddle, version_problem
 from pytest_opperf.recorded import MARK
 from pytest_opperf.results import ResultSet, RunResult
 from pytest_opperf.thresholds import parse_thresholds
@@ -49,7 +50,7 @@ nn = paddle.nn
 
 def test_the_installed_paddle_is_in_the_supported_range() -> None:
     assert version_problem(paddle.__version__) is None, paddle.__version__
-    assert SUPPORTED == ((3, 3), (3, 4))
+    assert PADDLE_SUPPORTED == ((3, 3), (3, 4))
     assert "outside the supported range >=3.3,<3.4" in str(version_problem("3.4.0"))
 
 
@@ -209,10 +210,10 @@ def test_busy_work_outside_the_executor_moves_the_python_share(make) -> None:
     import statistics
 
     quiet, busy = make(), make(busy_s=0.1)  # 100 ms of busy work per step, outside every op
-    quiet_shares, busy_shares = quiet.steady_python_shares(), busy.steady_python_shares()
+    quiet_shares, busy_shares = steady_python_shares(quiet), steady_python_shares(busy)
     assert len(quiet_shares) == len(busy_shares) == STEPS - 1
     # each step spent at least its 100 ms outside the executor (wall clock, not a CPU's speed)
-    outside_ms = [share * ms for share, ms in zip(busy_shares, busy.step_ms[1:], strict=True)]
+    outside_ms = [share * ms for share, ms in zip(busy_shares, steady_steps(busy), strict=True)]
     assert min(outside_ms) >= 100.0, outside_ms
     assert statistics.median(busy_shares) > statistics.median(quiet_shares), (quiet_shares,
                                                                               busy_shares)

@@ -26,7 +26,7 @@ from typing import Literal
 from ..metrics import Kind, MetricKey
 from ..thresholds import CompareSettings
 from . import paired, tuning
-from .paired import Decision, Paired, Verdict
+from .paired import ABVerdict, Decision, Paired
 
 __all__ = ["Keep", "SessionPairs", "Want", "final_decisions", "leans",
            "may_regress", "order_verdict", "short", "wanting_pairs"]
@@ -78,7 +78,7 @@ def _part_decision(part: Paired, settings: CompareSettings, family_size: int) ->
     return paired.decide(family, settings)[0]
 
 
-def order_verdict(part: Paired, settings: CompareSettings, family_size: int) -> Verdict:
+def order_verdict(part: Paired, settings: CompareSettings, family_size: int) -> ABVerdict:
     """The verdict of the pairs ``part`` (those of one start order) on their own, corrected for
     ``family_size`` metrics."""
     return _part_decision(part, settings, family_size).verdict

@@ -20,18 +20,17 @@ from functools import cache, lru_cache
 from statistics import NormalDist
 from typing import Any, Literal
 
-from ..metrics import CALL, STEP, Kind, MetricKey
+from ..metrics import CALL, METRIC_KINDS, STEP, Kind, MetricKey
 from ..results import ResultsError
 from ..results_checks import is_num
 from ..stats import most_common
 from ..thresholds import CompareSettings
 from ..workcount import COUNTERS
 
-__all__ = ["CompareResult", "Decision", "Paired", "Verdict", "decide", "from_x",
+__all__ = ["ABVerdict", "CompareResult", "Decision", "Paired", "decide", "from_x",
            "pairs_for_interval", "rule", "signed_rank_cdf", "to_x", "walsh_interval"]
 
-Verdict = Literal["regressed", "improved", "unchanged", "undecided"]
-KINDS: tuple[str, ...] = ("time", "rate", "share", "count")
+ABVerdict = Literal["regressed", "improved", "unchanged", "undecided"]
 # the report's order
 VERDICTS: tuple[str, ...] = ("regressed", "undecided", "improved", "unchanged")
 
@@ -78,9 +77,9 @@ class Paired:
     head: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
+        if self.kind not in METRIC_KINDS:
             raise ValueError(f"{self.key.run} {self.key.metric}: kind must be one of "
-                             f"{', '.join(KINDS)}, got {self.kind!r}")
+                             f"{', '.join(METRIC_KINDS)}, got {self.kind!r}")
         if len(self.base) != len(self.head):
             raise ValueError(f"{self.key.run} {self.key.metric}: base and head must pair up, got "
                              f"{len(self.base)} base and {len(self.head)} head samples")
@@ -189,7 +188,7 @@ class Decision:
 
     key: MetricKey
     kind: Kind
-    verdict: Verdict
+    verdict: ABVerdict
     base: float
     head: float
     estimate: float
@@ -241,7 +240,7 @@ def _threshold(p: Paired, ms: CompareSettings, base: float) -> float:
     return ms.max_python_share_increase
 
 
-def rule(low: float, high: float, c: float) -> Verdict:
+def rule(low: float, high: float, c: float) -> ABVerdict:
     """The decision rule on the interval ``[low, high]`` of ``x`` with the threshold ``c``."""
     if low > c / 2 and high >= c:
         return "regressed"
@@ -268,7 +267,7 @@ def _count_decision(p: Paired) -> Decision:
     work = p.key.prefix in COUNTERS  # a work count: less work is an improvement
     statistic = "work count per step (exact)" if work else "per-step count (exact)"
     statistic += "" if base_same and head_same else ", most common per-step value"
-    verdict: Verdict = ("unchanged" if not diff else "improved" if work and diff < 0
+    verdict: ABVerdict = ("unchanged" if not diff else "improved" if work and diff < 0
                         else "regressed")
     return Decision(p.key, p.kind, verdict, float(base), float(head), diff, diff, diff, p.pairs,
                     statistic, 0.0)
@@ -370,8 +369,8 @@ def _decision_from_dict(d: Any, where: str, source: str) -> Decision:
     _need(isinstance(d, dict), source, f"{where} is not an object")
     for key in ("run", "metric", "statistic"):
         _need(isinstance(d.get(key), str), source, f"{where}.{key} is missing or not a string")
-    _need(d.get("kind") in KINDS, source,
-          f"{where}.kind must be one of {', '.join(KINDS)}, got {d.get('kind')!r}")
+    _need(d.get("kind") in METRIC_KINDS, source,
+          f"{where}.kind must be one of {', '.join(METRIC_KINDS)}, got {d.get('kind')!r}")
     _need(d.get("verdict") in VERDICTS, source,
           f"{where}.verdict must be one of {', '.join(VERDICTS)}, got {d.get('verdict')!r}")
     _need(isinstance(d.get("pairs"), int) and not isinstance(d["pairs"], bool) and d["pairs"] >= 0,

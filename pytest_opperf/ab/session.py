@@ -38,7 +38,7 @@ from .controller import Controller, TestOutcome
 from .paired import CompareResult
 from .processes import SideFailure, SideSpec
 
-PLUGIN_NAME = "opperf-ab"
+AB_PLUGIN_NAME = "opperf-ab"
 # signals that end an A/B session as Ctrl-C does (SIGHUP: not on Windows); SIGINT is Ctrl-C
 TRAPPED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP")
                         if hasattr(signal, name))
@@ -169,7 +169,7 @@ class ABSession:
         session = cls(config, settings, thresholds, add_runs, base, workspace, base_root, python,
                       not info.has_plugin_entry_point)
         session.base_python = info
-        config.pluginmanager.register(session, PLUGIN_NAME)
+        config.pluginmanager.register(session, AB_PLUGIN_NAME)
         return session
 
     # --- the session ------------------------------------------------------------------------

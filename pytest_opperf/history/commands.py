@@ -51,6 +51,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     history.add_argument("--run", metavar="GLOB", help="only runs whose id matches (default: all)")
     history.add_argument("--stat", metavar="NAME",
                          help="only these stats (a glob; also examples_per_sec, python_share, "
+                         "their whole-window window_examples_per_sec, window_python_share, "
                          "and the work counts bytecodes, py_calls, c_calls, instructions; "
                          "default: the run metrics, each e2e run's top 10 stats and its work "
                          "counts per step)")

@@ -14,6 +14,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..atomic import write_text_atomic
+from ..metrics import (
+    EXAMPLES_PER_SEC,
+    PYTHON_SHARE,
+    WINDOW_EXAMPLES_PER_SEC,
+    WINDOW_PYTHON_SHARE,
+)
 from ..workcount import LABELS
 from .errors import EXTRA_HINT, MissingExtra
 from .trends import (
@@ -140,13 +146,14 @@ def _group_html(gi: int, group: Group, latest: dict[str, Any], go: Any, pio: Any
     runs = _e2e_runs(group)
     by_key = {(s.run, s.metric): s for s in group.series}
     if runs:
-        for metric, title, ytitle, fmt in (
-                ("examples_per_sec", "examples/sec", "examples/sec", None),
-                ("python_share", "Python share of wall time", "share", ".1%")):
+        for metric, window, title, ytitle, fmt in (
+                (EXAMPLES_PER_SEC, WINDOW_EXAMPLES_PER_SEC, "examples/sec", "examples/sec", None),
+                (PYTHON_SHARE, WINDOW_PYTHON_SHARE, "Python share of wall time", "share", ".1%")):
             fig = _figure(go, title, ytitle, fmt)
-            for run in runs:
-                if (run, metric) in by_key:
-                    _add_series(go, fig, _trace_data(group, by_key[(run, metric)]), run)
+            for run in runs:  # the steady state, and the whole window (warm-up included) apart
+                for key, name in ((metric, run), (window, f"{run} (whole window)")):
+                    if (run, key) in by_key:
+                        _add_series(go, fig, _trace_data(group, by_key[(run, key)]), name)
             parts.append(_div(pio, fig, f"{metric}-{gi}"))
         for ri, run in enumerate(runs):
             tops = [s for s in group.series if s.run == run and s.kind == "e2e"
@@ -238,7 +245,7 @@ def _latest(group: Group, history_runs: Any, history_stats: Any) -> dict[str, An
     latest_id = group.sessions[-1].id if group.sessions else None
     kernels = {(st.run, st.name): True for st in history_stats
                if st.session_id in ids and st.kernel}
-    shares: _Shares = {r.run: (r.wall_s * 1e3, r.python_share, r.framework_share, [])
+    shares: _Shares = {r.run: (r.wall_s * 1e3, r.window_python_share, r.framework_share, [])
                        for r in history_runs
                        if r.session_id == latest_id and r.kind == "e2e" and r.wall_s > 0}
     for st in history_stats:

@@ -1,7 +1,8 @@
 """What the history keeps of a session and reads back: the stored records
 (:class:`StoredSession`, :class:`StoredRun`, :class:`StoredStat`, :class:`History`) and the values
-derived on the way in (a stat's per-step value, a commit's time, the session's fingerprint, the
-bounded samples)."""
+derived on the way in (a stat's per-step value, a run's steady state, a commit's time, the
+session's fingerprint, the bounded samples), all steady-state values through
+:mod:`pytest_opperf.metrics`."""
 
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from ..metrics import steady, steady_examples_per_sec, steady_python_shares
 from ..results import ResultSet, RunResult, StatResult, is_sha
-from ..stats import after_warmup, median
+from ..stats import median
 from ..workcount import WorkCounts
 
 __all__ = ["SAMPLES_KEPT", "History", "StoredRun", "StoredSession", "StoredStat",
-           "bounded_samples", "commit_time", "dumps", "fingerprint", "step_value", "utc"]
+           "bounded_samples", "commit_time", "dumps", "fingerprint", "steady_run_values",
+           "step_value", "utc"]
 
 SAMPLES_KEPT = 16  # per stat: enough to see a distribution, small for 1,000 sessions of 170 runs
 
@@ -55,14 +58,23 @@ def commit_time(sha: str | None, cwd: str | os.PathLike[str] = ".") -> str | Non
 
 
 def step_value(run: RunResult, stat: StatResult) -> float | None:
-    """The stat's per-step median (e2e: the per-step totals after the warm-up step, as the
-    gate takes them) or per-call median (per-op benchmarks); without samples the mean."""
-    samples = stat.samples_ms
+    """The stat's steady-state median, as the gate takes it (:func:`pytest_opperf.metrics.steady`:
+    e2e, the per-step totals after warm-up) or per-call median (per-op benchmarks); without
+    samples the mean."""
+    samples = steady(run, stat.samples_ms)
     if samples:
-        return median(after_warmup(samples) if run.kind == "e2e" else samples)
+        return median(samples)
     if run.kind == "e2e":
         return stat.total_ms / run.batches if run.batches else None
     return stat.avg_ms
+
+
+def steady_run_values(run: RunResult) -> tuple[float | None, float | None]:
+    """The run's steady-state examples/sec (:func:`pytest_opperf.metrics.steady_examples_per_sec`)
+    and Python share (the median of its steps' shares after warm-up, as the gate compares them);
+    each None where the run has none."""
+    shares = steady_python_shares(run)
+    return steady_examples_per_sec(run), median(shares) if shares else None
 
 
 def bounded_samples(samples: Sequence[float] | None) -> str | None:
@@ -121,17 +133,24 @@ class StoredSession:
 @dataclass(frozen=True)
 class StoredRun:
     """A stored run; ``work`` its work counts per step (None: the run had none, or was stored
-    before the store kept them)."""
+    before the store kept them).
+
+    ``examples_per_sec`` and ``python_share`` are the steady state, as the gate names them
+    (:func:`steady_run_values`; None: the run has none, or was stored before the store kept
+    it); ``window_examples_per_sec`` and ``window_python_share`` are the whole window's,
+    warm-up included (the run's ``examples_per_sec`` and ``python_share`` in a results file)."""
 
     session_id: int
     run: str
     kind: str
-    examples_per_sec: float
-    python_share: float
+    window_examples_per_sec: float
+    window_python_share: float
     framework_share: float
     kernel_share: float
     wall_s: float
     work: WorkCounts | None = None
+    examples_per_sec: float | None = None
+    python_share: float | None = None
 
 
 @dataclass(frozen=True)

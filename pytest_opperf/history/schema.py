@@ -51,6 +51,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             stat TEXT NOT NULL, counter TEXT NOT NULL, value BIGINT NOT NULL,
             PRIMARY KEY (run_id, stat, counter))""",
     ),
+    (  # the steady state, named apart from the whole window's examples_per_sec and python_share:
+        # NULL for a run without one, or stored before this version
+        "ALTER TABLE opperf_runs ADD COLUMN steady_examples_per_sec {float}",
+        "ALTER TABLE opperf_runs ADD COLUMN steady_python_share {float}",
+    ),
 )
 
 DIALECT = {

@@ -9,8 +9,10 @@ once. Readers never write (see :mod:`.connect`): they read an older version as i
 
 A run's work counts (:class:`~pytest_opperf.workcount.WorkCounts`, when the results have them) are
 kept with it: each stat's self count per step of each counter, one row each, and the counting
-pass's steps, versions and CPU instructions on the run's row. What is kept, and read back, is
-:mod:`.records`.
+pass's steps, versions and CPU instructions on the run's row. A run's row keeps the whole window's
+examples/sec and Python share (``examples_per_sec``, ``python_share``, as in the results file) and,
+from version 3, the steady state's apart (``steady_examples_per_sec``, ``steady_python_share``;
+NULL where the run has none). What is kept, and read back, is :mod:`.records`.
 
 One session is one transaction: its session row, every run, stat and work count are committed
 together or not at all (an exception, Ctrl-C, a killed process or a lost connection leaves nothing
@@ -43,6 +45,7 @@ from .records import (
     commit_time,
     dumps,
     fingerprint,
+    steady_run_values,
     step_value,
     utc,
 )
@@ -268,6 +271,9 @@ class Store:
             session_id, run.id, run.kind, run.device, run.timing, run.wall_s, run.examples,
             run.batches, run.examples_per_sec, run.sec_per_batch, run.python_share,
             run.framework_share, run.kernel_share, run.executor_ms, run.kernel_ms]
+        if self._schema >= 3:  # the steady state apart from the whole window's values above
+            columns += ["steady_examples_per_sec", "steady_python_share"]
+            values += list(steady_run_values(run))
         work = run.work
         if work is not None:  # named only then: a run without work counts is stored as before
             columns += ["work_steps", "work_pass_s", "work_versions", "work_varies",
@@ -328,6 +334,8 @@ class Store:
                 counts.setdefault(int(r[0]), {}).setdefault(r[1], {})[r[2]] = int(r[3])
             work_columns = ("work_steps, work_pass_s, work_versions, work_varies, instructions, "
                             "instructions_cpu" if has_work else ", ".join(["NULL"] * 6))
+            steady_columns = ("steady_examples_per_sec, steady_python_share" if self._schema >= 3
+                              else "NULL, NULL")  # before version 3: not kept
             runs = [StoredRun(int(r[1]), r[2], r[3], float(r[4]), float(r[5]), float(r[6]),
                               float(r[7]), float(r[8]), None if r[9] is None else WorkCounts(
                                   counts.get(int(r[0]), {}), int(r[9]), float(r[10]),
@@ -335,10 +343,12 @@ class Store:
                                               "work_versions"),
                                   self._loads(r[12], f"session {r[1]} run {r[2]!r}",
                                               "work_varies"),
-                                  None if r[13] is None else int(r[13]), r[14]))
+                                  None if r[13] is None else int(r[13]), r[14]),
+                              None if r[15] is None else float(r[15]),
+                              None if r[16] is None else float(r[16]))
                     for r in self._execute(
                         "SELECT id, session_id, run, kind, examples_per_sec, python_share, "
-                        f"framework_share, kernel_share, wall_s, {work_columns} "
+                        f"framework_share, kernel_share, wall_s, {work_columns}, {steady_columns} "
                         "FROM opperf_runs ORDER BY id").fetchall()
                     if keep_run is None or keep_run(r[2])]
             stats = [StoredStat(int(r[0]), r[1], r[2], r[3], bool(r[4]),

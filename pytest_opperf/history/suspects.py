@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..layout import clean, md_text
-from .trends import HIGHER_IS_BETTER, Group, find_changes, is_work, version_change
+from .trends import HIGHER_IS_BETTER, SHARES, Group, find_changes, is_work, version_change
 
 __all__ = ["HOLD", "Suspect", "find", "markdown_lines", "text_lines"]
 
@@ -52,7 +52,7 @@ class Suspect:
 def _fmt(metric: str, value: float) -> str:
     if is_work(metric):
         return f"{value:,.0f}"
-    return f"{value:.2%}" if metric == "python_share" else f"{value:.4g}"
+    return f"{value:.2%}" if metric in SHARES else f"{value:.4g}"
 
 
 def find(groups: Sequence[Group], last: int = 10, hold: int = HOLD,

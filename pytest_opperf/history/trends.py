@@ -4,7 +4,9 @@ Sessions are grouped by device class and workload (numbers from different hardwa
 never on one line). Within a group, the points of a series are commits in time order: sessions of
 one clean commit are one point (the median of their values); a session of a dirty tree, or without
 git, is a point of its own. Metrics are named as the gate names them (listed in
-docs/history.md): ``step_ms:<stat>`` is the per-step median, ``call_ms:<stat>`` per call.
+docs/history.md): ``step_ms:<stat>`` is the per-step median after warm-up, ``call_ms:<stat>`` per
+call, ``examples_per_sec`` and ``python_share`` the steady state; the whole window's values
+(warm-up included) are ``window_examples_per_sec`` and ``window_python_share``.
 
 A run with work counts (:mod:`pytest_opperf.workcount`) adds its work per step as series too: the
 step's totals ``bytecodes``, ``py_calls``, ``c_calls`` and, where counted, ``instructions`` (CPU
@@ -26,13 +28,16 @@ from ..layout import clean
 from ..stats import median
 from ..workcount import COUNTERS, OUTSIDE, WorkCounts
 from .changepoints import ChangePoint, detect
-from .records import History, StoredSession
+from .records import History, StoredRun, StoredSession
 
 __all__ = ["Commit", "Group", "Series", "build", "find_changes", "history_lines", "is_work",
-           "metric_name", "version_change", "work_metrics"]
+           "metric_name", "run_metrics", "version_change", "work_metrics"]
 
-RUN_METRICS = ("examples_per_sec", "python_share")
-HIGHER_IS_BETTER = ("examples_per_sec",)
+# the steady state (as the gate names it), then the whole window's (warm-up included)
+RUN_METRICS = (metrics.EXAMPLES_PER_SEC, metrics.PYTHON_SHARE, metrics.WINDOW_EXAMPLES_PER_SEC,
+               metrics.WINDOW_PYTHON_SHARE)
+HIGHER_IS_BETTER = (metrics.EXAMPLES_PER_SEC, metrics.WINDOW_EXAMPLES_PER_SEC)
+SHARES = (metrics.PYTHON_SHARE, metrics.WINDOW_PYTHON_SHARE)
 DEFAULT_TOP = 10  # step_ms rows per e2e run in the history command without --stat
 INSTRUCTIONS = metrics.INSTRUCTIONS
 WORK_TOTALS = (*COUNTERS, INSTRUCTIONS)  # a step's work counts, in the order they are listed
@@ -112,6 +117,13 @@ def work_metrics(work: WorkCounts) -> list[tuple[str, float]]:
     return out
 
 
+def run_metrics(run: StoredRun) -> list[tuple[str, float | None]]:
+    """An e2e run's :data:`RUN_METRICS` and their values (None: the store has none)."""
+    return list(zip(RUN_METRICS, (run.examples_per_sec, run.python_share,
+                                  run.window_examples_per_sec, run.window_python_share),
+                    strict=True))
+
+
 def find_changes(metric: str, values: Sequence[float], min_size: int = 3) -> list[ChangePoint]:
     """The change points of one metric's series: :func:`~.changepoints.detect` with its
     defaults (tuned to timing noise), finer for work counts (:data:`WORK_DETECT`)."""
@@ -122,11 +134,11 @@ def find_changes(metric: str, values: Sequence[float], min_size: int = 3) -> lis
 
 
 def _order(s: Series) -> tuple[str, int, float, str]:
-    """A run's rows: run metrics, times (the largest first), the work totals (in
-    :data:`WORK_TOTALS`' order), each stat's work (the largest first)."""
+    """A run's rows: run metrics (in :data:`RUN_METRICS`' order), times (the largest first), the
+    work totals (in :data:`WORK_TOTALS`' order), each stat's work (the largest first)."""
     if s.metric in RUN_METRICS:
-        rank = 0
-    elif not is_work(s.metric):
+        return s.run, 0, RUN_METRICS.index(s.metric), s.metric
+    if not is_work(s.metric):
         rank = 1
     elif s.metric in WORK_TOTALS:
         return s.run, 2, WORK_TOTALS.index(s.metric), s.metric
@@ -152,9 +164,8 @@ def build(history: History, last: int | None = None) -> list[Group]:
     values: dict[tuple[int, str], list[tuple[str, str, float]]] = {}  # (session, run) -> values
     for r in history.runs:
         if r.kind == "e2e":
-            values.setdefault((r.session_id, r.run), []).extend([
-                (r.kind, "examples_per_sec", r.examples_per_sec),
-                (r.kind, "python_share", r.python_share)])
+            values.setdefault((r.session_id, r.run), []).extend(
+                (r.kind, m, v) for m, v in run_metrics(r) if v is not None)
         if r.work is not None:
             values.setdefault((r.session_id, r.run), []).extend(
                 (r.kind, m, v) for m, v in work_metrics(r.work))
@@ -243,7 +254,7 @@ def version_change(group: Group, run: str, before: int, after: int) -> str | Non
 def _fmt(metric: str, value: float | None) -> str:
     if value is None:
         return ""
-    if metric == "python_share":
+    if metric in SHARES:
         return f"{value:.2%}"
     if is_work(metric):  # exact counts: every digit of a small step shows
         return f"{value:,.0f}"

@@ -20,13 +20,15 @@ from .device import pytest_opperf_select_device
 
 __all__ = ["EXECUTOR", "Profile", "profile", "pytest_opperf_select_device"]
 
-_LAZY = {"EXECUTOR": "events", "Profile": "profiling", "profile": "profiling"}
+# name: (module, its name there); Profile is profiling.PaddleProfile
+_LAZY = {"EXECUTOR": ("events", "EXECUTOR"), "Profile": ("profiling", "PaddleProfile"),
+         "profile": ("profiling", "profile")}
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
+    module, attribute = _LAZY.get(name, (None, name))
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from importlib import import_module
 
-    return getattr(import_module(f"{__name__}.{module}"), name)
+    return getattr(import_module(f"{__name__}.{module}"), attribute)

@@ -25,7 +25,7 @@ paddle (tested on synthetic trees). What counts, and the stat's name:
 Threads: the window's thread is the one its markers were made on. An op on another thread (the
 executor's worker threads when it does not run serially) is filed inside the executor run on the
 window's thread that was running when it started, else at the top level, and counted
-(:attr:`Samples.other_threads`) so that the run's report says so.
+(:attr:`PaddleSamples.other_threads`) so that the run's report says so.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import Any
 
 from pytest_opperf.recorded import MARK
 
-__all__ = ["EXECUTOR", "Samples", "inner_name", "op_name", "samples_of"]
+__all__ = ["EXECUTOR", "PaddleSamples", "inner_name", "op_name", "samples_of"]
 
 EXECUTOR = "StandaloneExecutor::run"  # the static executor's run, as Paddle's tracer names it
 OPERATOR = "Operator"
@@ -99,7 +99,7 @@ def _grad_node_name(name: str, children: list[Any]) -> str:
 
 
 @dataclass
-class Samples:
+class PaddleSamples:
     """What :func:`samples_of` read: the samples, the markers' starts, the window's thread, and
     the ops that ran on other threads (by name)."""
 
@@ -110,20 +110,20 @@ class Samples:
     executor_runs: int = 0
 
 
-def samples_of(trees: Mapping[int, Any], nested: bool = False) -> Samples:
+def samples_of(trees: Mapping[int, Any], nested: bool = False) -> PaddleSamples:
     """The samples of the events in ``trees`` (thread id -> root event, as
     ``_ProfilerResult.get_data()`` gives them). Each event is read once: Paddle's pybind objects
     build their attributes (the list of children too) on every read."""
-    out = Samples()
-    by_thread: dict[int, tuple[Samples, list[tuple[int, int, str]]]] = {}
+    out = PaddleSamples()
+    by_thread: dict[int, tuple[PaddleSamples, list[tuple[int, int, str]]]] = {}
     for thread, root in trees.items():
-        read, executors = Samples(), list[tuple[int, int, str]]()
+        read, executors = PaddleSamples(), list[tuple[int, int, str]]()
         _walk(root.children_node, None, False, thread, nested, read, executors)
         by_thread[thread] = (read, executors)
         if read.mark_starts and out.main_thread is None:
             out.main_thread = thread
     main, executors = (by_thread.pop(out.main_thread) if out.main_thread is not None
-                       else (Samples(), []))
+                       else (PaddleSamples(), []))
     out.samples, out.mark_starts = main.samples, sorted(main.mark_starts)
     out.executor_runs = main.executor_runs
     executors.sort()
@@ -140,7 +140,7 @@ def samples_of(trees: Mapping[int, Any], nested: bool = False) -> Samples:
 
 
 def _walk(events: Iterable[Any], path: str | None, in_op: bool, thread: int, nested: bool,
-          out: Samples, executors: list[tuple[int, int, str]]) -> None:
+          out: PaddleSamples, executors: list[tuple[int, int, str]]) -> None:
     for event in events:
         name, kind, children = event.name, _kind(event), event.children_node
         if name == MARK:

@@ -30,7 +30,7 @@ from pytest_opperf.hookspec import OpPerfPaddleWarning
 from .events import EXECUTOR, samples_of
 from .support import import_paddle, version_problem
 
-__all__ = ["DYGRAPH_NOTE", "EXECUTOR", "EXECUTOR_NOTE", "Profile", "profile"]
+__all__ = ["DYGRAPH_NOTE", "EXECUTOR", "EXECUTOR_NOTE", "PaddleProfile", "profile"]
 
 SERIAL_FLAG = "FLAGS_new_executor_serial_run"
 EXECUTOR_NOTE = (f"paddle: executor time is {EXECUTOR} (the static executor's run, as "
@@ -49,7 +49,7 @@ SECOND_PROFILER = ("pytest_opperf.paddle.profile(): another Paddle profiler is a
 
 
 @dataclass(frozen=True)
-class Profile:
+class PaddleProfile:
     """What :func:`profile` yields: where it records, and how."""
 
     table: timers.Table | None  # None when nothing records
@@ -57,7 +57,7 @@ class Profile:
     serial: bool = True
 
 
-class Recorder(recorded.Recorder):
+class PaddleRecorder(recorded.ProfilerRecorder):
     """Paddle's profiler (host tracer) over one ``profile()`` block of ``table``."""
 
     def __init__(self, table: timers.Table, run: measure.Run | None, nested: bool,
@@ -71,7 +71,7 @@ class Recorder(recorded.Recorder):
         self._profiler: Any = None
         self._serial_before: bool | None = None
 
-    def _begin(self) -> None:
+    def start_profiler(self) -> None:
         core = self.paddle.base.core
         options = core.ProfilerOptions()
         options.trace_switch = 1  # the host tracer: CPU events only
@@ -85,21 +85,21 @@ class Recorder(recorded.Recorder):
             self._serial_before = bool(self.paddle.get_flags([SERIAL_FLAG])[SERIAL_FLAG])
             self.paddle.set_flags({SERIAL_FLAG: True})
 
-    def _event(self, name: str) -> None:
+    def make_event(self, name: str) -> None:
         self._record_event(name, self._user_defined).end()
 
-    def _closing(self) -> None:
+    def on_closing(self) -> None:
         if self._serial_before is not None:
             self.paddle.set_flags({SERIAL_FLAG: self._serial_before})
             self._serial_before = None
 
-    def _end(self) -> Any:
+    def stop_profiler(self) -> Any:
         # Paddle's one profiler is free once its object is deleted
         profiler, self._profiler = self._profiler, None
-        self._closing()
+        self.on_closing()
         return profiler.stop() if profiler is not None else None
 
-    def _read(self, result: Any, steps: int) -> dict[str, tuple[list[int], list[int]]]:
+    def read_profile(self, result: Any, steps: int) -> dict[str, tuple[list[int], list[int]]]:
         # Reading makes a pybind object per event attribute read: with the cyclic garbage
         # collector on, its collections over a test process's heap cost about 8x the reading
         collecting = gc.isenabled()
@@ -130,11 +130,12 @@ class Recorder(recorded.Recorder):
         return per_step
 
 
-_unread: dict[int, recorded.Recorder] = {}  # profile() blocks ended, read when their window closes
+# profile() blocks ended, read when their window closes
+_unread: dict[int, recorded.ProfilerRecorder] = {}
 
 
 @contextmanager
-def profile(nested: bool = False, serial: bool = True) -> Iterator[Profile]:
+def profile(nested: bool = False, serial: bool = True) -> Iterator[PaddleProfile]:
     """Time every Paddle operator run inside as a kernel stat of the open window.
 
     Use it inside ``opperf.measure()`` (``with opperf.measure() as run, profile(): ...``) or
@@ -142,9 +143,10 @@ def profile(nested: bool = False, serial: bool = True) -> Iterator[Profile]:
     (``conv2d``, ``conv2d_grad``, ``momentum``), nested under the executor's run
     (``StandaloneExecutor::run``) and the regions open when they ran; per-step counts come from
     ``run.step()``. In ``opperf.measure()`` without ``--opperf`` it does nothing and yields a
-    :class:`Profile` with ``table=None``; outside every window it is an error. ``nested=True`` also
-    lists what runs inside each op (``conv2d/infer_meta``, ``conv2d/kernel_launch``);
-    ``serial=False`` leaves the static executor's threads as they are (op times then overlap).
+    :class:`PaddleProfile` with ``table=None``; outside every window it is an error.
+    ``nested=True`` also lists what runs inside each op (``conv2d/infer_meta``,
+    ``conv2d/kernel_launch``); ``serial=False`` leaves the static executor's threads as they
+    are (op times then overlap).
     """
     table = timers.current()
     if table is None:
@@ -152,12 +154,10 @@ def profile(nested: bool = False, serial: bool = True) -> Iterator[Profile]:
             raise RuntimeError("pytest_opperf.paddle.profile(): no opperf.measure() window (or "
                                "timers.recording()) is open on this thread, so nothing would "
                                "record its ops: use `with opperf.measure() as run, profile():`")
-        yield Profile(None, "off", serial)  # opperf.measure() without --opperf: nothing records
+        yield PaddleProfile(None, "off", serial)  # measure() without --opperf: nothing records
         return
     paddle = import_paddle()
-    run = measure.active_run()
-    if run is not None and run._table is not table:
-        run = None  # an inner timers.recording(): not the run's window
+    run = measure.run_of(table)  # None in an inner timers.recording(): not the run's window
     problem = version_problem(paddle.__version__)
     if problem is not None:
         warnings.warn(OpPerfPaddleWarning(problem), stacklevel=3)
@@ -168,6 +168,6 @@ def profile(nested: bool = False, serial: bool = True) -> Iterator[Profile]:
         run.kernels_are_executor(DYGRAPH_NOTE)
         if table.device_clock is not None:
             run.add_note(HOST_CLOCK_NOTE)
-    recorder = Recorder(table, run, nested, serial)
+    recorder = PaddleRecorder(table, run, nested, serial)
     with recorded.read_after_window(recorder, _unread, keep_on_error=True):
-        yield Profile(table, "host", serial)
+        yield PaddleProfile(table, "host", serial)

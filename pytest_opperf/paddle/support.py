@@ -3,7 +3,8 @@
 ``profile()`` reads Paddle's profiler through its private pybind classes
 (``paddle.base.core._Profiler``, ``ProfilerOptions``, ``_RecordEvent``) and the names its tracer
 gives events (``pd_op.*``, ``StandaloneExecutor::run``, ``Global_*GradNode``): known to hold for
-the releases in :data:`SUPPORTED`, which tests/test_paddle_profile.py checks on the installed one.
+the releases in :data:`PADDLE_SUPPORTED`, which tests/test_paddle_profile.py checks on the installed
+one.
 Another release gives an :class:`pytest_opperf.hookspec.OpPerfPaddleWarning` and a note in the run.
 """
 
@@ -15,26 +16,26 @@ import warnings
 from importlib import metadata
 from typing import Any
 
-__all__ = ["DISTRIBUTION", "INSTALL", "SUPPORTED", "import_paddle", "quiet_glog",
+__all__ = ["PADDLE_DISTRIBUTION", "INSTALL", "PADDLE_SUPPORTED", "import_paddle", "quiet_glog",
            "supported_range", "version_problem"]
 
-DISTRIBUTION = "paddlepaddle"
-SUPPORTED = ((3, 3), (3, 4))  # releases from the first up to, not including, the second
+PADDLE_DISTRIBUTION = "paddlepaddle"
+PADDLE_SUPPORTED = ((3, 3), (3, 4))  # releases from the first up to, not including, the second
 INSTALL = "pip install 'pytest-opperf[paddle]'; the CPU wheel: paddlepaddle==3.3.1"
 # glog's INFO and WARNING lines (an executor's "Running with ..." banner, PIR passes) on stderr
 GLOG_QUIET = {"GLOG_minloglevel": "2", "GLOG_v": "0"}
 
 
 def supported_range() -> str:
-    """:data:`SUPPORTED` as a requirement: ``>=3.3,<3.4``."""
-    (a, b), (c, d) = SUPPORTED
+    """:data:`PADDLE_SUPPORTED` as a requirement: ``>=3.3,<3.4``."""
+    (a, b), (c, d) = PADDLE_SUPPORTED
     return f">={a}.{b},<{c}.{d}"
 
 
 def version_problem(version: str) -> str | None:
     """What is wrong with Paddle ``version`` for ``profile()``; None: supported."""
     release = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
-    if SUPPORTED[0] <= release < SUPPORTED[1]:
+    if PADDLE_SUPPORTED[0] <= release < PADDLE_SUPPORTED[1]:
         return None
     return (f"paddle {version} is outside the supported range {supported_range()}: profile() "
             "reads Paddle's private profiler classes and event names, which may have changed "
@@ -68,6 +69,6 @@ def import_paddle() -> Any:
 def installed_version() -> str | None:
     """The installed paddlepaddle's version, or None (without importing it)."""
     try:
-        return metadata.version(DISTRIBUTION)
+        return metadata.version(PADDLE_DISTRIBUTION)
     except metadata.PackageNotFoundError:
         return None

@@ -21,14 +21,17 @@ from .device import pytest_opperf_select_device
 __all__ = ["ACCOUNTING_NOTE", "CudaEventClock", "Profile", "benchmark_op", "op_flops", "profile",
            "pytest_opperf_select_device"]
 
-_LAZY = {"ACCOUNTING_NOTE": "profiling", "Profile": "profiling", "profile": "profiling",
-         "CudaEventClock": "device", "benchmark_op": "bench", "op_flops": "bench"}
+# name: (module, its name there); Profile is profiling.TorchProfile
+_LAZY = {"ACCOUNTING_NOTE": ("profiling", "ACCOUNTING_NOTE"),
+         "Profile": ("profiling", "TorchProfile"), "profile": ("profiling", "profile"),
+         "CudaEventClock": ("device", "CudaEventClock"), "benchmark_op": ("bench", "benchmark_op"),
+         "op_flops": ("bench", "op_flops")}
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
+    module, attribute = _LAZY.get(name, (None, name))
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from importlib import import_module
 
-    return getattr(import_module(f"{__name__}.{module}"), name)
+    return getattr(import_module(f"{__name__}.{module}"), attribute)

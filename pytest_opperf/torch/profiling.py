@@ -35,7 +35,7 @@ from pytest_opperf import measure, timers
 
 from .recorded import SKIPPED_NAMESPACES, ForwardHooks
 
-__all__ = ["ACCOUNTING_NOTE", "GROUPINGS", "MECHANISMS", "Profile", "profile"]
+__all__ = ["ACCOUNTING_NOTE", "GROUPINGS", "MECHANISMS", "TorchProfile", "profile"]
 
 ACCOUNTING_NOTE = ("torch: executor time is the time inside top-level aten operators; untimed is "
                    "what runs around them (nn.Module calls, hooks, optimizer loops, data handling)")
@@ -45,7 +45,7 @@ _TAG = "opperf.module"  # key of an autograd node's metadata: the module whose f
 
 
 @dataclass(frozen=True)
-class Profile:
+class TorchProfile:
     """What :func:`profile` yields: where it records and how it times."""
 
     table: timers.Table | None  # None when nothing records
@@ -381,14 +381,15 @@ class _ModuleMode(_OpMode, ForwardHooks):
 
 
 @contextmanager
-def profile(by: str = "op", nested: bool = False, mechanism: str = "auto") -> Iterator[Profile]:
+def profile(by: str = "op", nested: bool = False,
+            mechanism: str = "auto") -> Iterator[TorchProfile]:
     """Time every aten op run inside as a kernel stat of the open recording.
 
     Use it inside ``opperf.measure()`` (``with opperf.measure() as run, profile(): ...``) or
     ``timers.recording()``. In a measured window the run's executor time becomes the time inside
     top-level ops, and its report says so. ``by="module"`` groups by ``nn.Module`` class instead of
     by op. Where nothing records on this thread (``opperf.measure()`` without ``--opperf``), it does
-    nothing, as ``timers.timer`` does, and yields a :class:`Profile` with ``table=None`` and
+    nothing, as ``timers.timer`` does, and yields a :class:`TorchProfile` with ``table=None`` and
     ``timing="off"``. ``nested=True`` also lists what each op calls through the dispatcher, under it
     (``aten::convolution/aten::_convolution``); the top-level ops and their times stay the same.
 
@@ -408,7 +409,7 @@ def profile(by: str = "op", nested: bool = False, mechanism: str = "auto") -> It
                          f"by={by!r}")
     table = timers.current()
     if table is None:  # as timers.timer(): nothing records (opperf.measure() without --opperf)
-        yield Profile(None, by, "off")
+        yield TorchProfile(None, by, "off")
         return
     with _profiled_lock:
         if id(table) in _profiled:
@@ -431,10 +432,9 @@ _unread: dict[int, Any] = {}
 
 
 @contextmanager
-def _profiling(table: timers.Table, by: str, nested: bool, mechanism: str) -> Iterator[Profile]:
-    run = measure.active_run()
-    if run is not None and run._table is not table:
-        run = None  # an inner timers.recording(): not the run's window
+def _profiling(table: timers.Table, by: str, nested: bool,
+               mechanism: str) -> Iterator[TorchProfile]:
+    run = measure.run_of(table)  # None in an inner timers.recording(): not the run's window
     unread = _unread.pop(id(table), None)
     if unread is not None:  # an earlier profile() of this window: read before torch restarts
         unread.finish()
@@ -452,7 +452,7 @@ def _profiling(table: timers.Table, by: str, nested: bool, mechanism: str) -> It
                          f"{timing} on CUDA needs mechanism='dispatch'")
     if mechanism == "profiler":
         with _recorded(table, nested, run, by):
-            yield Profile(table, by, timing, mechanism)
+            yield TorchProfile(table, by, timing, mechanism)
         return
     mode = (_ModuleMode if by == "module" else _NestedOpMode if nested
             else _OpMode)(table, None, sync)
@@ -463,7 +463,7 @@ def _profiling(table: timers.Table, by: str, nested: bool, mechanism: str) -> It
         mode.install()
     try:
         with mode:
-            yield Profile(table, by, timing, mechanism)
+            yield TorchProfile(table, by, timing, mechanism)
     finally:
         if isinstance(mode, _ModuleMode):
             mode.remove()
@@ -478,7 +478,7 @@ def _recorded(table: timers.Table, nested: bool, run: measure.Run | None,
     (after its wall clock stopped), or at the end of the block without a run."""
     from pytest_opperf.recorded import read_after_window
 
-    from .recorded import Recorder
+    from .recorded import TorchRecorder
 
-    with read_after_window(Recorder(table, nested, run, by), _unread):
+    with read_after_window(TorchRecorder(table, nested, run, by), _unread):
         yield

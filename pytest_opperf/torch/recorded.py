@@ -38,7 +38,7 @@ from pytest_opperf import measure, recorded, timers
 from pytest_opperf.hookspec import OpPerfWarning
 from pytest_opperf.recorded import MARK, Mark, RegionLog, file_samples
 
-__all__ = ["Event", "Mark", "ModuleCall", "ModuleLog", "Recorder", "RegionLog",
+__all__ = ["Event", "Mark", "ModuleCall", "ModuleLog", "TorchRecorder", "RegionLog",
            "file_module_samples", "file_samples", "op_kind", "op_samples", "unseen_notes"]
 
 COMPILED_RANGE = "Torch-Compiled Region"  # torch.compile's range around a compiled graph's call
@@ -336,7 +336,7 @@ class ModuleLog(ForwardHooks):
             self.frames[-1][3].append(index)
 
 
-class Recorder(recorded.Recorder):
+class TorchRecorder(recorded.ProfilerRecorder):
     """torch's profiler over one ``profile()`` window of ``table``; :meth:`finish` files the ops."""
 
     def __init__(self, table: timers.Table, nested: bool, run: measure.Run | None,
@@ -345,11 +345,11 @@ class Recorder(recorded.Recorder):
         self.nested = nested
         self.modules = ModuleLog() if by == "module" else None
 
-    def _event(self, name: str) -> None:
+    def make_event(self, name: str) -> None:
         with _RecordFunctionFast(name):
             pass
 
-    def _begin(self) -> None:
+    def start_profiler(self) -> None:
         if torch.autograd._profiler_enabled():
             raise RuntimeError("profile(): torch's profiler is already running on this thread; use "
                                "profile(mechanism='dispatch') inside torch.profiler.profile()")
@@ -360,18 +360,18 @@ class Recorder(recorded.Recorder):
         torch.autograd._prepare_profiler(config, {ProfilerActivity.CPU})
         torch.autograd._enable_profiler(config, {ProfilerActivity.CPU})
 
-    def _started(self) -> None:
+    def on_started(self) -> None:
         if self.modules is not None:
             self.modules.install()
 
-    def _closing(self) -> None:
+    def on_closing(self) -> None:
         if self.modules is not None:
             self.modules.remove()
 
-    def _end(self) -> Any:
+    def stop_profiler(self) -> Any:
         return torch.autograd._disable_profiler()
 
-    def _read(self, result: Any, steps: int) -> dict[str, tuple[list[int], list[int]]]:
+    def read_profile(self, result: Any, steps: int) -> dict[str, tuple[list[int], list[int]]]:
         events, mark_starts, main_thread = [], [], 0
         engine_threads: set[int] = set()  # threads autograd's engine ran backward on
         compiled: list[Event] = []
