@@ -6,8 +6,9 @@ estimate head/base and interval); the A/B metrics left undecided, with theirs; t
 largest changes (the per-op A/B metrics furthest from 1, or without A/B the drift rows furthest
 from the machine factor); links to the full report and the dashboard. GitHub refuses a comment
 over 65,536 characters (:data:`LIMIT`): the longest cuttable table loses rows first, and a line
-says how many and where they are; the failed checks are never cut: they are shortened to one line
-each, the message and then the common prefix of the run ids left out, before anything else.
+says how many and where they are; the failed checks are never cut: once the other tables are
+empty they are shortened (the message, then the run ids' common prefix left out; one line each;
+one line per metric), and only failed checks that do not fit even so go over the limit.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class _Table:
         if self.rows and self.headers:
             out += ["| " + " | ".join(self.headers) + " |",
                     "|" + "|".join("---" for _ in self.headers) + "|"]
-            out += ["| " + " | ".join(row) + " |" for row in self.rows]
+            out += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in self.rows]
         else:  # a list
             out += ["- " + " ".join(row) for row in self.rows]
         if self.cut:
@@ -60,6 +61,11 @@ class _Table:
         return sum(len(line) + 1 for line in self.lines())
 
 
+def _cell(text: str) -> str:
+    """A table cell: a ``|``, also in a code span, escaped once (GitHub splits cells on it)."""
+    return text.replace("\\|", "|").replace("|", "\\|")
+
+
 def _decisions(compare: CompareResult | None) -> dict[tuple[str, str], Decision]:
     return {(d.key.run, d.key.metric): d for d in compare.decisions} if compare else {}
 
@@ -68,21 +74,37 @@ def _num(value: float | None) -> str:
     return "-" if value is None or not math.isfinite(value) else f"{value:.4g}"
 
 
-def _failed_rows(violations: Sequence[Violation], decisions: dict[tuple[str, str], Decision],
-                 level: int) -> tuple[Sequence[str], list[list[str]]]:
-    """Level 0: every column; 1: no message; 2: run ids without their common prefix."""
+def _failed(violations: Sequence[Violation], decisions: dict[tuple[str, str], Decision],
+            level: int) -> _Table:
+    """The failed checks, shorter at each level: 0 every column; 1 no message; 2 the run ids
+    without their common prefix; 3 one line each; 4 one line per metric."""
     prefix = common_prefix(v.run for v in violations) if level >= 2 else ""
+    title = f"Failed checks ({len(violations)})"
+    if prefix:
+        title += f": runs {md_code(prefix)}..."
     rows = []
     for v in violations:
         d = decisions.get((v.run, v.metric))
         estimate = change(d) if d else _num(v.value)
-        bounds = interval(d) if d else f"limit {_num(v.limit)}, baseline {_num(v.baseline)}"
-        run = md_code(v.run[len(prefix):] if prefix else v.run)
-        row = [run, md_code(v.metric), md_text(estimate), md_text(bounds)]
-        rows.append(row + ([md_text(v.message)] if level == 0 else []))
-    headers = [f"run{f' ({md_code(prefix)}...)' if prefix else ''}", "metric",
-               "value or head/base", "interval or limit"]
-    return headers + (["why"] if level == 0 else []), rows
+        if level >= 3:
+            bounds = (f"[{d.low:.3g}, {d.high:.3g}]" if d and d.ratio and math.isfinite(
+                d.low + d.high) else interval(d) if d else f"limit {_num(v.limit)}")
+        else:
+            bounds = interval(d) if d else f"limit {_num(v.limit)}, baseline {_num(v.baseline)}"
+        rows.append([md_code(v.run[len(prefix):]), md_code(v.metric), md_text(estimate),
+                     md_text(bounds), md_text(v.message)])
+    if level == 4:
+        by_metric: dict[str, list[str]] = {}
+        for run, metric, estimate, *_ in rows:
+            by_metric.setdefault(metric, []).append(f"{run} {estimate}")
+        return _Table(title, (), [[f"{metric} ({len(runs)}): {', '.join(runs)}"]
+                                  for metric, runs in by_metric.items()], len(rows))
+    if level == 3:
+        return _Table(title, (), [row[:4] for row in rows], len(rows))
+    headers = ["run", "metric", "value or head/base", "interval or limit"]
+    if level == 0:
+        return _Table(title, [*headers, "why"], rows, len(rows))
+    return _Table(title, headers, [row[:4] for row in rows], len(rows))
 
 
 def _decision_rows(decisions: Sequence[Decision]) -> list[list[str]]:
@@ -149,12 +171,8 @@ def render_comment(results: ResultSet, verdict: Verdict, compare: CompareResult 
                            len(verdict.warnings)))
     level = 0
 
-    def failed() -> _Table:
-        headers, rows = _failed_rows(verdict.violations, decisions, level)
-        return _Table(f"Failed checks ({len(rows)})", headers, rows, len(rows))
-
     def text() -> str:
-        lines = list(head) + failed().lines()
+        lines = list(head) + _failed(verdict.violations, decisions, level).lines()
         for table in cuttable:
             lines += table.lines()
         return "\n".join(lines) + "\n"
@@ -167,7 +185,7 @@ def render_comment(results: ResultSet, verdict: Verdict, compare: CompareResult 
             drop = min(len(longest.rows), math.ceil((len(body) - limit) / per_row))
             longest.rows = longest.rows[: len(longest.rows) - max(1, drop)]
             longest.cut = True
-        elif level < 2:  # then the failed checks, shorter: never fewer
+        elif level < 4:  # then the failed checks, shorter: never fewer
             level += 1
         else:
             break  # the failed checks alone, as short as they get, are over the limit
