@@ -49,7 +49,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     g.add_argument("--compare-undecided", choices=("warn", "fail"), default="warn",
                    help="undecided A/B metrics warn or fail, as --opperf-compare-undecided")
     g.add_argument("--json", metavar="PATH", help="write the results with this verdict")
-    g.add_argument("--markdown", metavar="PATH", help="write the markdown report")
+    g.add_argument("--markdown", metavar="PATH", help="write the markdown report (also "
+                   "appended to $GITHUB_STEP_SUMMARY when set)")
     g.add_argument("--comment", metavar="PATH", help="write the pull request comment (markdown)")
     g.add_argument("--report-url", metavar="URL", help="the full report's address, for the comment")
     g.add_argument("--dashboard-url", metavar="URL",
@@ -140,6 +141,10 @@ def _gate(args: argparse.Namespace, out: TextIO) -> int:
 
             text += "\n" + render.markdown(compare)
         write_text_atomic(args.markdown, text)
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary:  # as the plugin's --opperf-markdown: the report is the job's summary
+            with open(summary, "a", encoding="utf-8") as f:
+                f.write(text)
     if args.comment:
         from pytest_opperf.comment import render_comment
 
