@@ -98,10 +98,16 @@ def verdict_of(results: ResultSet, thresholds: Thresholds | None = None,
     return verdict
 
 
+def _out(path: str) -> str:
+    """An output file's path, its missing directories made (as the plugin's output files)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def _merge(args: argparse.Namespace, out: TextIO) -> int:
     parts = [Part(name, read_results(name)) for name in args.parts]
     merged = merge(parts)
-    write_results(args.out, merged)
+    write_results(_out(args.out), merged)
     shards = [p.label for p in parts]
     out.write(f"opperf merge: {len(merged.runs)} run(s) from {len(parts)} file(s) "
               f"({', '.join(shards)}) -> {args.out}\n")
@@ -133,14 +139,14 @@ def _gate(args: argparse.Namespace, out: TextIO) -> int:
     compare = (CompareResult.from_dict(results.compare, args.results)
                if results.compare is not None else None)
     if args.json:
-        write_results(args.json, results)
+        write_results(_out(args.json), results)
     if args.markdown:
         text = report.markdown(results, verdict, args.sort)
         if compare is not None:
             from pytest_opperf.ab import render
 
             text += "\n" + render.markdown(compare)
-        write_text_atomic(args.markdown, text)
+        write_text_atomic(_out(args.markdown), text)
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if summary:  # as the plugin's --opperf-markdown: the report is the job's summary
             with open(summary, "a", encoding="utf-8") as f:
@@ -148,8 +154,8 @@ def _gate(args: argparse.Namespace, out: TextIO) -> int:
     if args.comment:
         from pytest_opperf.comment import render_comment
 
-        write_text_atomic(args.comment, render_comment(results, verdict, compare, args.report_url,
-                                                       args.dashboard_url))
+        text = render_comment(results, verdict, compare, args.report_url, args.dashboard_url)
+        write_text_atomic(_out(args.comment), text)
     return EXIT_OK if verdict.passed else EXIT_GATE
 
 
