@@ -4,6 +4,7 @@ and in another; the baseline's durations balance them; what cannot be taken is a
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 from pytest_opperf import shard
 from pytest_opperf.results_reader import read_results
+from tests.ab_suites import make_repo
 from tests.opperf_suites import assert_one_line_usage_error, e2e, inner_run_env  # noqa: F401
 
 pytest_plugins = ["pytester"]
@@ -124,3 +126,29 @@ def test_the_suites_shards_partition_them_in_another_process():
     expected = shard.durations(baseline.runs, whole)
     assert len(expected) > len(whole) // 2  # the baseline balances them
     assert parts == shard.partition(whole, 3, expected)
+
+
+def test_both_ab_sides_run_the_same_shard_of_what_they_collected(pytester):
+    """In A/B the controller takes the shard of both sides' tests (the head's, and those on the
+    base only): over the shards each test is compared once, added or removed once."""
+    same = "".join(f"def test_same{i}():\n    pass\n\n" for i in range(5))
+    make_repo(pytester.path, {"test_a.py": same + "def test_old():\n    pass\n"},
+              {"test_a.py": same + "def test_new():\n    pass\n"})
+    both, added, removed, passed, selections = 0, [], [], 0, set()
+    for k in (1, 2):
+        result = pytester.runpytest_subprocess(
+            "--opperf", "--opperf-compare=HEAD", "--opperf-compare-timeout=60",
+            f"--opperf-shard={k}/2", f"--opperf-json=s{k}.json", "-p", "no:cacheprovider")
+        out = result.stdout.str()
+        assert result.ret == 0, out
+        match = re.search(r"(\d+) test\(s\) on both sides, (\d+) on the head only", out)
+        assert match is not None, out
+        both += int(match.group(1))
+        passed += result.parseoutcomes().get("passed", 0)
+        data = json.loads((pytester.path / f"s{k}.json").read_text())
+        added += data["compare"]["added"]
+        removed += data["compare"]["removed"]
+        selections.add(data["session"]["shard"]["selection"])
+    assert (both, passed) == (5, 6)
+    assert added == ["test_a.py::test_new"] and removed == ["test_a.py::test_old"]
+    assert len(selections) == 1  # the same selection (head and base-only tests) on each
