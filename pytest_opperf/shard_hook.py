@@ -2,16 +2,18 @@
 
 :func:`register` adds a :class:`ShardPlugin` to a session that has the option. It keeps the
 shard's tests at the end of collection (the others are deselected, as ``-k`` does), in every
-process that collects (pytest-xdist workers compute the same part), and records the shard in the
-results (``session.shard``). In A/B (``--opperf-compare``) the main process does not collect: the
-two sides collect every test, and :func:`ab_selection` gives the controller the shard of their
-tests (the head's and those on the base only), so both sides run the same part. The durations
-that balance the parts are those of the session's baseline (``--opperf-baseline``), read here the
-way the session reads it, so that every runner of a matrix computes the same parts.
+process that collects (pytest-xdist workers compute the same part and tell the controller), and
+records the shard in the results (``session.shard``). In A/B (``--opperf-compare``) the main
+process does not collect: the two sides collect every test, and :func:`ab_selection` gives the
+controller the shard of their tests (the head's and those on the base only), so both sides run
+the same part. The durations that balance the parts are those of the session's baseline
+(``--opperf-baseline``), read here the way the session reads it, so that every runner of a
+matrix computes the same parts.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,6 +33,7 @@ from pytest_opperf.settings import (
 __all__ = ["PLUGIN_NAME", "ShardPlugin", "ab_selection", "register"]
 
 PLUGIN_NAME = "opperf-shard"
+_WORKER_KEY = "opperf_shard"  # an xdist worker's workeroutput: its shard's record (JSON)
 
 
 def register(config: pytest.Config, settings: Settings) -> None:
@@ -97,6 +100,19 @@ class ShardPlugin:
         if dropped:
             config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """On a pytest-xdist worker: the shard it took, for the controller (which collects
+        nothing)."""
+        output = getattr(self.config, "workeroutput", None)
+        if output is not None and self.record is not None:
+            output[_WORKER_KEY] = json.dumps(self.record)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        raw = (getattr(node, "workeroutput", None) or {}).get(_WORKER_KEY)
+        if raw and self.record is None:
+            self.record = json.loads(raw)
 
     def pytest_opperf_modify_results(self, config: pytest.Config, results: ResultSet) -> None:
         if self.record is not None:

@@ -152,3 +152,15 @@ def test_both_ab_sides_run_the_same_shard_of_what_they_collected(pytester):
     assert (both, passed) == (5, 6)
     assert added == ["test_a.py::test_new"] and removed == ["test_a.py::test_old"]
     assert len(selections) == 1  # the same selection (head and base-only tests) on each
+
+
+def test_xdist_workers_take_the_same_shard_and_the_results_say_which(pytester):
+    pytest.importorskip("xdist")
+    _suite_simple(pytester)
+    alone = _run_ids(pytester, "--opperf-shard=2/3", out="alone.json")
+    result = pytester.runpytest_subprocess("--opperf", "--opperf-shard=2/3", "-n", "2",
+                                           "--opperf-json=x.json", "-p", "no:cacheprovider")
+    assert result.ret == 0, result.stdout.str()
+    merged = read_results(pytester.path / "x.json")
+    assert sorted(r.id for r in merged.runs) == sorted(alone)
+    assert merged.session["shard"] == read_results(pytester.path / "alone.json").session["shard"]
