@@ -54,6 +54,9 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("results", metavar="R.json")
     show.add_argument("--sort", choices=sorted(report.SORT_KEYS), default="total")
     commands.add_parser("schema", help="print the path of the results format's JSON Schema")
+    from pytest_opperf.gate_cli import add_commands as add_gate_commands
+
+    add_gate_commands(commands)  # merge, gate: the last job of a CI matrix
     from pytest_opperf.history.commands import add_commands
 
     add_commands(commands)
@@ -104,6 +107,10 @@ def _run(argv: Sequence[str] | None, out: TextIO) -> int:
         from pytest_opperf.history.commands import run_command
 
         return run_command(args, out)
+    if args.command in ("merge", "gate"):
+        from pytest_opperf.gate_cli import run_command as run_gate_command
+
+        return run_gate_command(args, out)
     if args.command == "schema":
         out.write(f"{Path(__file__).with_name('schema') / 'opperf-1.schema.json'}\n")
         return EXIT_OK

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from pytest_opperf import child
+from pytest_opperf import child, shard
 from pytest_opperf.child import Policy
 from pytest_opperf.settings import Settings
 from pytest_opperf.stattree import SORT_KEYS
@@ -46,6 +46,17 @@ MAX_COUNT_STEPS = 1000
 _steps = _parser("steps", lambda v: v.strip().isdigit() and int(v) <= MAX_COUNT_STEPS,
                  f"a whole number of steps in [0, {MAX_COUNT_STEPS}]")
 _path = _parser("path", lambda value: bool(value.strip()), "a path")
+
+
+def _shard_ok(value: str) -> bool:
+    try:
+        shard.parse(value)
+    except shard.ShardError:
+        return False
+    return True
+
+
+_shard = _parser("shard", _shard_ok, f"K/N, shard K of N (1 <= K <= N <= {shard.MAX_SHARDS})")
 
 
 # (option suffix, child policy, metavar, parser, default, help); every option is also ini key
@@ -91,6 +102,12 @@ OPTIONS: tuple[tuple[str, Policy, str, Callable[[str], str] | None, str | None, 
     ("compare-undecided", "stripped", "MODE", _choice("compare-undecided", ("warn", "fail")),
      "warn",
      "A/B: undecided metrics warn (shown in the gate line) or fail the gate: warn|fail"),
+    # a child gets no shard: an A/B side collects every test and runs what the controller, which
+    # applies the shard to both sides' tests, sends it; the valgrind child runs one given test
+    ("shard", "stripped", "K/N", _shard, None,
+     "run shard K of N: a deterministic part of the selected tests, balanced by the baseline's "
+     "durations (by count without one); merge the shards' results with python -m pytest_opperf "
+     "merge"),
 )
 # switches (name, child policy, help; each also an ini key); the GPU ones: see
 # docs/contract-additions.md

@@ -136,6 +136,10 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = config.stash[SETTINGS] = _settings(config)
     if settings.gpu_workers and not hasattr(config, "workerinput"):
         _share_gpus(config)
+    if settings.shard is not None:  # --opperf-shard: a part of the tests
+        from pytest_opperf import shard_hook
+
+        shard_hook.register(config, settings)
     if settings.enabled:
         from pytest_opperf.session import OpPerfSession  # heavy (gate, report): only with --opperf
 

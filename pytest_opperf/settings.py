@@ -39,6 +39,7 @@ class Settings:
     count_steps: int = 2  # steps of a run's counting pass (0: none)
     count_timeout: float = 300.0  # the longest a counting pass may take (s)
     instructions: bool = False  # CPU instructions per counted step, under valgrind
+    shard: str | None = None  # --opperf-shard=K/N (pytest_opperf.shard_hook)
     origins: dict[str, Path] = field(default_factory=dict)  # where relative values are relative to
 
     def label(self, name: str) -> str:

@@ -9,8 +9,13 @@ repository (HEAD and the working tree's changes, files git ignores left out: no
 ``opperf-results/`` or other leftovers of earlier runs), without torch and paddle (the opperf
 jobs install neither). Its upload steps' paths must then hold what the step wrote.
 
+A job's matrix (the per-op shards) gives one command per value, ``${{ matrix.* }}`` substituted.
+A job that downloads its ``needs:`` jobs' artifacts (``opperf-parts/``: the merge and gate of the
+parts) gets what those jobs' commands uploaded, each under its artifact's name, as ``gh run
+download`` puts it; those commands run once per event for every test that needs them.
+
 So that the commands take seconds, not minutes: ``--opperf-workload`` is ``tiny``,
-pytest-benchmark's rounds are short, an A/B command runs one test (``-k``), and
+pytest-benchmark's rounds are short, an A/B command runs a few tests (``-k``), and
 ``ci/gpu-check.sh`` runs in its dry mode (``GPU_CHECK_DRY=1``: the same steps and options on the
 CPU). Every option the workflow passes is passed as it is: one it passes can never be refused only
 in CI.
@@ -18,6 +23,7 @@ in CI.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -34,11 +40,17 @@ from tests.test_workflows import WORKFLOWS
 ROOT = Path(__file__).parent.parent
 OPPERF_STEP = re.compile(r"\bpytest\b[^\n]*--opperf\b|python -m pytest_opperf\b|ci/gpu-check\.sh")
 # what the expressions of the workflows' env and scripts are on each event
+RUN = {"github.server_url": "https://github.com", "github.repository": "owner/repo",
+       "github.run_id": "1"}
 EXPRESSIONS = {
-    "push": {"github.event_name": "push", "github.event.pull_request.base.sha": ""},
+    "push": {"github.event_name": "push", "github.event.pull_request.base.sha": "",
+             "github.event.pull_request.number": "", **RUN},
     "pull_request": {"github.event_name": "pull_request",
-                     "github.event.pull_request.base.sha": "HEAD"},
+                     "github.event.pull_request.base.sha": "HEAD",
+                     "github.event.pull_request.number": "7", **RUN},
 }
+# workflows that run no opperf command
+NO_OPPERF = {"opperf-comment.yml": "it posts the text of an artifact of ci.yml's run"}
 # run by hand elsewhere: (workflow, job, step name, event) -> why not here
 NOT_HERE = {
     ("opperf-gpu.yml", "gate", "Verify the GPU, run the suites and gate (ci/gpu-check.sh)",
@@ -48,6 +60,8 @@ NOT_HERE = {
 }
 FAST_BENCHMARKS = "--benchmark-max-time=0.002 --benchmark-min-rounds=2"
 AB_SELECTION = "-k test_program_clone"
+AB_OPS_SELECTION = "-k pool2d"  # four per-op tests: a test in each of three shards
+PARTS = "opperf-parts"  # where the merging job downloads its needs' artifacts
 NO_PEERS = {  # the opperf jobs install neither: their imports fail as on the runner
     "torch": "raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n",
     "paddle": "raise ModuleNotFoundError(\"No module named 'paddle'\", name='paddle')\n",
@@ -63,10 +77,13 @@ class Step:
     script: str  # as the runner runs it, expressions substituted
     env: dict[str, str]
     uploads: list[str] = field(default_factory=list)  # the job's upload-artifact paths
+    artifacts: dict[str, str] = field(default_factory=dict)  # upload path -> artifact name
+    matrix: str = ""  # the job's matrix values, "shard=2"
+    needs: list[str] = field(default_factory=list)  # the jobs whose artifacts it downloads
 
     @property
     def id(self) -> str:
-        return f"{self.workflow}:{self.job}:{self.event}"
+        return f"{self.workflow}:{self.job}{f'[{self.matrix}]' if self.matrix else ''}:{self.event}"
 
 
 def _yaml(path: Path) -> dict:
@@ -75,8 +92,8 @@ def _yaml(path: Path) -> dict:
     return YAML(typ="safe").load(path.read_text())
 
 
-def _substitute(text: str, event: str) -> str:
-    values = EXPRESSIONS[event]
+def _substitute(text: str, event: str, matrix: dict[str, str] | None = None) -> str:
+    values = {**EXPRESSIONS[event], **{f"matrix.{k}": v for k, v in (matrix or {}).items()}}
 
     def value(match: re.Match[str]) -> str:
         expr = match.group(1).strip()
@@ -99,14 +116,25 @@ def _runs_on(condition: object, event: str) -> bool:
     return (match.group(2) == event) == (match.group(1) == "==")
 
 
+def _matrices(job: dict) -> list[dict[str, str]]:
+    """Each value of a job's one-key matrix (the forms the workflows use), or one empty one."""
+    matrix = (job.get("strategy") or {}).get("matrix") or {}
+    if not matrix:
+        return [{}]
+    assert len(matrix) == 1, f"teach _matrices a matrix of {sorted(matrix)}"
+    (key, values), = matrix.items()
+    return [{key: str(value)} for value in values]
+
+
 def opperf_steps() -> list[Step]:
-    """Every (step, event) of the workflows that runs an opperf command."""
+    """Every (step, event, matrix value) of the workflows that runs an opperf command."""
     steps = []
     for path in WORKFLOWS:
         workflow = _yaml(path)
         for job_id, job in workflow["jobs"].items():
-            uploads = [s["with"]["path"] for s in job["steps"]
-                       if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
+            upload_steps = [s for s in job["steps"]
+                            if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
+            needs = job.get("needs") or []
             for step in job["steps"]:
                 script = step.get("run")
                 if script is None or not OPPERF_STEP.search(script):
@@ -114,10 +142,18 @@ def opperf_steps() -> list[Step]:
                 for event in EXPRESSIONS:
                     if not _runs_on(step.get("if"), event):
                         continue
-                    env = {k: _substitute(str(v), event)
-                           for k, v in (step.get("env") or {}).items()}
-                    steps.append(Step(path.name, job_id, step.get("name", script), event,
-                                      _substitute(script, event), env, uploads))
+                    for matrix in (_matrices(job) if "matrix." in script + str(step.get("env"))
+                                   else [{}]):
+                        env = {k: _substitute(str(v), event, matrix)
+                               for k, v in (step.get("env") or {}).items()}
+                        artifacts = {s["with"]["path"]: _substitute(s["with"]["name"], event,
+                                                                    matrix)
+                                     for s in upload_steps}
+                        steps.append(Step(path.name, job_id, step.get("name", script), event,
+                                          _substitute(script, event, matrix), env,
+                                          list(artifacts), artifacts,
+                                          ",".join(f"{k}={v}" for k, v in matrix.items()),
+                                          [needs] if isinstance(needs, str) else list(needs)))
     return steps
 
 
@@ -135,7 +171,8 @@ def quick(script: str) -> str:
         assert "--opperf-workload=" in line, f"the workload is not set: {line}"
         line = re.sub(r"--opperf-workload=\S+", "--opperf-workload=tiny", line)
         line = line.replace("--opperf-device=gpu", "--opperf-device=cpu")  # no GPU in CI's tests
-        extra = [FAST_BENCHMARKS] + ([AB_SELECTION] if "--opperf-compare" in line else [])
+        selection = AB_OPS_SELECTION if "pytest suites/test_ops.py " in line else AB_SELECTION
+        extra = [FAST_BENCHMARKS] + ([selection] if "--opperf-compare" in line else [])
         lines[i] = " ".join([line.rstrip(), *extra])
     return "\n".join(lines)
 
@@ -166,7 +203,9 @@ def fresh_clone(dest: Path) -> Path:
     return dest
 
 
-def runner_env(tmp_path: Path, step: Step) -> dict[str, str]:
+def runner_env(tmp_path: Path, step: Step, clone: Path | None = None) -> dict[str, str]:
+    """The step's environment; the clone's package first on the path, as the job's ``pip install
+    -e .`` of its checkout makes it (not that of the environment running these tests)."""
     hidden = tmp_path / "no-peers"
     hidden.mkdir()
     for name, text in NO_PEERS.items():
@@ -175,7 +214,7 @@ def runner_env(tmp_path: Path, step: Step) -> dict[str, str]:
            if not k.startswith(("PYTEST_", "GITHUB_", "OPPERF_")) and k != "COMPARE"}
     env.update(step.env)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env["PYTHONPATH"] = str(hidden)
+    env["PYTHONPATH"] = str(hidden) + (f"{os.pathsep}{clone}" if clone is not None else "")
     env["GITHUB_STEP_SUMMARY"] = str(tmp_path / "step-summary.md")
     if "ci/gpu-check.sh" in step.script:
         env.update(GPU_CHECK_DRY="1", PYTHON=sys.executable)
@@ -183,41 +222,100 @@ def runner_env(tmp_path: Path, step: Step) -> dict[str, str]:
 
 
 def test_every_workflow_runs_opperf_and_each_command_is_run_here():
-    assert {s.workflow for s in STEPS} == {p.name for p in WORKFLOWS}
-    assert {(s.workflow, s.job, s.event) for s in HERE} == {
-        ("ci.yml", "opperf-cpu", "push"),
-        ("ci.yml", "opperf-cpu", "pull_request"),
-        ("opperf-gpu.yml", "gate", "push"),
-    }
+    assert {s.workflow for s in STEPS} == {p.name for p in WORKFLOWS} - set(NO_OPPERF)
+    parts = {("ci.yml", f"opperf-ops[shard={k}]") for k in (1, 2, 3)} | {
+        ("ci.yml", "opperf-e2e"), ("ci.yml", "opperf-cpu")}
+    assert {(s.workflow, s.id.split(":")[1], s.event) for s in HERE} == {
+        (w, job, event) for w, job in parts for event in ("push", "pull_request")} | {
+        ("opperf-gpu.yml", "gate", "push")}
     assert set(NOT_HERE) <= {(s.workflow, s.job, s.name, s.event) for s in STEPS}
 
 
 def test_quick_keeps_every_option_of_the_workflow():
-    step = next(s for s in HERE if s.event == "pull_request")
-    given = shlex.split(step.script)
-    run = shlex.split(quick(step.script))
-    assert run[: len(given)] == [a.replace("--opperf-workload=small", "--opperf-workload=tiny")
-                                 for a in given]
-    assert '--opperf-compare="$BASE_SHA"' in step.script and step.env == {"BASE_SHA": "HEAD"}
-    assert run[len(given):] == [*FAST_BENCHMARKS.split(), *AB_SELECTION.split()]
+    for step, selection in ((next(s for s in HERE if s.event == "pull_request" and
+                                  s.job == "opperf-ops"), AB_OPS_SELECTION),
+                            (next(s for s in HERE if s.event == "pull_request" and
+                                  s.job == "opperf-e2e"), AB_SELECTION)):
+        given = shlex.split(step.script)
+        run = shlex.split(quick(step.script))
+        assert run[: len(given)] == [a.replace("--opperf-workload=small",
+                                               "--opperf-workload=tiny") for a in given]
+        assert '--opperf-compare="$BASE_SHA"' in step.script and step.env["BASE_SHA"] == "HEAD"
+        assert run[len(given):] == [*FAST_BENCHMARKS.split(), *selection.split()]
+    shards = [s for s in HERE if s.job == "opperf-ops" and s.event == "push"]
+    assert [s.env for s in shards] == [{"SHARD": k} for k in "123"]
+    assert all('--opperf-shard="$SHARD/3"' in s.script for s in shards)
+
+
+def _run(step: Step, tmp_path: Path) -> tuple[Path, subprocess.CompletedProcess]:
+    """``step`` in a fresh clone of its own, as the runner runs it."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    clone = fresh_clone(tmp_path / "clone")
+    for upload in step.uploads:  # as in the runner's checkout: what the step writes is not there
+        assert not (clone / upload).exists(), f"{upload} is in the checkout"
+    if step.needs:  # what `gh run download` gets: each needed job's artifacts, under their names
+        for needed in (s for s in HERE if s.job in step.needs and s.event == step.event):
+            done = _part(needed, tmp_path.parent)
+            for upload, name in needed.artifacts.items():
+                shutil.copytree(done / upload, clone / PARTS / name)
+    script = tmp_path / "step.sh"
+    script.write_text(quick(step.script) + "\n")
+    result = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
+                            cwd=clone, env=runner_env(tmp_path, step, clone), capture_output=True,
+                            text=True, timeout=300)
+    return clone, result
+
+
+_PARTS: dict[str, tuple[Path, subprocess.CompletedProcess]] = {}  # step id -> its run, once
+
+
+def _part(step: Step, where: Path) -> Path:
+    """The clone in which a part's step ran (once a session), after it passed."""
+    if step.id not in _PARTS:
+        _PARTS[step.id] = _run(step, where / step.id.replace(":", "-"))
+    clone, result = _PARTS[step.id]
+    assert result.returncode == 0, f"{step.id}\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
+    return clone
 
 
 @pytest.mark.parametrize("step", HERE, ids=lambda s: s.id)
 def test_the_workflow_command_runs_as_written(tmp_path, step):
-    clone = fresh_clone(tmp_path / "clone")
-    for upload in step.uploads:  # as in the runner's checkout: what the step writes is not there
-        assert not (clone / upload).exists(), f"{upload} is in the checkout"
-    script = tmp_path / "step.sh"
-    script.write_text(quick(step.script) + "\n")
-    result = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
-                            cwd=clone, env=runner_env(tmp_path, step), capture_output=True,
-                            text=True, timeout=300)
+    needed_by_others = any(step.job in s.needs for s in HERE)
+    if needed_by_others:
+        clone, result = _PARTS.setdefault(step.id, _run(step, tmp_path / "own"))
+    else:
+        clone, result = _run(step, tmp_path / "own")
     output = result.stdout[-6000:] + result.stderr[-3000:]
     assert result.returncode == 0, f"{quick(step.script)}\n{output}"
     assert "gate: PASSED" in result.stdout, output
     for upload in step.uploads:
         kept = clone / upload
         assert kept.is_dir(), f"nothing to upload at {upload}"
-        assert {"results.json", "report.md", "trace.json"} <= {p.name for p in kept.iterdir()}
-    summary = tmp_path / "step-summary.md"
+        files = {p.name for p in kept.iterdir()}
+        if upload.startswith("opperf-comment"):
+            assert {"comment.md", "pull-request"} <= files
+            assert (kept / "pull-request").read_text().strip() == (
+                "7" if step.event == "pull_request" else "")
+        elif step.needs:  # the merged session: results and report (no trace: none is kept)
+            assert {"results.json", "report.md"} <= files
+        else:
+            assert {"results.json", "report.md", "trace.json"} <= files
+    summary = tmp_path / "own" / "step-summary.md"
     assert summary.is_file() and "gate" in summary.read_text().lower()
+
+
+def test_the_merged_parts_are_the_whole_selection(tmp_path):
+    """The gate job's results hold every run of the parts, each shard of the per-op suite once."""
+    step = next(s for s in HERE if s.job == "opperf-cpu" and s.event == "push")
+    clone, result = _run(step, tmp_path / "gate")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    merged = json.loads((clone / "opperf-results" / "results.json").read_text())
+    parts = merged["session"]["merged"]
+    assert sorted(p["shard"] or "" for p in parts) == ["", "1/3", "2/3", "3/3"]
+    ids = [r["id"] for r in merged["runs"]]
+    assert len(ids) == len(set(ids)) == sum(p["runs"] for p in parts)
+    assert any(i.startswith("suites/test_ops.py::") for i in ids)
+    assert any(i.startswith("suites/test_resnet50.py::") for i in ids)
+    comment = (clone / "opperf-comment" / "comment.md").read_text()
+    assert comment.startswith("<!-- pytest-opperf gate comment -->")
+    assert "(https://github.com/owner/repo/actions/runs/1)" in comment

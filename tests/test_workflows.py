@@ -20,8 +20,8 @@ def _tool(name: str) -> str:
     return path
 
 
-def test_both_workflows_exist():
-    assert [p.name for p in WORKFLOWS] == ["ci.yml", "opperf-gpu.yml"]
+def test_the_workflows_exist():
+    assert [p.name for p in WORKFLOWS] == ["ci.yml", "opperf-comment.yml", "opperf-gpu.yml"]
 
 
 def test_workflows_match_the_github_schema():
@@ -52,7 +52,8 @@ def test_safe_for_a_runner_that_holds_a_gpu(path):
     assert re.search(r"^permissions:\n  contents: read\n", text, re.M)
     assert re.search(r"^concurrency:\n  group: .*\$\{\{ github.ref \}\}", text, re.M)
     uses = re.findall(r"uses: (\S+)", text)
-    assert uses and all(re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", u) for u in uses), uses
+    assert uses or path.name == "opperf-comment.yml"  # it uses no action, checks nothing out
+    assert all(re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", u) for u in uses), uses
     checkouts = text.count("actions/checkout@")
     assert text.count("persist-credentials: false") == checkouts
     assert text.count("timeout-minutes:") == len(
@@ -61,7 +62,7 @@ def test_safe_for_a_runner_that_holds_a_gpu(path):
 
 
 def test_the_gpu_gate_runs_the_full_workload_on_the_gpu_runner():
-    text = (WORKFLOWS[1]).read_text()
+    text = (WORKFLOWS[2]).read_text()
     assert "runs-on: [self-hosted, linux, gpu]" in text
     # the workflow runs the one GPU check anyone can run, which installs, runs and gates
     assert "run: bash ci/gpu-check.sh" in text and "OUT: opperf-results" in text
@@ -80,7 +81,8 @@ def test_the_gpu_gate_runs_the_full_workload_on_the_gpu_runner():
     assert "github.event.pull_request.head.repo.fork && 'gpu-fork'" in text
 
 
-@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [p for p in WORKFLOWS if p.name != "opperf-comment.yml"],
+                         ids=lambda p: p.name)
 def test_pull_requests_run_ab_against_their_base_commit(path):
     text = path.read_text()
     assert "fetch-depth: 0" in text  # the base commit must be in the clone for its worktree
@@ -99,8 +101,48 @@ def test_pull_requests_run_ab_against_their_base_commit(path):
     assert (
         "BASE_SHA: ${{ github.event.pull_request.base.sha }}" in text
     )  # through env:, not in the script
-    assert '--opperf-compare="$BASE_SHA"' in text
-    assert text.count("if: github.event_name == 'pull_request'") == 1
-    assert (
-        text.count("if: github.event_name != 'pull_request'") == 1
-    )  # pushes: the single-side run, saved
+    # each part of the matrix (the per-op shards, the e2e job): one A/B step, one push step
+    assert text.count('--opperf-compare="$BASE_SHA"') == 2
+    assert text.count("if: github.event_name == 'pull_request'") == 2
+    assert text.count("if: github.event_name != 'pull_request'") == 2
+
+
+def _yaml(path: Path) -> dict:
+    from ruamel.yaml import YAML  # check-jsonschema's, in the test extra
+
+    return YAML(typ="safe").load(path.read_text())
+
+
+def test_only_two_jobs_may_write_and_the_comment_job_reads_data_only():
+    """Every workflow's token reads only, but in the history job (contents) and the comment job
+    (pull-requests), which checks out and runs nothing of the pull request."""
+    writes = set()
+    for path in WORKFLOWS:
+        workflow = _yaml(path)
+        assert "write" not in str(workflow.get("permissions")), path.name
+        for name, job in workflow["jobs"].items():
+            for scope, access in (job.get("permissions") or {}).items():
+                if access == "write":
+                    writes.add((path.name, name, scope))
+    assert writes == {("ci.yml", "opperf-history", "contents"),
+                      ("opperf-comment.yml", "comment", "pull-requests")}
+    comment = _yaml(WORKFLOWS[1])
+    assert list(comment["on"]) == ["workflow_run"] and comment["on"]["workflow_run"][
+        "workflows"] == [_yaml(WORKFLOWS[0])["name"]]
+    job = comment["jobs"]["comment"]
+    assert "github.event.workflow_run.event == 'pull_request'" in job["if"]
+    assert all("uses" not in step for step in job["steps"])  # no checkout, no action
+    script = "\n".join(step["run"] for step in job["steps"])
+    assert "${{" not in script  # event data only through env:
+    assert "pulls/$pr\" --jq .head.sha" in script and '"$HEAD_SHA"' in script
+
+
+def test_the_comment_workflow_finds_the_marker_the_renderer_writes():
+    from pytest_opperf.comment import MARKER
+
+    text = WORKFLOWS[1].read_text()
+    assert f"marker='{MARKER}'" in text
+    # the gate job keeps the comment and the pull request's number for it
+    ci = WORKFLOWS[0].read_text()
+    assert "--comment=opperf-comment/comment.md" in ci and "opperf-comment/pull-request" in ci
+    assert "name: opperf-comment\n" in ci

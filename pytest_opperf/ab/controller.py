@@ -65,7 +65,7 @@ import os
 import random
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,6 +156,14 @@ class Controller:
         self._plan = plan
         errors = {name: list(message.get("errors", [])) for name, message in collected.items()}
         return plan, errors
+
+    def restrict(self, keep: Collection[str]) -> Plan:
+        """Only the tests in ``keep`` (a shard): the others run on neither side."""
+        plan = self._plan
+        assert plan is not None, "start() first"
+        self._plan = Plan(*([i for i in ids if i in keep]
+                            for ids in (plan.common, plan.added, plan.removed, plan.order)))
+        return self._plan
 
     # --- the session ------------------------------------------------------------------------
 

@@ -34,7 +34,7 @@ from .checkout import (
     side_environment,
     this_python,
 )
-from .controller import Controller, TestOutcome
+from .controller import Controller, Plan, TestOutcome
 from .paired import CompareResult
 from .processes import SideFailure, SideSpec
 
@@ -200,6 +200,13 @@ class ABSession:
             specs.append(SideSpec(name, command, Path(root), env, self.workspace.log(name)))
         return specs[0], specs[1]
 
+    def _shard(self, controller: Controller, plan: Plan) -> Plan:
+        """With ``--opperf-shard``: both sides run the shard of what they collected."""
+        from ..shard_hook import ab_selection
+
+        keep = ab_selection(self.config, plan.order + plan.removed)
+        return plan if keep is None else controller.restrict(keep)
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool:
         base_spec, head_spec = self._specs()
@@ -229,6 +236,7 @@ class ABSession:
                 for data in errors["head"]:
                     self.config.hook.pytest_collectreport(report=self._report(data))
                 raise session.Interrupted(f"{len(errors['head'])} error(s) during collection")
+            plan = self._shard(controller, plan)
             session.testscollected = len(plan.order)
             if tr is not None:
                 tr.write_line(f"opperf A/B: base {self.base.label}, head {self.config.rootpath}: "
