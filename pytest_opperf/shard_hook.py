@@ -30,9 +30,9 @@ from pytest_opperf.settings import (
     usage_errors,
 )
 
-__all__ = ["PLUGIN_NAME", "ShardPlugin", "ab_selection", "register"]
+__all__ = ["SHARD_PLUGIN_NAME", "ShardPlugin", "ab_selection", "register"]
 
-PLUGIN_NAME = "opperf-shard"
+SHARD_PLUGIN_NAME = "opperf-shard"
 _WORKER_KEY = "opperf_shard"  # an xdist worker's workeroutput: its shard's record (JSON)
 
 
@@ -51,7 +51,7 @@ def register(config: pytest.Config, settings: Settings) -> None:
                 f"opperf: {label}: does not combine with {settings.label(name)}: a shard is a "
                 "part of a session; merge the shards' results (python -m pytest_opperf merge) and "
                 "save or import the merged file")
-    config.pluginmanager.register(ShardPlugin(config, settings, part), PLUGIN_NAME)
+    config.pluginmanager.register(ShardPlugin(config, settings, part), SHARD_PLUGIN_NAME)
 
 
 class ShardPlugin:
@@ -121,7 +121,7 @@ class ShardPlugin:
 
 def ab_selection(config: pytest.Config, ids: Sequence[str]) -> set[str] | None:
     """In A/B: the shard of ``ids`` (what the two sides collected), or None without a shard."""
-    plugin = config.pluginmanager.get_plugin(PLUGIN_NAME)
+    plugin = config.pluginmanager.get_plugin(SHARD_PLUGIN_NAME)
     if not isinstance(plugin, ShardPlugin):
         return None
     return plugin.take(ids)
