@@ -67,7 +67,7 @@ def _settings(config: pytest.Config) -> Settings:
     ini_dir = config.inipath.parent if config.inipath else config.rootpath
     origins: dict[str, Path] = {}
     with usage_errors("a child of pytest-opperf", child.ChildError):
-        fixed = child.role()  # in a child: only what its parent fixed (pytest_opperf.child)
+        fixed = child.parent_options()  # in a child: only what its parent fixed (child.py)
     for name, policy, _, parse, default, _ in OPTIONS:
         key = name.replace("-", "_")
         if fixed is None:

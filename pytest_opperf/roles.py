@@ -165,7 +165,7 @@ class GpuWorker(XdistWorker):
     (pytest-benchmark turns itself off under xdist)."""
 
     def per_op(self, timer: Any) -> PerOpTimer:
-        return self.own_loop(timer)
+        return self.oploop(timer)
 
 
 class ValgrindChild(OpPerfSession):

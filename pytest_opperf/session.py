@@ -78,10 +78,10 @@ class OpPerfSession:
         """How this role times per-op benchmarks: pytest-benchmark, or with the L2 flush the
         plugin's own loop (pytest-benchmark has no hook between rounds)."""
         if self.flush is not None:
-            return self.own_loop(timer)
+            return self.oploop(timer)
         return benchmark_adapter.ThroughBenchmark(timer, self._untimed)
 
-    def own_loop(self, timer: Any) -> OwnLoop:
+    def oploop(self, timer: Any) -> OwnLoop:
         """The plugin's own per-op loop, with pytest-benchmark's options of the same names."""
         def option(name: str) -> float:
             return benchmark_adapter.loop_option(self.config, name)

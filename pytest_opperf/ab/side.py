@@ -124,7 +124,7 @@ class SidePlugin:
 
     # --- hand-over points ----------------------------------------------------------------------
 
-    def step_handover(self, run: Any) -> None:
+    def after_step(self, run: Any) -> None:
         """After each ``run.step()``: hand the baton over, wait for it back."""
         self.send({"ev": "step", "run": run.id, "step": run.batches})
         message = self.receive()
@@ -242,7 +242,7 @@ class SideSession(OpPerfSession):
 
     def window(self, test: str) -> Window:
         window = super().window(test)
-        return Window(window.annotate, self.side.step_handover,
+        return Window(window.annotate, self.side.after_step,
                       0 if self.side.revisit else window.count_steps, window.count_timeout_s)
 
 
