@@ -1,13 +1,13 @@
 """pytest glue for pytest-opperf (the ``pytest11`` entry point): options, hooks, the fixtures.
 
 The options' table (with each option's child policy) lives in :mod:`.options`, the settings
-in :mod:`.settings`, the fixtures in :mod:`.fixtures`, the session of an
-``--opperf`` run (gate, report, files) in :mod:`.session`, the reliance on pytest-benchmark's
-internals in :mod:`.benchmark_adapter`. ``pytest_configure`` chooses the process's role once
-(:mod:`.roles`). Without ``--opperf`` only the options and the two fixtures exist, and the fixtures
-only count: no recording, no report, no gate. With it, the role's session (a subclass of
-:class:`~pytest_opperf.session.OpPerfSession`) is registered with the plugin manager and does the
-work.
+in :mod:`.settings`, the fixtures in :mod:`.fixtures`, the sessions of an ``--opperf`` run in
+:mod:`.session` (what every role does) and :mod:`.main_session` (gate, report, files), the
+reliance on pytest-benchmark's internals in :mod:`.benchmark_adapter`. ``pytest_configure``
+chooses the process's role once (:mod:`.roles`). Without ``--opperf`` only the options and the
+two fixtures exist, and the fixtures only count: no recording, no report, no gate. With it, the
+role's session (a subclass of :class:`~pytest_opperf.session.OpPerfSession`) is registered with
+the plugin manager and does the work.
 """
 
 from __future__ import annotations
