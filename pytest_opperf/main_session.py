@@ -3,8 +3,7 @@
 :class:`MainSession` is the role of a plain session; the xdist controller
 (:class:`pytest_opperf.roles.XdistController`) and the A/B main process
 (:class:`pytest_opperf.ab.session.ABMain`) are its subclasses. It reads its inputs through
-:mod:`.inputs` and writes its files through :mod:`.outputs`; with ``--opperf-instructions`` it
-counts each counted run's CPU instructions in a valgrind child (:mod:`.instructions`).
+:mod:`.inputs` and writes its files through :mod:`.outputs`.
 """
 
 from __future__ import annotations
@@ -16,12 +15,11 @@ from typing import Any
 
 import pytest
 
-from pytest_opperf import benchmark_adapter, gpu_env, hookspec, inputs, instructions, report
+from pytest_opperf import benchmark_adapter, gpu_env, hookspec, inputs, report
 from pytest_opperf.gate import evaluate
 from pytest_opperf.identity import baseline_variant
 from pytest_opperf.machine import commit_info, machine_info, same_hardware
 from pytest_opperf.outputs import Outputs, check_outputs
-from pytest_opperf.port import Window
 from pytest_opperf.results import ResultSet, baseline_file
 from pytest_opperf.session import OpPerfSession
 from pytest_opperf.settings import Settings, usage_errors
@@ -48,18 +46,10 @@ class MainSession(OpPerfSession):
         self.sections: list[tuple[str, list[str]]] = []  # from pytest_opperf_report_sections
         self.interrupted: str | None = None  # why the test loop stopped early
         self.no_gate: str | None = None  # why the gate did not run: no test ran
-        self.instructions: instructions.Instructions | None = None  # --opperf-instructions
         self.outputs = Outputs(settings, self.errors, self.notes)  # the files it writes
         self.merged = False  # runs merged from xdist workers: sorted by id
         self.workers_down = 0
         self.worker_devices: dict[str, dict[str, Any]] = {}  # the per-GPU workers' devices
-
-    def window(self, test: str) -> Window:
-        window = super().window(test)
-        if self.instructions is None:
-            return window
-        return Window(window.annotate, window.after_step, window.count_steps,
-                      window.count_timeout_s, after_count=self.instructions)
 
     def partial(self) -> list[str]:
         """Why this session did not measure every run it could have (empty: it did)."""
@@ -80,12 +70,6 @@ class MainSession(OpPerfSession):
     # --- start: fail fast on every unusable input ---------------------------------------
 
     def start_role(self) -> None:
-        if self.settings.instructions:
-            from pytest_opperf.options import child_options
-
-            options = child_options(self.settings, workload=self.workload)
-            self.instructions = instructions.Instructions(self.config.rootpath, options,
-                                                          self.settings.count_timeout)
         if self.device.note:
             self.notes.append(self.device.note)
         problem = benchmark_adapter.version_problem()

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from pytest_opperf import benchmark_adapter, gpu_env, nvtx_ranges
+from pytest_opperf import benchmark_adapter, gpu_env, instructions, nvtx_ranges
 from pytest_opperf.device import CPU_HOST, DeviceInfo, benchmark_timer
 from pytest_opperf.identity import run_id_of
 from pytest_opperf.measure import op_run
@@ -59,6 +59,7 @@ class OpPerfSession:
         self.flush: Callable[[], None] | None = None
         self.gpu_env: dict[str, Any] = {}
         self.port: Port | None = None  # built when the session starts
+        self.instructions: instructions.Instructions | None = None  # --opperf-instructions
         if settings.nvtx:
             with usage_errors("--opperf-nvtx", nvtx_ranges.NvtxUnavailable):
                 self.nvtx = nvtx_ranges.load()
@@ -91,9 +92,10 @@ class OpPerfSession:
         return OwnLoop(settings, timer, self.flush)
 
     def window(self, test: str) -> Window:
-        """What a measured window of ``test`` gets."""
+        """What a measured window of ``test`` gets; with ``--opperf-instructions``, each
+        counted run's CPU instructions are counted after its pass, in a valgrind child."""
         return Window(annotate=self.nvtx, count_steps=self.settings.count_steps,
-                      count_timeout_s=self.settings.count_timeout)
+                      count_timeout_s=self.settings.count_timeout, after_count=self.instructions)
 
     def _build_port(self) -> Port:
         # one timer per session: pytest-benchmark measures each new timer's precision (1 s)
@@ -110,6 +112,12 @@ class OpPerfSession:
         self.device = select_device(self.config)
         self.workload = resolved_workload(self.settings, self.device)
         self._gpu_start()
+        if self.settings.instructions:  # never in a child: the option is stripped for it
+            from pytest_opperf.options import child_options
+
+            options = child_options(self.settings, workload=self.workload)
+            self.instructions = instructions.Instructions(self.config.rootpath, options,
+                                                          self.settings.count_timeout)
         self.start_role()
         self.port = self.config.stash[PORT] = self._build_port()
 
