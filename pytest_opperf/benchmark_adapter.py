@@ -4,15 +4,21 @@ pytest-benchmark offers no API for a fixture's measured rounds, for giving
 one test's fixture a timer, or for telling its ``--benchmark-only`` skip from
 other skips; these read its internals, known to hold for the releases in
 :data:`SUPPORTED` (tests/test_benchmark_adapter.py checks them on the installed one).
+:class:`ThroughBenchmark` is the per-op timer (:class:`pytest_opperf.port.PerOpTimer`) of a
+session whose role times per-op benchmarks through pytest-benchmark.
 """
 
 from __future__ import annotations
 
 import re
+import warnings
+from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
 import pytest
+
+from pytest_opperf.hookspec import OpPerfBenchmarkWarning
 
 DISTRIBUTION = "pytest-benchmark"
 SUPPORTED = ((4, 0), (6, 0))  # releases from the first up to, not including, the second
@@ -94,3 +100,43 @@ def check_items(items: list[Any]) -> None:
             # requests it when the test calls it, so it is a benchmark all the same
             item.own_markers[:] = [m for m in item.own_markers
                                    if not is_only_skip(m)]
+
+
+class ThroughBenchmark:
+    """Per-op benchmarks timed by pytest-benchmark's ``benchmark`` fixture, on the session's
+    ``timer`` (None: pytest-benchmark's own); ``untimed`` counts one that ran untimed."""
+
+    def __init__(self, timer: Any, untimed: Callable[[], None]) -> None:
+        self.timer = timer
+        self.untimed = untimed
+
+    def _fixture(self, bench: Any) -> Any:
+        if self.timer is not None:
+            use_timer(bench.request.node, self.timer)
+        bench.timed = bench.request.getfixturevalue("benchmark")
+        return bench.timed
+
+    def call(self, bench: Any, function: Callable[..., Any], args: tuple,
+             kwargs: dict[str, Any]) -> Any:
+        return self._fixture(bench)(bench.annotated(function), *args, **kwargs)
+
+    def pedantic(self, bench: Any, target: Callable[..., Any], args: tuple,
+                 kwargs: dict[str, Any] | None, setup: Callable[[], Any] | None,
+                 teardown: Callable[..., Any] | None, rounds: int, warmup_rounds: int,
+                 iterations: int) -> Any:
+        return self._fixture(bench).pedantic(
+            bench.annotated(target), args=args, kwargs=kwargs, setup=setup, teardown=teardown,
+            rounds=rounds, warmup_rounds=warmup_rounds, iterations=iterations)
+
+    def finish(self, bench: Any) -> None:
+        fixture = bench.timed
+        if fixture is None or failed(fixture):
+            return
+        measured = rounds(fixture)
+        if measured is None:  # pytest-benchmark disabled: the target ran untimed
+            self.untimed()
+            warnings.warn(OpPerfBenchmarkWarning(
+                f"{bench.request.node.nodeid}: not timed, pytest-benchmark is disabled "
+                "(--benchmark-disable, or xdist)"), stacklevel=3)
+            return
+        bench.record(*measured)

@@ -1,4 +1,4 @@
-"""The one way the plugin starts pytest again: a child's options, environment and role.
+"""The one way the plugin starts pytest again: a child's options and environment.
 
 A child pytest (an A/B side, the valgrind child of ``--opperf-instructions``) measures and hands
 its runs back; it never writes the user's outputs, appends to the user's history or applies the
@@ -10,11 +10,12 @@ the plugin declares its child policy where it is declared (``pytest_opperf.optio
   sets another), and nothing else: not the command line's, not an ini key's;
 * ``stripped``: the child gets the option's default.
 
-The parent's values travel in the child's environment (:data:`ROLE_ENV`, JSON), which the
+The parent's values travel in the child's environment (:data:`OPTIONS_ENV`, JSON), which the
 child's :func:`pytest_opperf.plugin._settings` reads instead of its command line and ini file, and
 also on the command line (:func:`argv_options`), for a base side running an earlier release of the
 plugin that reads only its command line. The launcher's environment drops ``PYTEST_ADDOPTS`` and
-``GITHUB_STEP_SUMMARY``.
+``GITHUB_STEP_SUMMARY``. What the child does is its role's (:mod:`pytest_opperf.roles`); what it
+hands back is one envelope (:mod:`pytest_opperf.handback`).
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Literal
 
-__all__ = ["POLICIES", "ROLE_ENV", "ChildError", "argv_options", "environment", "fixed_values",
-           "policy_problems", "strip_opperf_args"]
+__all__ = ["OPTIONS_ENV", "POLICIES", "ChildError", "argv_options", "environment", "fixed_values",
+           "parent_options", "policy_problems", "strip_opperf_args"]
 
 Policy = Literal["fixed", "stripped"]
 POLICIES: tuple[Policy, ...] = ("fixed", "stripped")
-ROLE_ENV = "OPPERF_CHILD"  # set in a child: the JSON object of the options its parent fixed
+OPTIONS_ENV = "OPPERF_CHILD"  # set in a child: the JSON object of the options its parent fixed
 _DROPPED_ENV = ("PYTEST_ADDOPTS", "GITHUB_STEP_SUMMARY")
 
 
@@ -81,25 +82,26 @@ def argv_options(fixed: Mapping[str, str], defaults: Mapping[str, str] | None = 
 def environment(fixed: Mapping[str, str], environ: Mapping[str, str] | None = None
                 ) -> dict[str, str]:
     """A child's environment: ``environ`` (default: this process's) without the variables that
-    would hand it the user's options or outputs, with its role and fixed options."""
+    would hand it the user's options or outputs, with its fixed options."""
     env = {k: v for k, v in (os.environ if environ is None else environ).items()
            if k not in _DROPPED_ENV}
-    env[ROLE_ENV] = json.dumps(dict(fixed), sort_keys=True)
+    env[OPTIONS_ENV] = json.dumps(dict(fixed), sort_keys=True)
     return env
 
 
-def role(environ: Mapping[str, str] | None = None) -> dict[str, str] | None:
+def parent_options(environ: Mapping[str, str] | None = None) -> dict[str, str] | None:
     """In a child: the options its parent fixed (by option name); None in any other process."""
-    raw = (os.environ if environ is None else environ).get(ROLE_ENV)
+    raw = (os.environ if environ is None else environ).get(OPTIONS_ENV)
     if raw is None:
         return None
     try:
         fixed = json.loads(raw)
     except ValueError as exc:
-        raise ChildError(f"${ROLE_ENV} is not JSON: {exc}") from None
+        raise ChildError(f"${OPTIONS_ENV} is not JSON: {exc}") from None
     if not isinstance(fixed, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                               for k, v in fixed.items()):
-        raise ChildError(f"${ROLE_ENV} is not an object of option names to strings: {raw[:80]!r}")
+        raise ChildError(f"${OPTIONS_ENV} is not an object of option names to strings: "
+                         f"{raw[:80]!r}")
     return fixed
 
 

@@ -5,7 +5,8 @@ No hardware counters on shared virtual machines; valgrind's callgrind counts ins
 steps). A process cannot be put under valgrind once it runs, so after a run's counting pass the
 session runs the run's test again in a child process under callgrind (instrumentation off until the
 pass: the child's window runs at valgrind's cheapest slowdown, still several times slower than
-natively, much more for BLAS-heavy steps). In the child, each window's counting pass is done by
+natively, much more for BLAS-heavy steps). In the child (its role:
+:class:`pytest_opperf.roles.ValgrindChild`), each window's counting pass is done by
 callgrind instead of the Python tracer (:class:`ChildPass`): per step, the counters are zeroed
 before it and dumped after it, so a step's count holds that step's instructions on the calling
 thread only (``child_env`` holds the BLAS libraries to one thread). The run's ``work.instructions``
@@ -19,7 +20,6 @@ its Python work counts.
 
 from __future__ import annotations
 
-import json
 import shutil
 import statistics
 import sys
@@ -30,26 +30,25 @@ from typing import Any
 
 from . import child, valgrind_run
 from .callgrind import Callgrind
+from .handback import FILE, Envelope, HandBackError
 from .valgrind import ValgrindError
 
 __all__ = ["CHILD_ENV", "ChildPass", "Instructions"]
 
-CHILD_ENV = "OPPERF_INSTRUCTIONS_DIR"  # set in the child: where its passes note their runs
-_WINDOWS = "windows.json"
+CHILD_ENV = "OPPERF_INSTRUCTIONS_DIR"  # set in the child: where it leaves its envelope
 
 
 class ChildPass:
-    """In a child under callgrind: the counting pass of each window, counted by callgrind;
-    labels ``w<i>-s<k>``, and ``windows.json`` in ``out_dir`` maps ``i`` to the run id."""
+    """In the child under callgrind: the counting pass of each window, counted by callgrind;
+    labels ``w<i>-s<k>``, and ``windows[i]`` the run id of pass ``i`` (the child's envelope,
+    :mod:`pytest_opperf.handback`, hands the list back)."""
 
-    def __init__(self, out_dir: str) -> None:
-        self.out_dir = Path(out_dir)
+    def __init__(self) -> None:
         self.windows: list[str] = []
 
-    def __call__(self, run_id: str, step: Callable[[], object], steps: int) -> None:
+    def __call__(self, run: Any, step: Callable[[], object], steps: int) -> None:
         index = len(self.windows)
-        self.windows.append(run_id)
-        (self.out_dir / _WINDOWS).write_text(json.dumps(self.windows))
+        self.windows.append(run.id)
         counter = Callgrind()
         counter.start_pass()
         try:
@@ -119,9 +118,10 @@ class Instructions:
             except ValgrindError as exc:
                 return str(exc)
             try:
-                windows = json.loads((out / _WINDOWS).read_text())
-            except (OSError, ValueError) as exc:
-                return f"the child's list of windows is unreadable: {exc}"
+                windows = Envelope.loads((out / FILE).read_text(), "the valgrind child",
+                                         "valgrind-child").windows
+            except (OSError, HandBackError) as exc:
+                return f"the child's envelope is unreadable: {exc}"
             self._cpu = valgrind_run.counted_on()
             by_run: dict[str, list[int]] = {}
             for label, n in counts.items():

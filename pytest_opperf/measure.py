@@ -20,6 +20,7 @@ from typing import Any
 
 from . import timers, workcount
 from .device import DeviceInfo
+from .port import Window
 from .results import RunResult, StatResult, warmup_rule
 from .stats import most_common
 from .stattree import Shares, StatTree
@@ -57,15 +58,13 @@ class CountingPassTimeout(BaseException):
 
 
 class Run:
-    """The handle of one measured window; the suite calls :meth:`step` per batch."""
+    """The handle of one measured window; the suite calls :meth:`step` per batch. ``window``:
+    what the session's role gives the window (:class:`pytest_opperf.port.Window`)."""
 
     def __init__(self, run_id: str, kind: str, config: Mapping[str, Any] | None, device: DeviceInfo,
-                 timing: str, executor_stat: str, trace: bool = False, annotate: Any = None,
-                 handover: Callable[[Run], None] | None = None, count_steps: int = 0,
-                 count_timeout_s: float = 300.0,
-                 instructions: Callable[[Run, Callable[[], object], int], None] | None = None,
-                 callgrind_pass: Callable[[str, Callable[[], object], int], None] | None = None,
-                 test: str | None = None) -> None:
+                 timing: str, executor_stat: str, trace: bool = False,
+                 window: Window | None = None, test: str | None = None) -> None:
+        window = window or Window()
         self.id = run_id
         self.test = run_id if test is None else test  # the node id of the test that opened it
         self.kind = kind
@@ -90,19 +89,19 @@ class Run:
         self._step_examples: list[int] = []
         self._work: dict[str, list[float]] = {}
         self.count_warnings: list[str] = []  # per-step counts that vary: the plugin warns
-        self.annotate = annotate  # profiler ranges (NVTX) around regions and steps, or None
+        self.annotate = window.annotate  # profiler ranges (NVTX) around regions and steps, or None
         self._kernels_note: str | None = None  # set by kernels_are_executor()
         self._framework_executor: tuple[str, str] | None = None  # set by executor_stat_is()
         self._deferred: list[Callable[[bool], None]] = []  # set by defer()
         # A/B: called after each step (device synchronised); the time it takes is not the window's
-        self._handover = handover
+        self._after_step = window.after_step
         self._paused_ns = 0
         self._notes: list[str] = []  # set by add_note()
         self.wall_s: float | None = None  # set when the window closes, before deferred callbacks
-        self.count_steps = count_steps  # steps of the counting pass (0: none)
-        self.count_timeout_s = count_timeout_s
-        self._instructions = instructions  # --opperf-instructions: counts them after the pass
-        self._callgrind_pass = callgrind_pass  # in its child under valgrind: the pass instead
+        self.count_steps = window.count_steps  # steps of the counting pass (0: none)
+        self.count_timeout_s = window.count_timeout_s
+        self._counter = window.counter  # the valgrind child: callgrind counts the pass instead
+        self._after_count = window.after_count  # --opperf-instructions: after the pass
         self._counted = False
         self._count_clock: Callable[[], int] = perf_counter_ns  # the pass's clock (ns; tests)
 
@@ -135,8 +134,8 @@ class Run:
         self.examples += examples
         self.batches += 1
         self._last_ns = now
-        if self._handover is not None:
-            self._handover(self)
+        if self._after_step is not None:
+            self._after_step(self)
             resumed = perf_counter_ns()
             self._paused_ns += resumed - now
             self._last_ns = resumed
@@ -182,8 +181,8 @@ class Run:
         self._counted = True
         if steps == 0:
             return
-        if self._callgrind_pass is not None:  # an --opperf-instructions child: callgrind counts
-            self._callgrind_pass(self.id, step, steps)
+        if self._counter is not None:  # the valgrind child of --opperf-instructions: callgrind
+            self._counter(self, step, steps)
             return
         result = self.result
         start = self._count_clock()
@@ -222,8 +221,8 @@ class Run:
             result.notes.append(f"work counts vary across the {steps} counted steps (the most "
                                 f"common kept): {shown}")
         result.work = work
-        if self._instructions is not None:
-            self._instructions(self, step, steps)
+        if self._after_count is not None:
+            self._after_count(self, step, steps)
 
     def kernels_are_executor(self, note: str) -> None:
         """Take executor time to be kernel time (the time inside top-level operators),

@@ -11,17 +11,19 @@ import.
 :func:`pedantic_round` is one round of a pedantic benchmark (``setup`` gives each round its
 arguments, ``teardown`` follows it): the one round loop of the plugin's own per-op timing (both
 modes: :func:`time_rounds` times its rounds with it) and of an A/B side, which times the rounds the
-controller orders.
+controller orders. :class:`OwnLoop` is the per-op timer (:class:`pytest_opperf.port.PerOpTimer`)
+of a role that times per-op benchmarks itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from time import perf_counter
 from typing import Any
 
-__all__ = ["LoopSettings", "pedantic_arguments", "pedantic_round", "time_rounds"]
+__all__ = ["LoopSettings", "OwnLoop", "pedantic_arguments", "pedantic_round", "time_rounds"]
 
 
 @dataclass(frozen=True)
@@ -90,3 +92,43 @@ def pedantic_round(target: Callable[..., Any], args: tuple, kwargs: dict[str, An
     if teardown is not None:
         teardown(*a, **k)
     return elapsed, result
+
+
+class OwnLoop:
+    """Per-op benchmarks timed by this module on ``timer`` (the session's, else the host's), with
+    ``settings`` (pytest-benchmark's options of the same names) and, with ``flush``, the L2 cache
+    flushed before each timed call."""
+
+    def __init__(self, settings: LoopSettings, timer: Callable[[], float] | None,
+                 flush: Callable[[], None] | None) -> None:
+        self.settings = settings
+        self.timer = timer or perf_counter
+        self.flush = flush
+
+    def call(self, bench: Any, function: Callable[..., Any], args: tuple,
+             kwargs: dict[str, Any]) -> Any:
+        call = partial(function, *args, **kwargs)
+        result = call()  # the call whose result the test gets (and one more warm-up)
+        bench.timed = time_rounds(bench.annotated(call), self.timer, self.settings, self.flush)
+        return result
+
+    def pedantic(self, bench: Any, target: Callable[..., Any], args: tuple,
+                 kwargs: dict[str, Any] | None, setup: Callable[[], Any] | None,
+                 teardown: Callable[..., Any] | None, rounds: int, warmup_rounds: int,
+                 iterations: int) -> Any:
+        per_call, result = [], None
+        for i in range(warmup_rounds + rounds):
+            elapsed, result = pedantic_round(bench.annotated(target), args, kwargs, iterations,
+                                             self.timer, setup, teardown, self.flush)
+            if i >= warmup_rounds:
+                per_call.append(elapsed / iterations)
+        bench.timed = (per_call, iterations)
+        return result
+
+    def finish(self, bench: Any) -> None:
+        if bench.timed is None:
+            return
+        rounds, iterations = bench.timed
+        if rounds:
+            flushed = {"l2_flush": True} if self.flush is not None else {}
+            bench.record(rounds, iterations, loop="opperf", **flushed)

@@ -1,11 +1,13 @@
 """pytest glue for pytest-opperf (the ``pytest11`` entry point): options, hooks, the fixtures.
 
 The options' table (with each option's child policy) lives in :mod:`.options`, the settings
-in :mod:`.settings`, the fixtures in :mod:`.fixtures`, the session of an
-``--opperf`` run (gate, report, files) in :mod:`.session`, the reliance on pytest-benchmark's
-internals in :mod:`.benchmark_adapter`. Without ``--opperf`` only the options and the two fixtures
-exist, and the fixtures only count: no recording, no report, no gate. With it, an ``OpPerfSession``
-is registered with the plugin manager and does the work.
+in :mod:`.settings`, the fixtures in :mod:`.fixtures`, the sessions of an ``--opperf`` run in
+:mod:`.session` (what every role does) and :mod:`.main_session` (gate, report, files), the
+reliance on pytest-benchmark's internals in :mod:`.benchmark_adapter`. ``pytest_configure``
+chooses the process's role once (:mod:`.roles`). Without ``--opperf`` only the options and the
+two fixtures exist, and the fixtures only count: no recording, no report, no gate. With it, the
+role's session (a subclass of :class:`~pytest_opperf.session.OpPerfSession`) is registered with
+the plugin manager and does the work.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
@@ -22,10 +24,7 @@ from pytest_opperf.device import CPU_HOST, DeviceInfo
 from pytest_opperf.fixtures import opperf, opperf_benchmark
 from pytest_opperf.options import FLAGS, OPTIONS
 from pytest_opperf.settings import SESSION_PLUGIN, SETTINGS, Settings, session_info, usage_errors
-from pytest_opperf.xdist_gpu import ENV_LIST, GpuWorkersError, set_worker_device, visible_gpus
-
-if TYPE_CHECKING:  # the name type checkers know; it loads only with --opperf (pytest_configure)
-    from pytest_opperf.session import OpPerfSession  # noqa: F401
+from pytest_opperf.xdist_gpu import GpuWorkersError, set_worker_device, visible_gpus
 
 __all__ = ["SESSION_PLUGIN", "opperf", "opperf_benchmark", "session_info"]
 
@@ -68,7 +67,7 @@ def _settings(config: pytest.Config) -> Settings:
     ini_dir = config.inipath.parent if config.inipath else config.rootpath
     origins: dict[str, Path] = {}
     with usage_errors("a child of pytest-opperf", child.ChildError):
-        fixed = child.role()  # in a child: only what its parent fixed (pytest_opperf.child)
+        fixed = child.parent_options()  # in a child: only what its parent fixed (child.py)
     for name, policy, _, parse, default, _ in OPTIONS:
         key = name.replace("-", "_")
         if fixed is None:
@@ -134,16 +133,14 @@ def _compare_value(key: str, value: Any, base: Path) -> Any:
 
 def pytest_configure(config: pytest.Config) -> None:
     settings = config.stash[SETTINGS] = _settings(config)
-    if settings.gpu_workers and not hasattr(config, "workerinput"):
-        _share_gpus(config)
     if settings.shard is not None:  # --opperf-shard: a part of the tests
         from pytest_opperf import shard_hook
 
         shard_hook.register(config, settings)
-    if settings.enabled:
-        from pytest_opperf.session import OpPerfSession  # heavy (gate, report): only with --opperf
+    if settings.enabled or settings.gpu_workers:  # else no role has anything to do
+        from pytest_opperf import roles  # heavy (gate, report): the sessions load with it
 
-        config.pluginmanager.register(OpPerfSession(config, settings), SESSION_PLUGIN)
+        roles.configure(config, settings)
 
 
 # --- one xdist worker per GPU (pytest_opperf.xdist_gpu) --------------------------------
@@ -162,30 +159,6 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
         return None
     with usage_errors("--opperf-gpu-workers", GpuWorkersError):
         return len(visible_gpus())
-
-
-def _share_gpus(config: pytest.Config) -> None:
-    """On the controller: check the worker count and hand the GPU list to the workers."""
-    workers = config.getoption("numprocesses", None)
-    if not workers:
-        raise pytest.UsageError("opperf: --opperf-gpu-workers needs pytest-xdist workers: add -n "
-                                "auto (one worker per GPU)")
-    with usage_errors("--opperf-gpu-workers", GpuWorkersError):
-        gpus = visible_gpus()
-    if workers > len(gpus):
-        raise pytest.UsageError(f"opperf: --opperf-gpu-workers: -n {workers} workers for "
-                                f"{len(gpus)} GPU(s) ({','.join(gpus)}); two workers on one GPU "
-                                "would disturb each other's timings")
-    previous = os.environ.get(ENV_LIST)
-    os.environ[ENV_LIST] = ",".join(gpus)  # workers inherit the controller's environment
-
-    def restore() -> None:
-        if previous is None:
-            os.environ.pop(ENV_LIST, None)
-        else:
-            os.environ[ENV_LIST] = previous
-
-    config.add_cleanup(restore)
 
 
 @pytest.hookimpl(trylast=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_opperf.device import DeviceInfo
+from pytest_opperf.port import Port
 
 SESSION_PLUGIN = "opperf-session"  # the name OpPerfSession is registered under
 
@@ -51,6 +52,7 @@ class Settings:
 
 SETTINGS = pytest.StashKey[Settings]()
 _DEVICE = pytest.StashKey[DeviceInfo]()
+PORT = pytest.StashKey[Port]()  # the role's port (pytest_opperf.port), set at session start
 
 
 def select_device(config: pytest.Config) -> DeviceInfo:

@@ -6,8 +6,10 @@ benchmarks with :mod:`pytest_opperf.oploop` (pytest-benchmark turns itself off u
 the controller merges the runs into one report and one gate, after checking that all workers ran
 on the same GPU model. The controller passes its list of GPUs to its workers in the environment
 (:data:`ENV_LIST`), and each worker picks its entry by its xdist id (``gw0`` the first) before any
-plugin or conftest can touch CUDA. The pure functions here have no pytest import; the hooks at the
-end are the glue, registered by the plugin (the contract: docs/contract-additions.md, "GPU")."""
+plugin or conftest can touch CUDA. The pure functions here have no pytest import; the glue is the
+plugin's hooks and the controller's and workers' roles (:mod:`pytest_opperf.roles`: the
+controller shares the GPUs, a worker times per-op benchmarks with its own loop) (the contract:
+docs/contract-additions.md, "GPU")."""
 
 from __future__ import annotations
 

@@ -28,6 +28,7 @@ from pytest_opperf.ab.protocol import Channel, SideGone, SideTimeout
 from pytest_opperf.ab.side import SidePlugin, current_cpu
 from pytest_opperf.ab.tuning import MIN_PAIRS, RERUN_MIN_S, RERUN_SHARE
 from pytest_opperf.device import CPU_HOST
+from pytest_opperf.port import Window
 from pytest_opperf.results import RunResult, StatResult
 
 
@@ -134,7 +135,8 @@ def test_a_step_hand_over_is_left_out_of_the_window(monkeypatch):
         waits.append(run.batches)
         now[0] += 1_000_000_000
 
-    run = measure.Run("r", "e2e", {}, CPU_HOST, "host", "ExecutorRunTimer", handover=handover)
+    run = measure.Run("r", "e2e", {}, CPU_HOST, "host", "ExecutorRunTimer",
+                      window=Window(after_step=handover))
     from pytest_opperf import timers
 
     with timers.recording() as table:

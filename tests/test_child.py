@@ -29,6 +29,13 @@ def test_every_option_declares_a_child_policy(pytester):
     shown = {word.split("=")[0].rstrip(",;.:)") for line in result.stdout.lines
              for word in line.split() if word.startswith("--opperf-")}
     assert shown and shown == {f"--opperf-{name}" for name in CHILD_POLICIES}
+    # and every ini key of the plugin is an option's (so it has a policy), or one of the two
+    # that are no option: an output or input added as an ini key alone would fail here
+    keys = {line.split()[0] for line in result.stdout.lines
+            if line.startswith("  opperf_") and line.split()[0].isidentifier()}
+    not_options = {"opperf_enabled",  # a child is always given --opperf
+                   "opperf_executor_stat"}  # which stat is executor time: read by every side
+    assert keys == {f"opperf_{name.replace('-', '_')}" for name in CHILD_POLICIES} | not_options
 
 
 def test_a_policy_problem_is_named():
@@ -54,13 +61,13 @@ def test_a_child_gets_the_fixed_options_and_nothing_else():
 def test_a_childs_environment_drops_the_users_options_and_outputs():
     env = child.environment({"workload": "tiny"}, {"PYTEST_ADDOPTS": "--opperf-history=h.db",
                                                    "GITHUB_STEP_SUMMARY": "/s", "HOME": "/h"})
-    assert env == {"HOME": "/h", child.ROLE_ENV: '{"workload": "tiny"}'}
-    assert child.role(env) == {"workload": "tiny"}
-    assert child.role({}) is None
+    assert env == {"HOME": "/h", child.OPTIONS_ENV: '{"workload": "tiny"}'}
+    assert child.parent_options(env) == {"workload": "tiny"}
+    assert child.parent_options({}) is None
     with pytest.raises(child.ChildError, match="not JSON"):
-        child.role({child.ROLE_ENV: "{"})
+        child.parent_options({child.OPTIONS_ENV: "{"})
     with pytest.raises(child.ChildError, match="not an object"):
-        child.role({child.ROLE_ENV: '{"workload": 1}'})
+        child.parent_options({child.OPTIONS_ENV: '{"workload": 1}'})
 
 
 def test_every_opperf_option_is_stripped_from_a_childs_arguments():
@@ -83,7 +90,7 @@ def test_a_child_ignores_the_users_outputs_history_and_gate_wherever_given(pytes
     for name in ("h.db", "m.md", "a.json", "t.json"):
         (pytester.path / name).unlink()
     # a child: only what its parent fixed
-    monkeypatch.setenv(child.ROLE_ENV, json.dumps({"workload": "tiny", "count-steps": "1"}))
+    monkeypatch.setenv(child.OPTIONS_ENV, json.dumps({"workload": "tiny", "count-steps": "1"}))
     monkeypatch.setenv("PYTEST_ADDOPTS", "--opperf-save=s.json")
     result = pytester.runpytest_subprocess("--opperf", "--opperf-trace=t.json",
                                            "--opperf-baseline=nothing.json")
@@ -95,7 +102,7 @@ def test_a_child_ignores_the_users_outputs_history_and_gate_wherever_given(pytes
 
 def test_a_bad_child_role_is_one_line(pytester, monkeypatch):
     pytester.makepyfile(test_suite=SUITE)
-    monkeypatch.setenv(child.ROLE_ENV, json.dumps({"workload": "huge"}))
+    monkeypatch.setenv(child.OPTIONS_ENV, json.dumps({"workload": "huge"}))
     result = pytester.runpytest_subprocess("--opperf")
     assert result.ret == 4
     assert "--opperf-workload (fixed by the parent): expected one of" in result.stderr.str()

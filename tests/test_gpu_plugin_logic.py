@@ -18,6 +18,7 @@ from pytest_opperf.measure import Run, measure_window
 from pytest_opperf.metrics import steady_examples_per_sec
 from pytest_opperf.nvtx_ranges import NvtxRanges
 from pytest_opperf.oploop import LoopSettings, time_rounds
+from pytest_opperf.port import Window
 from pytest_opperf.report import run_lines
 from pytest_opperf.results import StatResult, baseline_file
 from pytest_opperf.results_checks import results_from_dict
@@ -337,7 +338,8 @@ class FakeNvtx:
 def test_nvtx_ranges_around_every_region_and_step():
     nvtx = FakeNvtx()
     run = Run(
-        "t::n", "e2e", {}, DeviceInfo(), "events", "ExecutorRunTimer", annotate=NvtxRanges(nvtx)
+        "t::n", "e2e", {}, DeviceInfo(), "events", "ExecutorRunTimer",
+        window=Window(annotate=NvtxRanges(nvtx)),
     )
     with measure_window(run):
         with timers.timer("ExecutorRunTimer"), timers.timer("conv2d", kernel=True):

@@ -10,7 +10,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_opperf"
 PURE = ["timers", "stattree", "stats", "results", "results_checks", "results_reader", "atomic",
-        "machine", "handback", "gate", "comparison", "baseline_checks",
+        "machine", "handback", "port", "gate", "comparison", "baseline_checks",
         "report", "measure", "device", "cli", "thresholds", "metrics", "verdict", "keys",
         "ab.paired", "ab.pairs", "ab.decide", "ab.tuning", "ab.processes", "ab.controller",
         "history.suspects", "history.trends", "workcount", "valgrind", "callgrind",

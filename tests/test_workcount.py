@@ -15,6 +15,7 @@ from pytest_opperf import gate, measure, report, timers
 from pytest_opperf.ab import paired
 from pytest_opperf.ab.pairs import e2e_samples
 from pytest_opperf.device import CPU_HOST
+from pytest_opperf.port import Window
 from pytest_opperf.results import ResultsError, ResultSet
 from pytest_opperf.results_checks import results_from_dict
 from pytest_opperf.thresholds import CompareSettings, parse_thresholds
@@ -56,7 +57,8 @@ class Toy:
 
 
 def counted(toy: Toy, steps: int = 2, run_id: str = "suite.py::test_train") -> measure.Run:
-    run = measure.Run(run_id, "e2e", {}, CPU_HOST, "events", "ExecutorRunTimer", count_steps=steps)
+    run = measure.Run(run_id, "e2e", {}, CPU_HOST, "events", "ExecutorRunTimer",
+                      window=Window(count_steps=steps))
     with measure.measure_window(run):
         for _ in range(3):
             toy.step()
@@ -128,7 +130,8 @@ def test_the_tracer_and_profiler_in_place_are_restored():
 
 
 def test_the_counting_pass_runs_after_the_window_once():
-    run = measure.Run("r", "e2e", {}, CPU_HOST, "events", "ExecutorRunTimer", count_steps=2)
+    run = measure.Run("r", "e2e", {}, CPU_HOST, "events", "ExecutorRunTimer",
+                      window=Window(count_steps=2))
     with measure.measure_window(run):
         with pytest.raises(RuntimeError, match="after the measure"):
             run.counting_pass(lambda: None)
@@ -139,7 +142,8 @@ def test_the_counting_pass_runs_after_the_window_once():
 
 
 def test_zero_steps_count_nothing_and_call_nothing():
-    run = measure.Run("r", "e2e", {}, CPU_HOST, "events", "ExecutorRunTimer", count_steps=0)
+    run = measure.Run("r", "e2e", {}, CPU_HOST, "events", "ExecutorRunTimer",
+                      window=Window(count_steps=0))
     with measure.measure_window(run):
         run.step()
     calls = []
@@ -178,8 +182,8 @@ def test_a_pass_past_its_time_limit_ends_even_when_the_step_swallows_the_timeout
             except Exception:  # the framework's own handler must not take the timeout
                 pytest.fail("the timeout was caught as an Exception")
 
-    run = measure.Run("r", "e2e", {}, CPU_HOST, "events", "ExecutorRunTimer", count_steps=2,
-                      count_timeout_s=0.2)
+    run = measure.Run("r", "e2e", {}, CPU_HOST, "events", "ExecutorRunTimer",
+                      window=Window(count_steps=2, count_timeout_s=0.2))
     toy = Slow()
     with measure.measure_window(run):
         for _ in range(3):
@@ -215,8 +219,9 @@ def test_the_deadline_is_seen_by_the_counter_on_a_fake_clock(monkeypatch):
 
 def _pass_of(step, steps: int = 2, clock=None) -> measure.Run:
     # the 1 s limit only on the fake clock: on the real one a loaded machine could pass it
-    run = measure.Run("r", "e2e", {}, CPU_HOST, "events", "ExecutorRunTimer", count_steps=steps,
-                      count_timeout_s=1.0 if clock is not None else 600.0)
+    run = measure.Run("r", "e2e", {}, CPU_HOST, "events", "ExecutorRunTimer",
+                      window=Window(count_steps=steps,
+                                    count_timeout_s=1.0 if clock is not None else 600.0))
     if clock is not None:
         run._count_clock = clock
     with measure.measure_window(run):
@@ -319,7 +324,8 @@ def test_a_step_that_raises_restores_the_tracing_in_place():
 
 @pytest.mark.parametrize("steps", [-1, 1.5, True, "2"])
 def test_bad_step_numbers_are_refused(steps):
-    run = measure.Run("r", "e2e", {}, CPU_HOST, "events", "ExecutorRunTimer", count_steps=2)
+    run = measure.Run("r", "e2e", {}, CPU_HOST, "events", "ExecutorRunTimer",
+                      window=Window(count_steps=2))
     with measure.measure_window(run):
         run.step()
     with pytest.raises(ValueError, match="expects an int >= 0"):
@@ -516,7 +522,7 @@ def test_a_python_hook_per_torch_module_is_caught_in_the_untimed_work():
             model(x).sum().backward()
 
         run = measure.Run("t.py::test_torch", "e2e", {}, CPU_HOST, "events", "ExecutorRunTimer",
-                          count_steps=2)
+                          window=Window(count_steps=2))
         with measure.measure_window(run), profile():
             for _ in range(3):
                 step()

@@ -69,8 +69,8 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..results import ResultsError, RunResult
-from ..results_checks import results_from_dict
+from ..handback import Envelope, HandBackError
+from ..results import RunResult
 from . import decide, paired, tuning
 from .decide import Keep, SessionPairs
 from .pairs import e2e_samples
@@ -318,14 +318,12 @@ class Controller:
         outcomes = {}
         for name in names:
             message = state[name]
-            try:
-                data = message.get("results") or {"schema": "opperf/1", "runs": []}
-                runs = results_from_dict(data, source=f"the {name} side").runs
-            except ResultsError as exc:
+            try:  # a base side of an earlier release sends the envelope's fields unversioned
+                back = Envelope.from_dict(message, f"the {name} side", "ab-side", True)
+            except HandBackError as exc:
                 raise SideFailure(f"results of the {name} side unreadable: {exc}",
                                   self.sides[name].tail()) from None
-            outcome = TestOutcome(name, nodeid, visit, list(message.get("reports", [])), runs,
-                                  bool(message.get("failed")))
+            outcome = TestOutcome(name, nodeid, visit, back.reports, back.runs, back.failed)
             outcomes[name] = outcome
             self.on_outcome(outcome)
         if both and not outcomes["base"].failed and not outcomes["head"].failed:

@@ -6,6 +6,8 @@ worktree, removed again however the session ends) and checks the base interprete
 collection, and its test loop is the :class:`~.controller.Controller`: both sides collect, the tests
 of both run in lockstep, the head's reports are shown as the session's own and its runs become the
 session's results, and the CompareResult goes to the report, the JSON and the gate.
+:class:`ABMain` is that process's role (:mod:`pytest_opperf.roles`): the main role, with the
+comparison in its gate and its reports.
 """
 
 from __future__ import annotations
@@ -19,10 +21,13 @@ from typing import Any
 import pytest
 
 from .. import child
+from ..gate import add_compare
+from ..main_session import MainSession
 from ..options import CHILD_DEFAULTS, VALUED_OPTIONS, child_options
-from ..results import RunResult
+from ..results import ResultSet, RunResult
 from ..settings import Settings, usage_errors
 from ..thresholds import Thresholds
+from ..verdict import Verdict
 from .checkout import (
     Base,
     CompareError,
@@ -305,3 +310,51 @@ def _last_line(report: Any) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     last = lines[-1] if lines else report.outcome
     return last[1:].strip() if last.startswith("E ") else last
+
+
+class ABMain(MainSession):
+    """The main role of ``--opperf-compare``: the A/B session (:class:`ABSession`) starts once
+    the inputs are read; its comparison joins the results, the gate and the reports."""
+
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        super().__init__(config, settings)
+        self.ab_run: ABSession | None = None
+
+    def start_more(self) -> None:
+        self.ab_run = ABSession.start(self.config, self.settings, self.thresholds,
+                                      self.runs.extend)
+
+    @property
+    def compare(self) -> CompareResult | None:
+        """The A/B session's result, when it ran to its end."""
+        return self.ab_run.compare if self.ab_run is not None else None
+
+    def aborted(self) -> bool:
+        return self.ab_run is not None and bool(self.ab_run.aborted)
+
+    def gate_more(self, results: ResultSet, verdict: Verdict) -> None:
+        """A/B: regressed metrics and failed base tests are violations; undecided warn (or
+        fail)."""
+        if self.compare is not None:
+            results.compare = self.compare.to_dict()
+        problems = self.ab_run.problems if self.ab_run is not None else []
+        add_compare(verdict, self.compare, problems,
+                    undecided_fail=self.settings.compare_undecided == "fail")
+
+    def markdown_more(self) -> str:
+        if self.compare is None:
+            return ""
+        from . import render
+
+        return "\n" + render.markdown(self.compare)
+
+    def summary_sections(self, width: int) -> list[tuple[str, list[str]]]:
+        if self.compare is None:
+            return []
+        from . import render
+
+        return [("A/B: head against base", render.terminal_lines(self.compare, width))]
+
+    def summary_errors(self) -> list[str]:
+        return list(self.ab_run.lines) if self.ab_run is not None else []
+

@@ -9,8 +9,14 @@ waiting is not the window's: ``measure.Run`` leaves it out), and at every
 per-op benchmark, whose rounds the controller asks for in blocks instead of
 pytest-benchmark calibrating them (a block may name the CPU its calling
 thread runs on; each answer names the CPU it ended on). At the end of a
-test it sends the test's reports and the runs it measured. The side never
-gates, reports or writes files: the controller's process does.
+test it sends the test's reports and the runs it measured, in the envelope of
+:mod:`pytest_opperf.handback`. The side never gates, reports or writes files:
+the controller's process does.
+
+:class:`SidePlugin` talks to the controller; :class:`SideSession` is the side's role
+(:mod:`pytest_opperf.roles` chooses it when this plugin is loaded): its port sends the runs to the
+side, hands the baton over after each step and times per-op benchmarks with
+:class:`ControllerRounds`.
 """
 
 from __future__ import annotations
@@ -26,6 +32,10 @@ from typing import Any, NoReturn
 
 import pytest
 
+from ..handback import Envelope
+from ..port import PerOpTimer, Window
+from ..session import OpPerfSession
+from ..settings import SETTINGS, Settings
 from .protocol import Channel, ProtocolError, child_fd
 
 PLUGIN_NAME = "opperf-ab-side"
@@ -40,7 +50,7 @@ class SidePlugin:
         self.errors: list[dict[str, Any]] = []
         self.reports: list[Any] = []
         self.runs: list[Any] = []  # the runs of the test now running (RunResult)
-        self.recorder: Any = None  # the session's pytest_opperf.recorder.Recorder
+        self.revisit = False  # the test now running ran before (no counting pass)
 
     # --- the orders -----------------------------------------------------------------------
 
@@ -67,16 +77,8 @@ class SidePlugin:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        from pytest_opperf.recorder import RECORDER
-
-        recorder = session.config.stash.get(RECORDER, None)
-        if recorder is None:
+        if not session.config.stash[SETTINGS].enabled:
             self.fail("--opperf is off on the side")
-        self.recorder = recorder
-        recorder.add_run = self.runs.append  # the controller keeps the runs, test by test
-        self.count_steps = recorder.count_steps
-        recorder.step_handover = self.step_handover
-        recorder.ab_benchmark = self.benchmark
 
     def pytest_collectreport(self, report: Any) -> None:
         if report.failed:
@@ -106,25 +108,23 @@ class SidePlugin:
             if nodeid in ran and isinstance(item, pytest.Function):
                 item._initrequest()  # a second visit: fresh fixture values, as in rerunfailures
             # work counts are the same on every visit: the first visit's counting pass is enough
-            self.recorder.count_steps = 0 if nodeid in ran else self.count_steps
+            self.revisit = nodeid in ran
             ran.add(nodeid)
             self.reports = []
             item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
             runs = list(self.runs)
             self.runs.clear()
-            from pytest_opperf.results import ResultSet
-
-            self.send({"ev": "done", "nodeid": nodeid,
-                       "failed": any(r.failed for r in self.reports),
-                       "reports": [self._serial(r) for r in self.reports],
-                       "results": ResultSet(runs=runs).to_dict(with_trace=True)})
+            back = Envelope("ab-side", runs, nodeid=nodeid,
+                            failed=any(r.failed for r in self.reports),
+                            reports=[self._serial(r) for r in self.reports])
+            self.send({"ev": "done", **back.to_dict()})
 
     def _serial(self, report: Any) -> dict[str, Any]:
         return self.config.hook.pytest_report_to_serializable(config=self.config, report=report)
 
     # --- hand-over points ----------------------------------------------------------------------
 
-    def step_handover(self, run: Any) -> None:
+    def after_step(self, run: Any) -> None:
         """After each ``run.step()``: hand the baton over, wait for it back."""
         self.send({"ev": "step", "run": run.id, "step": run.batches})
         message = self.receive()
@@ -155,16 +155,35 @@ class SidePlugin:
                 with contextlib.suppress(OSError):  # it ended meanwhile
                     os.sched_setaffinity(tid, before)
 
-    def benchmark(self, bench: Any, target: Callable[..., Any], args: tuple, kwargs: dict[str, Any],
-                  setup: Callable[[], Any] | None = None,
-                  teardown: Callable[..., Any] | None = None) -> Any:
-        """A per-op benchmark whose rounds the controller asks for (no calibration by
-        pytest-benchmark)."""
+
+class ControllerRounds:
+    """A side's per-op timer: a per-op benchmark whose rounds the controller asks for (no
+    calibration by pytest-benchmark), on the session's ``timer``."""
+
+    def __init__(self, side: SidePlugin, timer: Any) -> None:
+        self.side = side
+        self.timer = timer or time.perf_counter
+
+    def call(self, bench: Any, function: Callable[..., Any], args: tuple,
+             kwargs: dict[str, Any]) -> Any:
+        return self._rounds(bench, function, args, kwargs)
+
+    def pedantic(self, bench: Any, target: Callable[..., Any], args: tuple,
+                 kwargs: dict[str, Any] | None, setup: Callable[[], Any] | None,
+                 teardown: Callable[..., Any] | None, rounds: int, warmup_rounds: int,
+                 iterations: int) -> Any:
+        return self._rounds(bench, target, args, kwargs or {}, setup, teardown)
+
+    def finish(self, bench: Any) -> None:
+        """Nothing left: the run was recorded when the controller said ``go``."""
+
+    def _rounds(self, bench: Any, target: Callable[..., Any], args: tuple,
+                kwargs: dict[str, Any], setup: Callable[[], Any] | None = None,
+                teardown: Callable[..., Any] | None = None) -> Any:
         from pytest_opperf.identity import run_id_of
-        from pytest_opperf.measure import op_run
         from pytest_opperf.oploop import pedantic_round
 
-        timer = self.recorder.benchmark_timer() or time.perf_counter
+        side, timer = self.side, self.timer
         result: list[Any] = [None]
 
         def one_round(iterations: int) -> float:
@@ -172,13 +191,12 @@ class SidePlugin:
                                                 teardown)
             return elapsed
 
-        node = bench._request.node
-        run_id = run_id_of(node)
-        self.send({"ev": "bench", "run": run_id, "stat": bench.stat})
+        node = bench.request.node
+        side.send({"ev": "bench", "run": run_id_of(node), "stat": bench.stat})
         per_call: list[float] = []
         iterations = 1
         while True:
-            message = self.receive()
+            message = side.receive()
             cmd = message.get("cmd")
             if cmd == "calibrate":
                 iterations = 1
@@ -187,30 +205,45 @@ class SidePlugin:
                 while setup is None and elapsed < floor and iterations < MAX_CALIBRATE_ITERATIONS:
                     iterations *= 2
                     elapsed = one_round(iterations)
-                self.send({"ev": "calibrated", "iterations": iterations, "round_s": elapsed})
+                side.send({"ev": "calibrated", "iterations": iterations, "round_s": elapsed})
             elif cmd == "block":
                 iterations = 1 if setup is not None else int(message["iterations"])
-                with self.on_cpu(message.get("cpu"), node.nodeid):
+                with side.on_cpu(message.get("cpu"), node.nodeid):
                     one_round(1)  # a pause lets thread pools fall asleep: wake them untimed
                     times = [one_round(iterations) / iterations
                              for _ in range(int(message["rounds"]))]
                     ran_on = current_cpu()
                 per_call.extend(times)
-                self.send({"ev": "block", "per_call_s": times, "cpu": ran_on})
+                side.send({"ev": "block", "per_call_s": times, "cpu": ran_on})
             elif cmd == "go":
                 break
             else:
-                self.fail(f"expected calibrate|block|go at benchmark {node.nodeid}, "
+                side.fail(f"expected calibrate|block|go at benchmark {node.nodeid}, "
                           f"got {message!r}")
         if per_call:
-            config = dict(bench.config)
-            config["benchmark"] = {"rounds": len(per_call), "iterations": iterations, "ab": True,
-                                   "median_s": statistics.median(per_call)}
-            timing = getattr(self.recorder.benchmark_timer(), "timing", "host")
-            self.recorder.add_run(op_run(run_id, bench.stat, per_call, iterations,
-                                       bench._opperf.device, timing, kind=bench.kind,
-                                       config=config, flops=bench.flops, bytes=bench.bytes))
+            bench.record(per_call, iterations, ab=True, median_s=statistics.median(per_call))
         return result[0]
+
+
+class SideSession(OpPerfSession):
+    """The role of an A/B side: its runs go to the controller test by test (:class:`SidePlugin`
+    sends them), its windows hand the baton over after each step, its per-op rounds are the
+    controller's."""
+
+    def __init__(self, config: pytest.Config, settings: Settings, side: SidePlugin) -> None:
+        super().__init__(config, settings)
+        self.side = side
+
+    def add_run(self, run: Any) -> None:
+        self.side.runs.append(run)  # the controller keeps the runs, test by test
+
+    def per_op(self, timer: Any) -> PerOpTimer:
+        return ControllerRounds(self.side, timer)
+
+    def window(self, test: str) -> Window:
+        window = super().window(test)
+        return Window(window.annotate, self.side.after_step,
+                      0 if self.side.revisit else window.count_steps, window.count_timeout_s)
 
 
 @functools.cache
