@@ -9,10 +9,11 @@ instruction counts themselves are callgrind's dumps). Each puts what it has in o
 :class:`Envelope`; the parent reads it back with :func:`Envelope.from_dict` (or
 :func:`Envelope.loads`), which refuses a malformed or newer envelope with one line.
 
-The JSON object: ``envelope`` (:data:`VERSION`), ``role`` (one of :data:`ROLES`), ``results`` (the
-runs, as a results file holds them, traces included), and the fields a role fills: ``untimed``,
+The JSON object: ``envelope`` (:data:`VERSION`), ``role`` (one of :data:`CHILD_ROLES`),
+``results`` (the runs, as a results file holds them, traces included), and the fields a role fills: ``untimed``,
 ``plain``, ``deselected`` (counts the report states), ``device`` (a GPU worker's device and NVML
-snapshots), ``nodeid``, ``failed`` and ``reports`` (an A/B side's test: pytest's serialised
+snapshots), ``shard`` (an xdist worker's ``session.shard``: the part of ``--opperf-shard`` it
+took), ``nodeid``, ``failed`` and ``reports`` (an A/B side's test: pytest's serialised
 reports), ``windows`` (the valgrind child: the run id of each counting pass, in order).
 """
 
@@ -25,10 +26,10 @@ from typing import Any
 from pytest_opperf.results import ResultsError, ResultSet, RunResult
 from pytest_opperf.results_checks import results_from_dict
 
-__all__ = ["FILE", "ROLES", "VERSION", "Envelope", "HandBackError"]
+__all__ = ["CHILD_ROLES", "FILE", "VERSION", "Envelope", "HandBackError"]
 
 VERSION = 1
-ROLES = ("xdist-worker", "ab-side", "valgrind-child")
+CHILD_ROLES = ("xdist-worker", "ab-side", "valgrind-child")
 FILE = "envelope.json"  # the valgrind child's envelope, in the directory its parent gives it
 
 
@@ -48,10 +49,12 @@ class Envelope:
     failed: bool = False
     reports: list[dict[str, Any]] = field(default_factory=list)
     windows: list[str] = field(default_factory=list)  # the valgrind child's counting passes
+    shard: dict[str, Any] | None = None  # an xdist worker's shard (session.shard of results)
 
     def __post_init__(self) -> None:
-        if self.role not in ROLES:
-            raise ValueError(f"envelope role {self.role!r}, expected one of {'|'.join(ROLES)}")
+        if self.role not in CHILD_ROLES:
+            raise ValueError(f"envelope role {self.role!r}, expected one of "
+                             f"{'|'.join(CHILD_ROLES)}")
 
     def to_dict(self) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -63,6 +66,8 @@ class Envelope:
             payload["device"] = self.device
         if self.nodeid is not None:
             payload["nodeid"] = self.nodeid
+        if self.shard is not None:
+            payload["shard"] = self.shard
         return payload
 
     def dumps(self) -> str:
@@ -95,11 +100,13 @@ class Envelope:
             runs = results_from_dict(results, source=source).runs
             device = payload.get("device")
             nodeid = payload.get("nodeid")
+            shard = payload.get("shard")
             return cls(role, runs, int(payload.get("untimed", 0)), int(payload.get("plain", 0)),
                        int(payload.get("deselected", 0)),
                        device if isinstance(device, dict) else None,
                        None if nodeid is None else str(nodeid), bool(payload.get("failed")),
-                       _list(payload, "reports", dict), _list(payload, "windows", str))
+                       _list(payload, "reports", dict), _list(payload, "windows", str),
+                       shard if isinstance(shard, dict) else None)
         except (ValueError, KeyError, TypeError, ResultsError) as exc:
             raise HandBackError(str(exc)) from None
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
-from pytest_opperf import atomic, gpu_env, handback, instructions
+from pytest_opperf import atomic, gpu_env, handback, instructions, shard_hook
 from pytest_opperf.main_session import MainSession
 from pytest_opperf.port import PerOpTimer, Window
 from pytest_opperf.session import OpPerfSession
@@ -139,6 +139,8 @@ class XdistController(MainSession):
         self.deselected = max(self.deselected, back.deselected)  # every worker collects all
         if back.device is not None:
             self.worker_devices[name] = back.device
+        if back.shard is not None:
+            shard_hook.took(self.config, back.shard)
         self.merged = True
 
 
@@ -156,7 +158,8 @@ class XdistWorker(OpPerfSession):
                       "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
                       "gpu_env": self.gpu_env}
         back = handback.Envelope("xdist-worker", self.runs, self.untimed_benchmarks,
-                                 self.plain_benchmarks, self.deselected, device)
+                                 self.plain_benchmarks, self.deselected, device,
+                                 shard=shard_hook.taken(self.config))
         self.config.workeroutput["opperf"] = back.dumps()  # type: ignore[attr-defined]
 
 

@@ -13,7 +13,6 @@ matrix computes the same parts.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,7 +32,7 @@ from pytest_opperf.settings import (
 __all__ = ["SHARD_PLUGIN_NAME", "ShardPlugin", "ab_selection", "register"]
 
 SHARD_PLUGIN_NAME = "opperf-shard"
-_WORKER_KEY = "opperf_shard"  # an xdist worker's workeroutput: its shard's record (JSON)
+SHARD = pytest.StashKey["ShardPlugin"]()  # the session's shard plugin, when it has a shard
 
 
 def register(config: pytest.Config, settings: Settings) -> None:
@@ -51,7 +50,8 @@ def register(config: pytest.Config, settings: Settings) -> None:
                 f"opperf: {label}: does not combine with {settings.label(name)}: a shard is a "
                 "part of a session; merge the shards' results (python -m pytest_opperf merge) and "
                 "save or import the merged file")
-    config.pluginmanager.register(ShardPlugin(config, settings, part), SHARD_PLUGIN_NAME)
+    plugin = config.stash[SHARD] = ShardPlugin(config, settings, part)
+    config.pluginmanager.register(plugin, SHARD_PLUGIN_NAME)
 
 
 class ShardPlugin:
@@ -101,19 +101,6 @@ class ShardPlugin:
             config.hook.pytest_deselected(items=dropped)
         items[:] = kept
 
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        """On a pytest-xdist worker: the shard it took, for the controller (which collects
-        nothing)."""
-        output = getattr(self.config, "workeroutput", None)
-        if output is not None and self.record is not None:
-            output[_WORKER_KEY] = json.dumps(self.record)
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        raw = (getattr(node, "workeroutput", None) or {}).get(_WORKER_KEY)
-        if raw and self.record is None:
-            self.record = json.loads(raw)
-
     def pytest_opperf_modify_results(self, config: pytest.Config, results: ResultSet) -> None:
         if self.record is not None:
             results.session["shard"] = dict(self.record)
@@ -121,7 +108,18 @@ class ShardPlugin:
 
 def ab_selection(config: pytest.Config, ids: Sequence[str]) -> set[str] | None:
     """In A/B: the shard of ``ids`` (what the two sides collected), or None without a shard."""
-    plugin = config.pluginmanager.get_plugin(SHARD_PLUGIN_NAME)
-    if not isinstance(plugin, ShardPlugin):
-        return None
-    return plugin.take(ids)
+    plugin = config.stash.get(SHARD, None)
+    return None if plugin is None else plugin.take(ids)
+
+
+def taken(config: pytest.Config) -> dict[str, Any] | None:
+    """The record of the shard this process took (an xdist worker hands it back), or None."""
+    plugin = config.stash.get(SHARD, None)
+    return None if plugin is None or plugin.record is None else dict(plugin.record)
+
+
+def took(config: pytest.Config, record: dict[str, Any]) -> None:
+    """On the xdist controller, which collects nothing: the shard a worker took."""
+    plugin = config.stash.get(SHARD, None)
+    if plugin is not None and plugin.record is None:
+        plugin.record = dict(record)
