@@ -10,8 +10,8 @@ instruction counts themselves are callgrind's dumps). Each puts what it has in o
 :func:`Envelope.loads`), which refuses a malformed or newer envelope with one line.
 
 The JSON object: ``envelope`` (:data:`VERSION`), ``role`` (one of :data:`CHILD_ROLES`),
-``results`` (the runs, as a results file holds them, traces included), and the fields a role fills: ``untimed``,
-``plain``, ``deselected`` (counts the report states), ``device`` (a GPU worker's device and NVML
+``results`` (the runs, as a results file holds them, traces included), and the fields a role
+fills: ``untimed``, ``plain``, ``deselected`` (counts the report states), ``device`` (a GPU worker's device and NVML
 snapshots), ``shard`` (an xdist worker's ``session.shard``: the part of ``--opperf-shard`` it
 took), ``nodeid``, ``failed`` and ``reports`` (an A/B side's test: pytest's serialised
 reports), ``windows`` (the valgrind child: the run id of each counting pass, in order).
