@@ -11,10 +11,11 @@ instruction counts themselves are callgrind's dumps). Each puts what it has in o
 
 The JSON object: ``envelope`` (:data:`VERSION`), ``role`` (one of :data:`CHILD_ROLES`),
 ``results`` (the runs, as a results file holds them, traces included), and the fields a role
-fills: ``untimed``, ``plain``, ``deselected`` (counts the report states), ``device`` (a GPU worker's device and NVML
-snapshots), ``shard`` (an xdist worker's ``session.shard``: the part of ``--opperf-shard`` it
-took), ``nodeid``, ``failed`` and ``reports`` (an A/B side's test: pytest's serialised
-reports), ``windows`` (the valgrind child: the run id of each counting pass, in order).
+fills: ``untimed``, ``plain``, ``deselected`` (counts the report states), ``device`` (a GPU
+worker's device and NVML snapshots), ``shard`` (an xdist worker's ``session.shard``: the part of
+``--opperf-shard`` it took), ``nodeid``, ``failed`` and ``reports`` (an A/B side's test:
+pytest's serialised reports), ``windows`` (the valgrind child: the run id of each counting pass,
+in order).
 """
 
 from __future__ import annotations
