@@ -137,7 +137,8 @@ class Controller:
         self._visits: dict[str, int] = {}
         self._plan: Plan | None = None
         first = self.rng.choice(["base", "head"])  # started first in generation 0
-        self.sides = Sides(self.base_spec, self.head_spec, first, self.timeout_s, self.clock)
+        self.sides = Sides(self.base_spec, self.head_spec, first, self.timeout_s, self.clock,
+                           seed=self.seed)
         self._unvisited = 0  # tests the first pass has not reached (for the family size)
         self._visit_s: dict[str, float] = {}  # how long each test's last visit took
 
@@ -192,8 +193,10 @@ class Controller:
             budget_exhausted = True
         self.notes.append(f"first pass {first_pass_s:.0f} s, then a budget of "
                           f"{max(0.0, rerun_s):.0f} s for running tests again")
+        hashing = ("; both sides of a generation share its PYTHONHASHSEED"
+                   if self.sides.generation_env("head") else "")
         self.notes.append(f"order seed {self.seed}; {self.sides.generation + 1} generation(s) "
-                          "of side processes")
+                          f"of side processes{hashing}")
         return paired.CompareResult(
             base=self.base_label, head=self.head_label, decisions=decisions, added=list(plan.added),
             removed=list(plan.removed), pairs=self.pairs, elapsed_s=self.clock() - self._started,

@@ -9,8 +9,10 @@ or a broken message into a :class:`SideFailure` with the tail of the side's log.
 (A/A here: 5-9 % on memory-bound e2e stats), so each generation after the first is two fresh
 processes started in the other order (the *start order*, :attr:`Sides.first`); both collect at
 once, and a side that collects other tests when started again fails the session (its collection
-is not deterministic). What runs on them, and when, is the scheduling's (:mod:`.controller`).
-No pytest import.
+is not deterministic). Both sides of a generation get the same ``PYTHONHASHSEED``, and each
+generation a new one (:func:`generation_env`): string hashing, and so the order of sets and the
+layout of dicts, is one draw shared by the pair, not a difference between its two processes. What
+runs on them, and when, is the scheduling's (:mod:`.controller`). No pytest import.
 """
 
 from __future__ import annotations
@@ -27,7 +29,16 @@ from typing import Any
 from . import tuning
 from .protocol import ProtocolError, SideGone, SideTimeout, pair
 
-__all__ = ["Side", "SideFailure", "SideSpec", "Sides", "usable_cpus"]
+__all__ = ["Side", "SideFailure", "SideSpec", "Sides", "generation_env", "usable_cpus"]
+
+
+def generation_env(seed: int, generation: int, environ: dict[str, str]) -> dict[str, str]:
+    """What both sides of ``generation`` add to their environment: ``PYTHONHASHSEED``, the same
+    for the two and another for each generation, drawn from the session's ``seed``; none when
+    ``environ`` (the session's) fixes it already: the user's seed is kept, for every side."""
+    if "PYTHONHASHSEED" in environ:
+        return {}
+    return {"PYTHONHASHSEED": str((seed * 1_000_003 + generation * 7_919) % 4_294_967_295 + 1)}
 
 
 class SideFailure(Exception):
@@ -52,12 +63,13 @@ class SideSpec:
 class Side:
     """One running side process and its channel."""
 
-    def __init__(self, spec: SideSpec) -> None:
+    def __init__(self, spec: SideSpec, extra_env: dict[str, str] | None = None) -> None:
         self.spec = spec
         self.name = spec.name
         channel, theirs = pair()
         self.channel = channel
-        env = dict(spec.env, OPPERF_AB_FD=str(theirs.fileno()), OPPERF_AB_SIDE=spec.name)
+        env = dict(spec.env, **(extra_env or {}), OPPERF_AB_FD=str(theirs.fileno()),
+                   OPPERF_AB_SIDE=spec.name)
         self._log = open(spec.log, "wb")  # noqa: SIM115 - open for the process's lifetime
         try:
             self.process = subprocess.Popen(spec.command, cwd=spec.cwd, env=env,
@@ -169,8 +181,9 @@ class Sides:
     after the first, and always :meth:`close` (or :meth:`kill`)."""
 
     def __init__(self, base: SideSpec, head: SideSpec, first: str, timeout_s: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, seed: int = 0) -> None:
         self.specs = {"base": base, "head": head}
+        self.seed = seed  # the session's: each generation's hash seed is drawn from it
         self.first = first  # the side started first in this generation
         self.timeout_s = timeout_s
         self.clock = clock
@@ -182,6 +195,11 @@ class Sides:
     def __getitem__(self, name: str) -> Side:
         return self.running[name]
 
+    def generation_env(self, name: str) -> dict[str, str]:
+        """What side ``name`` of this generation adds to its environment (the module's
+        :func:`generation_env`)."""
+        return generation_env(self.seed, self.generation, self.specs[name].env)
+
     def start_order(self) -> list[str]:
         """The sides in this generation's start order."""
         return [self.first, _other(self.first)]
@@ -191,7 +209,7 @@ class Sides:
         collect at once: nothing is measured yet); returns each side's ``collected`` message."""
         spawned = self.clock()
         for name in self.start_order():
-            self.running[name] = Side(self.specs[name])
+            self.running[name] = Side(self.specs[name], self.generation_env(name))
         collected = {name: side.receive(self.timeout_s, "collecting the tests")
                      for name, side in self.running.items()}
         for name, message in collected.items():

@@ -1,0 +1,59 @@
+"""Both sides of a generation share one PYTHONHASHSEED; each generation draws another."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from pytest_opperf.ab import processes
+from pytest_opperf.ab.processes import Sides, SideSpec, generation_env
+
+
+def test_one_seed_per_generation_the_same_for_both_sides():
+    seeds = [generation_env(12345, g, {})["PYTHONHASHSEED"] for g in range(20)]
+    assert len(set(seeds)) == 20  # a new draw each generation
+    assert all(0 < int(s) <= 4_294_967_295 for s in seeds)  # what Python accepts
+    assert generation_env(12345, 3, {}) == generation_env(12345, 3, {"OTHER": "x"})
+    assert generation_env(1, 0, {}) != generation_env(2, 0, {})  # from the session's seed
+
+
+def test_a_seed_the_user_fixed_is_kept():
+    assert generation_env(12345, 0, {"PYTHONHASHSEED": "0"}) == {}
+
+
+def test_the_sides_are_started_with_their_generations_seed(monkeypatch, tmp_path):
+    started: list[tuple[str, dict[str, str]]] = []
+
+    class FakeSide:
+        def __init__(self, spec: SideSpec, extra_env: dict[str, str] | None = None) -> None:
+            started.append((spec.name, dict(extra_env or {})))
+            self.name = spec.name
+
+        def receive(self, timeout_s: float, doing: str) -> dict:
+            return {"ev": "collected", "ids": ["t"]}
+
+        def stop(self, grace_s: float) -> None:
+            pass
+
+    monkeypatch.setattr(processes, "Side", FakeSide)
+    specs = [SideSpec(name, [sys.executable], Path(tmp_path), {}, tmp_path / f"{name}.log")
+             for name in ("base", "head")]
+    sides = Sides(*specs, first="base", timeout_s=5, seed=99)
+    sides.spawn()
+    sides.restart()
+    first, second = started[:2], started[2:]
+    assert {name for name, _ in first} == {"base", "head"}
+    assert first[0][1] == first[1][1] == generation_env(99, 0, {})
+    assert second[0][1] == second[1][1] == generation_env(99, 1, {})
+    assert first[0][1] != second[0][1]
+
+
+def test_a_side_process_runs_under_the_seed_it_is_given(tmp_path):
+    """The real process: its environment holds the seed (read back from its own log)."""
+    spec = SideSpec("base", [sys.executable, "-c",
+                             "import os; print(os.environ['PYTHONHASHSEED'], flush=True)"],
+                    Path(tmp_path), {"PATH": "/usr/bin:/bin"}, tmp_path / "base.log")
+    side = processes.Side(spec, {"PYTHONHASHSEED": "4242"})
+    side.process.wait(timeout=30)
+    side.kill()
+    assert (tmp_path / "base.log").read_text().split() == ["4242"]
