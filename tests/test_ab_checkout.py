@@ -39,6 +39,26 @@ def test_a_revision_becomes_a_worktree_that_close_removes(repo):
     assert workspace.close() == []  # idempotent
 
 
+@pytest.mark.parametrize("subdir", [False, True])
+def test_the_base_root_is_as_long_as_the_heads_where_it_can_be(repo, tmp_path, subdir):
+    root, sha = repo
+    rootdir = root / "suites" if subdir else root
+    workspace = Workspace(resolve_base("HEAD", rootdir, root, []))
+    try:
+        head = tmp_path / ("h" * (len(str(workspace.path)) + 20)) / ("suites" if subdir else "")
+        base_root = workspace.prepare(Path(__file__).parent, head)
+        assert len(str(base_root)) == len(str(head))
+        assert base_root.name == ("suites" if subdir else base_root.name)
+        assert (base_root / ("test_a.py" if subdir else "suites/test_a.py")).is_file()
+    finally:
+        workspace.close()
+    workspace = Workspace(resolve_base("HEAD", root, root, []))
+    try:  # a head root shorter than the temporary directory: the plain name
+        assert workspace.prepare(Path(__file__).parent, Path("/r")).name == "base"
+    finally:
+        workspace.close()
+
+
 def test_a_sha_prefix_is_labelled_by_itself_and_a_rootdir_below_the_toplevel_is_kept(repo):
     root, sha = repo
     base = resolve_base(sha[:8], root / "suites", root, [])

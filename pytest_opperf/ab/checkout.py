@@ -182,8 +182,12 @@ class Workspace:
     def log(self, side: str) -> Path:
         return self.path / f"{side}.log"
 
-    def prepare(self, package_dir: Path) -> Path:
-        """Make the shim and (REV) the worktree; return the base side's root."""
+    def prepare(self, package_dir: Path, head_root: Path | None = None) -> Path:
+        """Make the shim and (REV) the worktree; return the base side's root. The worktree's
+        name is padded so that the base's root is as long as ``head_root`` (the head's) where
+        the temporary directory allows: the two sides' working directories and ``PYTHONPATH``
+        then take the same bytes, and so their environments (their size moves the stack and
+        with it what a step costs: Mytkowicz et al., ASPLOS 2009)."""
         self.shim.mkdir(exist_ok=True)
         link = self.shim / "pytest_opperf"
         if not link.exists():
@@ -193,6 +197,10 @@ class Workspace:
             return self.base.directory
         assert self.base.toplevel is not None and self.base.commit is not None
         target = self.path / "base"
+        if head_root is not None:
+            subdir = len(os.sep + self.base.subdir) if self.base.subdir else 0
+            short = len(str(head_root)) - subdir - len(str(target))
+            target = self.path / ("base" + "-" * max(0, short))
         done = _git(["worktree", "add", "--detach", "--end-of-options", str(target),
                      self.base.commit],
                     self.base.toplevel)

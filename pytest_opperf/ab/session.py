@@ -166,7 +166,8 @@ class ABSession:
 
         config.add_cleanup(close_workspace)
         with usage_errors(label, CompareError):
-            base_root = workspace.prepare(Path(__file__).resolve().parent.parent)
+            base_root = workspace.prepare(Path(__file__).resolve().parent.parent,
+                                          config.rootpath)
         missing = [p for p in required if not (base_root / p).exists()]
         if missing:
             raise pytest.UsageError(f"opperf: {label}: the base {base.label} has no "
