@@ -19,9 +19,9 @@ from time import perf_counter_ns
 from typing import Any
 
 from pytest_opperf import timers
+from pytest_opperf.core.port import Window
 from pytest_opperf.core.stats import most_common
 from pytest_opperf.device import DeviceInfo
-from pytest_opperf.glue.port import Window
 from pytest_opperf.results import RunResult, StatResult, warmup_rule
 from pytest_opperf.stattree import Shares, StatTree
 from pytest_opperf.workcounts import workcount
@@ -60,7 +60,7 @@ class CountingPassTimeout(BaseException):
 
 class Run:
     """The handle of one measured window; the suite calls :meth:`step` per batch. ``window``:
-    what the session's role gives the window (:class:`pytest_opperf.glue.port.Window`)."""
+    what the session's role gives the window (:class:`pytest_opperf.core.port.Window`)."""
 
     def __init__(self, run_id: str, kind: str, config: Mapping[str, Any] | None, device: DeviceInfo,
                  timing: str, executor_stat: str, trace: bool = False,

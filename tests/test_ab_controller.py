@@ -27,8 +27,8 @@ from pytest_opperf.ab.processes import SideFailure, SideSpec
 from pytest_opperf.ab.protocol import Channel, SideGone, SideTimeout
 from pytest_opperf.ab.side import SidePlugin, current_cpu
 from pytest_opperf.ab.tuning import MIN_PAIRS, RERUN_MIN_S, RERUN_SHARE
+from pytest_opperf.core.port import Window
 from pytest_opperf.device import CPU_HOST
-from pytest_opperf.glue.port import Window
 from pytest_opperf.results import RunResult, StatResult
 
 

@@ -15,8 +15,8 @@ from pytest_opperf.comparison.thresholds import parse_thresholds
 from pytest_opperf.core.identity import baseline_variant, mismatch
 from pytest_opperf.core.machine import same_hardware
 from pytest_opperf.core.oploop import LoopSettings, time_rounds
+from pytest_opperf.core.port import Window
 from pytest_opperf.device import DeviceInfo
-from pytest_opperf.glue.port import Window
 from pytest_opperf.gpu import gpu_env
 from pytest_opperf.gpu.nvtx_ranges import NvtxRanges
 from pytest_opperf.measure import Run, measure_window

@@ -155,7 +155,8 @@ OTHER_RULES = {
 }
 ALLOWED = {  # the pattern, and the modules where it is the rule itself
     "the warm-up rule applied": (re.compile(r"\bwarmup_rule\("), {"results.py", "measure.py"}),
-    "a slice by warmup_steps": (re.compile(r"\[[^\]\n]*warmup_steps\s*:"), {"comparison/metrics.py"}),
+    "a slice by warmup_steps": (re.compile(r"\[[^\]\n]*warmup_steps\s*:"),
+                                {"comparison/metrics.py"}),
 }
 
 
@@ -178,7 +179,8 @@ def test_the_patterns_find_the_warm_up_rules_there_were():
     assert all(other_warmup_rules("gpu_report.py", line) for line in before)
     assert other_warmup_rules("report.py", "first = warmup_rule(len(run.step_ms))")
     assert other_warmup_rules("gate.py", "x = run.step_ms[run.warmup_steps:]")
-    assert not other_warmup_rules("comparison/metrics.py", "return list(per_step[run.warmup_steps:])")
+    assert not other_warmup_rules("comparison/metrics.py",
+                                  "return list(per_step[run.warmup_steps:])")
     assert not other_warmup_rules("report.py", "lines += table_lines[1:]")
 
 

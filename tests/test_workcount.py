@@ -16,8 +16,8 @@ from pytest_opperf.ab import paired
 from pytest_opperf.ab.pairs import e2e_samples
 from pytest_opperf.comparison import gate
 from pytest_opperf.comparison.thresholds import CompareSettings, parse_thresholds
+from pytest_opperf.core.port import Window
 from pytest_opperf.device import CPU_HOST
-from pytest_opperf.glue.port import Window
 from pytest_opperf.records.checks import results_from_dict
 from pytest_opperf.reports import report
 from pytest_opperf.results import ResultsError, ResultSet

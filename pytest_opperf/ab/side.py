@@ -10,7 +10,7 @@ per-op benchmark, whose rounds the controller asks for in blocks instead of
 pytest-benchmark calibrating them (a block may name the CPU its calling
 thread runs on; each answer names the CPU it ended on). At the end of a
 test it sends the test's reports and the runs it measured, in the envelope of
-:mod:`pytest_opperf.glue.handback`. The side never gates, reports or writes files:
+:mod:`pytest_opperf.records.handback`. The side never gates, reports or writes files:
 the controller's process does.
 
 :class:`SidePlugin` talks to the controller; :class:`SideSession` is the side's role
@@ -33,10 +33,10 @@ from typing import Any, NoReturn
 import pytest
 
 from pytest_opperf.ab.protocol import Channel, ProtocolError, child_fd
-from pytest_opperf.glue.handback import Envelope
-from pytest_opperf.glue.port import PerOpTimer, Window
+from pytest_opperf.core.port import PerOpTimer, Window
 from pytest_opperf.glue.session import OpPerfSession
 from pytest_opperf.glue.settings import SETTINGS, Settings
+from pytest_opperf.records.handback import Envelope
 
 PLUGIN_NAME = "opperf-ab-side"
 MAX_CALIBRATE_ITERATIONS = 1 << 20

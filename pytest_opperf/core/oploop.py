@@ -12,7 +12,7 @@ import.
 arguments, ``teardown`` follows it): the one round loop of the plugin's own per-op timing (both
 modes: :func:`time_rounds` times its rounds with it) and of an A/B side, which times the rounds the
 controller orders. :class:`OwnLoop` is the per-op timer
-(:class:`pytest_opperf.glue.port.PerOpTimer`) of a role that times per-op benchmarks itself.
+(:class:`pytest_opperf.core.port.PerOpTimer`) of a role that times per-op benchmarks itself.
 """
 
 from __future__ import annotations

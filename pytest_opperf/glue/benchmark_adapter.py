@@ -4,7 +4,7 @@ pytest-benchmark offers no API for a fixture's measured rounds, for giving
 one test's fixture a timer, or for telling its ``--benchmark-only`` skip from
 other skips; these read its internals, known to hold for the releases in
 :data:`SUPPORTED` (tests/test_benchmark_adapter.py checks them on the installed one).
-:class:`ThroughBenchmark` is the per-op timer (:class:`pytest_opperf.glue.port.PerOpTimer`) of a
+:class:`ThroughBenchmark` is the per-op timer (:class:`pytest_opperf.core.port.PerOpTimer`) of a
 session whose role times per-op benchmarks through pytest-benchmark.
 """
 

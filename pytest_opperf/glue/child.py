@@ -15,7 +15,7 @@ child's :func:`pytest_opperf.plugin._settings` reads instead of its command line
 also on the command line (:func:`argv_options`), for a base side running an earlier release of the
 plugin that reads only its command line. The launcher's environment drops ``PYTEST_ADDOPTS`` and
 ``GITHUB_STEP_SUMMARY``. What the child does is its role's (:mod:`pytest_opperf.glue.roles`); what
-it hands back is one envelope (:mod:`pytest_opperf.glue.handback`).
+it hands back is one envelope (:mod:`pytest_opperf.records.handback`).
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ import pytest
 
 from pytest_opperf import hookspec
 from pytest_opperf.core.identity import run_id_of
+from pytest_opperf.core.port import Port
 from pytest_opperf.device import DeviceInfo
-from pytest_opperf.glue.port import Port
 from pytest_opperf.glue.settings import PORT, SETTINGS, resolved_workload, select_device
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ class OpBenchmark:
     Use it like pytest-benchmark's ``benchmark`` (call it, or ``.pedantic(...)``);
     ``describe(stat=..., kind=..., config=..., flops=..., bytes=...)`` names the
     stat and gives per-call work. Without ``--opperf`` the target runs once. With it, the
-    session's port times the rounds (:class:`pytest_opperf.glue.port.PerOpTimer`)."""
+    session's port times the rounds (:class:`pytest_opperf.core.port.PerOpTimer`)."""
 
     def __init__(self, request: pytest.FixtureRequest, opperf: OpPerf) -> None:
         self.request = request

@@ -16,8 +16,8 @@
   counts its windows' counting passes; it hands back which pass was which run's.
 
 The main roles gate, report and write files; the child roles collect and hand back, in the one
-envelope of :mod:`pytest_opperf.glue.handback`. Nothing else in the package tests what role it runs
-in (tests/test_roles.py reads every module's AST to keep it so).
+envelope of :mod:`pytest_opperf.records.handback`. Nothing else in the package tests what role it
+runs in (tests/test_roles.py reads every module's AST to keep it so).
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
-from pytest_opperf.glue import handback, shard_hook
+from pytest_opperf.core.port import PerOpTimer, Window
+from pytest_opperf.glue import shard_hook
 from pytest_opperf.glue.main_session import MainSession
-from pytest_opperf.glue.port import PerOpTimer, Window
 from pytest_opperf.glue.session import OpPerfSession
 from pytest_opperf.glue.settings import SESSION_PLUGIN, Settings, usage_errors
 from pytest_opperf.gpu import gpu_env
 from pytest_opperf.gpu.xdist_gpu import ENV_LIST, GpuWorkersError, visible_gpus
-from pytest_opperf.records import atomic
+from pytest_opperf.records import atomic, handback
 from pytest_opperf.workcounts import instructions
 
 if TYPE_CHECKING:

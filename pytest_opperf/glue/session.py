@@ -1,10 +1,10 @@
 """What every role of an ``--opperf`` session does (the plugin imports this module only then).
 
 :class:`OpPerfSession` is the part the roles share: it selects the device, collects the runs the
-fixtures hand it, and builds the role's port (:class:`pytest_opperf.glue.port.Port`) once, when the
+fixtures hand it, and builds the role's port (:class:`pytest_opperf.core.port.Port`) once, when the
 session starts. Each role (:mod:`pytest_opperf.glue.roles` chooses one per process) is a subclass:
 the main role (:class:`pytest_opperf.glue.main_session.MainSession`) gates, reports and writes
-files; a child role collects and hands its runs back (:mod:`pytest_opperf.glue.handback`). A
+files; a child role collects and hands its runs back (:mod:`pytest_opperf.records.handback`). A
 subclass changes what it must through :meth:`~OpPerfSession.start_role`,
 :meth:`~OpPerfSession.per_op` and :meth:`~OpPerfSession.window`, and its own hooks; nothing here
 asks which role it is.
@@ -20,9 +20,9 @@ import pytest
 
 from pytest_opperf.core.identity import run_id_of
 from pytest_opperf.core.oploop import LoopSettings, OwnLoop
+from pytest_opperf.core.port import PerOpTimer, Port, Window
 from pytest_opperf.device import CPU_HOST, DeviceInfo, benchmark_timer
 from pytest_opperf.glue import benchmark_adapter
-from pytest_opperf.glue.port import PerOpTimer, Port, Window
 from pytest_opperf.glue.settings import (
     PORT,
     Settings,

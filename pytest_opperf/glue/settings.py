@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_opperf.core.port import Port
 from pytest_opperf.device import DeviceInfo
-from pytest_opperf.glue.port import Port
 
 SESSION_PLUGIN = "opperf-session"  # the name OpPerfSession is registered under
 
@@ -52,7 +52,7 @@ class Settings:
 
 SETTINGS = pytest.StashKey[Settings]()
 _DEVICE = pytest.StashKey[DeviceInfo]()
-PORT = pytest.StashKey[Port]()  # the role's port (pytest_opperf.glue.port), set at session start
+PORT = pytest.StashKey[Port]()  # the role's port (pytest_opperf.core.port), set at session start
 
 
 def select_device(config: pytest.Config) -> DeviceInfo:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_opperf.glue import child
-from pytest_opperf.glue.handback import FILE, Envelope, HandBackError
+from pytest_opperf.records.handback import FILE, Envelope, HandBackError
 from pytest_opperf.workcounts import valgrind_run
 from pytest_opperf.workcounts.callgrind import Callgrind
 from pytest_opperf.workcounts.valgrind import ValgrindError
@@ -43,7 +43,7 @@ CHILD_ENV = "OPPERF_INSTRUCTIONS_DIR"  # set in the child: where it leaves its e
 class ChildPass:
     """In the child under callgrind: the counting pass of each window, counted by callgrind;
     labels ``w<i>-s<k>``, and ``windows[i]`` the run id of pass ``i`` (the child's envelope,
-    :mod:`pytest_opperf.glue.handback`, hands the list back)."""
+    :mod:`pytest_opperf.records.handback`, hands the list back)."""
 
     def __init__(self) -> None:
         self.windows: list[str] = []
