@@ -62,8 +62,9 @@ def test_every_command_of_weight_runs_as_a_bounded_step():
 
 def _dry(tmp_path, **env):
     out = tmp_path / "out"
-    full_env = {
-        **os.environ,
+    full_env = {  # as on a runner: not inside this test session's xdist worker (pytest-benchmark
+        # turns itself off when it finds PYTEST_XDIST_WORKER, and the per-op runs would be untimed)
+        **{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")},
         "GPU_CHECK_DRY": "1",
         "OUT": str(out),
         "PYTHON": sys.executable,
