@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT))
 
 from pytest_opperf.cli import main  # noqa: E402
 from pytest_opperf.history.store import Store  # noqa: E402
+from pytest_opperf.records.reader import read_results  # noqa: E402
 from pytest_opperf.results import ResultSet  # noqa: E402
-from pytest_opperf.results_reader import read_results  # noqa: E402
 from pytest_opperf.stattree import StatTree  # noqa: E402
 
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pytest_opperf.records.reader import read_results  # noqa: E402
 from pytest_opperf.results import ResultsError
-from pytest_opperf.results_reader import read_results  # noqa: E402
 
 
 def medians(path: str) -> dict[str, tuple[str, float]]:

@@ -18,14 +18,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn, TextIO
 
-from pytest_opperf import report
-from pytest_opperf.gate import evaluate
+from pytest_opperf.comparison.gate import evaluate
+from pytest_opperf.comparison.thresholds import ThresholdsError, load_thresholds
+from pytest_opperf.comparison.verdict import Verdict
 from pytest_opperf.history.errors import HistoryError
-from pytest_opperf.layout import clean
+from pytest_opperf.records.reader import read_results
+from pytest_opperf.reports import report
+from pytest_opperf.reports.layout import clean
 from pytest_opperf.results import ResultsError
-from pytest_opperf.results_reader import read_results
-from pytest_opperf.thresholds import ThresholdsError, load_thresholds
-from pytest_opperf.verdict import Verdict
 
 __all__ = ["main"]
 
@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("results", metavar="R.json")
     show.add_argument("--sort", choices=sorted(report.SORT_KEYS), default="total")
     commands.add_parser("schema", help="print the path of the results format's JSON Schema")
-    from pytest_opperf.gate_cli import add_commands as add_gate_commands
+    from pytest_opperf.comparison.gate_cli import add_commands as add_gate_commands
 
     add_gate_commands(commands)  # merge, gate: the last job of a CI matrix
     from pytest_opperf.history.commands import add_commands
@@ -81,7 +81,7 @@ def _compare(args: argparse.Namespace, out: TextIO) -> int:
         for line in report.gate_lines(verdict, width):
             out.write(line + "\n")
     if args.markdown:
-        from pytest_opperf.atomic import write_text_atomic
+        from pytest_opperf.records.atomic import write_text_atomic
 
         new.gate = verdict.to_dict()
         write_text_atomic(args.markdown, report.markdown(new, verdict, args.sort))
@@ -108,7 +108,7 @@ def _run(argv: Sequence[str] | None, out: TextIO) -> int:
 
         return run_command(args, out)
     if args.command in ("merge", "gate"):
-        from pytest_opperf.gate_cli import run_command as run_gate_command
+        from pytest_opperf.comparison.gate_cli import run_command as run_gate_command
 
         return run_gate_command(args, out)
     if args.command == "schema":

@@ -18,12 +18,13 @@ from contextlib import contextmanager
 from time import perf_counter_ns
 from typing import Any
 
-from . import timers, workcount
-from .device import DeviceInfo
-from .port import Window
-from .results import RunResult, StatResult, warmup_rule
-from .stats import most_common
-from .stattree import Shares, StatTree
+from pytest_opperf import timers
+from pytest_opperf.core.port import Window
+from pytest_opperf.core.stats import most_common
+from pytest_opperf.device import DeviceInfo
+from pytest_opperf.results import RunResult, StatResult, warmup_rule
+from pytest_opperf.stattree import Shares, StatTree
+from pytest_opperf.workcounts import workcount
 
 __all__ = ["CountingRun", "CountingPassTimeout", "Run", "active_run", "counting_window",
            "in_window", "measure_window", "op_run", "MAX_OP_SAMPLES"]
@@ -59,7 +60,7 @@ class CountingPassTimeout(BaseException):
 
 class Run:
     """The handle of one measured window; the suite calls :meth:`step` per batch. ``window``:
-    what the session's role gives the window (:class:`pytest_opperf.port.Window`)."""
+    what the session's role gives the window (:class:`pytest_opperf.core.port.Window`)."""
 
     def __init__(self, run_id: str, kind: str, config: Mapping[str, Any] | None, device: DeviceInfo,
                  timing: str, executor_stat: str, trace: bool = False,
@@ -157,7 +158,8 @@ class Run:
     def counting_pass(self, step: Callable[[], object], steps: int | None = None) -> None:
         """The counting pass, after the window has closed: call ``step()`` (one training step,
         as in the window) ``steps`` times (default: ``--opperf-count-steps``; 0: no pass) and
-        count the Python work of each (:mod:`pytest_opperf.workcount`) into ``result.work``.
+        count the Python work of each (:mod:`pytest_opperf.workcounts.workcount`) into
+        ``result.work``.
 
         The pass is timed by nothing, so the window's timing is never perturbed. A step that
         raises, one that removes or replaces the tracer or profiler, or a pass that runs past

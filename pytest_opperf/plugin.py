@@ -6,7 +6,7 @@ in :mod:`.settings`, the fixtures in :mod:`.fixtures`, the sessions of an ``--op
 reliance on pytest-benchmark's internals in :mod:`.benchmark_adapter`. ``pytest_configure``
 chooses the process's role once (:mod:`.roles`). Without ``--opperf`` only the options and the
 two fixtures exist, and the fixtures only count: no recording, no report, no gate. With it, the
-role's session (a subclass of :class:`~pytest_opperf.session.OpPerfSession`) is registered with
+role's session (a subclass of :class:`~pytest_opperf.glue.session.OpPerfSession`) is registered with
 the plugin manager and does the work.
 """
 
@@ -19,12 +19,19 @@ from typing import Any
 
 import pytest
 
-from pytest_opperf import child, hookspec
+from pytest_opperf import hookspec
 from pytest_opperf.device import CPU_HOST, DeviceInfo
-from pytest_opperf.fixtures import opperf, opperf_benchmark
-from pytest_opperf.options import FLAGS, OPTIONS
-from pytest_opperf.settings import SESSION_PLUGIN, SETTINGS, Settings, session_info, usage_errors
-from pytest_opperf.xdist_gpu import GpuWorkersError, set_worker_device, visible_gpus
+from pytest_opperf.glue import child
+from pytest_opperf.glue.fixtures import opperf, opperf_benchmark
+from pytest_opperf.glue.options import FLAGS, OPTIONS
+from pytest_opperf.glue.settings import (
+    SESSION_PLUGIN,
+    SETTINGS,
+    Settings,
+    session_info,
+    usage_errors,
+)
+from pytest_opperf.gpu.xdist_gpu import GpuWorkersError, set_worker_device, visible_gpus
 
 __all__ = ["SESSION_PLUGIN", "opperf", "opperf_benchmark", "session_info"]
 
@@ -134,16 +141,16 @@ def _compare_value(key: str, value: Any, base: Path) -> Any:
 def pytest_configure(config: pytest.Config) -> None:
     settings = config.stash[SETTINGS] = _settings(config)
     if settings.shard is not None:  # --opperf-shard: a part of the tests
-        from pytest_opperf import shard_hook
+        from pytest_opperf.glue import shard_hook
 
         shard_hook.register(config, settings)
     if settings.enabled or settings.gpu_workers:  # else no role has anything to do
-        from pytest_opperf import roles  # heavy (gate, report): the sessions load with it
+        from pytest_opperf.glue import roles  # heavy (gate, report): the sessions load with it
 
         roles.configure(config, settings)
 
 
-# --- one xdist worker per GPU (pytest_opperf.xdist_gpu) --------------------------------
+# --- one xdist worker per GPU (pytest_opperf.gpu.xdist_gpu) --------------------------------
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -18,9 +18,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import atomic
-from .stattree import StatResult, StatTree
-from .workcount import WorkCounts
+from pytest_opperf.records import atomic
+from pytest_opperf.stattree import StatResult, StatTree
+from pytest_opperf.workcounts.workcount import WorkCounts
 
 __all__ = ["RUN_KINDS", "SCHEMA", "ResultSet", "ResultsError", "RunResult", "StatResult",
            "baseline_file", "dumps_results", "is_sha", "json_problem", "warmup_rule",
@@ -35,7 +35,8 @@ def warmup_rule(steps: int) -> int:
     """How many of a run's ``steps`` (``run.step()`` calls) are warm-up: the first, when there
     are at least two (it holds model building, startup and first compiles). The one warm-up
     rule: a run applies it once, when it is recorded or read from a file that does not say
-    (:attr:`RunResult.warmup_steps`); every steady-state value is :mod:`pytest_opperf.metrics`'."""
+    (:attr:`RunResult.warmup_steps`); every steady-state value is
+    :mod:`pytest_opperf.comparison.metrics`'."""
     return 1 if steps >= 2 else 0
 _SHA = re.compile(r"[0-9a-fA-F]{1,64}")
 
@@ -200,5 +201,6 @@ def write_results(path: str | os.PathLike[str], results: ResultSet) -> None:
 def baseline_file(directory: str | os.PathLike[str], device_class: str, workload: str,
                   variant: str = "") -> Path:
     """Where a baseline directory keeps the results of one hardware class and workload (and
-    measurement variant, e.g. ``sync``: see :func:`pytest_opperf.identity.baseline_variant`)."""
+    measurement variant, e.g. ``sync``: see
+    :func:`pytest_opperf.core.identity.baseline_variant`)."""
     return Path(directory) / f"{device_class}-{workload}{'-' + variant if variant else ''}.json"

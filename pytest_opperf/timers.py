@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from time import perf_counter_ns
 from typing import Any, Protocol
 
-from .stattree import StatTree, short_name
+from pytest_opperf.stattree import StatTree, short_name
 
 __all__ = ["DeviceClock", "Stat", "Table", "current", "format_stat_lines", "other_thread_regions",
            "recording", "timer"]
@@ -238,7 +238,7 @@ class _AnnotatedClockedRegion(_AnnotatedRegion, _ClockedRegion):
 class Table(Mapping[str, Stat]):
     """The stats of one recording, by region name, in order of first entry.
 
-    ``annotate`` (optional, e.g. :class:`pytest_opperf.nvtx_ranges.NvtxRanges`) gets
+    ``annotate`` (optional, e.g. :class:`pytest_opperf.gpu.nvtx_ranges.NvtxRanges`) gets
     ``push(name)``/``pop()`` around every region; without it regions cost nothing extra.
     """
 

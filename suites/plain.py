@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from pytest_opperf.core.oploop import pedantic_round
 from pytest_opperf.measure import CountingRun, counting_window
-from pytest_opperf.oploop import pedantic_round
 
 NAME = "suites-plain"  # the name the conftest registers this module under
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from tabulate import tabulate
 
+from pytest_opperf.glue.settings import SETTINGS
 from pytest_opperf.plugin import session_info
-from pytest_opperf.settings import SETTINGS
 from reference_framework.benchmark import (
     WORKLOADS,
     BenchmarkConfig,

@@ -15,7 +15,7 @@ from urllib.parse import quote
 import pytest
 
 from pytest_opperf.results import ResultSet, RunResult, StatResult
-from pytest_opperf.workcount import OUTSIDE, WorkCounts
+from pytest_opperf.workcounts.workcount import OUTSIDE, WorkCounts
 from tests.opperf_factories import e2e_run
 
 PG_ENV = "OPPERF_TEST_POSTGRES"

@@ -27,8 +27,8 @@ from pytest_opperf.ab.processes import SideFailure, SideSpec
 from pytest_opperf.ab.protocol import Channel, SideGone, SideTimeout
 from pytest_opperf.ab.side import SidePlugin, current_cpu
 from pytest_opperf.ab.tuning import MIN_PAIRS, RERUN_MIN_S, RERUN_SHARE
+from pytest_opperf.core.port import Window
 from pytest_opperf.device import CPU_HOST
-from pytest_opperf.port import Window
 from pytest_opperf.results import RunResult, StatResult
 
 
@@ -119,8 +119,8 @@ def test_side_arguments_leave_out_the_controllers_options():
         "--benchmark-quiet",
         "--opperf-compare-python=/p",
     ]
-    from pytest_opperf.child import strip_opperf_args
-    from pytest_opperf.options import VALUED_OPTIONS
+    from pytest_opperf.glue.child import strip_opperf_args
+    from pytest_opperf.glue.options import VALUED_OPTIONS
 
     assert strip_opperf_args(args, VALUED_OPTIONS) == ["suites/", "-k", "conv",
                                                        "--benchmark-quiet"]

@@ -10,8 +10,8 @@ import pytest
 from pytest_opperf.ab import decide, paired
 from pytest_opperf.ab.decide import SessionPairs
 from pytest_opperf.ab.tuning import MIN_ORDER_PAIRS
-from pytest_opperf.metrics import MetricKey
-from pytest_opperf.thresholds import CompareSettings
+from pytest_opperf.comparison.metrics import MetricKey
+from pytest_opperf.comparison.thresholds import CompareSettings
 
 KEY = MetricKey("t::a", "call_ms:op")
 

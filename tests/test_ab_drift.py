@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from pytest_opperf.ab.paired import Paired, decide
-from pytest_opperf.comparison import compare_slower
-from pytest_opperf.metrics import MetricKey
-from pytest_opperf.thresholds import CompareSettings, Regression
+from pytest_opperf.comparison.metrics import MetricKey
+from pytest_opperf.comparison.regression import compare_slower
+from pytest_opperf.comparison.thresholds import CompareSettings, Regression
 
 PAIRS = 60
 COST_MS = 2.0

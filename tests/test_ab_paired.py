@@ -19,11 +19,10 @@ from pytest_opperf.ab.paired import (
     signed_rank_cdf,
     walsh_interval,
 )
-from pytest_opperf.gate import add_compare
-from pytest_opperf.keys import keys as table_keys
-from pytest_opperf.metrics import MetricKey
-from pytest_opperf.results import ResultsError
-from pytest_opperf.thresholds import (
+from pytest_opperf.comparison.gate import add_compare
+from pytest_opperf.comparison.keys import keys as table_keys
+from pytest_opperf.comparison.metrics import MetricKey
+from pytest_opperf.comparison.thresholds import (
     CompareSettings,
     Override,
     ThresholdsError,
@@ -31,7 +30,8 @@ from pytest_opperf.thresholds import (
     parse_compare,
     parse_thresholds,
 )
-from pytest_opperf.verdict import Verdict, Violation
+from pytest_opperf.comparison.verdict import Verdict, Violation
+from pytest_opperf.results import ResultsError
 
 RUN = "suites/test_ops.py::test_op[conv2d]"
 

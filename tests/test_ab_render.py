@@ -6,7 +6,7 @@ import pytest
 
 from pytest_opperf.ab.paired import CompareResult, Decision
 from pytest_opperf.ab.render import common_prefix, interval, markdown, terminal_lines
-from pytest_opperf.metrics import MetricKey
+from pytest_opperf.comparison.metrics import MetricKey
 
 OPS = "suites/test_ops.py::test_op"
 STAT = "Hodges-Lehmann ratio, Wilcoxon signed-rank 99.97% CI (Bonferroni, 150 metrics; exact)"

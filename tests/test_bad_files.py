@@ -14,13 +14,14 @@ from dataclasses import replace
 
 import pytest
 
-from pytest_opperf import cli, report
-from pytest_opperf.atomic import write_text_atomic
+from pytest_opperf import cli
+from pytest_opperf.comparison.thresholds import ThresholdsError, load_thresholds
+from pytest_opperf.comparison.verdict import Verdict
+from pytest_opperf.records.atomic import write_text_atomic
+from pytest_opperf.records.reader import read_results
+from pytest_opperf.reports import report
 from pytest_opperf.results import ResultsError, dumps_results, write_results
-from pytest_opperf.results_reader import read_results
-from pytest_opperf.thresholds import ThresholdsError, load_thresholds
-from pytest_opperf.verdict import Verdict
-from pytest_opperf.workcount import WorkCounts
+from pytest_opperf.workcounts.workcount import WorkCounts
 from tests.opperf_factories import e2e_run, results
 from tests.opperf_suites import assert_one_line_usage_error, e2e, inner_run_env  # noqa: F401
 from tests.results_schema import assert_valid, problems

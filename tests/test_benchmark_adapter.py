@@ -1,6 +1,6 @@
 """The pytest-benchmark releases the adapter supports; its assumptions checked on the installed one.
 
-pytest_opperf.benchmark_adapter reads pytest-benchmark internals. These tests fail when
+pytest_opperf.glue.benchmark_adapter reads pytest-benchmark internals. These tests fail when
 the installed release is outside SUPPORTED, when SUPPORTED disagrees with the
 dependency declared in pyproject.toml, or when an internal the adapter relies on
 no longer behaves as it assumes.
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_opperf import benchmark_adapter
-from pytest_opperf.benchmark_adapter import SUPPORTED, supported_range, version_problem
+from pytest_opperf.glue import benchmark_adapter
+from pytest_opperf.glue.benchmark_adapter import SUPPORTED, supported_range, version_problem
 from tests.opperf_suites import inner_run_env  # noqa: F401
 
 if sys.version_info >= (3, 11):

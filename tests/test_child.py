@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from pytest_opperf import child
-from pytest_opperf.options import CHILD_POLICIES, FLAGS, OPTIONS, VALUED_OPTIONS, child_options
-from pytest_opperf.settings import Settings
+from pytest_opperf.glue import child
+from pytest_opperf.glue.options import CHILD_POLICIES, FLAGS, OPTIONS, VALUED_OPTIONS, child_options
+from pytest_opperf.glue.settings import Settings
 from tests.test_plugin_workcount import SUITE
 
 pytest_plugins = ["pytester"]

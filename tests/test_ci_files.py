@@ -7,8 +7,8 @@ import re
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from pytest_opperf.results_reader import read_results
-from pytest_opperf.thresholds import load_thresholds
+from pytest_opperf.comparison.thresholds import load_thresholds
+from pytest_opperf.records.reader import read_results
 from reference_framework.benchmark import WORKLOADS
 from suites.support import distinct_ops, training_program
 

@@ -7,9 +7,9 @@ import sys
 import pytest
 
 from pytest_opperf.cli import main
-from pytest_opperf.gate import evaluate
+from pytest_opperf.comparison.gate import evaluate
+from pytest_opperf.comparison.thresholds import parse_thresholds
 from pytest_opperf.results import write_results
-from pytest_opperf.thresholds import parse_thresholds
 from tests.opperf_factories import e2e_run, results
 from tests.test_gate import noisy
 
@@ -118,7 +118,7 @@ def test_bad_arguments_are_exit_4():
 def test_show_prints_the_report_and_stored_verdict(files, tmp_path):
     base, _, slow = files
     rs = results(e2e_run(stats={"conv2d": noisy(6.0, seed=2)}))
-    from pytest_opperf.results_reader import read_results
+    from pytest_opperf.records.reader import read_results
 
     gated = parse_thresholds({"regression": {"time": "gate"}})
     rs.gate = evaluate(rs, gated, read_results(base), str(base)).to_dict()

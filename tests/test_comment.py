@@ -1,12 +1,13 @@
-"""The pull request comment (pytest_opperf.comment): under the limit, every failed check kept."""
+"""The pull request comment (pytest_opperf.reports.comment): under the limit, every failed check
+kept."""
 
 from __future__ import annotations
 
 import math
 
 from pytest_opperf.ab.paired import CompareResult, Decision, MetricKey
-from pytest_opperf.comment import LIMIT, MARKER, render_comment
-from pytest_opperf.gate import add_compare, evaluate
+from pytest_opperf.comparison.gate import add_compare, evaluate
+from pytest_opperf.reports.comment import LIMIT, MARKER, render_comment
 from pytest_opperf.results import ResultSet
 from tests.opperf_factories import e2e_run
 

@@ -6,14 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_opperf.baseline_checks import ALWAYS_RECORDED
-from pytest_opperf.comparison import compare_slower
-from pytest_opperf.device import CPU_HOST
-from pytest_opperf.gate import evaluate
-from pytest_opperf.keys import keys as table_keys
-from pytest_opperf.measure import op_run
-from pytest_opperf.results import RunResult
-from pytest_opperf.thresholds import (
+from pytest_opperf.comparison.baseline_checks import ALWAYS_RECORDED
+from pytest_opperf.comparison.gate import evaluate
+from pytest_opperf.comparison.keys import keys as table_keys
+from pytest_opperf.comparison.regression import compare_slower
+from pytest_opperf.comparison.thresholds import (
     Limit,
     Regression,
     Thresholds,
@@ -21,8 +18,11 @@ from pytest_opperf.thresholds import (
     load_thresholds,
     parse_thresholds,
 )
-from pytest_opperf.verdict import Verdict
-from pytest_opperf.workcount import LIBRARIES, WorkCounts, library_versions
+from pytest_opperf.comparison.verdict import Verdict
+from pytest_opperf.device import CPU_HOST
+from pytest_opperf.measure import op_run
+from pytest_opperf.results import RunResult
+from pytest_opperf.workcounts.workcount import LIBRARIES, WorkCounts, library_versions
 from tests.opperf_factories import e2e_run, results
 
 SECTION_7 = """

@@ -8,21 +8,22 @@ import dataclasses
 
 import pytest
 
-from pytest_opperf import gpu_env, timers
+from pytest_opperf import timers
+from pytest_opperf.comparison.gate import evaluate
+from pytest_opperf.comparison.metrics import steady_examples_per_sec
+from pytest_opperf.comparison.thresholds import parse_thresholds
+from pytest_opperf.core.identity import baseline_variant, mismatch
+from pytest_opperf.core.machine import same_hardware
+from pytest_opperf.core.oploop import LoopSettings, time_rounds
+from pytest_opperf.core.port import Window
 from pytest_opperf.device import DeviceInfo
-from pytest_opperf.gate import evaluate
-from pytest_opperf.gpu_report import bound, device_host_lines, steady_lines
-from pytest_opperf.identity import baseline_variant, mismatch
-from pytest_opperf.machine import same_hardware
+from pytest_opperf.gpu import gpu_env
+from pytest_opperf.gpu.nvtx_ranges import NvtxRanges
 from pytest_opperf.measure import Run, measure_window
-from pytest_opperf.metrics import steady_examples_per_sec
-from pytest_opperf.nvtx_ranges import NvtxRanges
-from pytest_opperf.oploop import LoopSettings, time_rounds
-from pytest_opperf.port import Window
-from pytest_opperf.report import run_lines
+from pytest_opperf.records.checks import results_from_dict
+from pytest_opperf.reports.gpu_report import bound, device_host_lines, steady_lines
+from pytest_opperf.reports.report import run_lines
 from pytest_opperf.results import StatResult, baseline_file
-from pytest_opperf.results_checks import results_from_dict
-from pytest_opperf.thresholds import parse_thresholds
 from tests.opperf_factories import e2e_run, results, stat
 
 # --- throughput limits on the steady state -------------------------------------------
@@ -155,7 +156,7 @@ def test_launch_bound_when_the_span_is_no_longer_than_the_enqueue():
     )
     assert lines[2].split() == ["conv2d", "10.000", "0.500", "20.00", "device"]
     assert lines[3].split() == ["relu", "1.000", "0.950", "1.05", "launch"]
-    from pytest_opperf.report import markdown
+    from pytest_opperf.reports.report import markdown
 
     text = markdown(results(run), None)
     assert "```\n" + "\n".join(lines) + "\n```" in text
@@ -483,7 +484,7 @@ def test_one_shared_pool_would_lose_the_windows_events():
 
 
 def test_the_visible_gpus_come_from_cuda_visible_devices_first():
-    from pytest_opperf.xdist_gpu import GpuWorkersError, visible_gpus
+    from pytest_opperf.gpu.xdist_gpu import GpuWorkersError, visible_gpus
 
     never = (lambda: pytest.fail("probed although CUDA_VISIBLE_DEVICES was set"),)
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2, 3"}, never) == ["2", "3"]
@@ -502,7 +503,7 @@ def test_the_visible_gpus_come_from_cuda_visible_devices_first():
 
 
 def test_each_worker_gets_its_own_gpu_before_cuda_starts():
-    from pytest_opperf.xdist_gpu import (
+    from pytest_opperf.gpu.xdist_gpu import (
         ENV_LIST,
         GpuWorkersError,
         assign,

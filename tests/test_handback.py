@@ -1,5 +1,5 @@
-"""One envelope back (pytest_opperf/handback.py): its format, and that each of the three children
-(an xdist worker, an A/B side, the valgrind child) hands its runs back in it."""
+"""One envelope back (pytest_opperf/records/handback.py): its format, and that each of the three
+children (an xdist worker, an A/B side, the valgrind child) hands its runs back in it."""
 
 import json
 import os
@@ -8,9 +8,11 @@ import sys
 
 import pytest
 
-from pytest_opperf import child, handback, instructions
 from pytest_opperf.ab.protocol import FD_ENV, pair
-from pytest_opperf.handback import Envelope, HandBackError
+from pytest_opperf.glue import child
+from pytest_opperf.records import handback
+from pytest_opperf.records.handback import Envelope, HandBackError
+from pytest_opperf.workcounts import instructions
 from tests.opperf_factories import e2e_run
 from tests.opperf_suites import inner_run_env  # noqa: F401
 from tests.test_plugin_workcount import SUITE

@@ -18,7 +18,7 @@ from pytest_opperf.history.records import commit_time
 from pytest_opperf.history.sources import check_target, check_url, redact, scrub
 from pytest_opperf.history.store import Store
 from pytest_opperf.results import write_results
-from pytest_opperf.workcount import OUTSIDE, WorkCounts
+from pytest_opperf.workcounts.workcount import OUTSIDE, WorkCounts
 from tests.history_helpers import session
 from tests.opperf_suites import assert_one_line_usage_error, e2e
 

@@ -1,6 +1,6 @@
 """Fitting text and tables to a terminal width (pure)."""
 
-from pytest_opperf.layout import fit, listing, middle, run_group, table, wrap
+from pytest_opperf.reports.layout import fit, listing, middle, run_group, table, wrap
 
 
 def test_fit_and_middle_mark_the_cut():

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from pytest_opperf import shard
 from pytest_opperf.ab.paired import CompareResult, Decision, MetricKey
 from pytest_opperf.cli import main
-from pytest_opperf.gate import add_compare, evaluate
-from pytest_opperf.gate_cli import verdict_of
-from pytest_opperf.merge import MergeError, Part, merge
+from pytest_opperf.comparison import shard
+from pytest_opperf.comparison.gate import add_compare, evaluate
+from pytest_opperf.comparison.gate_cli import verdict_of
+from pytest_opperf.comparison.merge import MergeError, Part, merge
+from pytest_opperf.comparison.verdict import Violation
+from pytest_opperf.records.reader import read_results
 from pytest_opperf.results import ResultSet, write_results
-from pytest_opperf.results_reader import read_results
-from pytest_opperf.verdict import Violation
 from tests.opperf_factories import e2e_run
 from tests.opperf_suites import e2e, inner_run_env  # noqa: F401
 

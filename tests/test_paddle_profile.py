@@ -20,14 +20,14 @@ import numpy as np
 import pytest
 
 from pytest_opperf import measure, timers
+from pytest_opperf.comparison.gate import evaluate
+from pytest_opperf.comparison.metrics import steady_python_shares, steady_steps
+from pytest_opperf.comparison.thresholds import parse_thresholds
 from pytest_opperf.device import CPU_HOST
-from pytest_opperf.gate import evaluate
-from pytest_opperf.metrics import steady_python_shares, steady_steps
 from pytest_opperf.paddle.events import EXECUTOR, inner_name, op_name, samples_of
 from pytest_opperf.paddle.support import INSTALL, PADDLE_SUPPORTED, import_paddle, version_problem
 from pytest_opperf.recorded import MARK
 from pytest_opperf.results import ResultSet, RunResult
-from pytest_opperf.thresholds import parse_thresholds
 
 try:
     paddle = import_paddle()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_opperf.results_reader import read_results
+from pytest_opperf.records.reader import read_results
 from tests.opperf_suites import e2e, inner_run_env  # noqa: F401
 
 pytest_plugins = ["pytester"]
@@ -39,7 +39,7 @@ def test_an_empty_session_does_not_overwrite_a_baseline(pytester):
 
 
 FULL_DISK = """
-import pytest_opperf.atomic as atomic
+import pytest_opperf.records.atomic as atomic
 
 _write = atomic.write_text_atomic
 
@@ -105,7 +105,7 @@ def test_killed_save_keeps_the_old_baseline(pytester):
 
 WRITER = """
 import sys
-from pytest_opperf.atomic import write_json_atomic
+from pytest_opperf.records.atomic import write_json_atomic
 path = sys.argv[1]
 big = [float(i) for i in range(200_000)]
 n = 0

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from pytest_opperf.results_reader import read_results
+from pytest_opperf.records.reader import read_results
 from tests.opperf_suites import assert_one_line_usage_error, e2e, inner_run_env  # noqa: F401
 
 pytest_plugins = ["pytester"]
@@ -80,7 +80,7 @@ def test_a_directory_that_cannot_be_created_at_the_end_is_an_error_line(pytester
 
 
 def test_directory_problem(tmp_path):
-    from pytest_opperf.outputs import directory_problem
+    from pytest_opperf.glue.outputs import directory_problem
 
     assert directory_problem(tmp_path) is None
     assert directory_problem(tmp_path / "a" / "b") is None

@@ -9,12 +9,14 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_opperf"
-PURE = ["timers", "stattree", "stats", "results", "results_checks", "results_reader", "atomic",
-        "machine", "handback", "port", "gate", "comparison", "baseline_checks",
-        "report", "measure", "device", "cli", "thresholds", "metrics", "verdict", "keys",
-        "ab.paired", "ab.pairs", "ab.decide", "ab.tuning", "ab.processes", "ab.controller",
-        "history.suspects", "history.trends", "workcount", "valgrind", "callgrind",
-        "callgrind_dumps", "valgrind_run", "instructions"]
+PURE = ["timers", "stattree", "core.stats", "results", "records.checks", "records.reader",
+        "records.atomic", "core.machine", "records.handback", "core.port", "comparison.gate",
+        "comparison.regression", "comparison.baseline_checks", "reports.report", "measure",
+        "device", "cli", "comparison.thresholds", "comparison.metrics",
+        "comparison.verdict", "comparison.keys", "ab.paired", "ab.pairs", "ab.decide",
+        "ab.tuning", "ab.processes", "ab.controller", "history.suspects", "history.trends",
+        "workcounts.workcount", "workcounts.valgrind", "workcounts.callgrind",
+        "workcounts.callgrind_dumps", "workcounts.valgrind_run", "workcounts.instructions"]
 MODULES = sorted(PACKAGE.rglob("*.py"))
 
 
@@ -112,7 +114,8 @@ def test_the_package_has_no_import_circle():
     graph = import_graph()
     assert {"pytest_opperf.ab.paired", "pytest_opperf.history.store", "pytest_opperf.torch"} <= set(
         graph)
-    assert "pytest_opperf.thresholds" in graph["pytest_opperf.ab.paired"]  # the graph sees imports
+    # the graph sees imports
+    assert "pytest_opperf.comparison.thresholds" in graph["pytest_opperf.ab.paired"]
     assert circles(graph) == []
 
 
@@ -148,3 +151,58 @@ def test_the_ab_modules_stay_small():
     sizes = {p.name: len(p.read_text().splitlines()) for p in (PACKAGE / "ab").glob("*.py")}
     assert {"controller.py", "processes.py", "decide.py", "tuning.py"} <= set(sizes)
     assert {name: n for name, n in sizes.items() if n >= 500} == {}
+
+
+# The layers of the package, bottom up. A module imports only its own layer and those below
+# (a package's ``__init__``, docstrings only, is no layer's), except the few named in ABOVE. pytest
+# glue (``glue``, ``plugin``, the A/B processes) is the top: what measures, compares and reports
+# never depends on which process it runs in.
+LAYERS = [
+    ("the instrumentation and the records", {
+        "timers", "stattree", "device", "results", "measure", "recorded", "hookspec", "core",
+        "records", "gpu", "workcounts"}),
+    ("comparison and reports", {"comparison", "reports", "ab.paired", "ab.pairs", "ab.decide",
+                                "ab.tuning", "ab.render", "ab.protocol", "history"}),
+    ("processes and commands", {"ab", "cli", "__main__", "torch", "paddle"}),
+    ("pytest glue", {"glue", "plugin", "ab.session", "ab.side"}),
+]
+PACKAGES = {_module(p) for p in MODULES if p.name == "__init__.py"}  # docstrings only: no layer
+ABOVE = {  # module -> the modules above its layer that it imports, and why
+    "pytest_opperf.workcounts.instructions": {
+        "pytest_opperf.glue.child"},
+    # ^ it starts the valgrind child: the one launcher of child pytest processes
+}
+
+
+def _layer(module: str) -> int:
+    name = module.removeprefix("pytest_opperf").lstrip(".")
+    best = None
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if name == prefix or name.startswith(prefix + "."):
+                if best is None or len(prefix) > best[1]:
+                    best = (i, len(prefix))
+    assert best is not None or name == "", f"{module} is in no layer: add it to LAYERS"
+    return best[0] if best else len(LAYERS)
+
+
+def test_every_subpackage_imports_its_layer_and_those_below():
+    graph = import_graph()
+    wrong = []
+    for module, imports in graph.items():
+        for target in imports - ABOVE.get(module, set()):
+            if target not in PACKAGES and _layer(target) > _layer(module):
+                wrong.append(f"{module} ({LAYERS[_layer(module)][0]}) imports {target} "
+                             f"({LAYERS[_layer(target)][0]})")
+    assert wrong == []
+
+
+def test_the_layer_check_finds_an_upward_import():
+    assert _layer("pytest_opperf.comparison.gate") > _layer("pytest_opperf.results")
+    assert _layer("pytest_opperf.ab.decide") < _layer("pytest_opperf.ab.controller")
+    assert _layer("pytest_opperf.glue.roles") == len(LAYERS) - 1
+
+
+def test_no_module_is_over_500_lines():
+    sizes = {p.relative_to(PACKAGE).as_posix(): len(p.read_text().splitlines()) for p in MODULES}
+    assert {name: n for name, n in sizes.items() if n > 500} == {}

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_opperf import shard
-from pytest_opperf.results_reader import read_results
+from pytest_opperf.comparison import shard
+from pytest_opperf.records.reader import read_results
 from tests.ab_suites import make_repo
 from tests.opperf_suites import assert_one_line_usage_error, e2e, inner_run_env  # noqa: F401
 

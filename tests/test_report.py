@@ -3,9 +3,10 @@
 import json
 from dataclasses import replace
 
+from pytest_opperf.comparison.verdict import Verdict, Violation
 from pytest_opperf.device import CPU_HOST
 from pytest_opperf.measure import op_run
-from pytest_opperf.report import (
+from pytest_opperf.reports.report import (
     chrome_trace,
     gate_lines,
     markdown,
@@ -15,7 +16,6 @@ from pytest_opperf.report import (
     verdict_line,
 )
 from pytest_opperf.results import ResultSet, RunResult, StatResult
-from pytest_opperf.verdict import Verdict, Violation
 
 
 def s(name, total, count, parent="ExecutorRunTimer", kernel=True, avg=None, mx=1.0, mn=0.1, **kw):
@@ -368,7 +368,7 @@ def test_the_terminal_section_fits_the_width():
 
 
 def test_the_gate_lists_at_most_five_runs_in_a_note():
-    from pytest_opperf.gate import evaluate
+    from pytest_opperf.comparison.gate import evaluate
 
     runs = [op_run(f"t.py::test_op[{i}]", "relu", [0.001], 1, CPU_HOST, "host") for i in range(160)]
     notes = evaluate(ResultSet(runs=runs), baseline=ResultSet(runs=runs[:1])).notes

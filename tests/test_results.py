@@ -8,9 +8,11 @@ from dataclasses import replace
 
 import pytest
 
-from pytest_opperf.atomic import write_json_atomic
+from pytest_opperf.core.machine import commit_info, machine_info, same_hardware
 from pytest_opperf.device import DeviceInfo
-from pytest_opperf.machine import commit_info, machine_info, same_hardware
+from pytest_opperf.records.atomic import write_json_atomic
+from pytest_opperf.records.checks import results_from_dict
+from pytest_opperf.records.reader import read_results
 from pytest_opperf.results import (
     SCHEMA,
     ResultsError,
@@ -18,8 +20,6 @@ from pytest_opperf.results import (
     baseline_file,
     write_results,
 )
-from pytest_opperf.results_checks import results_from_dict
-from pytest_opperf.results_reader import read_results
 from tests.opperf_factories import e2e_run, results
 
 
@@ -168,7 +168,7 @@ def test_baseline_file_name(tmp_path):
 
 
 def test_written_files_get_the_umask_mode_not_a_private_one(tmp_path):
-    from pytest_opperf.atomic import write_text_atomic
+    from pytest_opperf.records.atomic import write_text_atomic
 
     umask = os.umask(0o022)
     try:
@@ -243,7 +243,7 @@ def test_compare_and_the_baseline_gate_look_each_run_up_once():
     n = 300
     base = results(*[e2e_run(run_id=Id(f"suite.py::test_{i}")) for i in range(n)])
     new = results(*[e2e_run(run_id=Id(f"suite.py::test_{i}")) for i in range(n)])
-    from pytest_opperf.gate import evaluate
+    from pytest_opperf.comparison.gate import evaluate
 
     verdict = evaluate(new, None, base, "base.json")
     assert verdict.passed and verdict.checks >= n

@@ -17,16 +17,16 @@ from typing import Any
 
 import pytest
 
-from pytest_opperf import report
 from pytest_opperf.ab import render as render_ab
 from pytest_opperf.ab.paired import CompareResult
 from pytest_opperf.cli import main
-from pytest_opperf.gate import add_compare, evaluate
-from pytest_opperf.machine import machine_info
+from pytest_opperf.comparison.gate import add_compare, evaluate
+from pytest_opperf.comparison.verdict import Drift, DriftRow, Verdict, Violation
+from pytest_opperf.core.machine import machine_info
+from pytest_opperf.records.checks import results_from_dict
+from pytest_opperf.reports import report
 from pytest_opperf.results import ResultsError, ResultSet, RunResult, StatResult, dumps_results
-from pytest_opperf.results_checks import results_from_dict
-from pytest_opperf.verdict import Drift, DriftRow, Verdict, Violation
-from pytest_opperf.workcount import WorkCounts
+from pytest_opperf.workcounts.workcount import WorkCounts
 from tests.opperf_factories import e2e_run, results
 from tests.opperf_suites import e2e, inner_run_env  # noqa: F401
 from tests.results_schema import SCHEMA, VALIDATOR, assert_valid, problems

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from pytest_opperf import results_reader
+from pytest_opperf.records import reader as results_reader
+from pytest_opperf.records.reader import _Document, _Window, read_results
 from pytest_opperf.results import ResultsError, dumps_results
-from pytest_opperf.results_reader import _Document, _Window, read_results
 from tests.opperf_factories import e2e_run, results
 
 

@@ -1,5 +1,5 @@
-"""One role per process, chosen once (pytest_opperf/roles.py): no other module asks what role it
-runs in, and each process gets exactly the role it is.
+"""One role per process, chosen once (pytest_opperf/glue/roles.py): no other module asks what role
+it runs in, and each process gets exactly the role it is.
 
 What counts as a role flag (:func:`role_flags`), anywhere in a module of ``pytest_opperf`` other
 than ``roles.py``:
@@ -32,11 +32,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_opperf import instructions, roles
-from pytest_opperf.settings import Settings
+from pytest_opperf.glue import roles
+from pytest_opperf.glue.settings import Settings
+from pytest_opperf.workcounts import instructions
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_opperf"
-ROLE_MODULES = {"roles.py"}  # where the role is chosen
+ROLE_MODULES = {"glue/roles.py"}  # where the role is chosen
 FLAG_NAMES = {"is_worker", "own_loop", "ab_benchmark", "step_handover", "callgrind_pass"}
 XDIST_NAMES = {"workerinput", "workeroutput"}
 PROBES = {"has_plugin", "hasplugin"}
@@ -75,7 +76,7 @@ def role_flags(source: str, module: str = "<module>") -> list[str]:
                 flag(node, name)
             elif name in XDIST_NAMES:
                 flag(node, f"xdist's {name}")
-            elif name == "CHILD_ENV" and module != "instructions.py":
+            elif name == "CHILD_ENV" and module != "workcounts/instructions.py":
                 flag(node, "CHILD_ENV (the valgrind child's environment)")
         if isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name)):
             called = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
@@ -102,7 +103,7 @@ def test_no_role_flag_outside_the_role_module():
 
 def test_the_role_module_is_where_the_role_is_asked():
     # the finder sees the role module's own probes: it is not blind to the ones it looks for
-    found = role_flags((PACKAGE / "roles.py").read_text(), "roles.py")
+    found = role_flags((PACKAGE / "glue" / "roles.py").read_text(), "glue/roles.py")
     assert any("workerinput" in line for line in found)
     assert any("has_plugin" in line for line in found)
     assert any("CHILD_ENV" in line for line in found)
@@ -120,7 +121,7 @@ def test_the_role_module_is_where_the_role_is_asked():
     ("config.pluginmanager.has_plugin('opperf-ab-side')", "has_plugin"),
     ("config.pluginmanager.get_plugin(PLUGIN_NAME)", "get_plugin(PLUGIN_NAME)"),
     ("os.environ.get(instructions.CHILD_ENV)", "CHILD_ENV"),
-    ("from pytest_opperf.instructions import CHILD_ENV", "CHILD_ENV"),
+    ("from pytest_opperf.workcounts.instructions import CHILD_ENV", "CHILD_ENV"),
 ])
 def test_each_kind_of_role_flag_is_found(snippet, what):
     found = role_flags(snippet, "m.py")
@@ -132,7 +133,8 @@ def test_what_is_not_a_role_flag_is_not_found():
     source = ("tr = config.pluginmanager.get_plugin('terminalreporter')\n"
               "self.abort = 1\nother.ab = 2\nfixed = child.parent_options()\n")
     assert role_flags(source, "m.py") == []
-    assert role_flags("CHILD_ENV = 'X'\nenv[CHILD_ENV] = '/tmp'\n", "instructions.py") == []
+    assert role_flags("CHILD_ENV = 'X'\nenv[CHILD_ENV] = '/tmp'\n",
+                      "workcounts/instructions.py") == []
 
 
 class _Plugins:
@@ -172,7 +174,7 @@ def test_each_process_gets_its_one_role(monkeypatch, config, settings, env, role
 def test_every_role_has_its_session_class():
     from pytest_opperf.ab.session import ABMain
     from pytest_opperf.ab.side import SideSession
-    from pytest_opperf.main_session import MainSession
+    from pytest_opperf.glue.main_session import MainSession
 
     assert set(roles.ROLES) == {"plain", "xdist-controller", "xdist-worker", "gpu-worker",
                                 "ab-main", "ab-side", "valgrind-child"}

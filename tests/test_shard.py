@@ -1,4 +1,4 @@
-"""--opperf-shard=K/N: the partition (pytest_opperf.shard, pure)."""
+"""--opperf-shard=K/N: the partition (pytest_opperf.comparison.shard, pure)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_opperf import shard
+from pytest_opperf.comparison import shard
 
 # --- the partition (pure) -------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""pytest_opperf.stats against hand-computed values and scipy.stats.mannwhitneyu."""
+"""pytest_opperf.core.stats against hand-computed values and scipy.stats.mannwhitneyu."""
 
 import math
 import random
@@ -6,7 +6,14 @@ import random
 import pytest
 from scipy.stats import mannwhitneyu
 
-from pytest_opperf.stats import Samples, _u_counts, mann_whitney_u, median, most_common, normal_sf
+from pytest_opperf.core.stats import (
+    Samples,
+    _u_counts,
+    mann_whitney_u,
+    median,
+    most_common,
+    normal_sf,
+)
 
 
 def test_median_odd_and_even():

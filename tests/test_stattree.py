@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from pytest_opperf import timers
+from pytest_opperf.records.reader import read_results
 from pytest_opperf.results import ResultsError, RunResult, dumps_results
-from pytest_opperf.results_reader import read_results
 from pytest_opperf.stattree import SORT_KEYS, Shares, StatResult, StatTree, StatTreeError
 from tests.opperf_factories import e2e_run, results
 

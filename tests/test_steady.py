@@ -1,5 +1,6 @@
 """The steady state as data: one warm-up rule, recorded in the run, read by every reader through
-:mod:`pytest_opperf.metrics`; files of the release before ``warmup_steps`` read as they did."""
+:mod:`pytest_opperf.comparison.metrics`; files of the release before ``warmup_steps`` read as they
+did."""
 
 from __future__ import annotations
 
@@ -11,10 +12,8 @@ from typing import Any
 
 import pytest
 
-from pytest_opperf.gate import evaluate
-from pytest_opperf.gpu_report import steady_lines
-from pytest_opperf.history.records import steady_run_values, step_value
-from pytest_opperf.metrics import (
+from pytest_opperf.comparison.gate import evaluate
+from pytest_opperf.comparison.metrics import (
     EXAMPLES_PER_SEC,
     PYTHON_SHARE,
     metric,
@@ -24,10 +23,12 @@ from pytest_opperf.metrics import (
     steady_steps,
     view,
 )
-from pytest_opperf.report import markdown, terminal_lines
+from pytest_opperf.comparison.thresholds import parse_thresholds
+from pytest_opperf.history.records import steady_run_values, step_value
+from pytest_opperf.records.reader import read_results
+from pytest_opperf.reports.gpu_report import steady_lines
+from pytest_opperf.reports.report import markdown, terminal_lines
 from pytest_opperf.results import ResultsError, RunResult, warmup_rule, write_results
-from pytest_opperf.results_reader import read_results
-from pytest_opperf.thresholds import parse_thresholds
 from tests.opperf_factories import e2e_run, results
 
 DATA = Path(__file__).parent / "data"
@@ -154,7 +155,8 @@ OTHER_RULES = {
 }
 ALLOWED = {  # the pattern, and the modules where it is the rule itself
     "the warm-up rule applied": (re.compile(r"\bwarmup_rule\("), {"results.py", "measure.py"}),
-    "a slice by warmup_steps": (re.compile(r"\[[^\]\n]*warmup_steps\s*:"), {"metrics.py"}),
+    "a slice by warmup_steps": (re.compile(r"\[[^\]\n]*warmup_steps\s*:"),
+                                {"comparison/metrics.py"}),
 }
 
 
@@ -177,7 +179,8 @@ def test_the_patterns_find_the_warm_up_rules_there_were():
     assert all(other_warmup_rules("gpu_report.py", line) for line in before)
     assert other_warmup_rules("report.py", "first = warmup_rule(len(run.step_ms))")
     assert other_warmup_rules("gate.py", "x = run.step_ms[run.warmup_steps:]")
-    assert not other_warmup_rules("metrics.py", "return list(per_step[run.warmup_steps:])")
+    assert not other_warmup_rules("comparison/metrics.py",
+                                  "return list(per_step[run.warmup_steps:])")
     assert not other_warmup_rules("report.py", "lines += table_lines[1:]")
 
 

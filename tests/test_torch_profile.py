@@ -13,10 +13,10 @@ from typing import ClassVar
 import pytest
 
 from pytest_opperf import measure, timers
+from pytest_opperf.comparison.gate import evaluate
+from pytest_opperf.comparison.thresholds import parse_thresholds
 from pytest_opperf.device import CPU_HOST
-from pytest_opperf.gate import evaluate
 from pytest_opperf.results import ResultSet, RunResult
-from pytest_opperf.thresholds import parse_thresholds
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
 

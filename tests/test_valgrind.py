@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_opperf import callgrind_dumps, valgrind, valgrind_run
-from pytest_opperf.callgrind import Callgrind
-from pytest_opperf.callgrind_dumps import CallgrindFormatError
-from pytest_opperf.valgrind import (
+from pytest_opperf.workcounts import callgrind_dumps, valgrind, valgrind_run
+from pytest_opperf.workcounts.callgrind import Callgrind
+from pytest_opperf.workcounts.callgrind_dumps import CallgrindFormatError
+from pytest_opperf.workcounts.valgrind import (
     CALLGRIND_DUMP_STATS,
     CALLGRIND_DUMP_STATS_AT,
     CALLGRIND_START_INSTRUMENTATION,
@@ -38,8 +38,8 @@ needs_valgrind = pytest.mark.skipif(valgrind_run.problem() is not None,
 
 def test_the_module_imports_no_pytest():
     # the child imports it in the middle of a test run, and the plugin's purity rule holds
-    code = ("import sys, pytest_opperf.valgrind, pytest_opperf.callgrind, "
-            "pytest_opperf.callgrind_dumps, pytest_opperf.valgrind_run\n"
+    code = ("import sys, pytest_opperf.workcounts.valgrind, pytest_opperf.workcounts.callgrind, "
+            "pytest_opperf.workcounts.callgrind_dumps, pytest_opperf.workcounts.valgrind_run\n"
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('pytest', '_pytest', "
             "'numpy', 'reference_framework'))\n"
             "assert not bad, bad\n")
@@ -389,7 +389,7 @@ def test_no_valgrind_on_path_is_a_message(monkeypatch, tmp_path):
 STEPS_PROGRAM = textwrap.dedent("""\
     import sys
     import threading
-    from pytest_opperf.callgrind import Callgrind
+    from pytest_opperf.workcounts.callgrind import Callgrind
 
     n, outside = int(sys.argv[1]), int(sys.argv[2])
 

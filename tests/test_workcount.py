@@ -11,15 +11,17 @@ import time
 
 import pytest
 
-from pytest_opperf import gate, measure, report, timers
+from pytest_opperf import measure, timers
 from pytest_opperf.ab import paired
 from pytest_opperf.ab.pairs import e2e_samples
+from pytest_opperf.comparison import gate
+from pytest_opperf.comparison.thresholds import CompareSettings, parse_thresholds
+from pytest_opperf.core.port import Window
 from pytest_opperf.device import CPU_HOST
-from pytest_opperf.port import Window
+from pytest_opperf.records.checks import results_from_dict
+from pytest_opperf.reports import report
 from pytest_opperf.results import ResultsError, ResultSet
-from pytest_opperf.results_checks import results_from_dict
-from pytest_opperf.thresholds import CompareSettings, parse_thresholds
-from pytest_opperf.workcount import OUTSIDE, Counter, WorkCounts
+from pytest_opperf.workcounts.workcount import OUTSIDE, Counter, WorkCounts
 from tests.opperf_factories import e2e_run
 
 # --- a toy framework: an executor timer around two ops, each with some Python work ----------
@@ -195,7 +197,7 @@ def test_a_pass_past_its_time_limit_ends_even_when_the_step_swallows_the_timeout
 
 
 def test_the_deadline_is_seen_by_the_counter_on_a_fake_clock(monkeypatch):
-    from pytest_opperf import workcount
+    from pytest_opperf.workcounts import workcount
 
     now = [0]
     monkeypatch.setattr(workcount, "_CHECK_EVERY", 10)
@@ -474,7 +476,7 @@ def test_ab_pairs_hold_the_work_counts_and_only_more_work_regresses():
     assert verdicts == {"c_calls:conv2d_grad": "regressed", "bytecodes:(outside)": "improved",
                         "py_calls:conv2d_grad": "unchanged"}
     compare = paired.CompareResult("b", "h", paired.decide(list(decisions.values()), settings))
-    from pytest_opperf.verdict import Verdict
+    from pytest_opperf.comparison.verdict import Verdict
 
     verdict = Verdict()
     gate.add_compare(verdict, compare)

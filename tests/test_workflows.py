@@ -138,7 +138,7 @@ def test_only_two_jobs_may_write_and_the_comment_job_reads_data_only():
 
 
 def test_the_comment_workflow_finds_the_marker_the_renderer_writes():
-    from pytest_opperf.comment import MARKER
+    from pytest_opperf.reports.comment import MARKER
 
     text = WORKFLOWS[1].read_text()
     assert f"marker='{MARKER}'" in text

@@ -5,9 +5,9 @@ sides, the controller), ``checkout`` (a base revision as a temporary worktree), 
 (the schedule: visits, passes, the budget), ``processes`` (the side processes: start, restart,
 stop), ``protocol`` (the messages on their sockets), ``side`` (the plugin inside a side
 process), ``pairs`` (an e2e run's paired samples), ``paired`` (the statistics, pure, no pytest;
-``[compare]`` is parsed by :mod:`pytest_opperf.thresholds` and the decisions become violations
-in :mod:`pytest_opperf.gate`), ``decide`` (the final decisions: the start-order rule),
-``tuning`` (the constants) and ``render`` (the A/B report section). This package imports
-nothing at load time, and ``paired`` imports numpy only when it decides, so the gate loads
+``[compare]`` is parsed by :mod:`pytest_opperf.comparison.thresholds` and the decisions become
+violations in :mod:`pytest_opperf.comparison.gate`), ``decide`` (the final decisions: the
+start-order rule), ``tuning`` (the constants) and ``render`` (the A/B report section). This package
+imports nothing at load time, and ``paired`` imports numpy only when it decides, so the gate loads
 without numpy.
 """

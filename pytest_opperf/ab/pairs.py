@@ -2,8 +2,8 @@
 
 The two sides of an A/B session run an e2e test in lockstep, one step each in turn, so step i of the
 base and step i of the head form pair i. Both runs are read through their steady-state view
-(:func:`pytest_opperf.metrics.view`: the warm-up step dropped, as everywhere), whose sampled
-metrics pair up sample by sample: each stat's per-step time (``step_ms:<stat>``), the step's
+(:func:`pytest_opperf.comparison.metrics.view`: the warm-up step dropped, as everywhere), whose
+sampled metrics pair up sample by sample: each stat's per-step time (``step_ms:<stat>``), the step's
 examples/sec, the step's Python share; per-step op counts (``count:<stat>``) are one pair per run,
 compared exactly (a count on one side only is 0 on the other), and so are the work counts of the
 runs' counting passes (``bytecodes:<stat>``..., when both sides counted; :mod:`pytest_opperf
@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..metrics import COUNT, Kind, metric, view
-from ..results import RunResult
-from ..workcount import compared
+from pytest_opperf.comparison.metrics import COUNT, Kind, metric, view
+from pytest_opperf.results import RunResult
+from pytest_opperf.workcounts.workcount import compared
 
 __all__ = ["MetricSamples", "e2e_samples"]
 

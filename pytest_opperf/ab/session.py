@@ -6,7 +6,7 @@ worktree, removed again however the session ends) and checks the base interprete
 collection, and its test loop is the :class:`~.controller.Controller`: both sides collect, the tests
 of both run in lockstep, the head's reports are shown as the session's own and its runs become the
 session's results, and the CompareResult goes to the report, the JSON and the gate.
-:class:`ABMain` is that process's role (:mod:`pytest_opperf.roles`): the main role, with the
+:class:`ABMain` is that process's role (:mod:`pytest_opperf.glue.roles`): the main role, with the
 comparison in its gate and its reports.
 """
 
@@ -20,15 +20,7 @@ from typing import Any
 
 import pytest
 
-from .. import child
-from ..gate import add_compare
-from ..main_session import MainSession
-from ..options import CHILD_DEFAULTS, VALUED_OPTIONS, child_options
-from ..results import ResultSet, RunResult
-from ..settings import Settings, usage_errors
-from ..thresholds import Thresholds
-from ..verdict import Verdict
-from .checkout import (
+from pytest_opperf.ab.checkout import (
     Base,
     CompareError,
     PythonInfo,
@@ -39,9 +31,17 @@ from .checkout import (
     side_environment,
     this_python,
 )
-from .controller import Controller, Plan, TestOutcome
-from .paired import CompareResult
-from .processes import SideFailure, SideSpec
+from pytest_opperf.ab.controller import Controller, Plan, TestOutcome
+from pytest_opperf.ab.paired import CompareResult
+from pytest_opperf.ab.processes import SideFailure, SideSpec
+from pytest_opperf.comparison.gate import add_compare
+from pytest_opperf.comparison.thresholds import Thresholds
+from pytest_opperf.comparison.verdict import Verdict
+from pytest_opperf.glue import child
+from pytest_opperf.glue.main_session import MainSession
+from pytest_opperf.glue.options import CHILD_DEFAULTS, VALUED_OPTIONS, child_options
+from pytest_opperf.glue.settings import Settings, usage_errors
+from pytest_opperf.results import ResultSet, RunResult
 
 AB_PLUGIN_NAME = "opperf-ab"
 # signals that end an A/B session as Ctrl-C does (SIGHUP: not on Windows); SIGINT is Ctrl-C
@@ -208,7 +208,7 @@ class ABSession:
 
     def _shard(self, controller: Controller, plan: Plan) -> Plan:
         """With ``--opperf-shard``: both sides run the shard of what they collected."""
-        from ..shard_hook import ab_selection
+        from pytest_opperf.glue.shard_hook import ab_selection
 
         keep = ab_selection(self.config, plan.order + plan.removed)
         return plan if keep is None else controller.restrict(keep)
@@ -345,14 +345,14 @@ class ABMain(MainSession):
     def markdown_more(self) -> str:
         if self.compare is None:
             return ""
-        from . import render
+        from pytest_opperf.ab import render
 
         return "\n" + render.markdown(self.compare)
 
     def summary_sections(self, width: int) -> list[tuple[str, list[str]]]:
         if self.compare is None:
             return []
-        from . import render
+        from pytest_opperf.ab import render
 
         return [("A/B: head against base", render.terminal_lines(self.compare, width))]
 

@@ -10,12 +10,12 @@ per-op benchmark, whose rounds the controller asks for in blocks instead of
 pytest-benchmark calibrating them (a block may name the CPU its calling
 thread runs on; each answer names the CPU it ended on). At the end of a
 test it sends the test's reports and the runs it measured, in the envelope of
-:mod:`pytest_opperf.handback`. The side never gates, reports or writes files:
+:mod:`pytest_opperf.records.handback`. The side never gates, reports or writes files:
 the controller's process does.
 
 :class:`SidePlugin` talks to the controller; :class:`SideSession` is the side's role
-(:mod:`pytest_opperf.roles` chooses it when this plugin is loaded): its port sends the runs to the
-side, hands the baton over after each step and times per-op benchmarks with
+(:mod:`pytest_opperf.glue.roles` chooses it when this plugin is loaded): its port sends the runs to
+the side, hands the baton over after each step and times per-op benchmarks with
 :class:`ControllerRounds`.
 """
 
@@ -32,11 +32,11 @@ from typing import Any, NoReturn
 
 import pytest
 
-from ..handback import Envelope
-from ..port import PerOpTimer, Window
-from ..session import OpPerfSession
-from ..settings import SETTINGS, Settings
-from .protocol import Channel, ProtocolError, child_fd
+from pytest_opperf.ab.protocol import Channel, ProtocolError, child_fd
+from pytest_opperf.core.port import PerOpTimer, Window
+from pytest_opperf.glue.session import OpPerfSession
+from pytest_opperf.glue.settings import SETTINGS, Settings
+from pytest_opperf.records.handback import Envelope
 
 PLUGIN_NAME = "opperf-ab-side"
 MAX_CALIBRATE_ITERATIONS = 1 << 20
@@ -180,8 +180,8 @@ class ControllerRounds:
     def _rounds(self, bench: Any, target: Callable[..., Any], args: tuple,
                 kwargs: dict[str, Any], setup: Callable[[], Any] | None = None,
                 teardown: Callable[..., Any] | None = None) -> Any:
-        from pytest_opperf.identity import run_id_of
-        from pytest_opperf.oploop import pedantic_round
+        from pytest_opperf.core.identity import run_id_of
+        from pytest_opperf.core.oploop import pedantic_round
 
         side, timer = self.side, self.timer
         result: list[Any] = [None]

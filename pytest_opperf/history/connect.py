@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from .errors import HistoryError
+from pytest_opperf.history.errors import HistoryError
 
 __all__ = ["connect_postgresql", "connect_sqlite"]
 

@@ -2,7 +2,7 @@
 (:class:`StoredSession`, :class:`StoredRun`, :class:`StoredStat`, :class:`History`) and the values
 derived on the way in (a stat's per-step value, a run's steady state, a commit's time, the
 session's fingerprint, the bounded samples), all steady-state values through
-:mod:`pytest_opperf.metrics`."""
+:mod:`pytest_opperf.comparison.metrics`."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from ..metrics import steady, steady_examples_per_sec, steady_python_shares
-from ..results import ResultSet, RunResult, StatResult, is_sha
-from ..stats import median
-from ..workcount import WorkCounts
+from pytest_opperf.comparison.metrics import steady, steady_examples_per_sec, steady_python_shares
+from pytest_opperf.core.stats import median
+from pytest_opperf.results import ResultSet, RunResult, StatResult, is_sha
+from pytest_opperf.workcounts.workcount import WorkCounts
 
 __all__ = ["SAMPLES_KEPT", "History", "StoredRun", "StoredSession", "StoredStat",
            "bounded_samples", "commit_time", "dumps", "fingerprint", "steady_run_values",
@@ -58,9 +58,9 @@ def commit_time(sha: str | None, cwd: str | os.PathLike[str] = ".") -> str | Non
 
 
 def step_value(run: RunResult, stat: StatResult) -> float | None:
-    """The stat's steady-state median, as the gate takes it (:func:`pytest_opperf.metrics.steady`:
-    e2e, the per-step totals after warm-up) or per-call median (per-op benchmarks); without
-    samples the mean."""
+    """The stat's steady-state median, as the gate takes it
+    (:func:`pytest_opperf.comparison.metrics.steady`: e2e, the per-step totals after warm-up) or
+    per-call median (per-op benchmarks); without samples the mean."""
     samples = steady(run, stat.samples_ms)
     if samples:
         return median(samples)
@@ -70,9 +70,10 @@ def step_value(run: RunResult, stat: StatResult) -> float | None:
 
 
 def steady_run_values(run: RunResult) -> tuple[float | None, float | None]:
-    """The run's steady-state examples/sec (:func:`pytest_opperf.metrics.steady_examples_per_sec`)
-    and Python share (the median of its steps' shares after warm-up, as the gate compares them);
-    each None where the run has none."""
+    """The run's steady-state examples/sec
+    (:func:`pytest_opperf.comparison.metrics.steady_examples_per_sec`) and Python share (the median
+    of its steps' shares after warm-up, as the gate compares them); each None where the run has
+    none."""
     shares = steady_python_shares(run)
     return steady_examples_per_sec(run), median(shares) if shares else None
 

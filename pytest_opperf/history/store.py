@@ -7,12 +7,13 @@ keeps them apart) under a schema version; :data:`~.schema.MIGRATIONS` brings an 
 date when a writer opens it, under a lock, so several writers opening a new store at once create it
 once. Readers never write (see :mod:`.connect`): they read an older version as it is.
 
-A run's work counts (:class:`~pytest_opperf.workcount.WorkCounts`, when the results have them) are
-kept with it: each stat's self count per step of each counter, one row each, and the counting
-pass's steps, versions and CPU instructions on the run's row. A run's row keeps the whole window's
-examples/sec and Python share (``examples_per_sec``, ``python_share``, as in the results file) and,
-from version 3, the steady state's apart (``steady_examples_per_sec``, ``steady_python_share``;
-NULL where the run has none). What is kept, and read back, is :mod:`.records`.
+A run's work counts (:class:`~pytest_opperf.workcounts.workcount.WorkCounts`, when the results have
+them) are kept with it: each stat's self count per step of each counter, one row each, and the
+counting pass's steps, versions and CPU instructions on the run's row. A run's row keeps the whole
+window's examples/sec and Python share (``examples_per_sec``, ``python_share``, as in the results
+file) and, from version 3, the steady state's apart (``steady_examples_per_sec``,
+``steady_python_share``; NULL where the run has none). What is kept, and read back, is
+:mod:`.records`.
 
 One session is one transaction: its session row, every run, stat and work count are committed
 together or not at all (an exception, Ctrl-C, a killed process or a lost connection leaves nothing
@@ -31,12 +32,9 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
-from ..atomic import utf8_text
-from ..results import ResultSet, RunResult
-from ..workcount import WorkCounts
-from .connect import connect_postgresql, connect_sqlite
-from .errors import HistoryError, one_line
-from .records import (
+from pytest_opperf.history.connect import connect_postgresql, connect_sqlite
+from pytest_opperf.history.errors import HistoryError, one_line
+from pytest_opperf.history.records import (
     History,
     StoredRun,
     StoredSession,
@@ -49,8 +47,11 @@ from .records import (
     step_value,
     utc,
 )
-from .schema import DIALECT, LOCK_KEY, MIGRATIONS, WRITTEN_BY
-from .sources import check_url, import_psycopg, is_url, redact, scrub
+from pytest_opperf.history.schema import DIALECT, LOCK_KEY, MIGRATIONS, WRITTEN_BY
+from pytest_opperf.history.sources import check_url, import_psycopg, is_url, redact, scrub
+from pytest_opperf.records.atomic import utf8_text
+from pytest_opperf.results import ResultSet, RunResult
+from pytest_opperf.workcounts.workcount import WorkCounts
 
 __all__ = ["Store", "append_session"]
 

@@ -15,8 +15,15 @@ import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..layout import clean, md_text
-from .trends import HIGHER_IS_BETTER, SHARES, Group, find_changes, is_work, version_change
+from pytest_opperf.history.trends import (
+    HIGHER_IS_BETTER,
+    SHARES,
+    Group,
+    find_changes,
+    is_work,
+    version_change,
+)
+from pytest_opperf.reports.layout import clean, md_text
 
 __all__ = ["HOLD", "Suspect", "find", "markdown_lines", "text_lines"]
 

@@ -8,10 +8,10 @@ docs/history.md): ``step_ms:<stat>`` is the per-step median after warm-up, ``cal
 call, ``examples_per_sec`` and ``python_share`` the steady state; the whole window's values
 (warm-up included) are ``window_examples_per_sec`` and ``window_python_share``.
 
-A run with work counts (:mod:`pytest_opperf.workcount`) adds its work per step as series too: the
-step's totals ``bytecodes``, ``py_calls``, ``c_calls`` and, where counted, ``instructions`` (CPU
-instructions), and each stat's self bytecodes ``bytecodes:<stat>`` (``bytecodes:(outside)``: the
-work outside every timed region). Counts are exact, so their change points are sought at a finer
+A run with work counts (:mod:`pytest_opperf.workcounts.workcount`) adds its work per step as series
+too: the step's totals ``bytecodes``, ``py_calls``, ``c_calls`` and, where counted, ``instructions``
+(CPU instructions), and each stat's self bytecodes ``bytecodes:<stat>`` (``bytecodes:(outside)``:
+the work outside every timed region). Counts are exact, so their change points are sought at a finer
 resolution than times' (:data:`WORK_DETECT`).
 """
 
@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 
 from tabulate import tabulate
 
-from .. import metrics
-from ..layout import clean
-from ..stats import median
-from ..workcount import COUNTERS, OUTSIDE, WorkCounts
-from .changepoints import ChangePoint, detect
-from .records import History, StoredRun, StoredSession
+from pytest_opperf.comparison import metrics
+from pytest_opperf.core.stats import median
+from pytest_opperf.history.changepoints import ChangePoint, detect
+from pytest_opperf.history.records import History, StoredRun, StoredSession
+from pytest_opperf.reports.layout import clean
+from pytest_opperf.workcounts.workcount import COUNTERS, OUTSIDE, WorkCounts
 
 __all__ = ["Commit", "Group", "Series", "build", "find_changes", "history_lines", "is_work",
            "metric_name", "run_metrics", "version_change", "work_metrics"]

@@ -32,8 +32,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from pytest_opperf import measure, timers
-
-from .recorded import SKIPPED_NAMESPACES, ForwardHooks
+from pytest_opperf.torch.recorded import SKIPPED_NAMESPACES, ForwardHooks
 
 __all__ = ["ACCOUNTING_NOTE", "GROUPINGS", "MECHANISMS", "TorchProfile", "profile"]
 
@@ -477,8 +476,7 @@ def _recorded(table: timers.Table, nested: bool, run: measure.Run | None,
     """torch's profiler over the block; its ops filed when the run's window closes
     (after its wall clock stopped), or at the end of the block without a run."""
     from pytest_opperf.recorded import read_after_window
-
-    from .recorded import TorchRecorder
+    from pytest_opperf.torch.recorded import TorchRecorder
 
     with read_after_window(TorchRecorder(table, nested, run, by), _unread):
         yield

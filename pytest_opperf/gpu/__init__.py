@@ -1,0 +1,1 @@
+"""GPU: the NVML environment, one xdist worker per GPU, NVTX ranges."""

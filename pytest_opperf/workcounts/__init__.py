@@ -1,0 +1,1 @@
+"""Work counts: the counting pass, and CPU instructions under valgrind."""
