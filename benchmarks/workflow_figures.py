@@ -49,8 +49,11 @@ def _install(clone: Path) -> tuple[dict[str, str], float]:
            if not k.startswith(("PYTEST_", "GITHUB_", "OPPERF_", "VIRTUAL_ENV", "PYTHON"))}
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env["VIRTUAL_ENV"] = str(venv)
-    subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c",
-                    "python -m pip install --quiet -e ."], cwd=clone, env=env, check=True)
+    done = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c",
+                           "python -m pip install --quiet -e ."], cwd=clone, env=env,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"the install step failed in {clone}:\n{done.stdout}{done.stderr}")
     return env, time.perf_counter() - start
 
 
