@@ -89,7 +89,8 @@ def make(dest: Path, plan: Sequence[str | float]) -> list[str]:
     text = conv.read_text()
     marker = "\n# conv2d_grad recomputes the columns"
     assert marker in text and "kernel=conv2d," in text
-    text = text.replace(marker, WRAPPER + marker, 1).replace("kernel=conv2d,", "kernel=_slowed(conv2d),")
+    text = text.replace(marker, WRAPPER + marker, 1)
+    text = text.replace("kernel=conv2d,", "kernel=_slowed(conv2d),")
     conv.write_text(text)
     git(dest, "init", "-q", "-b", "main")
     shas = [commit(dest, "the project")]

@@ -39,8 +39,8 @@ def test_progress_says_each_step_as_it_starts_and_ends():
     assert starts[0].startswith("bisect: step 1 (confirm) starts: 0000000000 [0/16] -> "
                                 "1010101010 [16/16]")
     assert all("456 s of 900 s left" in line for line in lines)
-    assert re.search(rf"different: {re.escape(METRIC)} 1\.[01]\d\d \[1\.0\d\d, 1\.1\d\d\]; 12 pairs in "
-                     r"1 session\(s\)", ends[0]), ends[0]
+    assert re.search(rf"different: {re.escape(METRIC)} 1\.[01]\d\d \[1\.0\d\d, 1\.1\d\d\]; "
+                     r"12 pairs in 1 session\(s\)", ends[0]), ends[0]
 
 
 def test_the_terminal_names_the_culprit_and_tables_the_tested_commits():

@@ -85,7 +85,7 @@ def _opperf_options(args: Sequence[str]) -> dict[str, str]:
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     parser.add_argument("--opperf", action="store_true")
     for name, _, _, kind, _, _ in OPTIONS:
-        parser.add_argument(f"--opperf-{name}", dest=name, type=kind)
+        parser.add_argument(f"--opperf-{name}", dest=name, type=kind or str)
     for name, _, _ in FLAGS:
         parser.add_argument(f"--opperf-{name.replace('_', '-')}", dest=name.replace("_", "-"),
                             action="store_const", const="true")

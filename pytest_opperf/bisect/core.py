@@ -1,12 +1,13 @@
 """The bisection itself: confirm, bisect, verify, on an ordered list of commits and an A/B oracle.
 
-Pure: no git, no processes, no clock of its own. Commits are indices ``0 .. n-1`` of the first-parent
-history, ``0`` the good commit and ``n-1`` the bad one. The oracle (:class:`Oracle`) compares two
-commits by a paired A/B and answers per metric with a three-way verdict: ``different`` (the later
-commit regressed), ``same`` (any slowdown is shown smaller than what counts; an improvement is
-"same" too: it is not the regression looked for) or ``unknown`` (the interval is too wide yet).
-An ``unknown`` comparison is asked again with its pairs so far, which the oracle pools with new
-ones (the escalation: more pairs for the same two commits), up to ``max_attempts`` times.
+Pure: no git, no processes, no clock of its own. Commits are indices ``0 .. n-1`` of the
+first-parent history, ``0`` the good commit and ``n-1`` the bad one. The oracle
+(:class:`Oracle`) compares two commits by a paired A/B and answers per metric with a three-way
+verdict: ``different`` (the later commit regressed), ``same`` (any slowdown is shown smaller than
+what counts; an improvement is "same" too: it is not the regression looked for) or ``unknown``
+(the interval is too wide yet). An ``unknown`` comparison is asked again with its pairs so far,
+which the oracle pools with new ones (the escalation: more pairs for the same two commits), up
+to ``max_attempts`` times.
 
 1. **Confirm** the good commit against the bad one. The metrics that are ``different`` are the
    regression looked for (its *metrics*); none: "not reproduced" (all ``same``) or "undecided".

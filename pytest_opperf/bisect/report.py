@@ -111,6 +111,8 @@ def _culprit_line(run: Run, outcome: Outcome) -> list[str]:
         if r.lo >= 0:
             lines.append(f"range: {run.commits[r.lo].short}..{run.commits[r.hi].short} "
                          f"{_pos(run, r.lo)}..{_pos(run, r.hi)}: {r.why}")
+    for i, why in sorted(outcome.skipped.items()):
+        lines.append(f"skipped: {run.commits[i].short} {_pos(run, i)}: {why}")
     return lines
 
 
@@ -134,8 +136,8 @@ def _table_rows(run: Run, outcome: Outcome) -> tuple[list[list[str]], str | None
         value = (_num(kinds.get(metric, "time"), shown(kinds.get(metric, "time"), levels[metric]))
                  if metric in levels else "")
         rows.append([_pos(run, i), commit.short, mark, value, commit.subject])
-    for i, why in sorted(outcome.skipped.items()):
-        rows.append([_pos(run, i), run.commits[i].short, "skipped", "", why])
+    for i in sorted(outcome.skipped):
+        rows.append([_pos(run, i), run.commits[i].short, "skipped", "", run.commits[i].subject])
     rows.sort(key=lambda r: int(r[0][1:].split("/")[0]))
     return rows, metric
 
@@ -152,8 +154,10 @@ def terminal(run: Run, outcome: Outcome, width: int = 100) -> list[str]:
     rows, metric = _table_rows(run, outcome)
     if rows:
         lines.append(f"tested commits (change against GOOD of {metric or 'no metric'}):")
-        lines += table([[clean(cell) for cell in row] for row in rows], ["pos", "commit", "", "vs GOOD", "subject"],
-                       ("right", "left", "left", "right", "left"), width)
+        lines += table([[clean(cell) for cell in row] for row in rows],
+                       ["pos", "commit", "", "vs GOOD", "subject"],
+                       ("right", "left", "left", "right", "left"), width,
+                       droppable=["subject"])
     lines.append(f"bisect: {_figures(run, outcome)}")
     lines += [f"note: {n}" for n in run.notes]
     return [clean(line) for line in lines]
@@ -187,8 +191,8 @@ def markdown(run: Run, outcome: Outcome) -> str:
     for line in _culprit_line(run, outcome):
         out.append(("  - " if line.startswith(" ") else "- ") + md_text(line.strip()))
     kinds = _kinds(outcome)
-    for metric in outcome.metrics[:3]:
-        out += ["", *_plot(run, outcome, metric, kinds.get(metric, "time"))]
+    for name in outcome.metrics[:3]:
+        out += ["", *_plot(run, outcome, name, kinds.get(name, "time"))]
     rows, metric = _table_rows(run, outcome)
     if rows:
         out += ["", f"| position | commit | | {md_text(metric or 'change')} vs GOOD | subject |",

@@ -157,9 +157,9 @@ class ABOracle:
                 controller.run()
             finished = True
         except SideFailure as exc:
-            name = _side(str(exc))
+            named = _side(str(exc))
             tail = f": {exc.tail[-1].strip()}" if exc.tail else ""
-            for side in ([name] if name else ["base", "head"]):
+            for side in ([named] if named else ["base", "head"]):
                 broken.setdefault(index[side], f"{exc}{tail}")
         finally:
             controller.close(grace_s=10.0 if finished else 1.0)
