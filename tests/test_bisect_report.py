@@ -98,3 +98,23 @@ def test_a_subject_cannot_forge_a_line():
     run = report.Run(commits, run.selection, 900.0, 1.0, 0)
     assert not any("\n" in line or "\x1b" in line for line in report.terminal(run, out))
     assert "\nculprit: forged" not in report.markdown(run, out)
+
+
+def test_a_suspected_regression_prints_the_command_that_bisects_its_range():
+    import shlex
+
+    from pytest_opperf.history.suspects import Suspect, bisect_command, markdown_lines, text_lines
+
+    s = Suspect("cpu / small", "suites/test_ops.py::test_op[conv2d-N8]", "call_ms:conv2d",
+                "1a2b3c4d", "5e6f7a8b", 1.0, 1.2, 3)
+    command = bisect_command(s)
+    assert command == ("python -m pytest_opperf bisect 1a2b3c4d 5e6f7a8b -- "
+                       "'suites/test_ops.py::test_op[conv2d-N8]' --opperf-workload=small "
+                       "--opperf-device=cpu")
+    assert shlex.split(command)[-3] == "suites/test_ops.py::test_op[conv2d-N8]"
+    lines = text_lines([s], 10)
+    assert lines[0].startswith("warning: suspected regression: ") and lines[1] == (
+        f"  bisect it: {command}")
+    assert f"- `{command}`" in markdown_lines([s], 10)
+    dirty = Suspect("cpu / small", "r", "m", "1a2b3c4d*", "5e6f7a8b", 1.0, 1.2, 3)
+    assert bisect_command(dirty) is None and len(text_lines([dirty], 10)) == 1
