@@ -1,13 +1,15 @@
 """Every opperf command of the GitHub workflows, run as the runner runs it.
 
 Each ``run:`` step of ``.github/workflows/*.yml`` that runs ``pytest ... --opperf``,
-``python -m pytest_opperf`` or ``ci/gpu-check.sh`` is run for each event whose ``if:`` it
-passes: its script as the runner gets it (YAML folding, ``${{ ... }}`` expressions given the
-event's values, the base commit of a pull request being ``HEAD``), with the step's ``env:``,
-through ``bash --noprofile --norc -eo pipefail`` as the runner does, in a fresh clone of the
-repository (HEAD and the working tree's changes, files git ignores left out: no
-``opperf-results/`` or other leftovers of earlier runs), without torch and paddle (the opperf
-jobs install neither). Its upload steps' paths must then hold what the step wrote.
+``python -m pytest_opperf`` or ``ci/gpu-check.sh`` is run for each event of its workflow's ``on:``
+whose ``if:`` it passes (a ``workflow_dispatch`` with the inputs of :data:`EXPRESSIONS`: the
+bisect workflow bisects the last commit on one cheap test): its script as the runner gets it
+(YAML folding, ``${{ ... }}`` expressions given the event's values, the base commit of a pull
+request being ``HEAD``), with the step's ``env:``, through ``bash --noprofile --norc -eo
+pipefail`` as the runner does, in a fresh clone of the repository (HEAD and the working tree's
+changes, files git ignores left out: no ``opperf-results/`` or other leftovers of earlier runs),
+without torch and paddle (the opperf jobs install neither). Its upload steps' paths must then
+hold what the step wrote.
 
 So that the commands take seconds, not minutes: ``--opperf-workload`` is ``tiny``,
 pytest-benchmark's rounds are short, an A/B command runs one test (``-k``), and
@@ -38,7 +40,18 @@ EXPRESSIONS = {
     "push": {"github.event_name": "push", "github.event.pull_request.base.sha": ""},
     "pull_request": {"github.event_name": "pull_request",
                      "github.event.pull_request.base.sha": "HEAD"},
+    "workflow_dispatch": {"github.event_name": "workflow_dispatch", "inputs.good": "HEAD~1",
+                          "inputs.bad": "HEAD", "inputs.budget": "30",
+                          "inputs.selection": "suites/test_ops.py -k 'relu and N4xC64x8x8 and "
+                                              "not grad' --opperf-workload=tiny "
+                                              "--opperf-device=cpu"},
 }
+# what a step's run leaves, by workflow: (a line of its output, the files of its upload folder,
+# a word of the job summary)
+EXPECTED = {
+    "opperf-bisect.yml": ("\nbisect: ", {"bisect.json", "bisect.md"}, "opperf bisect"),
+}
+GATE = ("gate: PASSED", {"results.json", "report.md", "trace.json"}, "gate")
 # run by hand elsewhere: (workflow, job, step name, event) -> why not here
 NOT_HERE = {
     ("opperf-gpu.yml", "gate", "Verify the GPU, run the suites and gate (ci/gpu-check.sh)",
@@ -104,6 +117,7 @@ def opperf_steps() -> list[Step]:
     steps = []
     for path in WORKFLOWS:
         workflow = _yaml(path)
+        events = [e for e in EXPRESSIONS if e in workflow["on"]]
         for job_id, job in workflow["jobs"].items():
             uploads = [s["with"]["path"] for s in job["steps"]
                        if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
@@ -111,7 +125,7 @@ def opperf_steps() -> list[Step]:
                 script = step.get("run")
                 if script is None or not OPPERF_STEP.search(script):
                     continue
-                for event in EXPRESSIONS:
+                for event in events:
                     if not _runs_on(step.get("if"), event):
                         continue
                     env = {k: _substitute(str(v), event)
@@ -188,6 +202,7 @@ def test_every_workflow_runs_opperf_and_each_command_is_run_here():
         ("ci.yml", "opperf-cpu", "push"),
         ("ci.yml", "opperf-cpu", "pull_request"),
         ("opperf-gpu.yml", "gate", "push"),
+        ("opperf-bisect.yml", "bisect", "workflow_dispatch"),
     }
     assert set(NOT_HERE) <= {(s.workflow, s.job, s.name, s.event) for s in STEPS}
 
@@ -214,10 +229,11 @@ def test_the_workflow_command_runs_as_written(tmp_path, step):
                             text=True, timeout=300)
     output = result.stdout[-6000:] + result.stderr[-3000:]
     assert result.returncode == 0, f"{quick(step.script)}\n{output}"
-    assert "gate: PASSED" in result.stdout, output
+    line, files, word = EXPECTED.get(step.workflow, GATE)
+    assert line in result.stdout, output
     for upload in step.uploads:
         kept = clone / upload
         assert kept.is_dir(), f"nothing to upload at {upload}"
-        assert {"results.json", "report.md", "trace.json"} <= {p.name for p in kept.iterdir()}
+        assert files <= {p.name for p in kept.iterdir()}
     summary = tmp_path / "step-summary.md"
-    assert summary.is_file() and "gate" in summary.read_text().lower()
+    assert summary.is_file() and word in summary.read_text().lower()

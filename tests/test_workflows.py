@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 WORKFLOWS = sorted((Path(__file__).parent.parent / ".github" / "workflows").glob("*.yml"))
+BISECT = "opperf-bisect.yml"  # started by hand; the others gate pull requests and pushes
+GATES = [p for p in WORKFLOWS if p.name != BISECT]
 
 
 def _tool(name: str) -> str:
@@ -20,8 +22,8 @@ def _tool(name: str) -> str:
     return path
 
 
-def test_both_workflows_exist():
-    assert [p.name for p in WORKFLOWS] == ["ci.yml", "opperf-gpu.yml"]
+def test_the_workflows_exist():
+    assert [p.name for p in WORKFLOWS] == ["ci.yml", "opperf-bisect.yml", "opperf-gpu.yml"]
 
 
 def test_workflows_match_the_github_schema():
@@ -61,7 +63,7 @@ def test_safe_for_a_runner_that_holds_a_gpu(path):
 
 
 def test_the_gpu_gate_runs_the_full_workload_on_the_gpu_runner():
-    text = (WORKFLOWS[1]).read_text()
+    text = next(p for p in WORKFLOWS if p.name == "opperf-gpu.yml").read_text()
     assert "runs-on: [self-hosted, linux, gpu]" in text
     # the workflow runs the one GPU check anyone can run, which installs, runs and gates
     assert "run: bash ci/gpu-check.sh" in text and "OUT: opperf-results" in text
@@ -80,7 +82,7 @@ def test_the_gpu_gate_runs_the_full_workload_on_the_gpu_runner():
     assert "github.event.pull_request.head.repo.fork && 'gpu-fork'" in text
 
 
-@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", GATES, ids=lambda p: p.name)
 def test_pull_requests_run_ab_against_their_base_commit(path):
     text = path.read_text()
     assert "fetch-depth: 0" in text  # the base commit must be in the clone for its worktree
@@ -104,3 +106,17 @@ def test_pull_requests_run_ab_against_their_base_commit(path):
     assert (
         text.count("if: github.event_name != 'pull_request'") == 1
     )  # pushes: the single-side run, saved
+
+
+def test_the_bisect_workflow_is_started_by_hand_and_reads_only():
+    text = next(p for p in WORKFLOWS if p.name == BISECT).read_text()
+    assert re.search(r"^on:\n  workflow_dispatch:\n    inputs:\n", text, re.M)
+    assert re.search(r"^on:\n  workflow_dispatch:\n(    .*\n)+\n", text, re.M)  # nothing else
+    for name in ("good", "bad", "selection"):
+        assert re.search(rf"^      {name}:\n(        .*\n)*        required: true\n", text, re.M)
+    # the inputs reach the script through env:, never spliced into it
+    script = text.split("run: |")[1]
+    assert "${{" not in script.split("- name: Keep")[0]
+    assert "GOOD: ${{ inputs.good }}" in text and '"$GOOD" "$BAD" --selection "$SELECTION"' in text
+    assert "fetch-depth: 0" in text and "permissions:\n  contents: read\n" in text
+    assert text.count("permissions:") == 1
