@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import jsonschema
@@ -51,3 +53,47 @@ def test_a_real_bisection_names_and_verifies_the_culprit_and_skips_a_broken_comm
     assert not any(Path(line.split()[0]).name.startswith("opperf-bisect-")
                    for line in git(repo, "worktree", "list", "--porcelain").splitlines()
                    if line.startswith("worktree "))
+
+
+def _running_in(directory: Path) -> list[int]:
+    """This user's processes whose working directory is under ``directory``."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cwd = os.readlink(proc / "cwd")
+        except OSError:
+            continue
+        if cwd.startswith(str(directory)):
+            found.append(int(proc.name))
+    return found
+
+
+def test_sigterm_in_a_step_leaves_no_worktree_and_no_process(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    shas = make(repo, ["-", 4.0])
+    scratch = tmp_path / "scratch"  # the bisection's temporary directory goes here
+    scratch.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_", "GITHUB_", "OPPERF_"))}
+    env.update(PYTHONPATH=str(ROOT), TMPDIR=str(scratch))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest_opperf", "bisect", shas[0], shas[-1], "--", *SELECTION],
+        cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        while " starts: " not in (line := proc.stdout.readline()):
+            assert line, proc.stderr.read() if proc.stderr else ""
+        deadline = time.monotonic() + 60
+        while len(_running_in(scratch)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)  # both sides started in their worktrees
+        assert len(_running_in(scratch)) >= 2
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 2
+    assert "interrupted" in (proc.stderr.read() if proc.stderr else "")
+    assert _running_in(scratch) == [] and list(scratch.iterdir()) == []
+    assert git(repo, "worktree", "list").count("\n") == 0
