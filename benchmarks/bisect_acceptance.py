@@ -17,6 +17,10 @@ share of its own time, then N commits) and bisects it from its first commit to i
     python benchmarks/bisect_acceptance.py --cases culprit --n 16 64 --runs 3   # wall time, steps
     python benchmarks/bisect_acceptance.py --cases culprit --factor 1.10 --runs 10
 
+The framework runs on one thread (``OPPERF_NUM_THREADS=1``, ``--threads``): the injected busy
+wait is then the whole slowdown. With conv2d's GEMM split over a pool thread, the wait lets that
+thread fall asleep and the next call must wake it: a factor of 1.10 measured 1.27x here.
+
 It prints one line per run and a summary per case and N; it asserts nothing.
 """
 
@@ -67,6 +71,7 @@ def one(case: str, n: int, seed: int, args: argparse.Namespace) -> dict[str, obj
         out = Path(tmp) / "bisect.json"
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "OPPERF_"))}
         env["PYTHONPATH"] = str(ROOT)
+        env["OPPERF_NUM_THREADS"] = str(args.threads)
         started = time.monotonic()
         done = subprocess.run(
             [sys.executable, "-m", "pytest_opperf", "bisect", shas[0], shas[-1], "--budget",
@@ -106,6 +111,8 @@ def main() -> None:
                         help="each bisection's --budget (s)")
     parser.add_argument("--selection", default=SELECTION)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="the framework's threads (OPPERF_NUM_THREADS; default 1: see above)")
     args = parser.parse_args()
     for case in args.cases.split(","):
         for n in args.n:

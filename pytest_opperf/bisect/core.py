@@ -23,7 +23,8 @@ to ``max_attempts`` times.
    bisected too (a step spread over several commits names each, with its share of the step).
 
 Each comparison is one *step*; :class:`Outcome` holds every step, the culprits, the ranges that
-stayed open and the skipped commits.
+stayed open and the skipped commits; its messages name commits by their position (``3``: the
+third commit after the good one).
 """
 
 from __future__ import annotations
@@ -208,7 +209,7 @@ class _Bisection:
             step = self.step("bisect", lo, mid)
             if self.broken(step):
                 if lo in step.comparison.broken:
-                    return lo, hi, f"commit {lo} could not be measured again"
+                    return lo, hi, f"the commit at {lo} could not be measured again"
                 continue
             if step.verdict == "different":
                 hi = mid
@@ -218,7 +219,7 @@ class _Bisection:
                 other = self.step("bisect", mid, hi)
                 if self.broken(other):
                     if hi in other.comparison.broken:
-                        return lo, hi, f"commit {hi} could not be measured again"
+                        return lo, hi, f"the commit at {hi} could not be measured again"
                     continue
                 if other.verdict == "unknown":
                     return lo, hi, (f"undecided between {lo} and {mid} and between {mid} and "
@@ -309,10 +310,10 @@ def _conclude(out: Outcome, n: int) -> None:
     parts = []
     unverified = [c for c in out.culprits if not c.verified]
     if unverified:
-        parts.append("candidate(s) " + ", ".join(str(c.commit) for c in unverified)
+        parts.append("the candidate(s) at " + ", ".join(str(c.commit) for c in unverified)
                      + " not confirmed against their parent")
     for r in out.ranges:
-        parts.append(r.why if r.lo < 0 else f"range {r.lo}..{r.hi}: {r.why}")
+        parts.append(r.why if r.lo < 0 else f"the range {r.lo}..{r.hi}: {r.why}")
     if verified:
         parts.insert(0, f"{len(verified)} culprit(s) verified")
     out.message = "no single culprit verified: " + "; ".join(parts)
