@@ -46,7 +46,7 @@ def test_a_real_bisection_names_and_verifies_the_culprit_and_skips_a_broken_comm
     jsonschema.validate(doc, json.loads(schema.read_text()))
     assert [c["position"] for c in doc["culprits"]] == [4] and doc["culprits"][0]["verified"]
     assert [s["position"] for s in doc["skipped"]] == [2]
-    assert doc["exit_status"] == 0 and doc["ab_steps"] == len(doc["steps"]) <= 6
+    assert doc["exit_status"] == 0 and doc["ab_steps"] == len(doc["steps"]) <= 8
     assert "```text" in (tmp_path / "bisect.md").read_text()
     # nothing left behind: no worktree, no temporary directory
     assert git(repo, "worktree", "list").count("\n") == 0
