@@ -127,6 +127,11 @@ def test_sigterm_removes_the_worktrees(repo, tmp_path):
     (["HEAD~1", "HEAD", "--", "test_x.py", "--opperf-json=x.json"],
      "--opperf-json has no meaning in a bisection (use --json)"),
     (["HEAD~1", "HEAD", "--", "test_x.py", "--opperf-workload=huge"], "workload"),
+    (["HEAD~1", "HEAD", "--", "test_x.py", "--opperf-instructions"],
+     "--opperf-instructions has no meaning in a bisection"),
+    (["HEAD~1", "HEAD", "--", "test_x.py", "--opperf-baseline", "b.json"],
+     "--opperf-baseline has no meaning in a bisection"),
+    (["HEAD~1", "HEAD", "--", "test_x.py", "--opperf-thresholds=nosuch.toml"], "nosuch.toml"),
     (["HEAD", "HEAD~1", "--", "test_x.py"], "is not an ancestor of BAD"),
     (["HEAD~1", "nosuch", "--", "test_x.py"], "BAD 'nosuch' is no revision"),
     (["HEAD~1", "HEAD", "--selection", "test_x.py '"], "--selection: No closing quotation"),
@@ -146,3 +151,24 @@ def test_a_dirty_selection_exits_4(repo, monkeypatch, capsys):
     (r / "test_x.py").write_text("def test_x():\n    assert 2\n")
     assert cli.main(["bisect", "HEAD~1", "HEAD", "--", "test_x.py", "-k", "x"]) == 4
     assert "the selection has changes not committed (test_x.py)" in capsys.readouterr().err
+
+
+def test_the_selection_s_opperf_options_go_to_the_children(tmp_path):
+    import argparse
+
+    from pytest_opperf.bisect.command import _inputs
+
+    thresholds = tmp_path / "t.toml"
+    thresholds.write_text("[compare]\nmin_slowdown = 0.1\n")
+    args = argparse.Namespace(selection=None, pytest_args=[
+        "suites/test_ops.py", "-k", "conv2d and not grad", "--opperf", "--opperf-workload=tiny",
+        "--opperf-count-steps", "0", f"--opperf-thresholds={thresholds}", "--opperf-l2-flush"])
+    selection, fixed, loaded = _inputs(args)
+    assert selection == ["suites/test_ops.py", "-k", "conv2d and not grad"]
+    assert fixed["workload"] == "tiny" and fixed["count-steps"] == "0"
+    assert fixed["l2-flush"] == "true" and fixed["device"] == "auto"
+    assert loaded.compare.min_slowdown == 0.1
+    args = argparse.Namespace(selection="suites/x.py -k 'a and b' --opperf-device=cpu",
+                              pytest_args=[])
+    selection, fixed, _ = _inputs(args)
+    assert selection == ["suites/x.py", "-k", "a and b"] and fixed["device"] == "cpu"

@@ -35,11 +35,10 @@ __all__ = ["EXIT_CULPRIT", "EXIT_INTERRUPTED", "EXIT_NONE", "EXIT_USAGE", "add_c
 
 EXIT_CULPRIT, EXIT_NONE, EXIT_INTERRUPTED, EXIT_USAGE = 0, 1, 2, 4
 DEFAULT_BUDGET_S = 1800.0
-# opperf options of PYTEST_ARGS that mean nothing in a bisection (its own options replace them)
+# opperf options of PYTEST_ARGS that mean nothing in a bisection, and what replaces them: these,
+# and every option a child pytest does not get (pytest_opperf.options), but the thresholds
 _REFUSED = {"json": "--json", "markdown": "--markdown", "compare": "the bisection's own A/B",
-            "compare-python": "--python", "compare-timeout": "--timeout", "save": None,
-            "baseline": None, "history": None, "trace": None, "sort": None,
-            "compare-undecided": None}
+            "compare-python": "--python", "compare-timeout": "--timeout", "trace": None}
 
 
 def add_command(commands: argparse._SubParsersAction) -> None:
@@ -113,8 +112,8 @@ def _inputs(args: argparse.Namespace) -> tuple[list[str], dict[str, str], Thresh
                           "-k conv2d --opperf-workload=small")
     options = _opperf_options(given)
     for name in options:
-        if name in _REFUSED:
-            instead = _REFUSED[name]
+        if name != "thresholds" and (name in _REFUSED or CHILD_POLICIES.get(name) != "fixed"):
+            instead = _REFUSED.get(name)
             raise BisectUsage(f"PYTEST_ARGS: --opperf-{name} has no meaning in a bisection"
                               + (f" (use {instead})" if instead else ""))
     thresholds = Thresholds()
