@@ -10,7 +10,8 @@ which the oracle pools with new ones (the escalation: more pairs for the same tw
 to ``max_attempts`` times.
 
 1. **Confirm** the good commit against the bad one. The metrics that are ``different`` are the
-   regression looked for (its *metrics*); none: "not reproduced" (all ``same``) or "undecided".
+   regression looked for (its *metrics*); none: "not reproduced" (the message says whether every
+   metric was shown the same, or which stayed undecided after the sessions a step may pool).
 2. **Bisect** a range ``(lo, hi]`` known to hold the regression: compare ``lo`` with the middle
    commit ``mid``: ``different``, the change is in ``(lo, mid]``; ``same``, in ``(mid, hi]``;
    ``unknown``, compare ``mid`` with ``hi`` instead and infer, or stop with the range. A commit
@@ -40,6 +41,7 @@ __all__ = ["Comparison", "Culprit", "Estimate", "Oracle", "Outcome", "Range", "S
 Three = Literal["different", "same", "unknown"]
 StepKind = Literal["confirm", "bisect", "verify", "rest"]
 Status = Literal["culprit", "not reproduced", "undecided", "unverified", "broken"]
+# undecided: the budget was spent before the confirmation ended
 
 
 @dataclass(frozen=True)
@@ -257,8 +259,18 @@ def _confirm_and_search(run: _Bisection, out: Outcome, n: int) -> None:
         return
     out.metrics = sorted(m for m, e in confirm.comparison.metrics.items()
                          if e.verdict == "different")
-    if not out.metrics:
-        out.status = "not reproduced" if confirm.verdict == "same" else "undecided"
+    if not out.metrics:  # no metric shown regressed: not reproduced (the message says how sure)
+        out.status = "not reproduced"
+        unknown = {m: e for m, e in confirm.comparison.metrics.items() if e.verdict == "unknown"}
+        if unknown:
+            worst = max(unknown, key=lambda m: unknown[m].x if math.isfinite(unknown[m].x)
+                        else -math.inf)
+            e = unknown[worst]
+            out.message = (f"not reproduced: no metric was shown to regress; {len(unknown)} "
+                           f"stayed undecided after {confirm.attempts} session(s) (the most: "
+                           f"{worst} {e.ratio:.3f} [{e.low:.3f}, {e.high:.3f}])")
+        else:
+            out.message = "not reproduced: the good and the bad commit measure the same"
         return
     run.focus = frozenset(out.metrics)
     whole = confirm.comparison.metrics
@@ -291,14 +303,10 @@ def _confirm_and_search(run: _Bisection, out: Outcome, n: int) -> None:
 
 
 def _conclude(out: Outcome, n: int) -> None:
-    if out.status in ("broken",) or not out.metrics:
-        if out.status == "not reproduced":
-            out.message = "not reproduced: the good and the bad commit measure the same"
-        elif out.status != "broken":
-            out.message = ("undecided: the confirmation found no regression, but not every "
-                           "metric was shown unchanged")
-            if out.ranges:
-                out.message += " (the budget is spent)"
+    if out.status in ("broken", "not reproduced"):
+        return
+    if not out.steps:
+        out.message = "undecided: the budget is spent before the confirmation"
         return
     verified = [c for c in out.culprits if c.verified]
     if verified and not out.ranges and len(verified) == len(out.culprits):
