@@ -19,8 +19,8 @@ to ``max_attempts`` times.
    ``git bisect skip`` and another one of the range is taken.
 3. **Verify** the candidate ``c`` against the last commit before it that was measured, in a fresh
    comparison (new pairs): only a ``different`` verdict names a culprit.
-4. When the culprit's interval does not reach the whole step of the confirmation, part of the
-   step is elsewhere: the range after the culprit is compared (``rest``) and, when it regressed,
+4. When the culprit's interval lies below the confirmation's estimate, part of the step is
+   elsewhere: the range after the culprit is compared (``rest``) and, when it regressed,
    bisected too (a step spread over several commits names each, with its share of the step).
 
 Each comparison is one *step*; :class:`Outcome` holds every step, the culprits, the ranges that
@@ -292,8 +292,8 @@ def _confirm_and_search(run: _Bisection, out: Outcome, n: int) -> None:
         share = {m: e.x / whole[m].x for m, e in metrics.items()
                  if m in whole and whole[m].x > 0 and math.isfinite(e.x)}
         out.culprits.append(Culprit(c, a, verify.verdict == "different", metrics, share))
-        # part of the step elsewhere: the culprit's interval below the confirmation's
-        rest = any(e.x_high < whole[m].x_low for m, e in metrics.items() if m in whole)
+        # part of the step elsewhere: the confirmation's estimate above the culprit's interval
+        rest = any(e.x_high < whole[m].x for m, e in metrics.items() if m in whole)
         if c < hi and (rest or verify.verdict != "different"):
             after = run.step("rest", c, hi)
             if not run.broken(after) and after.verdict == "different":
