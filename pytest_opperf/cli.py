@@ -60,6 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     from pytest_opperf.history.commands import add_commands
 
     add_commands(commands)
+    from pytest_opperf.bisect.command import add_command as add_bisect
+
+    add_bisect(commands)
     return parser
 
 
@@ -101,8 +104,17 @@ def _show(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
-def _run(argv: Sequence[str] | None, out: TextIO) -> int:
+def _run(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    tail: list[str] = []
+    if argv[:1] == ["bisect"] and "--" in argv:  # bisect GOOD BAD [options] -- PYTEST_ARGS
+        argv, tail = argv[:argv.index("--")], argv[argv.index("--") + 1:]
     args = _parser().parse_args(argv)
+    if args.command == "bisect":
+        from pytest_opperf.bisect.command import run_command as bisect
+
+        args.pytest_args = tail
+        return bisect(args, out, err)
     if args.command in ("history", "dashboard"):
         from pytest_opperf.history.commands import run_command
 
@@ -140,7 +152,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
                 "-", "").replace("_", "") not in ("utf8", "utf8sig"):
             stream.reconfigure(errors="backslashreplace")
     try:
-        code = _run(argv, out)
+        code = _run(argv, out, err)
         out.flush()  # inside the try: a closed pipe is found here for short outputs
         return code
     except BrokenPipeError:  # the reader went away (| head): end quietly, as git log does

@@ -163,7 +163,7 @@ LAYERS = [
         "records", "gpu", "workcounts"}),
     ("comparison and reports", {"comparison", "reports", "ab.paired", "ab.pairs", "ab.decide",
                                 "ab.tuning", "ab.render", "ab.protocol", "history"}),
-    ("processes and commands", {"ab", "cli", "__main__", "torch", "paddle"}),
+    ("processes and commands", {"ab", "bisect", "cli", "__main__", "torch", "paddle"}),
     ("pytest glue", {"glue", "plugin", "ab.session", "ab.side"}),
 ]
 PACKAGES = {_module(p) for p in MODULES if p.name == "__init__.py"}  # docstrings only: no layer
@@ -171,6 +171,10 @@ ABOVE = {  # module -> the modules above its layer that it imports, and why
     "pytest_opperf.workcounts.instructions": {
         "pytest_opperf.glue.child"},
     # ^ it starts the valgrind child: the one launcher of child pytest processes
+    "pytest_opperf.bisect.runner": {"pytest_opperf.glue.child"},
+    "pytest_opperf.bisect.command": {"pytest_opperf.glue.child", "pytest_opperf.glue.options"},
+    # ^ a bisection's A/B sides are child pytest processes, started by the one launcher with the
+    #   options the table passes to a child (and the command refuses the others)
 }
 
 

@@ -1,13 +1,15 @@
 """Every opperf command of the GitHub workflows, run as the runner runs it.
 
 Each ``run:`` step of ``.github/workflows/*.yml`` that runs ``pytest ... --opperf``,
-``python -m pytest_opperf`` or ``ci/gpu-check.sh`` is run for each event whose ``if:`` it
-passes: its script as the runner gets it (YAML folding, ``${{ ... }}`` expressions given the
-event's values, the base commit of a pull request being ``HEAD``), with the step's ``env:``,
-through ``bash --noprofile --norc -eo pipefail`` as the runner does, in a fresh clone of the
-repository (HEAD and the working tree's changes, files git ignores left out: no
-``opperf-results/`` or other leftovers of earlier runs), without torch and paddle (the opperf
-jobs install neither). Its upload steps' paths must then hold what the step wrote.
+``python -m pytest_opperf`` or ``ci/gpu-check.sh`` is run for each event of its workflow's ``on:``
+whose ``if:`` it passes (a ``workflow_dispatch`` with the inputs of :data:`EXPRESSIONS`: the
+bisect workflow bisects the last commit on one cheap test): its script as the runner gets it
+(YAML folding, ``${{ ... }}`` expressions given the event's values, the base commit of a pull
+request being ``HEAD``), with the step's ``env:``, through ``bash --noprofile --norc -eo
+pipefail`` as the runner does, in a fresh clone of the repository (HEAD and the working tree's
+changes, files git ignores left out: no ``opperf-results/`` or other leftovers of earlier runs),
+without torch and paddle (the opperf jobs install neither). Its upload steps' paths must then
+hold what the step wrote.
 
 A job's matrix (the per-op shards) gives one command per value, ``${{ matrix.* }}`` substituted.
 A job that downloads its ``needs:`` jobs' artifacts (``opperf-parts/``: the merge and gate of the
@@ -48,9 +50,24 @@ EXPRESSIONS = {
     "pull_request": {"github.event_name": "pull_request",
                      "github.event.pull_request.base.sha": "HEAD",
                      "github.event.pull_request.number": "7", **RUN},
+    "workflow_dispatch": {"github.event_name": "workflow_dispatch", "inputs.good": "HEAD~1",
+                          "inputs.bad": "HEAD", "inputs.budget": "30",
+                          "inputs.selection": "suites/test_ops.py -k 'relu and N4xC64x8x8 and "
+                                              "not grad' --opperf-workload=tiny "
+                                              "--opperf-device=cpu",
+                          "github.event.pull_request.base.sha": "",
+                          "github.event.pull_request.number": "", **RUN},
 }
 # workflows that run no opperf command
 NO_OPPERF = {"opperf-comment.yml": "it posts the text of an artifact of ci.yml's run"}
+# what a step's run leaves, by workflow: (a line of its output, the files of its upload folder,
+# a word of the job summary, a line it must not print); the bisection of the last commit measures
+# both (an A/A: not reproduced, or undecided on a busy machine), it does not end as "broken"
+EXPECTED = {
+    "opperf-bisect.yml": ("bisect: 1 A/B step(s), ", {"bisect.json", "bisect.md"},
+                          "opperf bisect", "bisect: broken: "),
+}
+GATE = ("gate: PASSED", {"results.json", "report.md", "trace.json"}, "gate", "gate: FAILED")
 # run by hand elsewhere: (workflow, job, step name, event) -> why not here
 NOT_HERE = {
     ("opperf-gpu.yml", "gate", "Verify the GPU, run the suites and gate (ci/gpu-check.sh)",
@@ -131,6 +148,7 @@ def opperf_steps() -> list[Step]:
     steps = []
     for path in WORKFLOWS:
         workflow = _yaml(path)
+        events = [e for e in EXPRESSIONS if e in workflow["on"]]
         for job_id, job in workflow["jobs"].items():
             upload_steps = [s for s in job["steps"]
                             if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
@@ -139,7 +157,7 @@ def opperf_steps() -> list[Step]:
                 script = step.get("run")
                 if script is None or not OPPERF_STEP.search(script):
                     continue
-                for event in EXPRESSIONS:
+                for event in events:
                     if not _runs_on(step.get("if"), event):
                         continue
                     for matrix in (_matrices(job) if "matrix." in script + str(step.get("env"))
@@ -227,7 +245,7 @@ def test_every_workflow_runs_opperf_and_each_command_is_run_here():
         ("ci.yml", "opperf-e2e"), ("ci.yml", "opperf-cpu")}
     assert {(s.workflow, s.id.split(":")[1], s.event) for s in HERE} == {
         (w, job, event) for w, job in parts for event in ("push", "pull_request")} | {
-        ("opperf-gpu.yml", "gate", "push")}
+        ("opperf-gpu.yml", "gate", "push"), ("opperf-bisect.yml", "bisect", "workflow_dispatch")}
     assert set(NOT_HERE) <= {(s.workflow, s.job, s.name, s.event) for s in STEPS}
 
 
@@ -287,7 +305,8 @@ def test_the_workflow_command_runs_as_written(tmp_path, step):
         clone, result = _run(step, tmp_path / "own")
     output = result.stdout[-6000:] + result.stderr[-3000:]
     assert result.returncode == 0, f"{quick(step.script)}\n{output}"
-    assert "gate: PASSED" in result.stdout, output
+    line, expected_files, word, never = EXPECTED.get(step.workflow, GATE)
+    assert line in result.stdout and never not in result.stdout, output
     for upload in step.uploads:
         kept = clone / upload
         assert kept.is_dir(), f"nothing to upload at {upload}"
@@ -299,9 +318,9 @@ def test_the_workflow_command_runs_as_written(tmp_path, step):
         elif step.needs:  # the merged session: results and report (no trace: none is kept)
             assert {"results.json", "report.md"} <= files
         else:
-            assert {"results.json", "report.md", "trace.json"} <= files
+            assert expected_files <= files
     summary = tmp_path / "own" / "step-summary.md"
-    assert summary.is_file() and "gate" in summary.read_text().lower()
+    assert summary.is_file() and word in summary.read_text().lower()
 
 
 def test_the_merged_parts_are_the_whole_selection(tmp_path):

@@ -11,6 +11,14 @@ from pathlib import Path
 import pytest
 
 WORKFLOWS = sorted((Path(__file__).parent.parent / ".github" / "workflows").glob("*.yml"))
+BISECT = "opperf-bisect.yml"  # started by hand; the others gate pull requests and pushes
+
+
+def _named(name: str) -> Path:
+    return next(p for p in WORKFLOWS if p.name == name)
+
+
+GATES = [p for p in WORKFLOWS if p.name not in (BISECT, "opperf-comment.yml")]
 
 
 def _tool(name: str) -> str:
@@ -21,7 +29,8 @@ def _tool(name: str) -> str:
 
 
 def test_the_workflows_exist():
-    assert [p.name for p in WORKFLOWS] == ["ci.yml", "opperf-comment.yml", "opperf-gpu.yml"]
+    assert [p.name for p in WORKFLOWS] == ["ci.yml", "opperf-bisect.yml", "opperf-comment.yml",
+                                           "opperf-gpu.yml"]
 
 
 def test_workflows_match_the_github_schema():
@@ -62,7 +71,7 @@ def test_safe_for_a_runner_that_holds_a_gpu(path):
 
 
 def test_the_gpu_gate_runs_the_full_workload_on_the_gpu_runner():
-    text = (WORKFLOWS[2]).read_text()
+    text = next(p for p in WORKFLOWS if p.name == "opperf-gpu.yml").read_text()
     assert "runs-on: [self-hosted, linux, gpu]" in text
     # the workflow runs the one GPU check anyone can run, which installs, runs and gates
     assert "run: bash ci/gpu-check.sh" in text and "OUT: opperf-results" in text
@@ -81,8 +90,7 @@ def test_the_gpu_gate_runs_the_full_workload_on_the_gpu_runner():
     assert "github.event.pull_request.head.repo.fork && 'gpu-fork'" in text
 
 
-@pytest.mark.parametrize("path", [p for p in WORKFLOWS if p.name != "opperf-comment.yml"],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("path", GATES, ids=lambda p: p.name)
 def test_pull_requests_run_ab_against_their_base_commit(path):
     text = path.read_text()
     assert "fetch-depth: 0" in text  # the base commit must be in the clone for its worktree
@@ -126,9 +134,9 @@ def test_only_two_jobs_may_write_and_the_comment_job_reads_data_only():
                     writes.add((path.name, name, scope))
     assert writes == {("ci.yml", "opperf-history", "contents"),
                       ("opperf-comment.yml", "comment", "pull-requests")}
-    comment = _yaml(WORKFLOWS[1])
+    comment = _yaml(_named("opperf-comment.yml"))
     assert list(comment["on"]) == ["workflow_run"] and comment["on"]["workflow_run"][
-        "workflows"] == [_yaml(WORKFLOWS[0])["name"]]
+        "workflows"] == [_yaml(_named("ci.yml"))["name"]]
     job = comment["jobs"]["comment"]
     assert "github.event.workflow_run.event == 'pull_request'" in job["if"]
     assert all("uses" not in step for step in job["steps"])  # no checkout, no action
@@ -140,9 +148,23 @@ def test_only_two_jobs_may_write_and_the_comment_job_reads_data_only():
 def test_the_comment_workflow_finds_the_marker_the_renderer_writes():
     from pytest_opperf.reports.comment import MARKER
 
-    text = WORKFLOWS[1].read_text()
+    text = _named("opperf-comment.yml").read_text()
     assert f"marker='{MARKER}'" in text
     # the gate job keeps the comment and the pull request's number for it
-    ci = WORKFLOWS[0].read_text()
+    ci = _named("ci.yml").read_text()
     assert "--comment=opperf-comment/comment.md" in ci and "opperf-comment/pull-request" in ci
     assert "name: opperf-comment\n" in ci
+
+
+def test_the_bisect_workflow_is_started_by_hand_and_reads_only():
+    text = next(p for p in WORKFLOWS if p.name == BISECT).read_text()
+    assert re.search(r"^on:\n  workflow_dispatch:\n    inputs:\n", text, re.M)
+    assert re.search(r"^on:\n  workflow_dispatch:\n(    .*\n)+\n", text, re.M)  # nothing else
+    for name in ("good", "bad", "selection"):
+        assert re.search(rf"^      {name}:\n(        .*\n)*        required: true\n", text, re.M)
+    # the inputs reach the script through env:, never spliced into it
+    script = text.split("run: |")[1]
+    assert "${{" not in script.split("- name: Keep")[0]
+    assert "GOOD: ${{ inputs.good }}" in text and '"$GOOD" "$BAD" --selection "$SELECTION"' in text
+    assert "fetch-depth: 0" in text and "permissions:\n  contents: read\n" in text
+    assert text.count("permissions:") == 1

@@ -5,13 +5,16 @@ the CI job lists, in its summary and as warnings, each metric whose per-commit s
 point (:func:`pytest_opperf.history.trends.find_changes`) for the worse within the last commits, the
 new level holding for at least ``HOLD`` commits (work counts too: more work per step is worse).
 One outlying commit is no segment, so it names nothing; a step names the commit range it happened
-in (the last commit before it and the first at the new level) and its size. Pure: the history
-command and the CI script print the lines.
+in (the last commit before it and the first at the new level) and its size, and the command that
+bisects that range (:func:`bisect_command`). Pure: the history command and the CI script print the
+lines.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import re
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -23,9 +26,9 @@ from pytest_opperf.history.trends import (
     is_work,
     version_change,
 )
-from pytest_opperf.reports.layout import clean, md_text
+from pytest_opperf.reports.layout import clean, md_code, md_text
 
-__all__ = ["HOLD", "Suspect", "find", "markdown_lines", "text_lines"]
+__all__ = ["HOLD", "Suspect", "bisect_command", "find", "markdown_lines", "text_lines"]
 
 HOLD = 2  # commits a new level must hold (and the level before it) to count as a step
 
@@ -87,12 +90,30 @@ def find(groups: Sequence[Group], last: int = 10, hold: int = HOLD,
     return sorted(out, key=lambda x: -abs(x.change))
 
 
+def bisect_command(s: Suspect) -> str | None:
+    """The command that finds the commit of ``s``'s step (docs/bisect.md); None when a label is
+    no clean commit (a session of a dirty tree, or one without a sha)."""
+    if not all(re.fullmatch(r"[0-9a-f]{7,40}", label) for label in (s.before, s.first)):
+        return None
+    device, _, workload = s.group.partition(" / ")
+    args = [s.run, f"--opperf-workload={workload}",
+            f"--opperf-device={'cpu' if device == 'cpu' else 'gpu'}"]
+    return (f"python -m pytest_opperf bisect {s.before} {s.first} -- "
+            + " ".join(shlex.quote(clean(a)) for a in args))
+
+
 def text_lines(suspects: Sequence[Suspect], last: int) -> list[str]:
     """``warning: suspected regression: ...`` per suspect (stored text escaped: a run id cannot
-    add lines), or one line saying there is none."""
+    add lines), each followed by the command that bisects its range, or one line saying there is
+    none."""
     if not suspects:
         return [f"suspected regressions in the last {last} commit(s): none"]
-    return [clean(f"warning: suspected regression: {s.describe()}") for s in suspects]
+    out = []
+    for s in suspects:
+        command = bisect_command(s)
+        out += [clean(f"warning: suspected regression: {s.describe()}")]
+        out += [f"  bisect it: {command}"] if command else []
+    return out
 
 
 def markdown_lines(suspects: Sequence[Suspect], last: int) -> list[str]:
@@ -111,4 +132,6 @@ def markdown_lines(suspects: Sequence[Suspect], last: int) -> list[str]:
         out.append(f"| {md_text(s.group)} | {md_text(s.run)} | {metric} | "
                    f"{md_text(s.before)}..{md_text(s.first)} | {s.change:+.1%} | "
                    f"{_fmt(s.metric, s.old)} | {_fmt(s.metric, s.new)} |")
-    return out
+    commands = [c for c in map(bisect_command, suspects) if c]
+    return out + (["", "Find the commit of each step:", ""] if commands else []) + [
+        f"- {md_code(c)}" for c in commands]

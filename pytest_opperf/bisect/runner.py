@@ -1,0 +1,185 @@
+"""One bisection step: a same-job A/B between two commits' worktrees, by the A/B machinery.
+
+:class:`ABOracle` is the :class:`~pytest_opperf.bisect.core.Oracle` of a real bisection. For
+commits ``a`` (earlier: the base side) and ``b`` (later: the head side) it runs one A/B session
+with :class:`pytest_opperf.ab.controller.Controller` in this process: two side processes, each
+``<python> -m pytest -p pytest_opperf.ab.side --opperf <fixed options> <selection>`` started in
+its commit's worktree, interleaved with the paired statistics, start orders and CPU placement of
+``--opperf-compare``, launched as every child pytest of the plugin is
+(:mod:`pytest_opperf.glue.child`: the fixed options in its environment, ``PYTEST_ADDOPTS`` and
+``GITHUB_STEP_SUMMARY`` dropped).
+
+Which ``pytest_opperf`` each side imports: **this one**, the bisecting release, on both sides. A
+shim directory holding only a ``pytest_opperf`` link to this package comes first on each side's
+``PYTHONPATH``, then the side's worktree, so each side runs its commit's framework code, suites and
+conftest, measured by the same plugin: a change of the plugin between the commits (its timers, its
+own overhead) can neither show up as a regression nor hide one. A commit whose suites need
+another release of the plugin than this one fails to collect and is skipped.
+
+The pairs of an answer are pooled with those of the comparison so far (``so_far``): an ``unknown``
+verdict asked again adds a session's pairs to the ones it has (the escalation). A commit that
+cannot be measured (a side cannot start, collect, or its tests fail) is answered as broken.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pytest_opperf.ab import decide
+from pytest_opperf.ab.checkout import side_environment
+from pytest_opperf.ab.controller import Controller, TestOutcome
+from pytest_opperf.ab.decide import SessionPairs
+from pytest_opperf.ab.paired import Decision, Paired
+from pytest_opperf.ab.processes import SideFailure, SideSpec
+from pytest_opperf.bisect.core import Estimate, StepComparison, Three
+from pytest_opperf.bisect.repo import BisectCommit, Worktrees
+from pytest_opperf.comparison.metrics import MetricKey
+from pytest_opperf.comparison.thresholds import CompareSettings
+from pytest_opperf.glue import child
+
+__all__ = ["ABOracle", "label", "plugin_note", "pool", "three"]
+
+MIN_SESSION_S = 20.0  # a session's budget is never below this (the first pass runs regardless)
+
+
+def label(key: MetricKey) -> str:
+    """A metric's name in the bisection: its run id and metric."""
+    return f"{key.run} {key.metric}"
+
+
+def three(d: Decision) -> Three:
+    """The A/B verdict as the bisection's: regressed is different; unchanged and improved are
+    the same (not the regression looked for); undecided is unknown."""
+    if d.verdict == "regressed":
+        return "different"
+    return "unknown" if d.verdict == "undecided" else "same"
+
+
+def pool(*parts: SessionPairs | None) -> SessionPairs:
+    """The pairs of several sessions of the same two commits, as one session's."""
+    out = SessionPairs()
+    for part in parts:
+        if part is None:
+            continue
+        for key, samples in part.paired.items():
+            mine = out.of(key, samples.kind)
+            mine.base.extend(samples.base)
+            mine.head.extend(samples.head)
+            out.firsts.setdefault(key, []).extend(part.firsts.get(key, []))
+    return out
+
+
+def _focused(samples: SessionPairs, focus: frozenset[str] | None) -> SessionPairs:
+    if focus is None:
+        return samples
+    out = SessionPairs()
+    for key, p in samples.paired.items():
+        if label(key) in focus:
+            out.paired[key] = Paired(key, p.kind, list(p.base), list(p.head))
+            out.firsts[key] = list(samples.firsts.get(key, []))
+    return out
+
+
+def _estimate(d: Decision) -> Estimate:
+    x, low, high, _ = d.in_x()
+    return Estimate(three(d), x, low, high, d.estimate, d.low, d.high, d.pairs, d.kind)
+
+
+def _side(message: str) -> str | None:
+    for name in ("base", "head"):
+        if f"the {name} side" in message:
+            return name
+    return None
+
+
+@dataclass
+class ABOracle:
+    """Compares two commits of ``commits`` by a same-job A/B (the module docstring)."""
+
+    commits: Sequence[BisectCommit]
+    worktrees: Worktrees
+    subdir: str  # the invocation directory relative to the repository's toplevel
+    pytest_args: list[str]  # the selection, without opperf options
+    fixed: dict[str, str]  # the children's fixed options (pytest_opperf.glue.child)
+    settings: CompareSettings
+    shim: Path
+    logs: Path
+    python: str = sys.executable
+    with_plugin: bool = False  # the interpreter lacks the plugin's entry point: -p it
+    timeout_s: float = 600.0
+    time_left: Callable[[], float] = lambda: float("inf")
+    clock: Callable[[], float] = time.monotonic
+    sessions: int = field(default=0, init=False)
+
+    def _spec(self, name: str, commit: BisectCommit) -> SideSpec:
+        root = self.worktrees.checkout(commit.sha)
+        cwd = root / self.subdir if self.subdir else root
+        command = [self.python, "-m", "pytest", "-p", "pytest_opperf.ab.side"]
+        command += ["-p", "pytest_opperf.plugin"] if self.with_plugin else []
+        command += ["--opperf", *child.argv_options(self.fixed), *self.pytest_args]
+        env = child.environment(self.fixed, side_environment(self.shim, cwd))
+        self.logs.mkdir(parents=True, exist_ok=True)
+        log = self.logs / f"{self.sessions:03d}-{name}-{commit.short}.log"
+        return SideSpec(name, command, cwd, env, log)
+
+    def __call__(self, a: int, b: int, so_far: StepComparison | None,
+                 focus: frozenset[str] | None) -> StepComparison:
+        index = {"base": a, "head": b}
+        broken: dict[int, str] = {}
+
+        def outcome(o: TestOutcome) -> None:
+            if o.failed and index[o.side] not in broken:
+                broken[index[o.side]] = f"its test {o.nodeid} fails"
+
+        self.sessions += 1
+        budget = max(MIN_SESSION_S, min(self.settings.budget_s, self.time_left()))
+        settings = dataclasses.replace(self.settings, budget_s=budget)
+        started = self.clock()
+        controller = Controller(self._spec("base", self.commits[a]),
+                                self._spec("head", self.commits[b]), settings,
+                                self.commits[a].short, self.commits[b].short,
+                                timeout_s=self.timeout_s, on_outcome=outcome, clock=self.clock)
+        finished = False
+        try:
+            plan, errors = controller.start()
+            for name, found in errors.items():
+                if found:
+                    where = found[0].get("nodeid") or "<rootdir>"
+                    broken.setdefault(index[name], f"it cannot collect the tests ({where})")
+            for name in ("base", "head"):
+                if not controller.sides.ids.get(name):
+                    broken.setdefault(index[name], "it collects no test of the selection")
+            if not broken:
+                controller.run()
+            finished = True
+        except SideFailure as exc:
+            named = _side(str(exc))
+            tail = f": {exc.tail[-1].strip()}" if exc.tail else ""
+            for side in ([named] if named else ["base", "head"]):
+                broken.setdefault(index[side], f"{exc}{tail}")
+        finally:
+            controller.close(grace_s=10.0 if finished else 1.0)
+        elapsed = self.clock() - started
+        previous = so_far.state if so_far is not None else None
+        samples = pool(previous if isinstance(previous, SessionPairs) else None,
+                       None if broken else controller.samples)
+        focused = _focused(samples, focus)
+        decisions = decide.final_decisions(focused, self.settings) if focused.paired else []
+        return StepComparison(a, b, {label(d.key): _estimate(d) for d in decisions},
+                          pairs=(so_far.pairs if so_far is not None else 0)
+                          + (0 if broken else controller.pairs),
+                          sessions=(so_far.sessions if so_far is not None else 0) + 1,
+                          elapsed_s=(so_far.elapsed_s if so_far is not None else 0.0) + elapsed,
+                          broken=broken, state=samples)
+
+
+def plugin_note() -> str:
+    """Where each side's plugin comes from, for the report."""
+    here = Path(__file__).resolve().parent.parent
+    return (f"both sides run this pytest_opperf ({here}) against each commit's own framework "
+            "code, suites and conftest")
