@@ -8,11 +8,13 @@ text never exist all at once.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import stat
 from array import array
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -50,8 +52,17 @@ def read_text(path: str | os.PathLike[str], error: type[Exception], expected: st
     Only regular files are read (a FIFO would block forever), and a broken or
     looping symbolic link is said to be one."""
     _check_file(path, error, expected)
-    try:
+    with _read_errors(path, error, expected):
         return Path(path).read_text(encoding="utf-8")
+
+
+@contextlib.contextmanager
+def _read_errors(path: str | os.PathLike[str], error: type[Exception], expected: str
+                 ) -> Iterator[None]:
+    """A file that went away, turned into a directory or cannot be read or decoded while it is
+    read: ``error``, one line naming it."""
+    try:
+        yield
     except FileNotFoundError:
         raise error(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -77,7 +88,8 @@ def read_results(path: str | os.PathLike[str]) -> ResultSet:
     try:
         if small:  # read whole: a window would be larger than the file
             raise _Whole
-        with open(path, encoding="utf-8") as file:
+        with _read_errors(path, ResultsError, "a results file"), open(
+                path, encoding="utf-8") as file:
             window = _Window(file, source)
             try:
                 return window.read()
@@ -86,12 +98,6 @@ def read_results(path: str | os.PathLike[str]) -> ResultSet:
                     raise
     except _Whole:
         pass
-    except FileNotFoundError:
-        raise ResultsError(f"{source}: no such file") from None
-    except IsADirectoryError:
-        raise ResultsError(f"{source}: is a directory, expected a results file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ResultsError(f"{source}: cannot read: {exc}") from None
     text = read_text(path, ResultsError, "a results file")
     return _Document(text, source).read()
 
