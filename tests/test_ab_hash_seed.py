@@ -22,12 +22,14 @@ def test_a_seed_the_user_fixed_is_kept():
 
 
 def test_the_sides_are_started_with_their_generations_seed(monkeypatch, tmp_path):
-    started: list[tuple[str, dict[str, str]]] = []
+    seen: list[tuple[str, dict[str, str]]] = []
 
     class FakeSide:
-        def __init__(self, spec: SideSpec, extra_env: dict[str, str] | None = None) -> None:
-            started.append((spec.name, dict(extra_env or {})))
+        def __init__(self, spec: SideSpec, extra_env: dict[str, str] | None = None,
+                     started=None) -> None:
+            seen.append((spec.name, dict(extra_env or {})))
             self.name = spec.name
+            started(self)
 
         def receive(self, timeout_s: float, doing: str) -> dict:
             return {"ev": "collected", "ids": ["t"]}
@@ -41,7 +43,7 @@ def test_the_sides_are_started_with_their_generations_seed(monkeypatch, tmp_path
     sides = Sides(*specs, first="base", timeout_s=5, seed=99)
     sides.spawn()
     sides.restart()
-    first, second = started[:2], started[2:]
+    first, second = seen[:2], seen[2:]
     assert {name for name, _ in first} == {"base", "head"}
     assert first[0][1] == first[1][1] == generation_env(99, 0, {})
     assert second[0][1] == second[1][1] == generation_env(99, 1, {})
@@ -57,3 +59,23 @@ def test_a_side_process_runs_under_the_seed_it_is_given(tmp_path):
     side.process.wait(timeout=30)
     side.kill()
     assert (tmp_path / "base.log").read_text().split() == ["4242"]
+
+
+def test_the_owner_knows_a_side_before_it_is_fully_started(tmp_path):
+    """An interrupt (Ctrl-C, SIGTERM) right after the process starts must not orphan it: the
+    owner is told of it first, and ends it."""
+    known: list[processes.Side] = []
+
+    def interrupted(side: processes.Side) -> None:
+        known.append(side)
+        raise KeyboardInterrupt
+
+    spec = SideSpec("head", [sys.executable, "-c", "import time; time.sleep(60)"],
+                    Path(tmp_path), {"PATH": "/usr/bin:/bin"}, tmp_path / "head.log")
+    try:
+        processes.Side(spec, started=interrupted)
+    except KeyboardInterrupt:
+        pass
+    assert len(known) == 1 and known[0].process.poll() is None  # running, and known
+    known[0].kill()
+    assert known[0].process.poll() is not None

@@ -17,6 +17,7 @@ runs on them, and when, is the scheduling's (:mod:`.controller`). No pytest impo
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -63,7 +64,10 @@ class SideSpec:
 class Side:
     """One running side process and its channel."""
 
-    def __init__(self, spec: SideSpec, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, spec: SideSpec, extra_env: dict[str, str] | None = None,
+                 started: Callable[[Side], None] | None = None) -> None:
+        """Start the side; ``started`` is told of it as soon as its process exists, before
+        anything else can fail or be interrupted (Ctrl-C, SIGTERM), so that its owner ends it."""
         self.spec = spec
         self.name = spec.name
         channel, theirs = pair()
@@ -76,6 +80,8 @@ class Side:
                                             stdin=subprocess.DEVNULL,
                                             stdout=self._log, stderr=subprocess.STDOUT,
                                             pass_fds=(theirs.fileno(),), start_new_session=True)
+            if started is not None:
+                started(self)
         except OSError as exc:
             self._log.close()
             channel.close()
@@ -209,7 +215,8 @@ class Sides:
         collect at once: nothing is measured yet); returns each side's ``collected`` message."""
         spawned = self.clock()
         for name in self.start_order():
-            self.running[name] = Side(self.specs[name], self.generation_env(name))
+            Side(self.specs[name], self.generation_env(name),
+                 started=functools.partial(self.running.__setitem__, name))
         collected = {name: side.receive(self.timeout_s, "collecting the tests")
                      for name, side in self.running.items()}
         for name, message in collected.items():
