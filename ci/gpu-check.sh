@@ -123,7 +123,7 @@ step pip-freeze no 30 "$PY" -m pip freeze
 # --- 3. CUDA as cupy and the framework see it; NVML through the plugin -------------------
 step cuda-facts no 90 "$PY" - <<'PY'
 from reference_framework import backend
-from pytest_opperf import gpu_env
+from pytest_opperf.gpu import gpu_env
 
 cp = backend.cupy_or_none()
 print("cupy:", getattr(cp, "__version__", None))

@@ -69,7 +69,7 @@ import time
 
 import pytest
 
-from pytest_opperf import benchmark_adapter
+from pytest_opperf.glue import benchmark_adapter
 
 CALLS = [0]
 READ = {}

@@ -143,7 +143,7 @@ def test_sigterm_ends_a_child_under_valgrind_too(tmp_path):
     pid_file = tmp_path / "child.pid"
     script = textwrap.dedent(f"""
         import sys
-        from pytest_opperf import valgrind_run
+        from pytest_opperf.workcounts import valgrind_run
         valgrind_run.problem = lambda: None
         valgrind_run.command = lambda argv, out: argv
         child = [sys.executable, "-c",
