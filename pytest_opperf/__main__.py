@@ -2,6 +2,6 @@
 
 import sys
 
-from pytest_opperf.cli import main
+from .cli import main
 
 sys.exit(main())

@@ -18,14 +18,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn, TextIO
 
-from pytest_opperf.comparison.gate import evaluate
-from pytest_opperf.comparison.thresholds import ThresholdsError, load_thresholds
-from pytest_opperf.comparison.verdict import Verdict
-from pytest_opperf.history.errors import HistoryError
-from pytest_opperf.records.reader import read_results
-from pytest_opperf.reports import report
-from pytest_opperf.reports.layout import clean
-from pytest_opperf.results import ResultsError
+from .comparison.gate import evaluate
+from .comparison.thresholds import ThresholdsError, load_thresholds
+from .comparison.verdict import Verdict
+from .history.errors import HistoryError
+from .records.reader import read_results
+from .reports import report
+from .reports.layout import clean
+from .results import ResultsError
 
 __all__ = ["main"]
 
@@ -54,13 +54,13 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("results", metavar="R.json")
     show.add_argument("--sort", choices=sorted(report.SORT_KEYS), default="total")
     commands.add_parser("schema", help="print the path of the results format's JSON Schema")
-    from pytest_opperf.comparison.gate_cli import add_commands as add_gate_commands
+    from .comparison.gate_cli import add_commands as add_gate_commands
 
     add_gate_commands(commands)  # merge, gate: the last job of a CI matrix
-    from pytest_opperf.history.commands import add_commands
+    from .history.commands import add_commands
 
     add_commands(commands)
-    from pytest_opperf.bisect.command import add_command as add_bisect
+    from .bisect.command import add_command as add_bisect
 
     add_bisect(commands)
     return parser
@@ -84,7 +84,7 @@ def _compare(args: argparse.Namespace, out: TextIO) -> int:
         for line in report.gate_lines(verdict, width):
             out.write(line + "\n")
     if args.markdown:
-        from pytest_opperf.records.atomic import write_text_atomic
+        from .records.atomic import write_text_atomic
 
         new.gate = verdict.to_dict()
         write_text_atomic(args.markdown, report.markdown(new, verdict, args.sort))
@@ -111,16 +111,16 @@ def _run(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
         argv, tail = argv[:argv.index("--")], argv[argv.index("--") + 1:]
     args = _parser().parse_args(argv)
     if args.command == "bisect":
-        from pytest_opperf.bisect.command import run_command as bisect
+        from .bisect.command import run_command as bisect
 
         args.pytest_args = tail
         return bisect(args, out, err)
     if args.command in ("history", "dashboard"):
-        from pytest_opperf.history.commands import run_command
+        from .history.commands import run_command
 
         return run_command(args, out)
     if args.command in ("merge", "gate"):
-        from pytest_opperf.comparison.gate_cli import run_command as run_gate_command
+        from .comparison.gate_cli import run_command as run_gate_command
 
         return run_gate_command(args, out)
     if args.command == "schema":

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
-from pytest_opperf.timers import DeviceClock
+from .timers import DeviceClock
 
 __all__ = ["CPU_HOST", "DeviceInfo", "EventPoolClock", "EventTimer", "SyncTimer", "benchmark_timer",
            "device_class"]

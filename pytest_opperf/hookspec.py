@@ -13,8 +13,8 @@ import pluggy
 import pytest
 
 if TYPE_CHECKING:
-    from pytest_opperf.device import DeviceInfo
-    from pytest_opperf.results import ResultSet
+    from .device import DeviceInfo
+    from .results import ResultSet
 
 __all__ = ["OpPerfBaselineWarning", "OpPerfBenchmarkWarning", "OpPerfPaddleWarning",
            "OpPerfStepCountWarning", "OpPerfWarning"]

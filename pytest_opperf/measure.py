@@ -18,13 +18,13 @@ from contextlib import contextmanager
 from time import perf_counter_ns
 from typing import Any
 
-from pytest_opperf import timers
-from pytest_opperf.core.port import Window
-from pytest_opperf.core.stats import most_common
-from pytest_opperf.device import DeviceInfo
-from pytest_opperf.results import RunResult, StatResult, warmup_rule
-from pytest_opperf.stattree import Shares, StatTree
-from pytest_opperf.workcounts import workcount
+from . import timers
+from .core.port import Window
+from .core.stats import most_common
+from .device import DeviceInfo
+from .results import RunResult, StatResult, warmup_rule
+from .stattree import Shares, StatTree
+from .workcounts import workcount
 
 __all__ = ["CountingRun", "CountingPassTimeout", "Run", "active_run", "counting_window",
            "in_window", "measure_window", "op_run", "MAX_OP_SAMPLES"]

@@ -19,19 +19,19 @@ from typing import Any
 
 import pytest
 
-from pytest_opperf import hookspec
-from pytest_opperf.device import CPU_HOST, DeviceInfo
-from pytest_opperf.glue import child
-from pytest_opperf.glue.fixtures import opperf, opperf_benchmark
-from pytest_opperf.glue.options import FLAGS, OPTIONS
-from pytest_opperf.glue.settings import (
+from . import hookspec
+from .device import CPU_HOST, DeviceInfo
+from .glue import child
+from .glue.fixtures import opperf, opperf_benchmark
+from .glue.options import FLAGS, OPTIONS
+from .glue.settings import (
     SESSION_PLUGIN,
     SETTINGS,
     Settings,
     session_info,
     usage_errors,
 )
-from pytest_opperf.gpu.xdist_gpu import GpuWorkersError, set_worker_device, visible_gpus
+from .gpu.xdist_gpu import GpuWorkersError, set_worker_device, visible_gpus
 
 __all__ = ["SESSION_PLUGIN", "opperf", "opperf_benchmark", "session_info"]
 
@@ -96,7 +96,7 @@ def _settings(config: pytest.Config) -> Settings:
         if name == "history":
             if given:
                 values[name] = given if "://" in given else str(Path(base, given))
-                from pytest_opperf.history.sources import redact  # sqlite3: only with a history
+                from .history.sources import redact  # sqlite3: only with a history
 
                 labels[name] = f"{label} {redact(given)}"  # never a URL's password
         elif name in ("thresholds", "baseline", "save", "json", "markdown", "trace"):
@@ -141,11 +141,11 @@ def _compare_value(key: str, value: Any, base: Path) -> Any:
 def pytest_configure(config: pytest.Config) -> None:
     settings = config.stash[SETTINGS] = _settings(config)
     if settings.shard is not None:  # --opperf-shard: a part of the tests
-        from pytest_opperf.glue import shard_hook
+        from .glue import shard_hook
 
         shard_hook.register(config, settings)
     if settings.enabled or settings.gpu_workers:  # else no role has anything to do
-        from pytest_opperf.glue import roles  # heavy (gate, report): the sessions load with it
+        from .glue import roles  # heavy (gate, report): the sessions load with it
 
         roles.configure(config, settings)
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import Any
 
-from pytest_opperf import measure, timers
+from . import measure, timers
 
 __all__ = ["MARK", "WARM_UP", "Mark", "ProfilerRecorder", "RegionLog", "WatchedTable", "alignment",
            "file_samples", "read_after_window"]

@@ -18,9 +18,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pytest_opperf.records import atomic
-from pytest_opperf.stattree import StatResult, StatTree
-from pytest_opperf.workcounts.workcount import WorkCounts
+from .records import atomic
+from .stattree import StatResult, StatTree
+from .workcounts.workcount import WorkCounts
 
 __all__ = ["RUN_KINDS", "SCHEMA", "ResultSet", "ResultsError", "RunResult", "StatResult",
            "baseline_file", "dumps_results", "is_sha", "json_problem", "warmup_rule",

@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from time import perf_counter_ns
 from typing import Any, Protocol
 
-from pytest_opperf.stattree import StatTree, short_name
+from .stattree import StatTree, short_name
 
 __all__ = ["DeviceClock", "Stat", "Table", "current", "format_stat_lines", "other_thread_regions",
            "recording", "timer"]

@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_opperf.results import is_sha
+from ..results import is_sha
 
 __all__ = ["Base", "CompareError", "PythonInfo", "Workspace", "check_python", "git_toplevel",
            "interpreter_note", "resolve_base", "this_python"]
@@ -110,7 +110,7 @@ class PythonInfo:
 
 def this_python() -> PythonInfo:
     """The interpreter this process runs (the head side's)."""
-    from pytest_opperf.core.machine import package_version
+    from ..core.machine import package_version
 
     return PythonInfo(sys.executable, platform.python_version(), True, package_version("numpy"))
 

@@ -69,12 +69,12 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_opperf.ab import decide, paired, tuning
-from pytest_opperf.ab.decide import Keep, SessionPairs
-from pytest_opperf.ab.pairs import e2e_samples
-from pytest_opperf.ab.processes import Side, SideFailure, Sides, SideSpec, usable_cpus
-from pytest_opperf.records.handback import Envelope, HandBackError
-from pytest_opperf.results import RunResult
+from ..records.handback import Envelope, HandBackError
+from ..results import RunResult
+from . import decide, paired, tuning
+from .decide import Keep, SessionPairs
+from .pairs import e2e_samples
+from .processes import Side, SideFailure, Sides, SideSpec, usable_cpus
 
 __all__ = ["Controller", "Plan", "TestOutcome", "rerun_budget"]
 

@@ -23,10 +23,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pytest_opperf.ab import paired, tuning
-from pytest_opperf.ab.paired import ABVerdict, Decision, Paired
-from pytest_opperf.comparison.metrics import Kind, MetricKey
-from pytest_opperf.comparison.thresholds import CompareSettings
+from ..comparison.metrics import Kind, MetricKey
+from ..comparison.thresholds import CompareSettings
+from . import paired, tuning
+from .paired import ABVerdict, Decision, Paired
 
 __all__ = ["Keep", "SessionPairs", "Want", "final_decisions", "leans",
            "may_regress", "order_verdict", "short", "wanting_pairs"]

@@ -20,12 +20,12 @@ from functools import cache, lru_cache
 from statistics import NormalDist
 from typing import Any, Literal
 
-from pytest_opperf.comparison.metrics import CALL, METRIC_KINDS, STEP, Kind, MetricKey
-from pytest_opperf.comparison.thresholds import CompareSettings
-from pytest_opperf.core.stats import most_common
-from pytest_opperf.records.checks import is_num
-from pytest_opperf.results import ResultsError
-from pytest_opperf.workcounts.workcount import COUNTERS
+from ..comparison.metrics import CALL, METRIC_KINDS, STEP, Kind, MetricKey
+from ..comparison.thresholds import CompareSettings
+from ..core.stats import most_common
+from ..records.checks import is_num
+from ..results import ResultsError
+from ..workcounts.workcount import COUNTERS
 
 __all__ = ["ABVerdict", "CompareResult", "Decision", "Paired", "decide", "from_x",
            "pairs_for_interval", "rule", "signed_rank_cdf", "to_x", "walsh_interval"]

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from pytest_opperf.comparison.metrics import COUNT, Kind, metric, view
-from pytest_opperf.results import RunResult
-from pytest_opperf.workcounts.workcount import compared
+from ..comparison.metrics import COUNT, Kind, metric, view
+from ..results import RunResult
+from ..workcounts.workcount import compared
 
 __all__ = ["MetricSamples", "e2e_samples"]
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_opperf.ab import tuning
-from pytest_opperf.ab.protocol import ProtocolError, SideGone, SideTimeout, pair
+from . import tuning
+from .protocol import ProtocolError, SideGone, SideTimeout, pair
 
 __all__ = ["Side", "SideFailure", "SideSpec", "Sides", "generation_env", "usable_cpus"]
 

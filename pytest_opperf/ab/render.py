@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from pytest_opperf.ab.paired import VERDICTS, CompareResult, Decision
-from pytest_opperf.reports.layout import clean, common_prefix, fit, md_code, md_text, middle, table
+from ..reports.layout import clean, common_prefix, fit, md_code, md_text, middle, table
+from .paired import VERDICTS, CompareResult, Decision
 
 __all__ = ["markdown", "terminal_lines"]
 

@@ -20,7 +20,15 @@ from typing import Any
 
 import pytest
 
-from pytest_opperf.ab.checkout import (
+from ..comparison.gate import add_compare
+from ..comparison.thresholds import Thresholds
+from ..comparison.verdict import Verdict
+from ..glue import child
+from ..glue.main_session import MainSession
+from ..glue.options import CHILD_DEFAULTS, VALUED_OPTIONS, child_options
+from ..glue.settings import Settings, usage_errors
+from ..results import ResultSet, RunResult
+from .checkout import (
     Base,
     CompareError,
     PythonInfo,
@@ -31,17 +39,9 @@ from pytest_opperf.ab.checkout import (
     side_environment,
     this_python,
 )
-from pytest_opperf.ab.controller import Controller, Plan, TestOutcome
-from pytest_opperf.ab.paired import CompareResult
-from pytest_opperf.ab.processes import SideFailure, SideSpec
-from pytest_opperf.comparison.gate import add_compare
-from pytest_opperf.comparison.thresholds import Thresholds
-from pytest_opperf.comparison.verdict import Verdict
-from pytest_opperf.glue import child
-from pytest_opperf.glue.main_session import MainSession
-from pytest_opperf.glue.options import CHILD_DEFAULTS, VALUED_OPTIONS, child_options
-from pytest_opperf.glue.settings import Settings, usage_errors
-from pytest_opperf.results import ResultSet, RunResult
+from .controller import Controller, Plan, TestOutcome
+from .paired import CompareResult
+from .processes import SideFailure, SideSpec
 
 AB_PLUGIN_NAME = "opperf-ab"
 # signals that end an A/B session as Ctrl-C does (SIGHUP: not on Windows); SIGINT is Ctrl-C
@@ -208,7 +208,7 @@ class ABSession:
 
     def _shard(self, controller: Controller, plan: Plan) -> Plan:
         """With ``--opperf-shard``: both sides run the shard of what they collected."""
-        from pytest_opperf.glue.shard_hook import ab_selection
+        from ..glue.shard_hook import ab_selection
 
         keep = ab_selection(self.config, plan.order + plan.removed)
         return plan if keep is None else controller.restrict(keep)
@@ -345,14 +345,14 @@ class ABMain(MainSession):
     def markdown_more(self) -> str:
         if self.compare is None:
             return ""
-        from pytest_opperf.ab import render
+        from . import render
 
         return "\n" + render.markdown(self.compare)
 
     def summary_sections(self, width: int) -> list[tuple[str, list[str]]]:
         if self.compare is None:
             return []
-        from pytest_opperf.ab import render
+        from . import render
 
         return [("A/B: head against base", render.terminal_lines(self.compare, width))]
 

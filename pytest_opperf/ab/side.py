@@ -32,11 +32,11 @@ from typing import Any, NoReturn
 
 import pytest
 
-from pytest_opperf.ab.protocol import Channel, ProtocolError, child_fd
-from pytest_opperf.core.port import PerOpTimer, Window
-from pytest_opperf.glue.session import OpPerfSession
-from pytest_opperf.glue.settings import SETTINGS, Settings
-from pytest_opperf.records.handback import Envelope
+from ..core.port import PerOpTimer, Window
+from ..glue.session import OpPerfSession
+from ..glue.settings import SETTINGS, Settings
+from ..records.handback import Envelope
+from .protocol import Channel, ProtocolError, child_fd
 
 PLUGIN_NAME = "opperf-ab-side"
 MAX_CALIBRATE_ITERATIONS = 1 << 20
@@ -180,8 +180,8 @@ class ControllerRounds:
     def _rounds(self, bench: Any, target: Callable[..., Any], args: tuple,
                 kwargs: dict[str, Any], setup: Callable[[], Any] | None = None,
                 teardown: Callable[..., Any] | None = None) -> Any:
-        from pytest_opperf.core.identity import run_id_of
-        from pytest_opperf.core.oploop import pedantic_round
+        from ..core.identity import run_id_of
+        from ..core.oploop import pedantic_round
 
         side, timer = self.side, self.timer
         result: list[Any] = [None]

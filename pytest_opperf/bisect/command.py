@@ -24,23 +24,23 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
-from pytest_opperf.bisect import core, report, runner
-from pytest_opperf.bisect.repo import (
+from ..comparison.thresholds import Thresholds, ThresholdsError, load_thresholds
+from ..glue import child
+from ..glue.options import (
+    CHILD_DEFAULTS,
+    CHILD_POLICIES,
+    FLAGS,
+    OPTIONS,
+    VALUED_OPTIONS,
+)
+from . import core, report, runner
+from .repo import (
     BisectUsage,
     Worktrees,
     dirty,
     history,
     selected_paths,
     toplevel,
-)
-from pytest_opperf.comparison.thresholds import Thresholds, ThresholdsError, load_thresholds
-from pytest_opperf.glue import child
-from pytest_opperf.glue.options import (
-    CHILD_DEFAULTS,
-    CHILD_POLICIES,
-    FLAGS,
-    OPTIONS,
-    VALUED_OPTIONS,
 )
 
 __all__ = ["EXIT_CULPRIT", "EXIT_INTERRUPTED", "EXIT_NONE", "EXIT_USAGE", "add_command",
@@ -171,7 +171,7 @@ def _trapped() -> Iterator[None]:
 
 
 def _write(path: str, text: str) -> None:
-    from pytest_opperf.records.atomic import write_text_atomic
+    from ..records.atomic import write_text_atomic
 
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, text)
@@ -191,7 +191,7 @@ def run_command(args: argparse.Namespace, out: TextIO, err: TextIO,
             raise BisectUsage(f"the selection has changes not committed ({', '.join(changed[:3])}"
                               f"{' ...' if len(changed) > 3 else ''}): each commit's own are "
                               "measured; commit or stash them")
-        from pytest_opperf.ab.checkout import CompareError, check_python
+        from ..ab.checkout import CompareError, check_python
 
         try:
             info = check_python(args.python, invocation)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from pytest_opperf.ab.checkout import GIT_TIMEOUT_S
+from ..ab.checkout import GIT_TIMEOUT_S
 
 __all__ = ["BisectCommit", "BisectUsage", "Worktrees", "dirty", "history", "selected_paths",
            "toplevel"]

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_opperf.bisect.core import Estimate, Outcome, Step, StepComparison
-from pytest_opperf.bisect.repo import BisectCommit
-from pytest_opperf.reports.layout import clean, md_code, md_text, table
+from ..reports.layout import clean, md_code, md_text, table
+from .core import Estimate, Outcome, Step, StepComparison
+from .repo import BisectCommit
 
 __all__ = ["FORMAT", "BisectRun", "as_json", "markdown", "progress", "shown", "terminal"]
 

@@ -30,17 +30,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_opperf.ab import decide
-from pytest_opperf.ab.checkout import side_environment
-from pytest_opperf.ab.controller import Controller, TestOutcome
-from pytest_opperf.ab.decide import SessionPairs
-from pytest_opperf.ab.paired import Decision, Paired
-from pytest_opperf.ab.processes import SideFailure, SideSpec
-from pytest_opperf.bisect.core import Estimate, StepComparison, Three
-from pytest_opperf.bisect.repo import BisectCommit, Worktrees
-from pytest_opperf.comparison.metrics import MetricKey
-from pytest_opperf.comparison.thresholds import CompareSettings
-from pytest_opperf.glue import child
+from ..ab import decide
+from ..ab.checkout import side_environment
+from ..ab.controller import Controller, TestOutcome
+from ..ab.decide import SessionPairs
+from ..ab.paired import Decision, Paired
+from ..ab.processes import SideFailure, SideSpec
+from ..comparison.metrics import MetricKey
+from ..comparison.thresholds import CompareSettings
+from ..glue import child
+from .core import Estimate, StepComparison, Three
+from .repo import BisectCommit, Worktrees
 
 __all__ = ["ABOracle", "label", "plugin_note", "pool", "three"]
 

@@ -16,7 +16,13 @@ import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from pytest_opperf.comparison.metrics import (
+from ..core.identity import mismatch
+from ..core.machine import hardware_facts, same_hardware
+from ..core.stats import Samples
+from ..reports.layout import listing
+from ..results import ResultSet, RunResult
+from ..workcounts.workcount import LABELS, WorkCounts, compared
+from .metrics import (
     AVG,
     COUNT,
     EXAMPLES_PER_SEC,
@@ -28,15 +34,9 @@ from pytest_opperf.comparison.metrics import (
     steady_steps,
     view,
 )
-from pytest_opperf.comparison.regression import Comparison, compare_higher, compare_slower
-from pytest_opperf.comparison.thresholds import Regression
-from pytest_opperf.comparison.verdict import Drift, DriftRow, Verdict, Violation
-from pytest_opperf.core.identity import mismatch
-from pytest_opperf.core.machine import hardware_facts, same_hardware
-from pytest_opperf.core.stats import Samples
-from pytest_opperf.reports.layout import listing
-from pytest_opperf.results import ResultSet, RunResult
-from pytest_opperf.workcounts.workcount import LABELS, WorkCounts, compared
+from .regression import Comparison, compare_higher, compare_slower
+from .thresholds import Regression
+from .verdict import Drift, DriftRow, Verdict, Violation
 
 __all__ = ["ALWAYS_RECORDED", "check_baseline"]
 

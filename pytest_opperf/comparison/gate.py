@@ -17,13 +17,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from fnmatch import fnmatchcase
 
-from pytest_opperf.ab.paired import CompareResult, Decision
-from pytest_opperf.comparison.baseline_checks import check_baseline
-from pytest_opperf.comparison.metrics import AVG, CALL, TOTAL, metric, steady_examples_per_sec
-from pytest_opperf.comparison.thresholds import Thresholds
-from pytest_opperf.comparison.verdict import Verdict, Violation
-from pytest_opperf.results import ResultSet, RunResult
-from pytest_opperf.workcounts.workcount import COUNTERS, LABELS
+from ..ab.paired import CompareResult, Decision
+from ..results import ResultSet, RunResult
+from ..workcounts.workcount import COUNTERS, LABELS
+from .baseline_checks import check_baseline
+from .metrics import AVG, CALL, TOTAL, metric, steady_examples_per_sec
+from .thresholds import Thresholds
+from .verdict import Verdict, Violation
 
 __all__ = ["add_compare", "evaluate"]
 

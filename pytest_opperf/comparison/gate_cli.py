@@ -18,17 +18,17 @@ import shutil
 from pathlib import Path
 from typing import TextIO
 
-from pytest_opperf.ab.paired import CompareResult
-from pytest_opperf.comparison.gate import add_compare, evaluate
-from pytest_opperf.comparison.merge import Part, merge
-from pytest_opperf.comparison.thresholds import Thresholds, load_thresholds
-from pytest_opperf.comparison.verdict import Verdict
-from pytest_opperf.core.identity import baseline_variant
-from pytest_opperf.records.atomic import write_text_atomic
-from pytest_opperf.records.reader import read_results
-from pytest_opperf.reports import report
-from pytest_opperf.reports.layout import clean
-from pytest_opperf.results import ResultSet, baseline_file, write_results
+from ..ab.paired import CompareResult
+from ..core.identity import baseline_variant
+from ..records.atomic import write_text_atomic
+from ..records.reader import read_results
+from ..reports import report
+from ..reports.layout import clean
+from ..results import ResultSet, baseline_file, write_results
+from .gate import add_compare, evaluate
+from .merge import Part, merge
+from .thresholds import Thresholds, load_thresholds
+from .verdict import Verdict
 
 __all__ = ["AB_PROBLEMS", "add_commands", "run_command", "verdict_of"]
 
@@ -143,7 +143,7 @@ def _gate(args: argparse.Namespace, out: TextIO) -> int:
     if args.markdown:
         text = report.markdown(results, verdict, args.sort)
         if compare is not None:
-            from pytest_opperf.ab import render
+            from ..ab import render
 
             text += "\n" + render.markdown(compare)
         write_text_atomic(_out(args.markdown), text)
@@ -152,7 +152,7 @@ def _gate(args: argparse.Namespace, out: TextIO) -> int:
             with open(summary, "a", encoding="utf-8") as f:
                 f.write(text)
     if args.comment:
-        from pytest_opperf.reports.comment import render_comment
+        from ..reports.comment import render_comment
 
         text = render_comment(results, verdict, compare, args.report_url, args.dashboard_url)
         write_text_atomic(_out(args.comment), text)

@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_opperf.ab.paired import CompareResult
-from pytest_opperf.results import ResultsError, ResultSet
+from ..ab.paired import CompareResult
+from ..results import ResultsError, ResultSet
 
 __all__ = ["MergeError", "Part", "merge"]
 

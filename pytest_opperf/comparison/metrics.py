@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from pytest_opperf.results import RunResult
+from ..results import RunResult
 
 __all__ = ["AVG", "CALL", "COUNT", "EXAMPLES_PER_SEC", "INSTRUCTIONS", "METRIC_KINDS",
            "PYTHON_SHARE", "STEP", "TIME_KINDS", "TOTAL", "WINDOW_EXAMPLES_PER_SEC",

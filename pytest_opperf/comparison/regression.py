@@ -14,8 +14,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from pytest_opperf.comparison.thresholds import Regression
-from pytest_opperf.core.stats import Samples, mann_whitney_u
+from ..core.stats import Samples, mann_whitney_u
+from .thresholds import Regression
 
 __all__ = ["Comparison", "compare_higher", "compare_slower"]
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass, fields, replace
 from fnmatch import fnmatchcase
 from typing import Any
 
-from pytest_opperf.comparison.keys import (
+from ..records.reader import read_text
+from .keys import (
     ThresholdsError,
     keys,
     parse,
@@ -25,8 +26,7 @@ from pytest_opperf.comparison.keys import (
     type_name,
     unknown,
 )
-from pytest_opperf.comparison.metrics import MetricKey
-from pytest_opperf.records.reader import read_text
+from .metrics import MetricKey
 
 __all__ = ["PER_METRIC", "CompareSettings", "Limit", "Override", "Regression", "Thresholds",
            "ThresholdsError", "load_thresholds", "parse_compare", "parse_thresholds"]

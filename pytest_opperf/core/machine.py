@@ -103,7 +103,7 @@ def hardware_facts(machine: Mapping[str, Any]) -> dict[str, Any]:
     facts = {"device_class": machine.get("device_class"), "cpu": machine.get("cpu"),
              "gpu": gpu.get("model") if isinstance(gpu, dict) else None}
     # A GPU's driver and clock settings change its speed as much as another model does.
-    from pytest_opperf.gpu.gpu_env import settings_of
+    from ..gpu.gpu_env import settings_of
 
     facts["gpu driver"] = gpu.get("driver") if isinstance(gpu, dict) else None
     facts.update(settings_of(machine))

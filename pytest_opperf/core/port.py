@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from pytest_opperf.results import RunResult
+    from ..results import RunResult
 
 __all__ = ["PerOpTimer", "Port", "Window"]
 

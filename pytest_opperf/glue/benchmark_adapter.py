@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from pytest_opperf.hookspec import OpPerfBenchmarkWarning
+from ..hookspec import OpPerfBenchmarkWarning
 
 DISTRIBUTION = "pytest-benchmark"
 SUPPORTED = ((4, 0), (6, 0))  # releases from the first up to, not including, the second

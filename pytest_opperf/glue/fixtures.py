@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_opperf import hookspec
-from pytest_opperf.core.identity import run_id_of
-from pytest_opperf.core.port import Port
-from pytest_opperf.device import DeviceInfo
-from pytest_opperf.glue.settings import PORT, SETTINGS, resolved_workload, select_device
+from .. import hookspec
+from ..core.identity import run_id_of
+from ..core.port import Port
+from ..device import DeviceInfo
+from .settings import PORT, SETTINGS, resolved_workload, select_device
 
 if TYPE_CHECKING:
-    from pytest_opperf.measure import CountingRun, Run
+    from ..measure import CountingRun, Run
 
 
 class OpPerf:
@@ -62,8 +62,8 @@ class OpPerf:
         After the window, ``run.counting_pass(step)`` counts the work of a few more steps
         (``step()`` runs one; see :meth:`pytest_opperf.measure.Run.counting_pass`).
         """
-        from pytest_opperf import measure  # heavy: only for tests that measure
-        from pytest_opperf.results import RUN_KINDS, json_problem
+        from .. import measure  # heavy: only for tests that measure
+        from ..results import RUN_KINDS, json_problem
 
         if kind not in RUN_KINDS:
             raise ValueError(f"opperf.measure: kind must be one of {'|'.join(RUN_KINDS)}, "
@@ -158,7 +158,7 @@ class OpBenchmark:
                  teardown: Callable[..., Any] | None = None, rounds: int = 1,
                  warmup_rounds: int = 0, iterations: int = 1) -> Any:
         if not self._opperf.enabled:
-            from pytest_opperf.core.oploop import pedantic_round
+            from ..core.oploop import pedantic_round
 
             return pedantic_round(target, args, kwargs, 1, perf_counter, setup, teardown)[1]
         return self._port.per_op.pedantic(self, target, args, kwargs, setup, teardown, rounds,
@@ -181,7 +181,7 @@ class OpBenchmark:
     def record(self, rounds: list[float], iterations: int, **loop: Any) -> None:
         """The benchmark's run from its rounds (per-call seconds), into the session's runs;
         ``loop`` goes to the run's ``config.benchmark``."""
-        from pytest_opperf.measure import op_run
+        from ..measure import op_run
 
         port = self._port
         config = {**self.config,

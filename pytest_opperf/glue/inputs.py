@@ -8,10 +8,10 @@ from collections.abc import Callable
 
 import pytest
 
-from pytest_opperf.comparison.thresholds import Thresholds, ThresholdsError, load_thresholds
-from pytest_opperf.glue.settings import Settings, usage_errors
-from pytest_opperf.records.reader import read_results
-from pytest_opperf.results import ResultsError, ResultSet, baseline_file
+from ..comparison.thresholds import Thresholds, ThresholdsError, load_thresholds
+from ..records.reader import read_results
+from ..results import ResultsError, ResultSet, baseline_file
+from .settings import Settings, usage_errors
 
 __all__ = ["check_history", "read_baseline", "read_thresholds"]
 
@@ -20,8 +20,8 @@ def check_history(settings: Settings) -> None:
     """``--opperf-history``: a target the session could not append to is refused now."""
     if settings.history is None:
         return
-    from pytest_opperf.history.errors import HistoryError
-    from pytest_opperf.history.sources import check_target
+    from ..history.errors import HistoryError
+    from ..history.sources import check_target
 
     with usage_errors(settings.label("history"), HistoryError):
         check_target(settings.history)

@@ -15,20 +15,20 @@ from typing import Any
 
 import pytest
 
-from pytest_opperf import hookspec
-from pytest_opperf.comparison.gate import evaluate
-from pytest_opperf.comparison.thresholds import Thresholds
-from pytest_opperf.comparison.verdict import Verdict
-from pytest_opperf.core.identity import baseline_variant
-from pytest_opperf.core.machine import commit_info, machine_info, same_hardware
-from pytest_opperf.glue import benchmark_adapter, inputs
-from pytest_opperf.glue.outputs import Outputs, check_outputs
-from pytest_opperf.glue.session import OpPerfSession
-from pytest_opperf.glue.settings import Settings, usage_errors
-from pytest_opperf.gpu import gpu_env
-from pytest_opperf.gpu.xdist_gpu import different_models
-from pytest_opperf.reports import report
-from pytest_opperf.results import ResultSet, baseline_file
+from .. import hookspec
+from ..comparison.gate import evaluate
+from ..comparison.thresholds import Thresholds
+from ..comparison.verdict import Verdict
+from ..core.identity import baseline_variant
+from ..core.machine import commit_info, machine_info, same_hardware
+from ..gpu import gpu_env
+from ..gpu.xdist_gpu import different_models
+from ..reports import report
+from ..results import ResultSet, baseline_file
+from . import benchmark_adapter, inputs
+from .outputs import Outputs, check_outputs
+from .session import OpPerfSession
+from .settings import Settings, usage_errors
 
 __all__ = ["MainSession"]
 
@@ -228,9 +228,9 @@ class MainSession(OpPerfSession):
         if exitstatus == pytest.ExitCode.INTERRUPTED:
             self.notes.append(f"{label}: not appended, the session was interrupted")
             return
-        from pytest_opperf.history.errors import HistoryError
-        from pytest_opperf.history.sources import redact
-        from pytest_opperf.history.store import append_session
+        from ..history.errors import HistoryError
+        from ..history.sources import redact
+        from ..history.store import append_session
 
         try:
             sid = append_session(source, self.results, getattr(self.results, "compare", None),

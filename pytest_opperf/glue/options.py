@@ -7,11 +7,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from pytest_opperf.comparison import shard
-from pytest_opperf.glue import child
-from pytest_opperf.glue.child import Policy
-from pytest_opperf.glue.settings import Settings
-from pytest_opperf.stattree import SORT_KEYS
+from ..comparison import shard
+from ..stattree import SORT_KEYS
+from . import child
+from .child import Policy
+from .settings import Settings
 
 WORKLOADS = ("tiny", "small", "full", "auto")
 DEVICES = ("auto", "cpu", "gpu")

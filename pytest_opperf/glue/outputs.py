@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_opperf.glue.settings import Settings
-from pytest_opperf.records import atomic
-from pytest_opperf.records.save import SaveRefused, baseline_to_save
-from pytest_opperf.reports import report
-from pytest_opperf.results import ResultSet, json_problem, write_results
+from ..records import atomic
+from ..records.save import SaveRefused, baseline_to_save
+from ..reports import report
+from ..results import ResultSet, json_problem, write_results
+from .settings import Settings
 
 __all__ = ["OUTPUTS", "Outputs", "check_outputs", "directory_problem"]
 

@@ -28,18 +28,18 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
-from pytest_opperf.core.port import PerOpTimer, Window
-from pytest_opperf.glue import shard_hook
-from pytest_opperf.glue.main_session import MainSession
-from pytest_opperf.glue.session import OpPerfSession
-from pytest_opperf.glue.settings import SESSION_PLUGIN, Settings, usage_errors
-from pytest_opperf.gpu import gpu_env
-from pytest_opperf.gpu.xdist_gpu import ENV_LIST, GpuWorkersError, visible_gpus
-from pytest_opperf.records import atomic, handback
-from pytest_opperf.workcounts import instructions
+from ..core.port import PerOpTimer, Window
+from ..gpu import gpu_env
+from ..gpu.xdist_gpu import ENV_LIST, GpuWorkersError, visible_gpus
+from ..records import atomic, handback
+from ..workcounts import instructions
+from . import shard_hook
+from .main_session import MainSession
+from .session import OpPerfSession
+from .settings import SESSION_PLUGIN, Settings, usage_errors
 
 if TYPE_CHECKING:
-    from pytest_opperf.ab.side import SidePlugin
+    from ..ab.side import SidePlugin
 
 __all__ = ["ROLES", "GpuWorker", "Role", "ValgrindChild", "XdistController", "XdistWorker",
            "choose", "configure"]
@@ -79,11 +79,11 @@ def configure(config: pytest.Config, settings: Settings) -> Role:
 
 def _session(role: Role, config: pytest.Config, settings: Settings) -> OpPerfSession:
     if role == "ab-main":
-        from pytest_opperf.ab.session import ABMain
+        from ..ab.session import ABMain
 
         return ABMain(config, settings)
     if role == "ab-side":
-        from pytest_opperf.ab.side import SideSession
+        from ..ab.side import SideSession
 
         side: SidePlugin | None = config.pluginmanager.get_plugin(_SIDE_PLUGIN)
         assert side is not None  # the role was chosen for it

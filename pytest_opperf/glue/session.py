@@ -18,22 +18,22 @@ from typing import Any
 
 import pytest
 
-from pytest_opperf.core.identity import run_id_of
-from pytest_opperf.core.oploop import LoopSettings, OwnLoop
-from pytest_opperf.core.port import PerOpTimer, Port, Window
-from pytest_opperf.device import CPU_HOST, DeviceInfo, benchmark_timer
-from pytest_opperf.glue import benchmark_adapter
-from pytest_opperf.glue.settings import (
+from ..core.identity import run_id_of
+from ..core.oploop import LoopSettings, OwnLoop
+from ..core.port import PerOpTimer, Port, Window
+from ..device import CPU_HOST, DeviceInfo, benchmark_timer
+from ..gpu import gpu_env, nvtx_ranges
+from ..measure import op_run
+from ..results import RunResult
+from ..workcounts import instructions
+from . import benchmark_adapter
+from .settings import (
     PORT,
     Settings,
     resolved_workload,
     select_device,
     usage_errors,
 )
-from pytest_opperf.gpu import gpu_env, nvtx_ranges
-from pytest_opperf.measure import op_run
-from pytest_opperf.results import RunResult
-from pytest_opperf.workcounts import instructions
 
 __all__ = ["OpPerfSession"]
 
@@ -116,7 +116,7 @@ class OpPerfSession:
         self.workload = resolved_workload(self.settings, self.device)
         self._gpu_start()
         if self.settings.instructions:  # never in a child: the option is stripped for it
-            from pytest_opperf.glue.options import child_options
+            from .options import child_options
 
             options = child_options(self.settings, workload=self.workload)
             self.instructions = instructions.Instructions(self.config.rootpath, options,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_opperf.core.port import Port
-from pytest_opperf.device import DeviceInfo
+from ..core.port import Port
+from ..device import DeviceInfo
 
 SESSION_PLUGIN = "opperf-session"  # the name OpPerfSession is registered under
 

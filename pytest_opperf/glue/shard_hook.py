@@ -19,16 +19,16 @@ from typing import Any
 
 import pytest
 
-from pytest_opperf.comparison import shard
-from pytest_opperf.core.identity import baseline_variant, run_id_of
-from pytest_opperf.glue.inputs import read_baseline
-from pytest_opperf.glue.settings import (
+from ..comparison import shard
+from ..core.identity import baseline_variant, run_id_of
+from ..results import ResultSet
+from .inputs import read_baseline
+from .settings import (
     Settings,
     resolved_workload,
     select_device,
     usage_errors,
 )
-from pytest_opperf.results import ResultSet
 
 __all__ = ["SHARD_PLUGIN_NAME", "ShardPlugin", "ab_selection", "register"]
 

@@ -30,7 +30,7 @@ class GpuWorkersError(Exception):
 
 
 def _from_nvml() -> list[str] | None:
-    from pytest_opperf.gpu.gpu_env import nvml_module
+    from .gpu_env import nvml_module
 
     nvml = nvml_module()
     if nvml is None:

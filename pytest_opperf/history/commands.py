@@ -17,12 +17,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from pytest_opperf.history.errors import HistoryError
-from pytest_opperf.history.records import History, commit_time
-from pytest_opperf.history.store import Store
-from pytest_opperf.records.checks import results_from_dict
-from pytest_opperf.records.reader import loads_strict, read_text
-from pytest_opperf.results import ResultsError
+from ..records.checks import results_from_dict
+from ..records.reader import loads_strict, read_text
+from ..results import ResultsError
+from .errors import HistoryError
+from .records import History, commit_time
+from .store import Store
 
 __all__ = ["add_commands", "run_command"]
 
@@ -93,7 +93,7 @@ def _load(source: str, run_glob: str | None) -> tuple[str, History]:
 
 def run_command(args: argparse.Namespace, out: TextIO) -> int:
     """Run ``history`` or ``dashboard``; raises HistoryError/ResultsError/_Usage-like errors."""
-    from pytest_opperf.history import trends
+    from . import trends
 
     if args.command == "history":
         if args.source == "import":
@@ -107,7 +107,7 @@ def run_command(args: argparse.Namespace, out: TextIO) -> int:
             raise HistoryError(f"history {args.source}: unexpected arguments "
                                f"{' '.join(args.files) or '--into'} "
                                "(to store files: history import FILE.json... --into SOURCE)")
-        from pytest_opperf.history import suspects
+        from . import suspects
 
         label, history = _load(args.source, args.run)
         groups = trends.build(history)
@@ -123,7 +123,7 @@ def run_command(args: argparse.Namespace, out: TextIO) -> int:
             except OSError as exc:
                 raise HistoryError(f"--summary {args.summary}: cannot write: {exc}") from None
         return 0
-    from pytest_opperf.history import dashboard
+    from . import dashboard
 
     started = time.perf_counter()
     label, history = _load(args.source, None)

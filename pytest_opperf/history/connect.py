@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from pytest_opperf.history.errors import HistoryError
+from .errors import HistoryError
 
 __all__ = ["connect_postgresql", "connect_sqlite"]
 

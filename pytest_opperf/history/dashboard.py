@@ -13,14 +13,16 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from pytest_opperf.comparison.metrics import (
+from ..comparison.metrics import (
     EXAMPLES_PER_SEC,
     PYTHON_SHARE,
     WINDOW_EXAMPLES_PER_SEC,
     WINDOW_PYTHON_SHARE,
 )
-from pytest_opperf.history.errors import EXTRA_HINT, MissingExtra
-from pytest_opperf.history.trends import (
+from ..records.atomic import write_text_atomic
+from ..workcounts.workcount import LABELS
+from .errors import EXTRA_HINT, MissingExtra
+from .trends import (
     RUN_METRICS,
     SESSION_HEADERS,
     WORK_TOTALS,
@@ -30,8 +32,6 @@ from pytest_opperf.history.trends import (
     is_work,
     session_rows,
 )
-from pytest_opperf.records.atomic import write_text_atomic
-from pytest_opperf.workcounts.workcount import LABELS
 
 __all__ = ["TOP_OPERATORS", "page", "work_traces", "write"]
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from pytest_opperf.comparison.metrics import steady, steady_examples_per_sec, steady_python_shares
-from pytest_opperf.core.stats import median
-from pytest_opperf.results import ResultSet, RunResult, StatResult, is_sha
-from pytest_opperf.workcounts.workcount import WorkCounts
+from ..comparison.metrics import steady, steady_examples_per_sec, steady_python_shares
+from ..core.stats import median
+from ..results import ResultSet, RunResult, StatResult, is_sha
+from ..workcounts.workcount import WorkCounts
 
 __all__ = ["SAMPLES_KEPT", "History", "StoredRun", "StoredSession", "StoredStat",
            "bounded_samples", "commit_time", "dumps", "fingerprint", "steady_run_values",

@@ -4,7 +4,7 @@ key that serialises a PostgreSQL migration, and the release recorded as the stor
 
 from __future__ import annotations
 
-from pytest_opperf import __version__
+from .. import __version__
 
 __all__ = ["DIALECT", "LOCK_KEY", "MIGRATIONS", "WRITTEN_BY"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from pytest_opperf.history.errors import EXTRA_HINT, HistoryError, MissingExtra
+from .errors import EXTRA_HINT, HistoryError, MissingExtra
 
 __all__ = ["URL_SCHEMES", "check_target", "check_url", "import_psycopg", "is_url", "redact",
            "scrub", "secrets_of"]

@@ -32,9 +32,12 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
-from pytest_opperf.history.connect import connect_postgresql, connect_sqlite
-from pytest_opperf.history.errors import HistoryError, one_line
-from pytest_opperf.history.records import (
+from ..records.atomic import utf8_text
+from ..results import ResultSet, RunResult
+from ..workcounts.workcount import WorkCounts
+from .connect import connect_postgresql, connect_sqlite
+from .errors import HistoryError, one_line
+from .records import (
     History,
     StoredRun,
     StoredSession,
@@ -47,11 +50,8 @@ from pytest_opperf.history.records import (
     step_value,
     utc,
 )
-from pytest_opperf.history.schema import DIALECT, LOCK_KEY, MIGRATIONS, WRITTEN_BY
-from pytest_opperf.history.sources import check_url, import_psycopg, is_url, redact, scrub
-from pytest_opperf.records.atomic import utf8_text
-from pytest_opperf.results import ResultSet, RunResult
-from pytest_opperf.workcounts.workcount import WorkCounts
+from .schema import DIALECT, LOCK_KEY, MIGRATIONS, WRITTEN_BY
+from .sources import check_url, import_psycopg, is_url, redact, scrub
 
 __all__ = ["Store", "append_session"]
 

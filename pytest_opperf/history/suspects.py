@@ -18,7 +18,8 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pytest_opperf.history.trends import (
+from ..reports.layout import clean, md_code, md_text
+from .trends import (
     HIGHER_IS_BETTER,
     SHARES,
     Group,
@@ -26,7 +27,6 @@ from pytest_opperf.history.trends import (
     is_work,
     version_change,
 )
-from pytest_opperf.reports.layout import clean, md_code, md_text
 
 __all__ = ["HOLD", "Suspect", "bisect_command", "find", "markdown_lines", "text_lines"]
 

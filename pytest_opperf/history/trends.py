@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 
 from tabulate import tabulate
 
-from pytest_opperf.comparison import metrics
-from pytest_opperf.core.stats import median
-from pytest_opperf.history.changepoints import ChangePoint, detect
-from pytest_opperf.history.records import History, StoredRun, StoredSession
-from pytest_opperf.reports.layout import clean
-from pytest_opperf.workcounts.workcount import COUNTERS, OUTSIDE, WorkCounts
+from ..comparison import metrics
+from ..core.stats import median
+from ..reports.layout import clean
+from ..workcounts.workcount import COUNTERS, OUTSIDE, WorkCounts
+from .changepoints import ChangePoint, detect
+from .records import History, StoredRun, StoredSession
 
 __all__ = ["Commit", "Group", "Series", "build", "find_changes", "history_lines", "is_work",
            "metric_name", "run_metrics", "version_change", "work_metrics"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_opperf.paddle.device import pytest_opperf_select_device
+from .device import pytest_opperf_select_device
 
 __all__ = ["EXECUTOR", "Profile", "profile", "pytest_opperf_select_device"]
 

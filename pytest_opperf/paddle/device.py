@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from pytest_opperf.device import DeviceInfo, EventPoolClock, device_class
-from pytest_opperf.paddle.support import INSTALL, import_paddle
+from ..device import DeviceInfo, EventPoolClock, device_class
+from .support import INSTALL, import_paddle
 
 __all__ = ["PaddleEventClock", "pytest_opperf_select_device"]
 

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_opperf.recorded import MARK
+from ..recorded import MARK
 
 __all__ = ["EXECUTOR", "PaddleSamples", "inner_name", "op_name", "samples_of"]
 

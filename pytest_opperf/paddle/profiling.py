@@ -24,10 +24,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_opperf import measure, recorded, timers
-from pytest_opperf.hookspec import OpPerfPaddleWarning
-from pytest_opperf.paddle.events import EXECUTOR, samples_of
-from pytest_opperf.paddle.support import import_paddle, version_problem
+from .. import measure, recorded, timers
+from ..hookspec import OpPerfPaddleWarning
+from .events import EXECUTOR, samples_of
+from .support import import_paddle, version_problem
 
 __all__ = ["DYGRAPH_NOTE", "EXECUTOR", "EXECUTOR_NOTE", "PaddleProfile", "profile"]
 

@@ -14,8 +14,7 @@ from array import array
 from collections.abc import Mapping
 from typing import Any
 
-from pytest_opperf.records.readonly import shared_dict, shared_list
-from pytest_opperf.results import (
+from ..results import (
     BY_RULE,
     RUN_KINDS,
     SCHEMA,
@@ -24,8 +23,9 @@ from pytest_opperf.results import (
     RunResult,
     is_sha,
 )
-from pytest_opperf.stattree import StatResult, StatTree, StatTreeError
-from pytest_opperf.workcounts.workcount import COUNTERS, WorkCounts
+from ..stattree import StatResult, StatTree, StatTreeError
+from ..workcounts.workcount import COUNTERS, WorkCounts
+from .readonly import shared_dict, shared_list
 
 __all__ = ["MAX_COUNT", "MAX_NUMBER", "MAX_TIME", "check_schema", "finish", "is_num",
            "results_from_dict", "load_run", "need", "shown"]

@@ -24,8 +24,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_opperf.records.checks import results_from_dict
-from pytest_opperf.results import ResultsError, ResultSet, RunResult
+from ..results import ResultsError, ResultSet, RunResult
+from .checks import results_from_dict
 
 __all__ = ["CHILD_ROLES", "FILE", "VERSION", "Envelope", "HandBackError"]
 

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from pytest_opperf.records.checks import check_schema, finish, load_run, need, results_from_dict
-from pytest_opperf.results import ResultsError, ResultSet, RunResult
+from ..results import ResultsError, ResultSet, RunResult
+from .checks import check_schema, finish, load_run, need, results_from_dict
 
 __all__ = ["loads_strict", "read_results", "read_text"]
 

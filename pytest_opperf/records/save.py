@@ -15,8 +15,8 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pytest_opperf.records.reader import read_results
-from pytest_opperf.results import ResultsError, ResultSet
+from ..results import ResultsError, ResultSet
+from .reader import read_results
 
 __all__ = ["SaveRefused", "Saved", "baseline_to_save"]
 

@@ -17,12 +17,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pytest_opperf.ab.paired import CompareResult, Decision
-from pytest_opperf.ab.render import change, interval
-from pytest_opperf.comparison.verdict import DriftRow, Verdict, Violation
-from pytest_opperf.reports.layout import common_prefix, md_code, md_text
-from pytest_opperf.reports.report import verdict_line
-from pytest_opperf.results import ResultSet
+from ..ab.paired import CompareResult, Decision
+from ..ab.render import change, interval
+from ..comparison.verdict import DriftRow, Verdict, Violation
+from ..results import ResultSet
+from .layout import common_prefix, md_code, md_text
+from .report import verdict_line
 
 __all__ = ["LIMIT", "MARKER", "render_comment"]
 

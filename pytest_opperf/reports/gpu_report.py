@@ -15,8 +15,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-from pytest_opperf.comparison.metrics import steady_examples_per_sec, steady_steps
-from pytest_opperf.results import RunResult
+from ..comparison.metrics import steady_examples_per_sec, steady_steps
+from ..results import RunResult
 
 __all__ = ["LAUNCH_MARGIN", "bound", "compile_ms", "device_host_lines", "steady_lines"]
 

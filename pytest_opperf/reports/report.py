@@ -15,14 +15,14 @@ from typing import Any
 
 from tabulate import tabulate
 
-from pytest_opperf.comparison.metrics import steady, steady_python_shares, steady_steps
-from pytest_opperf.comparison.verdict import Drift, DriftRow, Verdict
-from pytest_opperf.core.stats import Samples
-from pytest_opperf.reports.gpu_report import device_host_lines, steady_lines
-from pytest_opperf.reports.layout import clean, md_code, md_text, middle, run_group, table, wrap
-from pytest_opperf.results import SCHEMA, ResultSet, RunResult
-from pytest_opperf.stattree import SORT_KEYS, Shares, short_name
-from pytest_opperf.workcounts.workcount import COUNTERS, LABELS, OUTSIDE
+from ..comparison.metrics import steady, steady_python_shares, steady_steps
+from ..comparison.verdict import Drift, DriftRow, Verdict
+from ..core.stats import Samples
+from ..results import SCHEMA, ResultSet, RunResult
+from ..stattree import SORT_KEYS, Shares, short_name
+from ..workcounts.workcount import COUNTERS, LABELS, OUTSIDE
+from .gpu_report import device_host_lines, steady_lines
+from .layout import clean, md_code, md_text, middle, run_group, table, wrap
 
 __all__ = ["SORT_KEYS", "chrome_trace", "drift_lines", "drift_section", "gate_lines", "markdown",
            "op_table_lines", "run_lines", "terminal_lines", "verdict_line", "work_lines"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_opperf.torch.device import pytest_opperf_select_device
+from .device import pytest_opperf_select_device
 
 __all__ = ["ACCOUNTING_NOTE", "CudaEventClock", "Profile", "benchmark_op", "op_flops", "profile",
            "pytest_opperf_select_device"]

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pytest_opperf.device import DeviceInfo, EventPoolClock, device_class
+from ..device import DeviceInfo, EventPoolClock, device_class
 
 __all__ = ["CudaEventClock", "device_class", "pytest_opperf_select_device"]
 

@@ -31,8 +31,8 @@ import torch
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pytest_opperf import measure, timers
-from pytest_opperf.torch.recorded import SKIPPED_NAMESPACES, ForwardHooks
+from .. import measure, timers
+from .recorded import SKIPPED_NAMESPACES, ForwardHooks
 
 __all__ = ["ACCOUNTING_NOTE", "GROUPINGS", "MECHANISMS", "TorchProfile", "profile"]
 
@@ -475,8 +475,8 @@ def _recorded(table: timers.Table, nested: bool, run: measure.Run | None,
               by: str) -> Iterator[None]:
     """torch's profiler over the block; its ops filed when the run's window closes
     (after its wall clock stopped), or at the end of the block without a run."""
-    from pytest_opperf.recorded import read_after_window
-    from pytest_opperf.torch.recorded import TorchRecorder
+    from ..recorded import read_after_window
+    from .recorded import TorchRecorder
 
     with read_after_window(TorchRecorder(table, nested, run, by), _unread):
         yield

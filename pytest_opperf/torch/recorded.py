@@ -34,9 +34,9 @@ import torch
 from torch._C._profiler import ProfilerActivity, _ExperimentalConfig, _RecordFunctionFast
 from torch.autograd.profiler import ProfilerConfig, ProfilerState
 
-from pytest_opperf import measure, recorded, timers
-from pytest_opperf.hookspec import OpPerfWarning
-from pytest_opperf.recorded import MARK, Mark, RegionLog, file_samples
+from .. import measure, recorded, timers
+from ..hookspec import OpPerfWarning
+from ..recorded import MARK, Mark, RegionLog, file_samples
 
 __all__ = ["Event", "Mark", "ModuleCall", "ModuleLog", "TorchRecorder", "RegionLog",
            "file_module_samples", "file_samples", "op_kind", "op_samples", "unseen_notes"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ctypes
 import re
 
-from pytest_opperf.workcounts.valgrind import (
+from .valgrind import (
     CALLGRIND_DUMP_STATS_AT,
     CALLGRIND_START_INSTRUMENTATION,
     CALLGRIND_STOP_INSTRUMENTATION,

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_opperf.workcounts.valgrind import ValgrindError
+from .valgrind import ValgrindError
 
 __all__ = ["OUT_PREFIX", "CallgrindFormatError", "Dump", "parse_dump", "read_step_counts"]
 

@@ -29,11 +29,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_opperf.glue import child
-from pytest_opperf.records.handback import FILE, Envelope, HandBackError
-from pytest_opperf.workcounts import valgrind_run
-from pytest_opperf.workcounts.callgrind import Callgrind
-from pytest_opperf.workcounts.valgrind import ValgrindError
+from ..glue import child
+from ..records.handback import FILE, Envelope, HandBackError
+from . import valgrind_run
+from .callgrind import Callgrind
+from .valgrind import ValgrindError
 
 __all__ = ["CHILD_ENV", "ChildPass", "Instructions"]
 

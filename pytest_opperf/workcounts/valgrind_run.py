@@ -38,8 +38,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pytest_opperf.workcounts.callgrind_dumps import OUT_PREFIX, read_step_counts
-from pytest_opperf.workcounts.valgrind import (
+from .callgrind_dumps import OUT_PREFIX, read_step_counts
+from .valgrind import (
     ValgrindError,
     client_request_problem,
     platform_problem,

@@ -51,8 +51,8 @@ from time import perf_counter_ns
 from types import CodeType, FrameType
 from typing import Any
 
-from pytest_opperf import timers
-from pytest_opperf.core.stats import most_common
+from .. import timers
+from ..core.stats import most_common
 
 __all__ = ["COUNTERS", "LABELS", "OUTSIDE", "Counter", "WorkCounts", "compared",
            "library_versions"]
