@@ -200,6 +200,17 @@ class _Bisection:
             self.out.skipped.setdefault(commit, why)
         return bool(step.comparison.broken)
 
+    def measured(self, a: int, b: int, bound: int) -> tuple[Step | None, str | None]:
+        """A bisection step from ``a`` to ``b``: the step; or None when it found a commit it could
+        not measure (skipped: the range is narrowed again), with why when that commit is
+        ``bound``, the end of the range that was measured before."""
+        step = self.step("bisect", a, b)
+        if not self.broken(step):
+            return step, None
+        if bound in step.comparison.broken:
+            return None, f"the commit at {bound} could not be measured again"
+        return None, None
+
     def narrow(self, lo: int, hi: int) -> tuple[int, int, str | None]:
         """Narrow ``(lo, hi]`` (known to regress) to one commit, or to a range with why."""
         while True:
@@ -208,20 +219,20 @@ class _Bisection:
                 return lo, hi, None
             middle = (lo + hi) / 2
             mid = min(inside, key=lambda i: (abs(i - middle), i))
-            step = self.step("bisect", lo, mid)
-            if self.broken(step):
-                if lo in step.comparison.broken:
-                    return lo, hi, f"the commit at {lo} could not be measured again"
+            step, why = self.measured(lo, mid, bound=lo)
+            if why is not None:
+                return lo, hi, why
+            if step is None:
                 continue
             if step.verdict == "different":
                 hi = mid
             elif step.verdict == "same":
                 lo = mid
             else:
-                other = self.step("bisect", mid, hi)
-                if self.broken(other):
-                    if hi in other.comparison.broken:
-                        return lo, hi, f"the commit at {hi} could not be measured again"
+                other, why = self.measured(mid, hi, bound=hi)
+                if why is not None:
+                    return lo, hi, why
+                if other is None:
                     continue
                 if other.verdict == "unknown":
                     return lo, hi, (f"undecided between {lo} and {mid} and between {mid} and "
