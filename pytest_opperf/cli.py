@@ -24,7 +24,6 @@ from .comparison.verdict import Verdict
 from .history.errors import HistoryError
 from .records.reader import read_results
 from .reports import report
-from .reports.layout import clean
 from .results import ResultsError
 
 __all__ = ["main"]
@@ -73,16 +72,8 @@ def _compare(args: argparse.Namespace, out: TextIO) -> int:
     verdict = evaluate(new, thresholds, base, args.base)
     out.write(f"opperf compare: {args.base} -> {args.new}\n")
     width = shutil.get_terminal_size().columns  # COLUMNS when set
-    if verdict.drift is not None:
-        for line in report.drift_section(verdict.drift, width):
-            out.write(line + "\n")
-    out.write(clean(report.verdict_line(verdict)) + "\n")
-    for line in [f"warning: {w}" for w in verdict.warnings] + [f"note: {n}" for n in verdict.notes]:
-        out.write(clean(line) + "\n")  # run ids from the files: control characters escaped
-    if not verdict.passed:
-        out.write("=" * 30 + " opperf gate " + "=" * 30 + "\n")
-        for line in report.gate_lines(verdict, width):
-            out.write(line + "\n")
+    for line in report.verdict_lines(verdict, width):
+        out.write(line + "\n")
     if args.markdown:
         from .records.atomic import write_text_atomic
 
@@ -98,8 +89,7 @@ def _show(args: argparse.Namespace, out: TextIO) -> int:
     for line in report.terminal_lines(results, verdict, args.sort, width=width):
         out.write(line + "\n")
     if verdict is not None and not verdict.passed:
-        out.write("=" * 30 + " opperf gate " + "=" * 30 + "\n")
-        for line in report.gate_lines(verdict, width):
+        for line in report.gate_section(verdict, width):
             out.write(line + "\n")
     return EXIT_OK
 

@@ -23,7 +23,6 @@ from ..core.identity import baseline_variant
 from ..records.atomic import write_text_atomic
 from ..records.reader import read_results
 from ..reports import report
-from ..reports.layout import clean
 from ..results import ResultSet, baseline_file, write_results
 from .gate import add_compare, evaluate
 from .merge import Part, merge
@@ -125,16 +124,8 @@ def _gate(args: argparse.Namespace, out: TextIO) -> int:
     verdict.warnings[:0] = warnings
     width = shutil.get_terminal_size().columns  # COLUMNS when set
     out.write(f"opperf gate: {args.results}\n")
-    if verdict.drift is not None:
-        for line in report.drift_section(verdict.drift, width):
-            out.write(line + "\n")
-    out.write(clean(report.verdict_line(verdict)) + "\n")
-    for line in [f"warning: {w}" for w in verdict.warnings] + [f"note: {n}" for n in verdict.notes]:
-        out.write(clean(line) + "\n")
-    if not verdict.passed:
-        out.write("=" * 30 + " opperf gate " + "=" * 30 + "\n")
-        for line in report.gate_lines(verdict, width):
-            out.write(line + "\n")
+    for line in report.verdict_lines(verdict, width):
+        out.write(line + "\n")
     results.gate = verdict.to_dict()
     compare = (CompareResult.from_dict(results.compare, args.results)
                if results.compare is not None else None)

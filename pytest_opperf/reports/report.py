@@ -24,8 +24,9 @@ from ..workcounts.workcount import COUNTERS, LABELS, OUTSIDE
 from .gpu_report import device_host_lines, steady_lines
 from .layout import clean, md_code, md_text, middle, run_group, table, wrap
 
-__all__ = ["SORT_KEYS", "chrome_trace", "drift_lines", "drift_section", "gate_lines", "markdown",
-           "op_table_lines", "run_lines", "terminal_lines", "verdict_line", "work_lines"]
+__all__ = ["SORT_KEYS", "chrome_trace", "drift_lines", "drift_section", "gate_lines",
+           "gate_section", "markdown", "op_table_lines", "run_lines", "terminal_lines",
+           "verdict_line", "verdict_lines", "work_lines"]
 
 DRIFT_ROWS = 10  # the drift table's rows in the terminal (the markdown shows twice as many)
 
@@ -271,6 +272,22 @@ def drift_lines(drift: Drift, width: int = 100, rows: int = DRIFT_ROWS) -> list[
         lines += wrap(f"... and {len(drift.rows) - rows} more metric(s) in the results JSON "
                       "(gate.drift)", width)
     return lines
+
+
+def gate_section(verdict: Verdict, width: int = 100) -> list[str]:
+    """The ``opperf gate`` section of a failed verdict, as the commands print it."""
+    return ["=" * 30 + " opperf gate " + "=" * 30, *gate_lines(verdict, width)]
+
+
+def verdict_lines(verdict: Verdict, width: int = 100) -> list[str]:
+    """A verdict as the commands (``compare``, ``gate``) print it: the drift table, the verdict
+    line, its warnings and notes (escaped: run ids come from files) and, when it failed, the gate
+    section."""
+    lines = drift_section(verdict.drift, width) if verdict.drift is not None else []
+    lines.append(clean(verdict_line(verdict)))
+    lines += [clean(f"warning: {w}") for w in verdict.warnings]
+    lines += [clean(f"note: {n}") for n in verdict.notes]
+    return lines + ([] if verdict.passed else gate_section(verdict, width))
 
 
 def drift_section(drift: Drift, width: int = 100) -> list[str]:
