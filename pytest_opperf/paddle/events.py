@@ -75,16 +75,20 @@ def inner_name(name: str) -> str:
     return "infer_meta" if name == "infermeta" else name
 
 
-_KIND_NAMES: dict[Any, str] = {}  # event type -> its name
+_KIND_NAMES: dict[int, str] = {}  # event type's value -> its name
 
 
 def _kind(node: Any) -> str:
     """The name of an event's type (``Operator``): pybind's ``enum.name`` builds the enum's
-    member table on every call (about 0.2 ms), so each type's name is looked up once."""
+    member table on every call (about 0.2 ms), so each type's name is looked up once. The cache
+    is keyed by the type's value, never by the object ``node.type`` returns: that object refers
+    to the event's memory, which Paddle frees and reuses with the profiler's result, so a kept
+    one would change its value (and file a later window's ops under the wrong kind)."""
     kind = node.type
-    name = _KIND_NAMES.get(kind)
+    value = kind.value
+    name = _KIND_NAMES.get(value)
     if name is None:
-        name = _KIND_NAMES[kind] = kind.name
+        name = _KIND_NAMES[value] = kind.name
     return name
 
 
