@@ -218,7 +218,7 @@ def controller(
     budget_s: float = 600.0,
     clock=None,
     on_outcome=None,
-    undecided_fails: bool = False,
+    undecided: str = "inconclusive",
     cpus=None,
     **extra,
 ) -> Controller:
@@ -238,7 +238,7 @@ def controller(
         timeout_s=30,
         seed=1,
         warmup_s=0.0,  # one warm-up pair
-        undecided_fails=undecided_fails,
+        undecided=undecided,
         **{k: v for k, v in optional.items() if v is not None},
     )
 
@@ -511,7 +511,7 @@ def test_an_aa_metric_that_cannot_end_regressed_is_not_run_again(tmp_path):
 
 def test_undecided_metrics_that_fail_the_gate_are_run_again_in_the_last_generation(tmp_path):
     c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 1.0}, 20.0,
-                                 undecided_fails=True, **AA_UNDECIDED)
+                                 undecided="fail", **AA_UNDECIDED)
     result = run_session(c)
     assert "2 generation(s)" in result.notes[-1]
     assert not any("stopped early" in note for note in result.notes)
@@ -633,7 +633,7 @@ def test_past_the_budget_a_leaning_metric_gets_the_pairs_a_verdict_needs_for_lea
     monkeypatch.setattr(tuning, "RERUN_SHARE", 0.0)
     monkeypatch.setattr(tuning, "LEANING_MIN_S", leaning_min_s)
     c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 1.04}, visit_s, noise=0.0,
-                                 gauss=0.3)
+                                 gauss=0.3, undecided="warn")
     result = run_session(c)
     (d,) = result.decisions
     assert d.verdict == "undecided" and d.estimate > 1.0247, d
@@ -654,3 +654,27 @@ def test_past_each_budget_the_tests_run_again_narrow_to_leaning_metrics_then_to_
     assert c._undecided_runs(common) == ["t::changed", "t::flat", "t::leans"]
     assert c._undecided_runs(common, keep="leaning") == ["t::changed", "t::leans"]
     assert c._undecided_runs(common, keep="changes") == ["t::changed"]
+
+
+def test_an_inconclusive_metric_gets_the_generations_a_verdict_needs_unless_warn(tmp_path,
+                                                                              monkeypatch):
+    # 10 % slower in noise too wide to decide at first, no budget for reruns and no leaning tier:
+    # with "warn" the session stops with the metric inconclusive (it only warns); by default an
+    # inconclusive metric would fail the gate, so it runs again while it is inconclusive, until
+    # it is decided, or no longer inconclusive, or the generations run out
+    monkeypatch.setattr(tuning, "RERUN_MIN_S", 0.0)
+    monkeypatch.setattr(tuning, "RERUN_SHARE", 0.0)
+    monkeypatch.setattr(tuning, "LEANING_MIN_S", 0.0)
+    generations, decisions = {}, {}
+    for mode in ("warn", "inconclusive"):
+        (tmp_path / mode).mkdir()
+        c, _ = fake_clock_controller(tmp_path / mode, {"base": 1.0, "head": 1.10}, 0.0,
+                                     noise=0.0, gauss=0.6, undecided=mode)
+        result = run_session(c)
+        (decisions[mode],) = result.decisions
+        generations[mode] = int(result.notes[-1].split(" generation(s)")[0].rsplit(" ", 1)[1])
+    assert decisions["warn"].verdict == "undecided" and decisions["warn"].inconclusive
+    assert generations["inconclusive"] > generations["warn"]
+    d = decisions["inconclusive"]
+    assert not d.inconclusive or generations["inconclusive"] == 1 + tuning.MAX_RERUNS, d
+    assert d.verdict == "regressed" or d.pairs > decisions["warn"].pairs

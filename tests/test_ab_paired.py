@@ -533,16 +533,28 @@ def test_from_dict_names_what_is_wrong(change, message):
         CompareResult.from_dict(data, "r.json")
 
 
-def test_violations_one_per_regressed_metric():
+def test_violations_one_per_regressed_metric_and_one_per_inconclusive_unless_warn():
     r = result()
+    (mul,) = [d for d in r.decisions if d.key.metric == "call_ms:mul"]
+    assert mul.verdict == "undecided" and mul.inconclusive  # 1.30x on 4 pairs: too few to decide
+    regressed = [(RUN, "call_ms:conv2d"), (RUN, "python_share"), (RUN, "count:conv2d")]
+    verdict = Verdict()
+    add_compare(verdict, r, undecided="warn")
+    assert [(x.run, x.metric) for x in verdict.violations] == regressed
     verdict = Verdict()
     add_compare(verdict, r)
+    assert [(x.run, x.metric) for x in verdict.violations] == [*regressed, (RUN, "call_ms:mul")]
+    assert "A/B inconclusive after 4 pair(s): head/base 1.3" in verdict.violations[-1].message
+    assert verdict.inconclusive == 1 and verdict.undecided_metrics[0] == f"{RUN}::call_ms:mul"
+    json.dumps(verdict.to_dict(), allow_nan=False)
+    empty = paired.Paired(paired.MetricKey(RUN, "call_ms:add"), "time")  # no pairs: no numbers
+    r.decisions.append(paired.decide([empty], paired.CompareSettings())[0])
+    verdict = Verdict()
+    add_compare(verdict, r, undecided="fail")
+    assert [x.metric for x in verdict.violations][3:] == ["call_ms:mul", "call_ms:add"]
+    assert "(--opperf-compare-undecided=fail)" in verdict.violations[-1].message
+    json.dumps(verdict.to_dict(), allow_nan=False)
     v = verdict.violations
-    assert [(x.run, x.metric) for x in v] == [
-        (RUN, "call_ms:conv2d"),
-        (RUN, "python_share"),
-        (RUN, "count:conv2d"),
-    ]
     assert all(isinstance(x, Violation) for x in v)
     conv = r.decisions[0]
     assert (v[0].value, v[0].baseline, v[0].statistic) == (conv.head, conv.base, conv.statistic)

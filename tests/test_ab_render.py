@@ -253,3 +253,14 @@ def test_ids_and_names_cannot_add_lines_or_markup():
     assert "\x1b" not in text
     assert "- note: note\\ngate: PASSED (1 checks)\\n\\x1b[2K&lt;b&gt;" in text  # no tag
     assert "`suite.py::test_a[x\\ngate: PASSED (1 checks)\\n\\x1b[2K\\|<b>]`" in text
+
+
+def test_inconclusive_metrics_come_first_among_the_undecided_and_are_named_so():
+    r = result()
+    r.decisions.append(dec(f"{OPS}[add]", "call_ms:add", "undecided", 1.0, 1.2, 1.2, 0.9, 1.6))
+    assert [d.inconclusive for d in r.decisions if d.verdict == "undecided"] == [False, True]
+    lines = terminal_lines(r, 120)
+    heading = lines.index("undecided (2, 1 inconclusive)")
+    assert "[add]" in lines[heading + 1] and "[mul-" in lines[heading + 3]
+    rows = [line for line in markdown(r).splitlines() if line.startswith("| inconclusive")]
+    assert len(rows) == 1 and "call_ms:add" in rows[0]

@@ -123,7 +123,7 @@ def _decision(run: str, verdict: str, estimate: float = 1.0) -> Decision:
 def _ab_results() -> ResultSet:
     runs = [e2e_run(f"t.py::test_{i}") for i in range(6)]
     compare = CompareResult("REV abc (main)", "working tree", [
-        _decision("t.py::test_0", "regressed", 1.3), _decision("t.py::test_1", "undecided"),
+        _decision("t.py::test_0", "regressed", 1.3), _decision("t.py::test_1", "undecided", 1.1),
         _decision("t.py::test_2", "unchanged"), _decision("t.py::test_3", "improved", 0.7),
         _decision("t.py::test_4", "undecided", 1.02), _decision("t.py::test_5", "regressed", 1.2)])
     results = ResultSet(runs=runs, session={"device_class": "cpu", "workload": "small",
@@ -157,18 +157,22 @@ def _split(results: ResultSet, shards: list[list[int]]) -> list[Part]:
     return parts
 
 
-@pytest.mark.parametrize("fail", [False, True])
-def test_the_ab_decisions_stored_in_the_shards_gate_as_in_the_session(fail):
+@pytest.mark.parametrize(("mode", "undecided_violations"),
+                         [("inconclusive", 1), ("warn", 0), ("fail", 2)])
+def test_the_ab_decisions_stored_in_the_shards_gate_as_in_the_session(mode, undecided_violations):
     whole = _ab_results()
     compare = CompareResult.from_dict(whole.compare)
     session = evaluate(whole)
     add_compare(session, compare, [("t.py::test_2", "ab:base", "the base side's test failed")],
-                undecided_fail=fail)
+                undecided=mode)
     merged = merge(_split(whole, [[0, 3], [1, 4], [2, 5]]))
-    got = verdict_of(merged, undecided_fail=fail)
+    got = verdict_of(merged, undecided=mode)
     assert sorted(map(_key, got.violations)) == sorted(map(_key, session.violations))
-    assert (got.checks, got.undecided, got.passed) == (session.checks, 2, False)
-    assert len(got.violations) == (5 if fail else 3)
+    assert (got.checks, got.undecided, got.inconclusive, got.passed) == (session.checks, 2, 1,
+                                                                         False)
+    assert got.undecided_metrics == ["t.py::test_1::call_ms:relu", "t.py::test_4::call_ms:relu"]
+    assert sum("A/B inconclusive" in v.message or "A/B undecided" in v.message
+               for v in got.violations) == undecided_violations
     assert CompareResult.from_dict(merged.compare).counts() == compare.counts()
 
 

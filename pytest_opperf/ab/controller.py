@@ -117,7 +117,7 @@ class Controller:
     base_label: str
     head_label: str
     timeout_s: float = 600.0
-    undecided_fails: bool = False  # --opperf-compare-undecided=fail: undecided metrics fail
+    undecided: str = "inconclusive"  # --opperf-compare-undecided: which undecided metrics fail
     seed: int | None = None
     warmup_s: float = tuning.WARMUP_S
     clock: Callable[[], float] = time.monotonic
@@ -262,7 +262,7 @@ class Controller:
         to each of its metrics); which metrics count with ``keep`` and ``final``:
         :func:`.decide.wanting_pairs`."""
         wanted = decide.wanting_pairs(self.samples, self.settings, keep, final,
-                                      self.undecided_fails)
+                                      self.undecided)
         unconfirmed = {self._test_of(key.run) for key, why in wanted if why == "confirm"}
         undecided: dict[str, int] = {}
         for key, why in wanted:

@@ -163,19 +163,21 @@ def may_regress(samples: SessionPairs, key: MetricKey, final: str,
 
 def wanting_pairs(samples: SessionPairs, settings: CompareSettings, keep: Keep = "undecided",
                   final: str | None = None,
-                  undecided_fails: bool = False) -> list[tuple[MetricKey, Want]]:
+                  undecided: str = "inconclusive") -> list[tuple[MetricKey, Want]]:
     """The metrics that want more pairs, in ``samples``' order, and why: ``"confirm"``, a change
     seen in one start order only (a change must show again in a second run, with its own set-up);
-    ``"decide"``, an undecided metric. Unless undecided metrics fail the gate
-    (``undecided_fails``), only those changes and the metrics that lean towards a regression
-    (:func:`leans`) with too few pairs in a start order for a verdict (:func:`short`) count with
-    ``keep="leaning"``, only the changes with ``keep="changes"``, and with ``final`` (the start
-    order whose pairs get no more pairs) only those that may still end regressed
-    (:func:`may_regress`)."""
+    ``"decide"``, an undecided metric. A metric whose undecided verdict would fail the gate
+    (``undecided``, ``--opperf-compare-undecided``: every one with ``fail``, an inconclusive one
+    by default) always counts. Of the others, only those changes and the metrics that lean
+    towards a regression (:func:`leans`) with too few pairs in a start order for a verdict
+    (:func:`short`) count with ``keep="leaning"``, only the changes with ``keep="changes"``, and
+    with ``final`` (the start order whose pairs get no more pairs) only those that may still end
+    regressed (:func:`may_regress`)."""
     wanted: list[tuple[MetricKey, Want]] = []
     for d in paired.decide(list(samples.paired.values()), settings):
         change = _unconfirmed(d, samples, settings)
-        kept = undecided_fails or (
+        fails = undecided == "fail" or (undecided == "inconclusive" and d.inconclusive)
+        kept = fails or (
             (keep == "undecided" or change
              or (keep == "leaning" and leans(d) and short(samples, d.key, settings)))
             and (final is None or may_regress(samples, d.key, final, settings)))

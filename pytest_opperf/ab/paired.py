@@ -214,6 +214,16 @@ class Decision:
             return math.expm1((math.log(self.high) - math.log(self.low)) / 2)
         return (self.high - self.low) / 2
 
+    @property
+    def inconclusive(self) -> bool:
+        """Undecided with its estimate beyond the threshold, on the regression's side: the pairs
+        point to a regression they could not show (counts and metrics without an estimate never
+        are)."""
+        if self.verdict != "undecided" or self.kind == "count":
+            return False
+        estimate, _, _, c = self.in_x()
+        return math.isfinite(estimate) and math.isfinite(c) and estimate > c
+
     def in_x(self) -> tuple[float, float, float, float]:
         """The estimate, the interval's low and high ends and ``c`` (the limit) in ``x`` units
         (:func:`to_x`; positive: worse for the head)."""

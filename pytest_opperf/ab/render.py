@@ -1,8 +1,9 @@
 """The A/B section of the reports: terminal lines and markdown, from a CompareResult (pure).
 
 Both list every metric with base, head, the ratio (or difference) with its corrected interval and
-the verdict, regressed first, then undecided, improved and unchanged; unchanged metrics show their
-interval too, so the reader sees how fine the check was (``+-1.2%``: half the interval's width).
+the verdict, regressed first, then undecided (inconclusive ones first, named so: their estimate is
+past the threshold), improved and unchanged; unchanged metrics show their interval too, so the
+reader sees how fine the check was (``+-1.2%``: half the interval's width).
 """
 
 from __future__ import annotations
@@ -55,16 +56,24 @@ def interval(d: Decision) -> str:
 
 def ordered(decisions: Sequence[Decision]) -> list[tuple[str, list[tuple[str, list[Decision]]]]]:
     """Decisions by verdict (regressed, undecided, improved, unchanged), then by run in
-    order of appearance: ``[(verdict, [(run, [decision, ...]), ...]), ...]``."""
+    order of appearance, inconclusive ones first among the undecided:
+    ``[(verdict, [(run, [decision, ...]), ...]), ...]``."""
     out = []
     for verdict in VERDICTS:
         runs: dict[str, list[Decision]] = {}
-        for d in decisions:
+        for d in sorted(decisions, key=lambda d: not d.inconclusive):
             if d.verdict == verdict:
                 runs.setdefault(d.key.run, []).append(d)
         if runs:
             out.append((verdict, list(runs.items())))
     return out
+
+
+def _group_title(verdict: str, groups: list[tuple[str, list[Decision]]]) -> str:
+    """``undecided (12, 2 inconclusive)``: a verdict's heading."""
+    ds = [d for _, members in groups for d in members]
+    inconclusive = sum(1 for d in ds if d.inconclusive)
+    return f"{verdict} ({len(ds)}{f', {inconclusive} inconclusive' if inconclusive else ''})"
 
 
 def _header(result: CompareResult) -> str:
@@ -95,7 +104,7 @@ def terminal_lines(result: CompareResult, width: int = 100) -> list[str]:
         lines.append(middle(f"runs below are under {prefix}", width))
     rows, headings, above = [], [], []  # above: the verdict and run lines before a row
     for verdict, groups in ordered(result.decisions):
-        above.append(f"{verdict} ({sum(len(ds) for _, ds in groups)})")
+        above.append(_group_title(verdict, groups))
         for run, decisions in groups:
             above.append("  " + middle(clean(run)[len(prefix):], width - 2))
             for d in decisions:
@@ -124,7 +133,8 @@ def markdown(result: CompareResult) -> str:
         for verdict, groups in ordered(result.decisions):
             for run, decisions in groups:
                 for d in decisions:
-                    cells = [verdict, md_code(run).replace("|", "\\|"), md_text(d.key.metric),
+                    shown = "inconclusive" if d.inconclusive else verdict
+                    cells = [shown, md_code(run).replace("|", "\\|"), md_text(d.key.metric),
                              *_cells(d)]
                     out.append(f"| {' | '.join(cells)} |")
         out.append("")

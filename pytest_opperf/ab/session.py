@@ -221,7 +221,7 @@ class ABSession:
             base_spec, head_spec, self.thresholds.compare, self.base.label,
             f"working tree {self.config.rootpath}",
             timeout_s=self.settings.compare_timeout,
-            undecided_fails=self.settings.compare_undecided == "fail",
+            undecided=self.settings.compare_undecided,
             on_outcome=self._outcome,
             should_stop=lambda: bool(session.shouldfail or session.shouldstop))
         finished = False
@@ -334,13 +334,12 @@ class ABMain(MainSession):
         return self.ab_run is not None and bool(self.ab_run.aborted)
 
     def gate_more(self, results: ResultSet, verdict: Verdict) -> None:
-        """A/B: regressed metrics and failed base tests are violations; undecided warn (or
-        fail)."""
+        """A/B: regressed metrics and failed base tests are violations; undecided ones as
+        ``--opperf-compare-undecided`` says (inconclusive ones fail by default)."""
         if self.compare is not None:
             results.compare = self.compare.to_dict()
         problems = self.ab_run.problems if self.ab_run is not None else []
-        add_compare(verdict, self.compare, problems,
-                    undecided_fail=self.settings.compare_undecided == "fail")
+        add_compare(verdict, self.compare, problems, self.settings.compare_undecided)
 
     def markdown_more(self) -> str:
         if self.compare is None:

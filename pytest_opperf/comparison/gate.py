@@ -14,6 +14,7 @@ adds an A/B session's decisions.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from fnmatch import fnmatchcase
 
@@ -25,7 +26,12 @@ from .metrics import AVG, CALL, TOTAL, metric, steady_examples_per_sec
 from .thresholds import Thresholds
 from .verdict import Verdict, Violation
 
-__all__ = ["add_compare", "evaluate"]
+__all__ = ["UNDECIDED_MODES", "add_compare", "evaluate"]
+
+# What an A/B metric left undecided does (--opperf-compare-undecided): an inconclusive one (its
+# estimate past the threshold) fails and the others warn (the default); every one warns; every
+# one fails.
+UNDECIDED_MODES = ("inconclusive", "warn", "fail")
 
 
 class _Limits:
@@ -116,11 +122,15 @@ def evaluate(results: ResultSet, thresholds: Thresholds | None = None,
 
 def add_compare(verdict: Verdict, compare: CompareResult | None,
                 problems: Sequence[tuple[str, str, str]] = (),
-                undecided_fail: bool = False) -> None:
+                undecided: str = "inconclusive") -> None:
     """The A/B session's violations: each regressed metric, each test that could not be compared
-    (``problems``: a base test that failed; ``(test, metric, why)``), and with
-    ``--opperf-compare-undecided=fail`` each undecided metric. ``compare`` is None when the A/B
-    did not run to its end."""
+    (``problems``: a base test that failed; ``(test, metric, why)``), and the undecided metrics
+    that ``undecided`` (:data:`UNDECIDED_MODES`) makes fail: the inconclusive ones (by default),
+    none or all. The verdict counts and names every undecided metric, inconclusive first.
+    ``compare`` is None when the A/B did not run to its end."""
+    if undecided not in UNDECIDED_MODES:
+        raise ValueError(f"undecided must be one of {', '.join(UNDECIDED_MODES)}, "
+                         f"got {undecided!r}")
     if compare is not None:
         verdict.checks += len(compare.decisions)
         for d in compare.decisions:
@@ -128,16 +138,33 @@ def add_compare(verdict: Verdict, compare: CompareResult | None,
                 verdict.violations.append(Violation(d.key.run, d.key.metric, d.head,
                                                     _limit_value(d), d.base, _ab_message(d),
                                                     d.statistic))
-        undecided = [d for d in compare.decisions if d.verdict == "undecided"]
-        verdict.undecided = len(undecided)
-        if undecided_fail:
-            verdict.violations += [Violation(
-                d.key.run, d.key.metric, d.estimate, d.high, d.base,
-                f"A/B undecided after {d.pairs} pair(s): interval [{d.low:.4g}, {d.high:.4g}] "
-                "(--opperf-compare-undecided=fail)", d.statistic) for d in undecided]
+        left = sorted((d for d in compare.decisions if d.verdict == "undecided"),
+                      key=lambda d: not d.inconclusive)
+        verdict.undecided = len(left)
+        verdict.inconclusive = sum(1 for d in left if d.inconclusive)
+        verdict.undecided_metrics = [f"{d.key.run}::{d.key.metric}" for d in left]
+        verdict.violations += [_undecided_violation(d, undecided) for d in left
+                               if undecided == "fail" or (undecided == "inconclusive"
+                                                          and d.inconclusive)]
     verdict.violations += [Violation(test, metric, 0.0, 0.0, None, why,
                                      "A/B: a test must pass on both sides to be compared")
                            for test, metric, why in problems]
+
+
+def _undecided_violation(d: Decision, mode: str) -> Violation:
+    """The violation of an undecided metric that fails the gate under ``mode``."""
+    what = "inconclusive" if d.inconclusive else "undecided"
+    if d.ratio:
+        where = f"head/base {d.estimate:.4g} [{d.low:.4g}, {d.high:.4g}], counts from {d.limit:.4g}"
+    else:
+        where = f"{d.estimate:+.4g} [{d.low:+.4g}, {d.high:+.4g}], counts from {d.limit:+.4g}"
+    why = ("its estimate is past the threshold, its interval too wide to decide; "
+           "--opperf-compare-undecided=warn only warns" if mode == "inconclusive"
+           else "--opperf-compare-undecided=fail")
+    value, limit, base = (v if math.isfinite(v) else 0.0  # a metric without pairs has none
+                          for v in (d.head, _limit_value(d), d.base))
+    return Violation(d.key.run, d.key.metric, value, limit, base,
+                     f"A/B {what} after {d.pairs} pair(s): {where} ({why})", d.statistic)
 
 
 def _limit_value(d: Decision) -> float:

@@ -24,7 +24,7 @@ from ..records.atomic import write_text_atomic
 from ..records.reader import read_results
 from ..reports import report
 from ..results import ResultSet, baseline_file, write_results
-from .gate import add_compare, evaluate
+from .gate import UNDECIDED_MODES, add_compare, evaluate
 from .merge import Part, merge
 from .thresholds import Thresholds, load_thresholds
 from .verdict import Verdict
@@ -45,8 +45,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     g.add_argument("--baseline", metavar="PATH",
                    help="a baseline file, or a directory holding <device_class>-<workload>.json")
     g.add_argument("--thresholds", metavar="PATH", help="thresholds file (TOML)")
-    g.add_argument("--compare-undecided", choices=("warn", "fail"), default="warn",
-                   help="undecided A/B metrics warn or fail, as --opperf-compare-undecided")
+    g.add_argument("--compare-undecided", choices=UNDECIDED_MODES, default="inconclusive",
+                   help="what undecided A/B metrics do, as --opperf-compare-undecided: "
+                   "inconclusive ones fail (the default), none or all fail")
     g.add_argument("--json", metavar="PATH", help="write the results with this verdict")
     g.add_argument("--markdown", metavar="PATH", help="write the markdown report (also "
                    "appended to $GITHUB_STEP_SUMMARY when set)")
@@ -80,7 +81,7 @@ def _baseline(path: str | None, results: ResultSet,
 
 def verdict_of(results: ResultSet, thresholds: Thresholds | None = None,
                baseline: ResultSet | None = None, baseline_name: str | None = None,
-               undecided_fail: bool = False) -> Verdict:
+               undecided: str = "inconclusive") -> Verdict:
     """The session's verdict on stored ``results``: the same gate functions on the same inputs
     (runs, limits, baseline, the A/B decisions), with the tests the A/B could not compare and
     the incompleteness that the stored verdict records."""
@@ -93,7 +94,7 @@ def verdict_of(results: ResultSet, thresholds: Thresholds | None = None,
     compare = (CompareResult.from_dict(results.compare, "compare")
                if results.compare is not None else None)
     if compare is not None or problems:
-        add_compare(verdict, compare, problems, undecided_fail)
+        add_compare(verdict, compare, problems, undecided)
     return verdict
 
 
@@ -120,7 +121,7 @@ def _gate(args: argparse.Namespace, out: TextIO) -> int:
     thresholds = load_thresholds(Path(args.thresholds).absolute()) if args.thresholds else None
     warnings: list[str] = []
     baseline, name = _baseline(args.baseline, results, warnings)
-    verdict = verdict_of(results, thresholds, baseline, name, args.compare_undecided == "fail")
+    verdict = verdict_of(results, thresholds, baseline, name, args.compare_undecided)
     verdict.warnings[:0] = warnings
     width = shutil.get_terminal_size().columns  # COLUMNS when set
     out.write(f"opperf gate: {args.results}\n")

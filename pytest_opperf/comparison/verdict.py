@@ -122,6 +122,8 @@ class Verdict:
     # why the session did not run to its end (interrupted, -x): such a verdict never passes
     incomplete: str | None = None
     undecided: int = 0  # A/B metrics that neither passed nor failed (shown in the verdict line)
+    inconclusive: int = 0  # of those, the ones whose estimate is past the threshold
+    undecided_metrics: list[str] = field(default_factory=list)  # "run::metric", inconclusive first
     drift: Drift | None = None  # time against a stored baseline (advisory unless time = "gate")
 
     @property
@@ -131,7 +133,8 @@ class Verdict:
     def to_dict(self) -> dict[str, Any]:
         d = {"passed": self.passed, "violations": [v.to_dict() for v in self.violations],
              "warnings": list(self.warnings), "notes": list(self.notes), "checks": self.checks,
-             "baseline": self.baseline, "thresholds": self.thresholds, "undecided": self.undecided}
+             "baseline": self.baseline, "thresholds": self.thresholds, "undecided": self.undecided,
+             "inconclusive": self.inconclusive, "undecided_metrics": list(self.undecided_metrics)}
         if self.incomplete is not None:
             d["incomplete"] = self.incomplete
         if self.drift is not None:
@@ -155,4 +158,6 @@ class Verdict:
                    baseline=data.get("baseline"), thresholds=data.get("thresholds"),
                    incomplete=str(incomplete) if incomplete is not None else None,
                    undecided=int(data.get("undecided", 0)),
+                   inconclusive=int(data.get("inconclusive", 0)),
+                   undecided_metrics=[str(m) for m in data.get("undecided_metrics", [])],
                    drift=Drift.from_dict(data.get("drift")))

@@ -8,6 +8,7 @@ import argparse
 from collections.abc import Callable
 
 from ..comparison import shard
+from ..comparison.gate import UNDECIDED_MODES
 from ..stattree import SORT_KEYS
 from . import child
 from .child import Policy
@@ -101,9 +102,11 @@ OPTIONS: tuple[tuple[str, Policy, str, Callable[[str], str] | None, str | None, 
      "step, counted after the timed window; 0: no counting pass"),
     ("count-timeout", "fixed", "SECONDS", _seconds, "300",
      "the longest a run's counting pass may take (past it the run has no work counts)"),
-    ("compare-undecided", "stripped", "MODE", _choice("compare-undecided", ("warn", "fail")),
-     "warn",
-     "A/B: undecided metrics warn (shown in the gate line) or fail the gate: warn|fail"),
+    ("compare-undecided", "stripped", "MODE", _choice("compare-undecided", UNDECIDED_MODES),
+     "inconclusive",
+     "A/B: what a metric left undecided does: inconclusive (its estimate is past the threshold) "
+     "fails and the others warn; warn: every one only warns (shown in the gate line); fail: "
+     "every one fails: inconclusive|warn|fail"),
     # a child gets no shard: an A/B side collects every test and runs what the controller, which
     # applies the shard to both sides' tests, sends it; the valgrind child runs one given test
     ("shard", "stripped", "K/N", _shard, None,

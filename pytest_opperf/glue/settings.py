@@ -36,7 +36,7 @@ class Settings:
     compare: str | None = None  # A/B: REV|DIR as given
     compare_python: str | None = None  # A/B: the base interpreter, resolved
     compare_timeout: float = 600.0
-    compare_undecided: str = "warn"
+    compare_undecided: str = "inconclusive"  # UNDECIDED_MODES
     count_steps: int = 2  # steps of a run's counting pass (0: none)
     count_timeout: float = 300.0  # the longest a counting pass may take (s)
     instructions: bool = False  # CPU instructions per counted step, under valgrind

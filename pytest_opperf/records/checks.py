@@ -274,11 +274,11 @@ def _check_gate(gate: dict[str, Any], source: str) -> None:
                   f"gate.violations[{i}].{key} is not a number")
             if v.get(key) is not None:
                 _within(v[key], f"gate.violations[{i}].{key}", source, MAX_NUMBER)
-    for key in ("warnings", "notes"):
+    for key in ("warnings", "notes", "undecided_metrics"):
         values = gate.get(key, [])
         need(isinstance(values, list) and all(isinstance(x, str) for x in values), source,
               f"gate.{key} is not a list of strings")
-    for key in ("checks", "undecided"):
+    for key in ("checks", "undecided", "inconclusive"):
         n = gate.get(key, 0)
         need(isinstance(n, int) and not isinstance(n, bool) and _count(n), source,
               f"gate.{key} is not an integer >= 0")

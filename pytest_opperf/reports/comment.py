@@ -163,7 +163,8 @@ def render_comment(results: ResultSet, verdict: Verdict, compare: CompareResult 
     head = _head(results, verdict, compare, report_url, dashboard_url)
     decisions = _decisions(compare)
     undecided = [d for d in (compare.decisions if compare else []) if d.verdict == "undecided"]
-    undecided.sort(key=lambda d: (-(d.half_width if math.isfinite(d.half_width) else 1e9),
+    undecided.sort(key=lambda d: (not d.inconclusive,
+                                  -(d.half_width if math.isfinite(d.half_width) else 1e9),
                                   d.key.run, d.key.metric))
     cuttable = [_Table("Undecided A/B metrics (not a pass: see docs/ab.md)", _DECISION_HEADERS,
                        _decision_rows(undecided), len(undecided)),

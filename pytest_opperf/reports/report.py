@@ -201,9 +201,19 @@ def _verdict_detail(verdict: Verdict) -> str:
                                                   ("thresholds", verdict.thresholds)) if name]
     checks = f"{verdict.checks} checks" if not verdict.violations else (
         f"{len(verdict.violations)} violation(s) in {verdict.checks} checks")
-    undecided = f"; A/B: {verdict.undecided} undecided" if verdict.undecided else ""
+    undecided = f"; {undecided_detail(verdict)}" if verdict.undecided else ""
     detail = f"{checks}; {', '.join(where) if where else 'no baseline, no thresholds'}{undecided}"
     return f"{verdict.incomplete}; {detail}" if verdict.incomplete is not None else detail
+
+
+def undecided_detail(verdict: Verdict, named: int = 3) -> str:
+    """``A/B: 5 undecided (2 inconclusive): run::metric, run::metric, run::metric, +2 more``:
+    how many A/B metrics were left undecided and which, inconclusive first."""
+    names = verdict.undecided_metrics
+    shown = ", ".join(names[:named]) + (f", +{len(names) - named} more" if len(names) > named
+                                        else "")
+    inconclusive = f" ({verdict.inconclusive} inconclusive)" if verdict.inconclusive else ""
+    return f"A/B: {verdict.undecided} undecided{inconclusive}" + (f": {shown}" if shown else "")
 
 
 def _verdict_word(verdict: Verdict) -> str:
