@@ -659,9 +659,10 @@ def test_past_each_budget_the_tests_run_again_narrow_to_leaning_metrics_then_to_
 def test_an_inconclusive_metric_gets_the_generations_a_verdict_needs_unless_warn(tmp_path,
                                                                               monkeypatch):
     # 10 % slower in noise too wide to decide at first, no budget for reruns and no leaning tier:
-    # with "warn" the session stops with the metric inconclusive (it only warns); by default an
-    # inconclusive metric would fail the gate, so it runs again while it is inconclusive, until
-    # it is decided, or no longer inconclusive, or the generations run out
+    # with "warn" the session stops with the metric undecided past the threshold (it only warns);
+    # by default it may end inconclusive, which fails the gate, so it runs again while its
+    # estimate is past the threshold, until it is decided, or no longer past it, or the
+    # generations run out
     monkeypatch.setattr(tuning, "RERUN_MIN_S", 0.0)
     monkeypatch.setattr(tuning, "RERUN_SHARE", 0.0)
     monkeypatch.setattr(tuning, "LEANING_MIN_S", 0.0)
@@ -673,8 +674,8 @@ def test_an_inconclusive_metric_gets_the_generations_a_verdict_needs_unless_warn
         result = run_session(c)
         (decisions[mode],) = result.decisions
         generations[mode] = int(result.notes[-1].split(" generation(s)")[0].rsplit(" ", 1)[1])
-    assert decisions["warn"].verdict == "undecided" and decisions["warn"].inconclusive
+    assert decisions["warn"].verdict == "undecided" and decisions["warn"].past_threshold
     assert generations["inconclusive"] > generations["warn"]
     d = decisions["inconclusive"]
-    assert not d.inconclusive or generations["inconclusive"] == 1 + tuning.MAX_RERUNS, d
+    assert not d.past_threshold or generations["inconclusive"] == 1 + tuning.MAX_RERUNS, d
     assert d.verdict == "regressed" or d.pairs > decisions["warn"].pairs

@@ -87,3 +87,39 @@ def test_a_decision_in_x_turns_a_rates_interval_round():
     assert (estimate, low, high, c) == pytest.approx(
         (-math.log(0.8), -math.log(0.9), -math.log(0.7), -math.log(0.95)))
     assert low < estimate < high
+
+
+def _spread(ratio: float, n: int, width: float) -> list[float]:
+    return [ratio * (1 + width * ((i * 7) % 5 - 2)) for i in range(n)]
+
+
+@pytest.mark.parametrize(("ratio", "width", "verdict", "inconclusive"), [
+    (1.06, 0.03, "regressed", False),  # decided: never inconclusive
+    (1.06, 0.05, "undecided", True),  # 1.055 [1.007, 1.086]: past c, above no change
+    (1.06, 0.08, "undecided", False),  # 1.046 [0.975, 1.102]: not past c
+    (1.085, 0.12, "undecided", False),  # 1.06 [0.94, 1.24]: past c, but no change fits
+    (1.0, 0.01, "unchanged", False),
+])
+def test_an_undecided_metric_past_the_threshold_whose_pairs_show_a_slowdown_is_inconclusive(
+        ratio, width, verdict, inconclusive):
+    samples = _samples({"base": _spread(ratio, 12, width), "head": _spread(ratio, 12, width)})
+    (d,) = decide.final_decisions(samples, CompareSettings())
+    assert (d.verdict, d.inconclusive) == (verdict, inconclusive), d
+    if verdict == "undecided":
+        assert d.past_threshold is (d.estimate > 1.05)
+
+
+def test_inconclusive_is_judged_at_the_level_of_the_undecided_metrics_only():
+    # the same inconclusive metric beside 200 decided ones stays inconclusive: the correction
+    # counts the undecided metrics, not the session's (where its interval would hold 1.0)
+    samples = _samples({"base": _spread(1.06, 12, 0.05), "head": _spread(1.06, 12, 0.05)})
+    for i in range(200):
+        key = MetricKey("t::b", f"call_ms:op{i}")
+        for j in range(30):
+            samples.add(key, "time", 1.0, 1.0 + 0.001 * (j % 3 - 1), "base" if j % 2 else "head")
+    decisions = decide.final_decisions(samples, CompareSettings())
+    assert [d.verdict for d in decisions[1:]] == ["unchanged"] * 200
+    (d,) = [d for d in decisions if d.key == KEY]
+    assert d.verdict == "undecided" and d.inconclusive
+    _, low, _, _ = paired.decide(list(samples.paired.values()), CompareSettings())[0].in_x()
+    assert low < 0  # at the session's level, no change fits

@@ -3,6 +3,7 @@
 Synthetic, seeded paired samples only; nothing here reads a clock.
 """
 
+import dataclasses
 import json
 import math
 
@@ -524,6 +525,14 @@ def test_to_dict_is_strict_json_and_round_trips():
             r"compare.decisions\[1\].low is not a number or null",
         ),
         (lambda d: d.update(added=[1]), r"compare.added is missing or not a list of strings"),
+        (
+            lambda d: d["decisions"][0].update(inconclusive="yes"),
+            r"compare.decisions\[0\].inconclusive is not a boolean",
+        ),
+        (
+            lambda d: d["decisions"][0].update(inconclusive=True),
+            r"compare.decisions\[0\].inconclusive is true for a regressed metric",
+        ),
     ],
 )
 def test_from_dict_names_what_is_wrong(change, message):
@@ -536,7 +545,8 @@ def test_from_dict_names_what_is_wrong(change, message):
 def test_violations_one_per_regressed_metric_and_one_per_inconclusive_unless_warn():
     r = result()
     (mul,) = [d for d in r.decisions if d.key.metric == "call_ms:mul"]
-    assert mul.verdict == "undecided" and mul.inconclusive  # 1.30x on 4 pairs: too few to decide
+    assert mul.verdict == "undecided" and mul.past_threshold  # 1.30x on 4 pairs: too few
+    r.decisions[r.decisions.index(mul)] = dataclasses.replace(mul, inconclusive=True)
     regressed = [(RUN, "call_ms:conv2d"), (RUN, "python_share"), (RUN, "count:conv2d")]
     verdict = Verdict()
     add_compare(verdict, r, undecided="warn")

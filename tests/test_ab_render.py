@@ -257,7 +257,8 @@ def test_ids_and_names_cannot_add_lines_or_markup():
 
 def test_inconclusive_metrics_come_first_among_the_undecided_and_are_named_so():
     r = result()
-    r.decisions.append(dec(f"{OPS}[add]", "call_ms:add", "undecided", 1.0, 1.2, 1.2, 0.9, 1.6))
+    r.decisions.append(Decision(MetricKey(f"{OPS}[add]", "call_ms:add"), "time", "undecided", 1.0,
+                                1.2, 1.2, 0.9, 1.6, 40, STAT, 1.05, inconclusive=True))
     assert [d.inconclusive for d in r.decisions if d.verdict == "undecided"] == [False, True]
     lines = terminal_lines(r, 120)
     heading = lines.index("undecided (2, 1 inconclusive)")

@@ -115,15 +115,17 @@ def test_merged_shards_gate_as_the_unsharded_session(pytester):
     assert code == 0 and "gate: PASSED" in out, out
 
 
-def _decision(run: str, verdict: str, estimate: float = 1.0) -> Decision:
+def _decision(run: str, verdict: str, estimate: float = 1.0, inconclusive: bool = False
+              ) -> Decision:
     return Decision(MetricKey(run, "call_ms:relu"), "time", verdict, 1.0, estimate, estimate,
-                    estimate * 0.98, estimate * 1.02, 24, "Walsh interval", 1.05)
+                    estimate * 0.98, estimate * 1.02, 24, "Walsh interval", 1.05, inconclusive)
 
 
 def _ab_results() -> ResultSet:
     runs = [e2e_run(f"t.py::test_{i}") for i in range(6)]
     compare = CompareResult("REV abc (main)", "working tree", [
-        _decision("t.py::test_0", "regressed", 1.3), _decision("t.py::test_1", "undecided", 1.1),
+        _decision("t.py::test_0", "regressed", 1.3),
+        _decision("t.py::test_1", "undecided", 1.1, inconclusive=True),
         _decision("t.py::test_2", "unchanged"), _decision("t.py::test_3", "improved", 0.7),
         _decision("t.py::test_4", "undecided", 1.02), _decision("t.py::test_5", "regressed", 1.2)])
     results = ResultSet(runs=runs, session={"device_class": "cpu", "workload": "small",

@@ -7,7 +7,9 @@ metric is :func:`pytest_opperf.ab.paired.decide`'s on all its pairs, except that
 (regressed or improved; counts are exact and need nothing more) counts only when the pairs of each
 start order, on their own, decide it at the session's corrected level, with at least
 ``MIN_ORDER_PAIRS`` (:mod:`.tuning`) of them: a false alarm then needs two independent ones.
-Else it is undecided (:func:`final_decisions`; docs/contract-additions.md, A/B).
+Else it is undecided (:func:`final_decisions`; docs/contract-additions.md, A/B). An undecided
+metric whose pairs point to a regression (estimate past the threshold, interval above no change at
+the level of the undecided metrics) is *inconclusive*, which fails the gate by default.
 
 The controller only collects the pairs and asks here: for the final decisions, whether the pairs
 of one start order decide on their own (:func:`order_verdict`, a visit's sequential stop), and
@@ -112,10 +114,35 @@ def _confirmed(d: Decision, samples: SessionPairs, settings: CompareSettings) ->
 
 def final_decisions(samples: SessionPairs, settings: CompareSettings) -> list[Decision]:
     """The session's decisions, one per metric in ``samples``' order: :func:`.paired.decide` on
-    all the pairs, a change seen in one start order only made undecided (the module docstring).
-    Pure and deterministic."""
-    return [_confirmed(d, samples, settings)
-            for d in paired.decide(list(samples.paired.values()), settings)]
+    all the pairs, a change seen in one start order only made undecided (the module docstring),
+    and the undecided ones that are inconclusive marked so (:func:`_inconclusive`). Pure and
+    deterministic."""
+    decisions = [_confirmed(d, samples, settings)
+                 for d in paired.decide(list(samples.paired.values()), settings)]
+    return _inconclusive(decisions, samples, settings)
+
+
+def _inconclusive(decisions: list[Decision], samples: SessionPairs,
+                  settings: CompareSettings) -> list[Decision]:
+    """``decisions`` with the inconclusive ones marked: undecided, the estimate past the
+    threshold ``c`` (:attr:`.paired.Decision.past_threshold`), and the interval of all its pairs
+    above no change (``low > 0``) at the level corrected for the session's undecided metrics
+    only. The estimate alone would not do: an A/A metric too noisy to decide lies past ``c`` by
+    chance often (here, one of a session's 20 undecided e2e stats at 1.08x [0.94, 1.24]); the
+    interval keeps the chance that an unchanged session has any inconclusive metric at about
+    ``alpha / 2``, as :func:`.paired.decide` does for its regressions."""
+    undecided = [i for i, d in enumerate(decisions)
+                 if d.verdict == "undecided" and d.kind != "count" and d.pairs]
+    if not any(decisions[i].past_threshold for i in undecided):
+        return decisions
+    # decide() corrects for the number of Paired it is given: the undecided metrics
+    looks = paired.decide([samples.paired[decisions[i].key] for i in undecided], settings)
+    out = list(decisions)
+    for i, look in zip(undecided, looks, strict=True):
+        _, low, _, _ = look.in_x()
+        if decisions[i].past_threshold and low > 0:
+            out[i] = dataclasses.replace(decisions[i], inconclusive=True)
+    return out
 
 
 def leans(d: Decision) -> bool:
@@ -166,17 +193,18 @@ def wanting_pairs(samples: SessionPairs, settings: CompareSettings, keep: Keep =
                   undecided: str = "inconclusive") -> list[tuple[MetricKey, Want]]:
     """The metrics that want more pairs, in ``samples``' order, and why: ``"confirm"``, a change
     seen in one start order only (a change must show again in a second run, with its own set-up);
-    ``"decide"``, an undecided metric. A metric whose undecided verdict would fail the gate
-    (``undecided``, ``--opperf-compare-undecided``: every one with ``fail``, an inconclusive one
-    by default) always counts. Of the others, only those changes and the metrics that lean
-    towards a regression (:func:`leans`) with too few pairs in a start order for a verdict
-    (:func:`short`) count with ``keep="leaning"``, only the changes with ``keep="changes"``, and
-    with ``final`` (the start order whose pairs get no more pairs) only those that may still end
-    regressed (:func:`may_regress`)."""
+    ``"decide"``, an undecided metric. A metric whose undecided verdict could fail the gate
+    (``undecided``, ``--opperf-compare-undecided``: every one with ``fail``; by default one whose
+    estimate is past the threshold, which may end inconclusive) always counts. Of the others,
+    only those changes and the metrics that lean towards a regression (:func:`leans`) with too
+    few pairs in a start order for a verdict (:func:`short`) count with ``keep="leaning"``, only
+    the changes with ``keep="changes"``, and with ``final`` (the start order whose pairs get no
+    more pairs) only those that may still end regressed (:func:`may_regress`)."""
     wanted: list[tuple[MetricKey, Want]] = []
     for d in paired.decide(list(samples.paired.values()), settings):
         change = _unconfirmed(d, samples, settings)
-        fails = undecided == "fail" or (undecided == "inconclusive" and d.inconclusive)
+        # an estimate past the threshold may end inconclusive (final_decisions)
+        fails = undecided == "fail" or (undecided == "inconclusive" and d.past_threshold)
         kept = fails or (
             (keep == "undecided" or change
              or (keep == "leaning" and leans(d) and short(samples, d.key, settings)))

@@ -184,7 +184,9 @@ class Decision:
     most common per-step value); ``estimate`` is the ratio head/base (time, rate) or the difference
     head - base (share, count) and ``low``/``high`` its corrected interval (unbounded: 0/inf for
     ratios, -inf/inf for differences). ``limit`` is the estimate at which a change counts (1.05: a
-    5 % slowdown; 0.95 for a rate; +0.01 for the share; 0 for counts), nan when not known."""
+    5 % slowdown; 0.95 for a rate; +0.01 for the share; 0 for counts), nan when not known.
+    ``inconclusive``: an undecided metric whose pairs point to a regression they could not show
+    (set by the session's final decisions, :func:`pytest_opperf.ab.decide.final_decisions`)."""
 
     key: MetricKey
     kind: Kind
@@ -197,6 +199,7 @@ class Decision:
     pairs: int
     statistic: str
     limit: float = math.nan
+    inconclusive: bool = False
 
     @property
     def ratio(self) -> bool:
@@ -215,11 +218,10 @@ class Decision:
         return (self.high - self.low) / 2
 
     @property
-    def inconclusive(self) -> bool:
-        """Undecided with its estimate beyond the threshold, on the regression's side: the pairs
-        point to a regression they could not show (counts and metrics without an estimate never
-        are)."""
-        if self.verdict != "undecided" or self.kind == "count":
+    def past_threshold(self) -> bool:
+        """Whether the estimate lies past the threshold on the regression's side (counts and
+        metrics without an estimate never do)."""
+        if self.kind == "count":
             return False
         estimate, _, _, c = self.in_x()
         return math.isfinite(estimate) and math.isfinite(c) and estimate > c
@@ -237,7 +239,8 @@ class Decision:
         return {"run": self.key.run, "metric": self.key.metric, "kind": self.kind,
                 "verdict": self.verdict, "base": num(self.base), "head": num(self.head),
                 "estimate": num(self.estimate), "low": num(self.low), "high": num(self.high),
-                "limit": num(self.limit), "pairs": self.pairs, "statistic": self.statistic}
+                "limit": num(self.limit), "pairs": self.pairs, "statistic": self.statistic,
+                "inconclusive": self.inconclusive}
 
 
 def _threshold(p: Paired, ms: CompareSettings, base: float) -> float:
@@ -385,6 +388,11 @@ def _decision_from_dict(d: Any, where: str, source: str) -> Decision:
           f"{where}.verdict must be one of {', '.join(VERDICTS)}, got {d.get('verdict')!r}")
     _need(isinstance(d.get("pairs"), int) and not isinstance(d["pairs"], bool) and d["pairs"] >= 0,
           source, f"{where}.pairs is missing or not a non-negative integer")
+    inconclusive = d.get("inconclusive", False)  # absent in files of older writers
+    _need(isinstance(inconclusive, bool), source, f"{where}.inconclusive is not a boolean")
+    _need(not inconclusive or d.get("verdict") == "undecided", source,
+          f"{where}.inconclusive is true for a {d.get('verdict')} metric (only an undecided one "
+          "can be)")
     unbounded = {"low": -math.inf, "high": math.inf}
     values = {}
     for key in ("base", "head", "estimate", "low", "high", "limit"):
@@ -393,7 +401,7 @@ def _decision_from_dict(d: Any, where: str, source: str) -> Decision:
         values[key] = float(v) if v is not None else unbounded.get(key, math.nan)
     return Decision(MetricKey(d["run"], d["metric"]), d["kind"], d["verdict"], values["base"],
                     values["head"], values["estimate"], values["low"], values["high"], d["pairs"],
-                    d["statistic"], values["limit"])
+                    d["statistic"], values["limit"], inconclusive)
 
 
 @dataclass
