@@ -554,6 +554,7 @@ def _key_with_pairs(c: Controller, kind: str, xs: list[float], first: str,
         else:
             p.add(0.2, 0.2 + x)
         c.samples.firsts.setdefault(key, []).append(first)
+        c.samples.generations.setdefault(key, []).append(0)
     return key
 
 

@@ -123,3 +123,52 @@ def test_inconclusive_is_judged_at_the_level_of_the_undecided_metrics_only():
     assert d.verdict == "undecided" and d.inconclusive
     _, low, _, _ = paired.decide(list(samples.paired.values()), CompareSettings())[0].in_x()
     assert low < 0  # at the session's level, no change fits
+
+
+def test_the_design_effect_is_one_without_spread_between_generations_and_grows_with_it():
+    same = [0.01 * ((i * 7) % 5 - 2) for i in range(40)]
+    assert decide.design_effect(same, [0] * 40) == 1.0  # one generation: nothing to estimate
+    assert decide.design_effect(same, [i % 4 for i in range(40)]) == 1.0  # no spread between
+    # four generations of 10 pairs, each off by its own bias of +-5 %: most of the variance
+    # lies between them, so the mean of 40 pairs is worth about 4 independent ones
+    biased = [x + 0.05 * (-1) ** (i // 10) for i, x in enumerate(same)]
+    effect = decide.design_effect(biased, [i // 10 for i in range(40)])
+    assert 8.0 < effect <= 10.0
+    assert decide.design_effect([math.nan, 0.1, 0.2], [0, 0, 1]) == 1.0  # nan left out
+
+
+def test_a_bias_of_each_process_pair_widens_the_interval_and_takes_a_false_change_away():
+    # each generation's process pair runs the head 8 % slower or 3 % faster than the base (its
+    # own bias), tightly within: pooled as independent pairs, six slow generations of eight
+    # "regress"; widened for the spread between generations, no change fits
+    samples = SessionPairs()
+    samples.of(KEY, "time")
+    biases = [1.08, 1.08, 1.08, 0.97, 1.08, 1.08, 1.08, 0.97]
+    for g, bias in enumerate(biases):
+        for i in range(10):
+            samples.add(KEY, "time", 1.0, bias * (1 + 0.002 * ((i * 7) % 5 - 2)),
+                        "base" if g % 2 == 0 else "head", g)
+    (pooled,) = paired.decide(list(samples.paired.values()), CompareSettings())
+    assert pooled.verdict == "regressed"
+    (d,) = decide.final_decisions(samples, CompareSettings())
+    assert d.verdict == "undecided" and not d.inconclusive and d.low < 1.0 < d.high, d
+    assert d.high - d.low > 2 * (pooled.high - pooled.low)
+    assert "generations' process pairs (design effect" in d.statistic
+
+
+def test_each_generations_bias_is_the_geometric_mean_of_its_metrics_median_ratios():
+    samples = SessionPairs()
+    other = MetricKey("t::a", "count:op")
+    for g, (first, ratio) in enumerate([("base", 1.10), ("head", 0.95)]):
+        for i in range(5):
+            samples.add(KEY, "time", 2.0, 2.0 * ratio * (1 + 0.01 * (i - 2)), first, g)
+        samples.add(other, "count", 3.0, 3.0, first, g)  # counts are not time: left out
+    rows = decide.generation_bias(samples)
+    assert [(r["generation"], r["first"], r["pairs"], r["metrics"]) for r in rows] == [
+        (0, "base", 6, 1), (1, "head", 6, 1)]
+    assert [r["geometric_mean"] for r in rows] == pytest.approx([1.10, 0.95])
+    result = paired.CompareResult("b", "h", [], generations=rows)
+    assert paired.CompareResult.from_dict(result.to_dict()).generations == rows
+    broken = {**result.to_dict(), "generations": [{"generation": 0, "first": "nobody"}]}
+    with pytest.raises(Exception, match="compare.generations is not a list of"):
+        paired.CompareResult.from_dict(broken)

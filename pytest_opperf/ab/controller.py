@@ -195,12 +195,18 @@ class Controller:
                           f"{max(0.0, rerun_s):.0f} s for running tests again")
         hashing = ("; both sides of a generation share its PYTHONHASHSEED"
                    if self.sides.generation_env("head") else "")
+        generations = decide.generation_bias(self.samples)
+        means = [f"{g['geometric_mean']:.3f}" for g in generations
+                 if g["geometric_mean"] is not None]
+        if means:
+            self.notes.append("process pairs' bias: geometric mean head/base of each "
+                              f"generation's time metrics {', '.join(means)}")
         self.notes.append(f"order seed {self.seed}; {self.sides.generation + 1} generation(s) "
                           f"of side processes{hashing}")
         return paired.CompareResult(
             base=self.base_label, head=self.head_label, decisions=decisions, added=list(plan.added),
             removed=list(plan.removed), pairs=self.pairs, elapsed_s=self.clock() - self._started,
-            budget_exhausted=budget_exhausted, notes=list(self.notes))
+            budget_exhausted=budget_exhausted, notes=list(self.notes), generations=generations)
 
     def _rerun(self, common: set[str], leaning_end: float, ceiling: float) -> bool:
         """The passes after the first, each a generation; returns whether the budget ended them
@@ -342,7 +348,7 @@ class Controller:
                 key = paired.MetricKey(s.run, s.metric)
                 self.samples.of(key, s.kind)
                 for x, y in zip(s.base, s.head, strict=True):
-                    self.samples.add(key, s.kind, x, y, self.sides.first)
+                    self.samples.add(key, s.kind, x, y, self.sides.first, self.sides.generation)
                 self.pairs += len(s.base)
 
     # --- per-op benchmarks --------------------------------------------------------------------
@@ -420,7 +426,8 @@ class Controller:
         need = self._visit_pairs()
         while True:
             got = self._pair(by_name, rounds, iterations, doing)
-            self.samples.add(key, "time", got["base"], got["head"], self.sides.first)
+            self.samples.add(key, "time", got["base"], got["head"], self.sides.first,
+                             self.sides.generation)
             self.pairs += 1
             done = len(target.base) - start
             if done >= tuning.MAX_VISIT_PAIRS or (done >= need and self.clock() >= deadline):
@@ -430,8 +437,9 @@ class Controller:
             # decided: the pairs of this start order on their own (what a change needs)
             part = self.samples.part(key, self.sides.first) if look else None
             if (part is not None
-                    and decide.order_verdict(part, self.settings,
-                                             self._family_size()) != "undecided"):
+                    and decide.order_verdict(part, self.settings, self._family_size(),
+                                             self.samples.generations_of(key, self.sides.first))
+                    != "undecided"):
                 break
 
     def _visit_pairs(self) -> int:

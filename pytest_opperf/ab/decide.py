@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from ..comparison.metrics import Kind, MetricKey
 from ..comparison.thresholds import CompareSettings
@@ -48,6 +49,7 @@ class SessionPairs:
 
     paired: dict[MetricKey, Paired] = field(default_factory=dict)
     firsts: dict[MetricKey, list[str]] = field(default_factory=dict)  # per pair, in order
+    generations: dict[MetricKey, list[int]] = field(default_factory=dict)  # per pair, in order
 
     def __len__(self) -> int:
         """The number of metrics (with or without pairs yet)."""
@@ -57,10 +59,13 @@ class SessionPairs:
         """``key``'s samples, empty ones made now when it has none (it counts as a metric)."""
         return self.paired.setdefault(key, Paired(key, kind))
 
-    def add(self, key: MetricKey, kind: Kind, base: float, head: float, first: str) -> None:
-        """One pair of ``key``, measured with ``first`` started first."""
+    def add(self, key: MetricKey, kind: Kind, base: float, head: float, first: str,
+            generation: int = 0) -> None:
+        """One pair of ``key``, measured with ``first`` started first, by the side processes of
+        ``generation`` (0: the first pass's)."""
         self.of(key, kind).add(base, head)
         self.firsts.setdefault(key, []).append(first)
+        self.generations.setdefault(key, []).append(generation)
 
     def part(self, key: MetricKey, first: str) -> Paired | None:
         """The pairs of ``key`` measured with ``first`` started first (None: no such metric)."""
@@ -71,19 +76,135 @@ class SessionPairs:
         return Paired(key, samples.kind, [samples.base[i] for i in rows],
                       [samples.head[i] for i in rows])
 
+    def generations_of(self, key: MetricKey, first: str | None = None) -> list[int]:
+        """The generation of each pair of ``key`` (those of the start order ``first`` only, when
+        given), in the order of :attr:`paired` (or of :meth:`part`)."""
+        generations = self.generations.get(key, [])
+        if first is None:
+            return list(generations)
+        return [g for g, o in zip(generations, self.firsts.get(key, []), strict=True)
+                if o == first]
 
-def _part_decision(part: Paired, settings: CompareSettings, family_size: int) -> Decision:
-    """``part``'s decision, corrected for ``family_size`` metrics."""
+
+def generation_bias(samples: SessionPairs) -> list[dict[str, Any]]:
+    """The session's own estimate of the process pairs' bias: for each generation, the side
+    started first, its pairs, its time metrics, and the geometric mean over them of each metric's
+    median head/base in that generation (an A/A session's would all be 1; their spread is what
+    one process pair adds on its own, which :func:`design_effect` allows for)."""
+    logs: dict[int, list[float]] = {}
+    pairs: dict[int, int] = {}
+    firsts: dict[int, str] = {}
+    for key, p in samples.paired.items():
+        generations, order = samples.generations.get(key, []), samples.firsts.get(key, [])
+        by: dict[int, list[float]] = {}
+        for b, h, g, first in zip(p.base, p.head, generations, order, strict=True):
+            pairs[g] = pairs.get(g, 0) + 1
+            firsts.setdefault(g, first)
+            if p.kind == "time" and b > 0 and h > 0:
+                by.setdefault(g, []).append(math.log(h / b))
+        for g, xs in by.items():
+            xs.sort()
+            mid = len(xs) // 2
+            logs.setdefault(g, []).append(xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2)
+    out = []
+    for g in sorted(pairs):
+        mean = math.exp(math.fsum(logs[g]) / len(logs[g])) if logs.get(g) else None
+        out.append({"generation": g, "first": firsts[g], "pairs": pairs[g],
+                    "metrics": len(logs.get(g, [])), "geometric_mean": mean})
+    return out
+
+
+def design_effect(x: Sequence[float], groups: Sequence[int]) -> float:
+    """How many times the variance of the mean of the pairs ``x`` grows because they come from
+    several process pairs (``groups``: each pair's generation) that each add a bias of their own:
+    the design effect of a clustered sample, ``1 + (m - 1) * icc``, where ``m`` is the effective
+    number of pairs per generation (``sum(n_g**2) / N``) and ``icc`` the share of the variance
+    between generations, from a one-way random-effects ANOVA (its estimate of the between-groups
+    variance clipped at 0). 1 with fewer than two generations: there is nothing to estimate the
+    spread between process pairs from, and so one generation cannot show it."""
+    by: dict[int, list[float]] = {}
+    for value, group in zip(x, groups, strict=True):
+        if math.isfinite(value):
+            by.setdefault(group, []).append(value)
+    sizes = [len(v) for v in by.values()]
+    n, g = sum(sizes), len(by)
+    if g < 2 or n <= g:
+        return 1.0
+    mean = math.fsum(v for vs in by.values() for v in vs) / n
+    means = {k: math.fsum(vs) / len(vs) for k, vs in by.items()}
+    between = math.fsum(len(vs) * (means[k] - mean) ** 2 for k, vs in by.items()) / (g - 1)
+    within = math.fsum((v - means[k]) ** 2 for k, vs in by.items() for v in vs) / (n - g)
+    n0 = (n - math.fsum(s * s for s in sizes) / n) / (g - 1)
+    spread = max(0.0, (between - within) / n0) if n0 > 0 else 0.0
+    if spread == 0.0:
+        return 1.0
+    icc = spread / (spread + within)
+    return 1.0 + (math.fsum(s * s for s in sizes) / n - 1.0) * icc
+
+
+def _pair_x(p: Paired) -> list[float]:
+    """Each pair of ``p`` in ``x`` units (:func:`.paired.to_x`; positive: worse for the head)."""
+    ratio = p.kind in ("time", "rate")
+    out = []
+    for b, h in zip(p.base, p.head, strict=True):
+        if ratio:
+            out.append(paired.to_x(p.kind, h / b) if b > 0 and h > 0 else math.nan)
+        else:
+            out.append(paired.to_x(p.kind, h - b))
+    return out
+
+
+def _widened(d: Decision, p: Paired, generations: Sequence[int]) -> Decision:
+    """``d`` with its interval widened by the square root of the pairs' :func:`design_effect`
+    (the spread between the generations' process pairs) and its verdict ruled again on the
+    widened interval (an undecided one stays undecided: widening only ever takes confidence
+    away)."""
+    if d.kind == "count" or not math.isfinite(d.estimate):
+        return d
+    effect = design_effect(_pair_x(p), generations)
+    if effect <= 1.0:
+        return d
+    factor = math.sqrt(effect)
+    estimate, low, high, c = d.in_x()
+    low, high = estimate - (estimate - low) * factor, estimate + (high - estimate) * factor
+    verdict = d.verdict if d.verdict == "undecided" else paired.rule(low, high, c)
+    low_v, high_v = paired.from_x(d.kind, low), paired.from_x(d.kind, high)
+    if d.kind == "rate":  # a rate's interval turns round in x (a drop is worse)
+        low_v, high_v = high_v, low_v
+    groups = len(set(generations))
+    return dataclasses.replace(
+        d, verdict=verdict, low=low_v, high=high_v,
+        statistic=f"{d.statistic}; interval {factor:.2f}x as wide for the spread between the "
+                  f"{groups} generations' process pairs (design effect {effect:.2f})")
+
+
+def session_decide(samples: SessionPairs, settings: CompareSettings,
+                   keys: Sequence[MetricKey] | None = None) -> list[Decision]:
+    """:func:`.paired.decide` on the pairs of ``keys`` (default: every metric; corrected for
+    that many), each interval widened for the spread between the generations' process pairs
+    (:func:`_widened`). What every verdict of the session is ruled on."""
+    chosen = list(samples.paired) if keys is None else list(keys)
+    decisions = paired.decide([samples.paired[k] for k in chosen], settings)
+    return [_widened(d, samples.paired[k], samples.generations_of(k))
+            for d, k in zip(decisions, chosen, strict=True)]
+
+
+def _part_decision(part: Paired, settings: CompareSettings, family_size: int,
+                   generations: Sequence[int] = ()) -> Decision:
+    """``part``'s decision, corrected for ``family_size`` metrics; with the pairs'
+    ``generations``, its interval widened for the spread between them (:func:`_widened`)."""
     # decide() corrects for the number of Paired it is given: the others, empty, stand for the
     # rest of the session's metrics, so this look uses the session's level.
     family = [part] + [Paired(MetricKey("", f"#{i}"), "time") for i in range(family_size - 1)]
-    return paired.decide(family, settings)[0]
+    d = paired.decide(family, settings)[0]
+    return _widened(d, part, generations) if generations else d
 
 
-def order_verdict(part: Paired, settings: CompareSettings, family_size: int) -> ABVerdict:
+def order_verdict(part: Paired, settings: CompareSettings, family_size: int,
+                  generations: Sequence[int] = ()) -> ABVerdict:
     """The verdict of the pairs ``part`` (those of one start order) on their own, corrected for
-    ``family_size`` metrics."""
-    return _part_decision(part, settings, family_size).verdict
+    ``family_size`` metrics, and for the spread between the pairs' ``generations`` when given."""
+    return _part_decision(part, settings, family_size, generations).verdict
 
 
 def _both_orders(d: Decision, samples: SessionPairs, settings: CompareSettings) -> bool:
@@ -92,7 +213,8 @@ def _both_orders(d: Decision, samples: SessionPairs, settings: CompareSettings) 
     for first in ("base", "head"):
         part = samples.part(d.key, first)
         if (part is None or part.pairs < tuning.MIN_ORDER_PAIRS
-                or order_verdict(part, settings, len(samples)) != d.verdict):
+                or order_verdict(part, settings, len(samples),
+                                 samples.generations_of(d.key, first)) != d.verdict):
             return False
     return True
 
@@ -117,8 +239,7 @@ def final_decisions(samples: SessionPairs, settings: CompareSettings) -> list[De
     all the pairs, a change seen in one start order only made undecided (the module docstring),
     and the undecided ones that are inconclusive marked so (:func:`_inconclusive`). Pure and
     deterministic."""
-    decisions = [_confirmed(d, samples, settings)
-                 for d in paired.decide(list(samples.paired.values()), settings)]
+    decisions = [_confirmed(d, samples, settings) for d in session_decide(samples, settings)]
     return _inconclusive(decisions, samples, settings)
 
 
@@ -135,8 +256,8 @@ def _inconclusive(decisions: list[Decision], samples: SessionPairs,
                  if d.verdict == "undecided" and d.kind != "count" and d.pairs]
     if not any(decisions[i].past_threshold for i in undecided):
         return decisions
-    # decide() corrects for the number of Paired it is given: the undecided metrics
-    looks = paired.decide([samples.paired[decisions[i].key] for i in undecided], settings)
+    # corrected for the number of metrics it is given: the undecided ones
+    looks = session_decide(samples, settings, [decisions[i].key for i in undecided])
     out = list(decisions)
     for i, look in zip(undecided, looks, strict=True):
         _, low, _, _ = look.in_x()
@@ -201,7 +322,7 @@ def wanting_pairs(samples: SessionPairs, settings: CompareSettings, keep: Keep =
     the changes with ``keep="changes"``, and with ``final`` (the start order whose pairs get no
     more pairs) only those that may still end regressed (:func:`may_regress`)."""
     wanted: list[tuple[MetricKey, Want]] = []
-    for d in paired.decide(list(samples.paired.values()), settings):
+    for d in session_decide(samples, settings):
         change = _unconfirmed(d, samples, settings)
         # an estimate past the threshold may end inconclusive (final_decisions)
         fails = undecided == "fail" or (undecided == "inconclusive" and d.past_threshold)

@@ -419,6 +419,9 @@ class CompareResult:
     notes: list[str] = field(default_factory=list)
     # {"base": {...}, "head": {...}}: each side's interpreter (executable, python, numpy)
     interpreters: dict[str, dict[str, Any]] | None = None
+    # per generation of side processes: generation, first, pairs, metrics, geometric_mean
+    # (:func:`pytest_opperf.ab.decide.generation_bias`)
+    generations: list[dict[str, Any]] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         """How many metrics got each verdict, in the report's order."""
@@ -444,7 +447,7 @@ class CompareResult:
                 "pairs": self.pairs, "elapsed_s": self.elapsed_s,
                 "budget_exhausted": self.budget_exhausted, "added": list(self.added),
                 "removed": list(self.removed), "notes": list(self.notes),
-                "interpreters": self.interpreters,
+                "interpreters": self.interpreters, "generations": list(self.generations),
                 "decisions": [d.to_dict() for d in self.decisions]}
 
     @classmethod
@@ -472,6 +475,16 @@ class CompareResult:
             isinstance(side, dict) and all(v is None or isinstance(v, str) for v in side.values())
             for side in interpreters.values())), source,
             "compare.interpreters is not an object of objects of strings")
+        generations = data.get("generations", [])  # absent in files of older writers
+        _need(isinstance(generations, list) and all(
+            isinstance(g, dict) and isinstance(g.get("generation"), int)
+            and g.get("first") in ("base", "head") and isinstance(g.get("pairs"), int)
+            and isinstance(g.get("metrics"), int)
+            and (g.get("geometric_mean") is None or is_num(g["geometric_mean"]))
+            for g in generations), source,
+            "compare.generations is not a list of {generation, first, pairs, metrics, "
+            "geometric_mean} objects")
         return cls(data["base"], data["head"], decisions, list(data["added"]),
                    list(data["removed"]), data["pairs"], float(data["elapsed_s"]),
-                   data["budget_exhausted"], list(data["notes"]), interpreters)
+                   data["budget_exhausted"], list(data["notes"]), interpreters,
+                   [dict(g) for g in generations])
