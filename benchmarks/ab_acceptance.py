@@ -16,7 +16,7 @@ metric regressed. Cases:
 * ``throughput-5``: examples/sec 5 % lower (busy work of 5.3 % of each step);
 * ``extra-op``: one more op per training step (a ``fill_zeros_like``);
 * ``aa``: no change, ``--opperf-compare=HEAD`` in the copy: every regressed
-  metric is a false alarm; prints the median interval width (high/low - 1)
+  (or inconclusive) metric is a false alarm; prints the median interval width (high/low - 1)
   of the per-op and e2e metrics.
 
     python benchmarks/ab_acceptance.py --sessions 10                 # every case, 10 sessions each
@@ -168,8 +168,10 @@ def session(head: Path, base: str, args: list[str], out: Path) -> tuple[int, dic
 
 
 def caught(compare: dict, expected: tuple[str, ...]) -> tuple[bool, list[str]]:
-    regressed = [f"{d['run']} {d['metric']}"
-                 for d in compare["decisions"] if d["verdict"] == "regressed"]
+    """Whether an expected metric fails the gate (regressed, or inconclusive: undecided with its
+    pairs pointing past the threshold, which fails by default), and every metric that does."""
+    regressed = [f"{d['run']} {d['metric']}" for d in compare["decisions"]
+                 if d["verdict"] == "regressed" or d.get("inconclusive")]
     hit = any(r.endswith(e) for r in regressed for e in expected) if expected else not regressed
     return hit, regressed
 
