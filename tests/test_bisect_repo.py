@@ -172,3 +172,24 @@ def test_the_selection_s_opperf_options_go_to_the_children(tmp_path):
                               pytest_args=[])
     selection, fixed, _ = _inputs(args)
     assert selection == ["suites/x.py", "-k", "a and b"] and fixed["device"] == "cpu"
+
+
+def test_pooled_sessions_keep_their_process_pairs_apart_and_decide():
+    from pytest_opperf.ab import decide
+    from pytest_opperf.bisect.runner import pool
+    from pytest_opperf.comparison.metrics import MetricKey
+    from pytest_opperf.comparison.thresholds import CompareSettings
+
+    key = MetricKey("t::a", "call_ms:op")
+    sessions = []
+    for bias in (1.08, 0.97):
+        s = decide.SessionPairs()
+        for g in (0, 1):
+            for i in range(8):
+                s.add(key, "time", 1.0, bias * (1 + 0.002 * (i % 3)), "base" if g == 0 else "head",
+                      g)
+        sessions.append(s)
+    pooled = pool(sessions[0], None, sessions[1])
+    assert pooled.generations_of(key) == [0] * 8 + [1] * 8 + [2] * 8 + [3] * 8
+    (d,) = decide.final_decisions(pooled, CompareSettings())
+    assert "4 generations' process pairs" in d.statistic  # two sessions' bias: widened

@@ -61,8 +61,11 @@ def three(d: Decision) -> Three:
 
 
 def pool(*parts: SessionPairs | None) -> SessionPairs:
-    """The pairs of several sessions of the same two commits, as one session's."""
+    """The pairs of several sessions of the same two commits, as one session's; each session's
+    generations stay generations of their own (other process pairs: numbered after the ones
+    before)."""
     out = SessionPairs()
+    offset = 0
     for part in parts:
         if part is None:
             continue
@@ -71,6 +74,9 @@ def pool(*parts: SessionPairs | None) -> SessionPairs:
             mine.base.extend(samples.base)
             mine.head.extend(samples.head)
             out.firsts.setdefault(key, []).extend(part.firsts.get(key, []))
+            out.generations.setdefault(key, []).extend(g + offset
+                                                       for g in part.generations_of(key))
+        offset = 1 + max((g for gs in out.generations.values() for g in gs), default=-1)
     return out
 
 
@@ -82,6 +88,7 @@ def _focused(samples: SessionPairs, focus: frozenset[str] | None) -> SessionPair
         if label(key) in focus:
             out.paired[key] = Paired(key, p.kind, list(p.base), list(p.head))
             out.firsts[key] = list(samples.firsts.get(key, []))
+            out.generations[key] = samples.generations_of(key)
     return out
 
 
