@@ -29,8 +29,8 @@ from .verdict import Verdict, Violation
 __all__ = ["UNDECIDED_MODES", "add_compare", "evaluate"]
 
 # What an A/B metric left undecided does (--opperf-compare-undecided): an inconclusive one (its
-# estimate past the threshold) fails and the others warn (the default); every one warns; every
-# one fails.
+# estimate past the threshold, its pairs showing a slowdown) fails and the others warn (the
+# default); every one warns; every one fails.
 UNDECIDED_MODES = ("inconclusive", "warn", "fail")
 
 
