@@ -142,18 +142,6 @@ def design_effect(x: Sequence[float], groups: Sequence[int]) -> float:
     return 1.0 + (math.fsum(s * s for s in sizes) / n - 1.0) * icc
 
 
-def _pair_x(p: Paired) -> list[float]:
-    """Each pair of ``p`` in ``x`` units (:func:`.paired.to_x`; positive: worse for the head)."""
-    ratio = p.kind in ("time", "rate")
-    out = []
-    for b, h in zip(p.base, p.head, strict=True):
-        if ratio:
-            out.append(paired.to_x(p.kind, h / b) if b > 0 and h > 0 else math.nan)
-        else:
-            out.append(paired.to_x(p.kind, h - b))
-    return out
-
-
 def _widened(d: Decision, p: Paired, generations: Sequence[int]) -> Decision:
     """``d`` with its interval widened by the square root of the pairs' :func:`design_effect`
     (the spread between the generations' process pairs) and its verdict ruled again on the
@@ -161,7 +149,7 @@ def _widened(d: Decision, p: Paired, generations: Sequence[int]) -> Decision:
     away)."""
     if d.kind == "count" or not math.isfinite(d.estimate):
         return d
-    effect = design_effect(_pair_x(p), generations)
+    effect = design_effect(paired.pair_x(p), generations)
     if effect <= 1.0:
         return d
     factor = math.sqrt(effect)

@@ -28,7 +28,7 @@ from ..results import ResultsError
 from ..workcounts.workcount import COUNTERS
 
 __all__ = ["ABVerdict", "CompareResult", "Decision", "Paired", "decide", "from_x",
-           "pairs_for_interval", "rule", "signed_rank_cdf", "to_x", "walsh_interval"]
+           "pair_x", "pairs_for_interval", "rule", "signed_rank_cdf", "to_x", "walsh_interval"]
 
 ABVerdict = Literal["regressed", "improved", "unchanged", "undecided"]
 # the report's order
@@ -297,6 +297,16 @@ def _worse(kinds: Sequence[str], base: Any, head: Any) -> Any:
     sign = np.array([[_LOG_SIGN.get(k, 1.0)] for k in kinds])
     ratio = np.array([[k in _LOG_SIGN] for k in kinds])
     return np.where(ratio, logs * sign, diff)
+
+
+def pair_x(p: Paired) -> list[float]:
+    """Each pair of ``p`` in ``x`` units (:func:`_worse`; nan or inf where a ratio has no log)."""
+    import numpy as np
+
+    if not p.pairs:
+        return []
+    x = _worse([p.kind], np.array([p.base], dtype=np.float64), np.array([p.head], dtype=np.float64))
+    return [float(v) for v in x[0]]
 
 
 def _unusable(kinds: Sequence[str], base: Any, head: Any) -> list[str | None]:

@@ -59,9 +59,10 @@ def ordered(decisions: Sequence[Decision]) -> list[tuple[str, list[tuple[str, li
     order of appearance, inconclusive ones first among the undecided:
     ``[(verdict, [(run, [decision, ...]), ...]), ...]``."""
     out = []
+    inconclusive_first = sorted(decisions, key=lambda d: not d.inconclusive)
     for verdict in VERDICTS:
         runs: dict[str, list[Decision]] = {}
-        for d in sorted(decisions, key=lambda d: not d.inconclusive):
+        for d in inconclusive_first:
             if d.verdict == verdict:
                 runs.setdefault(d.key.run, []).append(d)
         if runs:
