@@ -303,8 +303,6 @@ def pair_x(p: Paired) -> list[float]:
     """Each pair of ``p`` in ``x`` units (:func:`_worse`; nan or inf where a ratio has no log)."""
     import numpy as np
 
-    if not p.pairs:
-        return []
     x = _worse([p.kind], np.array([p.base], dtype=np.float64), np.array([p.head], dtype=np.float64))
     return [float(v) for v in x[0]]
 
