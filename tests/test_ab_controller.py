@@ -166,7 +166,8 @@ open(processes, "w").write(str(started + 1))
 process_factor = conf.get("first_process", {}).get(side, 1.0) if started == 0 else 1.0
 rng = random.Random(f"{side}-{started}")
 channel = Channel.from_fd(int(os.environ["OPPERF_AB_FD"]))
-channel.send({"ev": "collected", "ids": conf["ids"][side], "errors": []})
+extensions = {"extensions": conf["extensions"][side]} if "extensions" in conf else {}
+channel.send({"ev": "collected", "ids": conf["ids"][side], "errors": [], **extensions})
 blocks = 0
 while True:
     msg = channel.receive()

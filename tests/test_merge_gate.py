@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_opperf.ab.cost import costs
 from pytest_opperf.ab.paired import CompareResult, Decision, MetricKey
 from pytest_opperf.cli import main
 from pytest_opperf.comparison import shard
@@ -128,6 +129,8 @@ def _ab_results() -> ResultSet:
         _decision("t.py::test_1", "undecided", 1.1, inconclusive=True),
         _decision("t.py::test_2", "unchanged"), _decision("t.py::test_3", "improved", 0.7),
         _decision("t.py::test_4", "undecided", 1.02), _decision("t.py::test_5", "regressed", 1.2)])
+    compare.cost = costs(compare.decisions, {f"t.py::test_{i}": 1.5 * i for i in range(6)},
+                         {f"t.py::test_{i}": 1 + i % 2 for i in range(6)})
     results = ResultSet(runs=runs, session={"device_class": "cpu", "workload": "small",
                                             "timing": "host"}, compare=compare.to_dict())
     verdict = evaluate(results)
@@ -144,7 +147,8 @@ def _split(results: ResultSet, shards: list[list[int]]) -> list[Part]:
     for k, indices in enumerate(shards, 1):
         ids = {results.runs[i].id for i in indices}
         mine = CompareResult(compare.base, compare.head,
-                             [d for d in compare.decisions if d.key.run in ids])
+                             [d for d in compare.decisions if d.key.run in ids],
+                             cost=[c for c in compare.cost if c.test in ids])
         part = ResultSet(runs=[r for r in results.runs if r.id in ids],
                          session={**results.session, "shard": {
                              "index": k, "count": len(shards), "tests": len(ids), "of": 6,
@@ -176,6 +180,8 @@ def test_the_ab_decisions_stored_in_the_shards_gate_as_in_the_session(mode, unde
     assert sum("A/B inconclusive" in v.message or "A/B undecided" in v.message
                for v in got.violations) == undecided_violations
     assert CompareResult.from_dict(merged.compare).counts() == compare.counts()
+    # every test's cost, the most expensive first, as the session's
+    assert CompareResult.from_dict(merged.compare).cost == compare.cost
 
 
 def test_an_incomplete_shard_makes_the_whole_incomplete():

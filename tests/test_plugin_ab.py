@@ -120,6 +120,50 @@ def test_dir_mode_uses_the_checkout_as_it_is(pytester, traces, tmp_path_factory)
     assert base.is_dir()  # a given checkout is left alone
 
 
+# The head's conftest (uncommitted: not in the base's clone) registers two extension modules, one
+# in the head's checkout and one outside both checkouts (files of other bytes than any other).
+EXTENSIONS_CONFTEST = """
+import importlib.machinery, os, sys, types
+
+SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
+HERE = os.path.dirname(__file__)
+# each side's own build of an extension outside its checkout; the head's code also loads one of
+# its checkout's
+for name, where in (("_opperf_env_ext", os.path.join(os.environ["AB_ELSEWHERE"],
+                                                     os.path.basename(HERE))),
+                    ("reference_framework._kernels", os.path.join(HERE, "reference_framework")))[
+                        :{count}]:
+    os.makedirs(where, exist_ok=True)
+    path = os.path.join(where, name.rpartition(".")[2] + SUFFIX)
+    with open(path, "wb") as f:
+        f.write((name + HERE).encode())
+    module = types.ModuleType(name)
+    module.__file__ = path
+    sys.modules[name] = module
+"""
+
+
+def test_extensions_the_sides_load_differently_are_said(pytester, tmp_path_factory, monkeypatch):
+    make_repo(pytester.path, {"test_s.py": suite(n=6000),
+                              "conftest.py": EXTENSIONS_CONFTEST.replace("{count}", "1")},
+              {"test_s.py": suite(n=2000),
+               "conftest.py": EXTENSIONS_CONFTEST.replace("{count}", "2")})
+    base = tmp_path_factory.mktemp("base-checkout") / "repo"
+    git(pytester.path, "clone", "-q", str(pytester.path), str(base))
+    monkeypatch.setenv("AB_ELSEWHERE", str(tmp_path_factory.mktemp("elsewhere")))
+    result = ab(pytester, f"--opperf-compare={base}", "--opperf-json=out.json",
+                "test_s.py::test_op")
+    out = result.stdout.str()
+    assert result.ret == 0, out  # a warning, not a failure
+    loud = ("the two sides load other compiled extensions from outside their checkouts: "
+            "_opperf_env_ext (other bytes): an environment difference, not the code's")
+    notes = compare_json(pytester)["compare"]["notes"]
+    assert notes[0].startswith(loud), notes
+    assert ("the two sides' code loads other compiled extensions (the change under test): "
+            "reference_framework._kernels (on the head only)") in notes
+    assert f"opperf: A/B: {loud}" in out  # and after the report, in red
+
+
 def test_the_sides_hold_a_baton_and_the_wait_is_not_in_the_window(pytester, monkeypatch):
     make_repo(pytester.path, {"test_s.py": suite(n=3000, steps=6)})
     marks = pytester.path.parent / f"marks-{pytester.path.name}"

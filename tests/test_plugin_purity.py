@@ -14,7 +14,8 @@ PURE = ["timers", "stattree", "core.stats", "results", "records.checks", "record
         "comparison.regression", "comparison.baseline_checks", "reports.report", "measure",
         "device", "cli", "comparison.thresholds", "comparison.metrics",
         "comparison.verdict", "comparison.keys", "ab.paired", "ab.pairs", "ab.decide",
-        "ab.tuning", "ab.processes", "ab.controller", "history.suspects", "history.trends",
+        "ab.tuning", "ab.cost", "ab.extensions", "ab.extras", "ab.processes", "ab.controller",
+        "history.suspects", "history.trends",
         "workcounts.workcount", "workcounts.valgrind", "workcounts.callgrind",
         "workcounts.callgrind_dumps", "workcounts.valgrind_run", "workcounts.instructions"]
 MODULES = sorted(PACKAGE.rglob("*.py"))
@@ -140,7 +141,7 @@ def test_the_ab_layers_import_downwards_only():
     graph = import_graph()
     ab = "pytest_opperf.ab."
     upper = {ab + m for m in ("session", "controller", "processes", "side", "checkout")}
-    for pure in ("paired", "decide", "tuning", "pairs"):
+    for pure in ("paired", "decide", "tuning", "pairs", "cost", "extensions", "extras"):
         assert not _reaches(graph, ab + pure) & upper, pure
     assert not _reaches(graph, ab + "processes") & {ab + "controller", ab + "decide",
                                                     ab + "paired"}
@@ -162,7 +163,8 @@ LAYERS = [
         "timers", "stattree", "device", "results", "measure", "recorded", "hookspec", "core",
         "records", "gpu", "workcounts"}),
     ("comparison and reports", {"comparison", "reports", "ab.paired", "ab.pairs", "ab.decide",
-                                "ab.tuning", "ab.render", "ab.protocol", "history"}),
+                                "ab.tuning", "ab.render", "ab.protocol", "ab.cost",
+                                "ab.extensions", "ab.extras", "history"}),
     ("processes and commands", {"ab", "bisect", "cli", "__main__", "torch", "paddle"}),
     ("pytest glue", {"glue", "plugin", "ab.session", "ab.side"}),
 ]

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from pytest_opperf.ab import render as render_ab
+from pytest_opperf.ab.cost import Cost
 from pytest_opperf.ab.paired import CompareResult
 from pytest_opperf.cli import main
 from pytest_opperf.comparison.gate import add_compare, evaluate
@@ -144,6 +145,8 @@ def test_a_gpu_session_device_clock_stats_nvml_facts_and_a_flushed_cache(pyteste
 
 def test_an_a_b_result_in_a_results_file():
     compare = compare_result()
+    compare.cost = [Cost("suites/test_ops.py::test_conv2d[k7]", 1, 24, 2, 3.25),
+                    Cost("suites/test_ops.py::test_relu", 2, 12, 1, 0.5)]
     rs = results(e2e_run())
     verdict = evaluate(rs)
     add_compare(verdict, compare)
@@ -180,6 +183,7 @@ def rich_document() -> dict[str, Any]:
     rs.session = {"device": "cpu", "timing": "host"}
     compare = compare_result()
     compare.decisions = compare.decisions[3:5]  # an undecided one (unbounded) and a regressed share
+    compare.cost = [Cost(compare.decisions[0].key.run, 2, 20, 3, 4.5)]
     compare.interpreters = {"base": {"executable": "/opt/py310/bin/python", "python": "3.10.12",
                                      "numpy": "1.26.4"},
                             "head": {"executable": "/venv/bin/python", "python": "3.11.2",
@@ -349,8 +353,11 @@ def test_the_schema_has_the_keys_the_writers_write():
     compare = compare_result()
     # files of writers before the interpreters were recorded have none
     assert props("compare") == set(compare.to_dict())
-    assert set(DEFS["compare"]["required"]) == set(compare.to_dict()) - {"interpreters",
-                                                                         "generations"}
+    assert set(DEFS["compare"]["required"]) == set(compare.to_dict()) - {
+        "interpreters", "generations", "cost"}
+    compare.cost = [Cost("t", 1, 1, 1, 1.0)]
+    cost = DEFS["compare"]["properties"]["cost"]["items"]
+    assert set(cost["required"]) == set(cost["properties"]) == set(compare.to_dict()["cost"][0])
     assert set(DEFS["compare"]["properties"]["verdicts"]["required"]) == set(compare.counts())
     decision = set(compare.decisions[0].to_dict())
     # inconclusive: absent from files of older writers

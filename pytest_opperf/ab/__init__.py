@@ -7,7 +7,9 @@ stop), ``protocol`` (the messages on their sockets), ``side`` (the plugin inside
 process), ``pairs`` (an e2e run's paired samples), ``paired`` (the statistics, pure, no pytest;
 ``[compare]`` is parsed by :mod:`pytest_opperf.comparison.thresholds` and the decisions become
 violations in :mod:`pytest_opperf.comparison.gate`), ``decide`` (the final decisions: the
-start-order rule), ``tuning`` (the constants) and ``render`` (the A/B report section). This package
+start-order rule), ``tuning`` (the constants), ``cost`` (each test's pairs and seconds),
+``extensions`` (the check that both sides load the same compiled extensions), ``extras`` (the
+compare object's later fields, read back) and ``render`` (the A/B report section). This package
 imports nothing at load time, and ``paired`` imports numpy only when it decides, so the gate loads
 without numpy.
 """

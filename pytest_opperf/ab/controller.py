@@ -55,6 +55,10 @@ left undecided cannot fail the gate. ``--opperf-compare-undecided=fail``
 keeps every undecided test (up to the ceiling): an undecided metric fails
 the gate then. The constants named here are :mod:`.tuning`'s.
 The head's results of each test's first visit are the session's results.
+Every visit is timed, and its seconds are its test's: the result's ``cost`` gives each test's
+metrics, pairs, visits and seconds (:mod:`.cost`). At the start the compiled extension modules
+the two sides loaded are compared (:mod:`.extensions`): those that differ outside the checkouts
+are a warning (:attr:`Controller.warnings`) and the first note.
 No pytest import: the glue (``session.py``) passes callbacks.
 """
 
@@ -71,7 +75,7 @@ from typing import Any
 
 from ..records.handback import Envelope, HandBackError
 from ..results import RunResult
-from . import decide, paired, tuning
+from . import cost, decide, extensions, paired, tuning
 from .decide import Keep, SessionPairs
 from .pairs import e2e_samples
 from .processes import Side, SideFailure, Sides, SideSpec, usable_cpus
@@ -141,6 +145,8 @@ class Controller:
                            seed=self.seed)
         self._unvisited = 0  # tests the first pass has not reached (for the family size)
         self._visit_s: dict[str, float] = {}  # how long each test's last visit took
+        self._test_s: dict[str, float] = {}  # how long all the visits of each test took
+        self.warnings: list[str] = []  # notes that say the A/B is biased (also first in notes)
 
     # --- start ----------------------------------------------------------------------------
 
@@ -155,8 +161,20 @@ class Controller:
                     added=[i for i in head_ids if i not in base_set],
                     removed=[i for i in base_ids if i not in head_set], order=head_ids)
         self._plan = plan
+        self._check_extensions(collected)
         errors = {name: list(message.get("errors", [])) for name, message in collected.items()}
         return plan, errors
+
+    def _check_extensions(self, collected: dict[str, dict[str, Any]]) -> None:
+        """Notes on the compiled extensions the two sides loaded, when they differ
+        (:mod:`.extensions`): those outside the checkouts first, and among the warnings."""
+        base, head = (extensions.parse(collected[n].get("extensions")) for n in ("base", "head"))
+        if base is None or head is None:
+            return  # a side that does not report them: nothing to compare
+        check = extensions.compare(base, head)
+        notes = extensions.notes(check)
+        self.warnings += notes[:1] if check.environment else []
+        self.notes[:0] = notes
 
     def restrict(self, keep: Collection[str]) -> Plan:
         """Only the tests in ``keep`` (a shard): the others run on neither side."""
@@ -206,7 +224,8 @@ class Controller:
         return paired.CompareResult(
             base=self.base_label, head=self.head_label, decisions=decisions, added=list(plan.added),
             removed=list(plan.removed), pairs=self.pairs, elapsed_s=self.clock() - self._started,
-            budget_exhausted=budget_exhausted, notes=list(self.notes), generations=generations)
+            budget_exhausted=budget_exhausted, notes=list(self.notes), generations=generations,
+            cost=cost.costs(decisions, self._test_s, self._visits))
 
     def _rerun(self, common: set[str], leaning_end: float, ceiling: float) -> bool:
         """The passes after the first, each a generation; returns whether the budget ended them
@@ -282,7 +301,7 @@ class Controller:
 
     @staticmethod
     def _test_of(run_id: str) -> str:
-        return run_id.split("#", 1)[0]  # extra windows of a test: <node id>#<name>
+        return cost.node_of(run_id)  # extra windows of a test: <node id>#<name>
 
     def close(self, grace_s: float = 10.0) -> None:
         """End both processes (idempotent, never raises); ``grace_s`` for each to end by itself."""
@@ -338,6 +357,7 @@ class Controller:
         if both and not outcomes["base"].failed and not outcomes["head"].failed:
             self._e2e_pairs(outcomes["base"].runs, outcomes["head"].runs)
         self._visit_s[nodeid] = self.clock() - started
+        self._test_s[nodeid] = self._test_s.get(nodeid, 0.0) + self._visit_s[nodeid]
 
     def _e2e_pairs(self, base_runs: list[RunResult], head_runs: list[RunResult]) -> None:
         base = {r.id: r for r in base_runs if r.kind == "e2e"}

@@ -26,6 +26,8 @@ from ..core.stats import most_common
 from ..records.checks import is_num
 from ..results import ResultsError
 from ..workcounts.workcount import COUNTERS
+from .cost import Cost
+from .extras import read_extras
 
 __all__ = ["ABVerdict", "CompareResult", "Decision", "Paired", "decide", "from_x",
            "pair_x", "pairs_for_interval", "rule", "signed_rank_cdf", "to_x", "walsh_interval"]
@@ -430,6 +432,8 @@ class CompareResult:
     # per generation of side processes: generation, first, pairs, metrics, geometric_mean
     # (:func:`pytest_opperf.ab.decide.generation_bias`)
     generations: list[dict[str, Any]] = field(default_factory=list)
+    # per test with a decided metric: its metrics, pairs, visits, seconds (:mod:`.cost`)
+    cost: list[Cost] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         """How many metrics got each verdict, in the report's order."""
@@ -456,6 +460,7 @@ class CompareResult:
                 "budget_exhausted": self.budget_exhausted, "added": list(self.added),
                 "removed": list(self.removed), "notes": list(self.notes),
                 "interpreters": self.interpreters, "generations": list(self.generations),
+                "cost": [c.to_dict() for c in self.cost],
                 "decisions": [d.to_dict() for d in self.decisions]}
 
     @classmethod
@@ -478,21 +483,8 @@ class CompareResult:
               "compare.decisions is missing or not a list")
         decisions = [_decision_from_dict(d, f"compare.decisions[{i}]", source)
                      for i, d in enumerate(data["decisions"])]
-        interpreters = data.get("interpreters")  # absent in files of older writers
-        _need(interpreters is None or (isinstance(interpreters, dict) and all(
-            isinstance(side, dict) and all(v is None or isinstance(v, str) for v in side.values())
-            for side in interpreters.values())), source,
-            "compare.interpreters is not an object of objects of strings")
-        generations = data.get("generations", [])  # absent in files of older writers
-        _need(isinstance(generations, list) and all(
-            isinstance(g, dict) and isinstance(g.get("generation"), int)
-            and g.get("first") in ("base", "head") and isinstance(g.get("pairs"), int)
-            and isinstance(g.get("metrics"), int)
-            and (g.get("geometric_mean") is None or is_num(g["geometric_mean"]))
-            for g in generations), source,
-            "compare.generations is not a list of {generation, first, pairs, metrics, "
-            "geometric_mean} objects")
+        # the fields later writers added: absent in files of older writers
+        interpreters, generations, cost = read_extras(data, source)
         return cls(data["base"], data["head"], decisions, list(data["added"]),
                    list(data["removed"]), data["pairs"], float(data["elapsed_s"]),
-                   data["budget_exhausted"], list(data["notes"]), interpreters,
-                   [dict(g) for g in generations])
+                   data["budget_exhausted"], list(data["notes"]), interpreters, generations, cost)

@@ -19,7 +19,9 @@ Controller -> side (``cmd``):
 
 Side -> controller (``ev``):
 
-* ``collected``: ``{"ids": [...], "errors": [[nodeid, message], ...]}``.
+* ``collected``: ``{"ids": [...], "errors": [[nodeid, message], ...], "extensions":
+  [{"module", "path", "in_checkout", "size", "sha256"}, ...]}`` (the compiled extension modules
+  it has loaded: :mod:`.extensions`; a side that sends none is not checked).
 * ``step``: a measured window ended a step and waits for ``go``.
 * ``bench``: a per-op benchmark is ready and waits for ``calibrate``/``block``/``go``.
 * ``calibrated``: ``{"iterations": i, "round_s": s}``; ``block``: ``{"per_call_s": [...],

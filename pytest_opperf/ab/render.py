@@ -3,7 +3,8 @@
 Both list every metric with base, head, the ratio (or difference) with its corrected interval and
 the verdict, regressed first, then undecided (inconclusive ones first, named so: their estimate is
 past the threshold), improved and unchanged; unchanged metrics show their interval too, so the
-reader sees how fine the check was (``+-1.2%``: half the interval's width).
+reader sees how fine the check was (``+-1.2%``: half the interval's width). What the tests cost
+(:mod:`.cost`): one line in the terminal (the costliest tests), a short table in the markdown.
 """
 
 from __future__ import annotations
@@ -12,9 +13,13 @@ import math
 from collections.abc import Sequence
 
 from ..reports.layout import clean, common_prefix, fit, md_code, md_text, middle, table
+from .cost import Cost
 from .paired import VERDICTS, CompareResult, Decision
 
-__all__ = ["markdown", "terminal_lines"]
+__all__ = ["cost_line", "cost_table", "markdown", "terminal_lines"]
+
+COSTLIEST_SHOWN = 2  # tests the terminal's cost line names
+COST_ROWS = 5  # tests the markdown's cost table lists; the rest are counted
 
 
 _FORMATS = {"time": "{:.4g} ms", "rate": "{:.4g}/s", "share": "{:.2%}"}  # else a count
@@ -89,6 +94,51 @@ def _title(result: CompareResult, width: int) -> list[str]:
                                             middle(f"A/B head: {head}", width)]
 
 
+def _seconds(rows: Sequence[Cost]) -> str:
+    return f"{sum(c.seconds for c in rows):.1f} s"
+
+
+def cost_line(result: CompareResult, width: int = 100, prefix: str = "") -> str | None:
+    """``cost: 52 test(s), 212.4 s of visits; costliest test_e2e 96.1 s/27 pairs, ...``: the
+    terminal's one line on what the tests cost (None: no cost known), within ``width``: the
+    ``COSTLIEST_SHOWN`` costliest tests, fewer where their names do not fit (the names lose
+    ``prefix``, then their middle)."""
+    rows = result.cost
+    if not rows:
+        return None
+    head = f"cost: {len(rows)} test(s), {_seconds(rows)} of visits; costliest "
+    for k in range(min(COSTLIEST_SHOWN, len(rows)), 0, -1):
+        shown = rows[:k]
+        more = f", +{len(rows) - k} more" if len(rows) > k else ""
+        values = [f" {c.seconds:.1f} s/{c.pairs} pairs" for c in shown]
+        room = (width - len(head) - len(more) - sum(len(v) + 2 for v in values)) // k
+        if room >= 12 or k == 1:
+            names = [middle(clean(c.test).removeprefix(prefix) or clean(c.test), max(12, room))
+                     for c in shown]
+            break
+    return fit(head + ", ".join(n + v for n, v in zip(names, values, strict=True)) + more, width)
+
+
+def cost_table(result: CompareResult) -> list[str]:
+    """The markdown's lines on what the tests cost: the ``COST_ROWS`` costliest tests with their
+    metrics, pairs, visits and seconds, and the rest counted (none: no cost known)."""
+    rows = result.cost
+    if not rows:
+        return []
+    out = [f"Cost per test, the most expensive first ({_seconds(rows)} in the visits of "
+           f"{len(rows)} test(s), both sides, of the session's {result.elapsed_s:.1f} s; a "
+           "metric's seconds are its test's):", "",
+           "| test | metrics | pairs | visits | seconds |", "|---|---:|---:|---:|---:|"]
+    for c in rows[:COST_ROWS]:
+        test = md_code(c.test).replace("|", "\\|")
+        out.append(f"| {test} | {c.metrics} | {c.pairs} | {c.visits} | {c.seconds:.1f} |")
+    rest = rows[COST_ROWS:]
+    if rest:
+        out.append(f"| +{len(rest)} more | {sum(c.metrics for c in rest)} | | "
+                   f"{sum(c.visits for c in rest)} | {sum(c.seconds for c in rest):.1f} |")
+    return out + [""]
+
+
 def terminal_lines(result: CompareResult, width: int = 100) -> list[str]:
     """The A/B section for the terminal; no line is longer than ``width`` (at least 40).
 
@@ -103,6 +153,8 @@ def terminal_lines(result: CompareResult, width: int = 100) -> list[str]:
     lines.append(_header(result))
     if prefix:
         lines.append(middle(f"runs below are under {prefix}", width))
+    cost = cost_line(result, width, prefix)
+    lines += [cost] if cost is not None else []
     rows, headings, above = [], [], []  # above: the verdict and run lines before a row
     for verdict, groups in ordered(result.decisions):
         above.append(_group_title(verdict, groups))
@@ -139,6 +191,7 @@ def markdown(result: CompareResult) -> str:
                              *_cells(d)]
                     out.append(f"| {' | '.join(cells)} |")
         out.append("")
+    out += cost_table(result)
     for title, ids in (("Added on the head side (not compared)", result.added),
                        ("Removed on the head side (not compared)", result.removed)):
         if ids:

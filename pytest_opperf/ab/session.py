@@ -251,6 +251,7 @@ class ABSession:
                               f"{len(plan.removed)} on the base only")
             try:
                 self.compare = self._with_interpreters(controller.run())
+                self.lines += [f"A/B: {warning}" for warning in controller.warnings]
                 finished = True
             except SideFailure as exc:
                 self._abort(session, exc)

@@ -2,7 +2,9 @@
 
 The controller starts ``<python> -m pytest <args> -p pytest_opperf.ab.side
 --opperf ...`` once per side with ``OPPERF_AB_FD`` naming its end of a
-socket (:mod:`.protocol`). After collection the side sends the test ids, then
+socket (:mod:`.protocol`). After collection the side sends the test ids and
+the compiled extension modules it has loaded (:func:`loaded_extensions`, for the
+controller's check that both sides load the same: :mod:`.extensions`), then
 runs the tests it is told to, one at a time, and answers at each hand-over
 point: after every ``run.step()`` of a measured window (the time spent
 waiting is not the window's: ``measure.Run`` leaves it out), and at every
@@ -24,10 +26,14 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import hashlib
+import importlib.machinery
 import os
 import statistics
+import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
@@ -36,6 +42,7 @@ from ..core.port import PerOpTimer, Window
 from ..glue.session import OpPerfSession
 from ..glue.settings import SETTINGS, Settings
 from ..records.handback import Envelope
+from .extensions import Extension
 from .protocol import Channel, ProtocolError, child_fd
 
 PLUGIN_NAME = "opperf-ab-side"
@@ -89,8 +96,10 @@ class SidePlugin:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
+        # the controller starts the side in its checkout's root
+        loaded = loaded_extensions(session.config.invocation_params.dir)
         self.send({"ev": "collected", "ids": [item.nodeid for item in session.items],
-                   "errors": self.errors})
+                   "errors": self.errors, "extensions": [e.to_dict() for e in loaded]})
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool:
@@ -244,6 +253,50 @@ class SideSession(OpPerfSession):
         window = super().window(test)
         return Window(window.annotate, self.side.after_step,
                       0 if self.side.revisit else window.count_steps, window.count_timeout_s)
+
+
+_FINGERPRINTS: dict[str, tuple[int, str] | None] = {}  # per real path, for the process's life
+
+
+def fingerprint(path: str) -> tuple[int, str] | None:
+    """The size and sha256 of the file at ``path`` (None: it cannot be read), hashed once per
+    path and process."""
+    if path not in _FINGERPRINTS:
+        digest, size = hashlib.sha256(), 0
+        try:
+            with open(path, "rb") as f:
+                while chunk := f.read(1 << 20):
+                    digest.update(chunk)
+                    size += len(chunk)
+            _FINGERPRINTS[path] = (size, digest.hexdigest())
+        except OSError:
+            _FINGERPRINTS[path] = None
+    return _FINGERPRINTS[path]
+
+
+def loaded_extensions(root: str | Path,
+                      modules: Mapping[str, Any] | None = None) -> list[Extension]:
+    """The compiled extension modules in ``modules`` (default: ``sys.modules``; those whose
+    ``__file__`` ends in an ``importlib.machinery.EXTENSION_SUFFIXES`` suffix), by name, each
+    with its path relative to the checkout ``root`` when under it, else absolute (links
+    resolved), and its file's :func:`fingerprint` (:mod:`.extensions`)."""
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    real_root = os.path.realpath(root)
+    out = []
+    for name, module in sorted(dict(sys.modules if modules is None else modules).items()):
+        file = getattr(module, "__file__", None)
+        if not isinstance(file, str) or not file.endswith(suffixes):
+            continue
+        real = os.path.realpath(file)
+        try:
+            relative = os.path.relpath(real, real_root)
+        except ValueError:  # another drive
+            relative = os.pardir
+        inside = relative != os.pardir and not relative.startswith(os.pardir + os.sep)
+        size, sha = fingerprint(real) or (None, None)
+        out.append(Extension(name, Path(relative).as_posix() if inside else real, inside, size,
+                             sha))
+    return out
 
 
 @functools.cache

@@ -8,8 +8,8 @@ workloads, timing, commits or A/B bases, and a mix of parts with and without A/B
 has every run; each part's machine when the parts ran on different machines (``session.merged``,
 and a note on each run of a part whose machine differs from the first part's); the parts' stored
 verdicts joined (``gate``: their violations, warnings, notes, checks, and why a part did not run to
-its end); and their A/B comparisons joined (``compare``: every decision). ``python -m
-pytest_opperf gate`` then gives the whole its verdict.
+its end); and their A/B comparisons joined (``compare``: every decision, every test's cost).
+``python -m pytest_opperf gate`` then gives the whole its verdict.
 """
 
 from __future__ import annotations
@@ -163,7 +163,9 @@ def _compare(parts: Sequence[Part]) -> dict[str, Any] | None:
         [a for _, c in results for a in c.added], [r for _, c in results for r in c.removed],
         sum(c.pairs for _, c in results), max(c.elapsed_s for _, c in results),
         any(c.budget_exhausted for _, c in results),
-        [f"{p.label}: {n}" for p, c in results for n in c.notes], first.interpreters)
+        [f"{p.label}: {n}" for p, c in results for n in c.notes], first.interpreters,
+        cost=sorted((row for _, c in results for row in c.cost),
+                    key=lambda row: (-row.seconds, row.test)))
     return joined.to_dict()
 
 

@@ -1,0 +1,60 @@
+"""The parts of the results JSON's ``compare`` object that later writers added, read back (pure).
+
+Each is absent in files of older writers, which read as before: ``interpreters`` (each side's
+interpreter), ``generations`` (per generation of side processes: its pairs and bias,
+:func:`pytest_opperf.ab.decide.generation_bias`) and ``cost`` (per test: its metrics, pairs,
+visits and seconds, :mod:`.cost`). :meth:`pytest_opperf.ab.paired.CompareResult.from_dict` reads
+the rest; fields in docs/contract-additions.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..records.checks import MAX_COUNT, MAX_TIME, is_num
+from ..results import ResultsError
+from .cost import Cost
+
+__all__ = ["read_extras"]
+
+
+def _need(cond: bool, source: str, what: str) -> None:
+    if not cond:
+        raise ResultsError(f"{source}: malformed compare object: {what}")
+
+
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_COUNT
+
+
+def _cost(row: Any) -> bool:
+    return (isinstance(row, dict) and isinstance(row.get("test"), str)
+            and all(_count(row.get(k)) for k in ("metrics", "pairs", "visits"))
+            and is_num(row.get("seconds")) and 0 <= row["seconds"] <= MAX_TIME)
+
+
+def read_extras(data: dict[str, Any], source: str) -> tuple[
+        dict[str, dict[str, Any]] | None, list[dict[str, Any]], list[Cost]]:
+    """``data``'s interpreters (None when absent), generations and cost (empty when absent),
+    checked (raises :class:`pytest_opperf.results.ResultsError`)."""
+    interpreters = data.get("interpreters")
+    _need(interpreters is None or (isinstance(interpreters, dict) and all(
+        isinstance(side, dict) and all(v is None or isinstance(v, str) for v in side.values())
+        for side in interpreters.values())), source,
+        "compare.interpreters is not an object of objects of strings")
+    generations = data.get("generations", [])
+    _need(isinstance(generations, list) and all(
+        isinstance(g, dict) and isinstance(g.get("generation"), int)
+        and g.get("first") in ("base", "head") and isinstance(g.get("pairs"), int)
+        and isinstance(g.get("metrics"), int)
+        and (g.get("geometric_mean") is None or is_num(g["geometric_mean"]))
+        for g in generations), source,
+        "compare.generations is not a list of {generation, first, pairs, metrics, "
+        "geometric_mean} objects")
+    cost = data.get("cost", [])
+    _need(isinstance(cost, list) and all(_cost(row) for row in cost), source,
+          "compare.cost is not a list of {test, metrics, pairs, visits, seconds} objects "
+          "(counts, and seconds in [0, 1e12])")
+    return (interpreters, [dict(g) for g in generations],
+            [Cost(c["test"], c["metrics"], c["pairs"], c["visits"], float(c["seconds"]))
+             for c in cost])
