@@ -17,9 +17,13 @@ share of its own time, then N commits) and bisects it from its first commit to i
     python benchmarks/bisect_acceptance.py --cases culprit --n 16 64 --runs 3   # wall time, steps
     python benchmarks/bisect_acceptance.py --cases culprit --factor 1.10 --runs 10
 
-The framework runs on one thread (``OPPERF_NUM_THREADS=1``, ``--threads``): the injected busy
-wait is then the whole slowdown. With conv2d's GEMM split over a pool thread, the wait lets that
-thread fall asleep and the next call must wake it: a factor of 1.10 measured 1.27x here.
+The framework and its BLAS run on one thread (``OPPERF_NUM_THREADS=1``, ``--threads``, and
+``OPENBLAS_NUM_THREADS=OMP_NUM_THREADS=MKL_NUM_THREADS=1``): the injected busy wait is then the
+whole slowdown. A factor of 1.10 measured 1.105-1.129x in an A/B here (``--opperf-compare``, 24-32
+pairs). With other threads next to the wait it is not: with conv2d's GEMM split over a pool
+thread the wait lets that thread fall asleep and the next call must wake it (1.27x); next to
+OpenBLAS's own two threads, whose workers spin for a while after each GEMM, the same factor
+measured 1.18-1.88x (the framework on one thread, BLAS left alone; the cause not isolated).
 
 It prints one line per run and a summary per case and N; it asserts nothing.
 """
@@ -43,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.bisect_repo import make  # noqa: E402
 
+BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 SELECTION = "suites/test_ops.py -k 'conv2d and k7s2p3 and not grad' --opperf-workload=small"
 
 
@@ -72,6 +77,8 @@ def one(case: str, n: int, seed: int, args: argparse.Namespace) -> dict[str, obj
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "OPPERF_"))}
         env["PYTHONPATH"] = str(ROOT)
         env["OPPERF_NUM_THREADS"] = str(args.threads)
+        if args.threads == 1:
+            env.update(dict.fromkeys(BLAS_THREADS, "1"))
         started = time.monotonic()
         done = subprocess.run(
             [sys.executable, "-m", "pytest_opperf", "bisect", shas[0], shas[-1], "--budget",
@@ -112,7 +119,8 @@ def main() -> None:
     parser.add_argument("--selection", default=SELECTION)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1,
-                        help="the framework's threads (OPPERF_NUM_THREADS; default 1: see above)")
+                        help="the framework's threads (OPPERF_NUM_THREADS; default 1, and BLAS "
+                             "on one thread too: see above)")
     args = parser.parse_args()
     for case in args.cases.split(","):
         for n in args.n:
