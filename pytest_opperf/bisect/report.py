@@ -148,12 +148,21 @@ def _figures(run: BisectRun, outcome: Outcome) -> str:
             f"{len(run.commits) - 1} commit(s) after GOOD")
 
 
+def _verdict(outcome: Outcome) -> tuple[str, str]:
+    """The status and the rest of the message after it: most messages start with the status
+    ("not reproduced: ..."), which is then not said twice."""
+    said, status = outcome.message, outcome.status
+    return status, said[len(status):] if said.startswith(status) else f": {said}"
+
+
 def terminal(run: BisectRun, outcome: Outcome, width: int = 100) -> list[str]:
     """The report after the progress lines: the verdict, the ``culprit:`` lines, the table."""
-    lines = [f"bisect: {outcome.status}: {outcome.message}", *_culprit_line(run, outcome)]
+    status, rest = _verdict(outcome)
+    lines = [f"bisect: {status}{rest}", *_culprit_line(run, outcome)]
     rows, metric = _table_rows(run, outcome)
     if rows:
-        lines.append(f"tested commits (change against GOOD of {metric or 'no metric'}):")
+        lines.append(f"tested commits (change against GOOD of {metric}):" if metric
+                     else "tested commits:")
         lines += table([[clean(cell) for cell in row] for row in rows],
                        ["pos", "commit", "", "vs GOOD", "subject"],
                        ("right", "left", "left", "right", "left"), width,
@@ -187,7 +196,7 @@ def markdown(run: BisectRun, outcome: Outcome) -> str:
     out = ["## opperf bisect", "",
            f"{md_code(good.short)}..{md_code(bad.short)} ({len(run.commits) - 1} commits), "
            f"selection {md_code(' '.join(run.selection))}", "",
-           f"**{md_text(outcome.status)}**: {md_text(outcome.message)}", ""]
+           "**{}**{}".format(*map(md_text, _verdict(outcome))), ""]
     for line in _culprit_line(run, outcome):
         out.append(("  - " if line.startswith(" ") else "- ") + md_text(line.strip()))
     kinds = _kinds(outcome)
