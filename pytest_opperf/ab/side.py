@@ -96,7 +96,9 @@ class SidePlugin:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        # the controller starts the side in its checkout's root
+        # the side runs where the controller starts it: its checkout's root, or the directory
+        # under it the session was started in (an extension elsewhere in the checkout then reads
+        # as outside it)
         loaded = loaded_extensions(session.config.invocation_params.dir)
         self.send({"ev": "collected", "ids": [item.nodeid for item in session.items],
                    "errors": self.errors, "extensions": [e.to_dict() for e in loaded]})
