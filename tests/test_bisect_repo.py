@@ -193,3 +193,39 @@ def test_pooled_sessions_keep_their_process_pairs_apart_and_decide():
     assert pooled.generations_of(key) == [0] * 8 + [1] * 8 + [2] * 8 + [3] * 8
     (d,) = decide.final_decisions(pooled, CompareSettings())
     assert "4 generations' process pairs" in d.statistic  # two sessions' bias: widened
+
+
+def test_a_session_s_environment_warning_reaches_the_report_once(tmp_path, monkeypatch):
+    import types
+
+    from pytest_opperf.ab.decide import SessionPairs
+    from pytest_opperf.bisect import runner
+    from pytest_opperf.bisect.repo import BisectCommit
+    from pytest_opperf.comparison.thresholds import CompareSettings
+
+    warning = ("the two sides load other compiled extensions from outside their checkouts: "
+               "numpy._core._multiarray_umath (other bytes): an environment difference")
+
+    class FakeController:
+        def __init__(self, base, head, *args, **kwargs):
+            self.warnings = [warning]
+            self.sides = types.SimpleNamespace(ids={"base": ["t::a"], "head": ["t::a"]})
+            self.samples, self.pairs = SessionPairs(), 0
+
+        def start(self):
+            return None, {"base": [], "head": []}
+
+        def run(self):
+            return None
+
+        def close(self, grace_s):
+            return None
+
+    monkeypatch.setattr(runner, "Controller", FakeController)
+    commits = [BisectCommit(c * 40, f"commit {c}", "Ann", "2026-01-01") for c in "abc"]
+    trees = types.SimpleNamespace(checkout=lambda sha: tmp_path)
+    oracle = runner.ABOracle(commits, trees, "", ["t.py"], {}, CompareSettings(), tmp_path,
+                             tmp_path / "logs")
+    oracle(0, 2, None, None)
+    oracle(0, 1, None, None)
+    assert oracle.warnings == [f"{'a' * 10} -> {'c' * 10}: {warning}"]

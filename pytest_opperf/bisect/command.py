@@ -239,7 +239,7 @@ def run_command(args: argparse.Namespace, out: TextIO, err: TextIO,
                 err.write(f"bisect: {problem}\n")
     code = EXIT_CULPRIT if outcome.status == "culprit" else EXIT_NONE
     run = report.BisectRun(commits, selection, args.budget, clock() - started, code,
-                     [runner.plugin_note()])
+                           [runner.plugin_note(), *oracle.warnings])
     width = shutil.get_terminal_size().columns
     for line in report.terminal(run, outcome, width):
         out.write(line + "\n")

@@ -18,7 +18,10 @@ another release of the plugin than this one fails to collect and is skipped.
 
 The pairs of an answer are pooled with those of the comparison so far (``so_far``): an ``unknown``
 verdict asked again adds a session's pairs to the ones it has (the escalation). A commit that
-cannot be measured (a side cannot start, collect, or its tests fail) is answered as broken.
+cannot be measured (a side cannot start, collect, or its tests fail) is answered as broken. What
+a session finds that biases its comparison (compiled extensions outside the checkouts that differ
+between the sides: :mod:`pytest_opperf.ab.extensions`) is kept in :attr:`ABOracle.warnings`, each
+once, for the report's notes.
 """
 
 from __future__ import annotations
@@ -122,6 +125,9 @@ class ABOracle:
     time_left: Callable[[], float] = lambda: float("inf")
     clock: Callable[[], float] = time.monotonic
     sessions: int = field(default=0, init=False)
+    # what a session found that biases its comparison (other compiled extensions outside the
+    # checkouts: pytest_opperf.ab.extensions), each said once, with the commits it was seen on
+    warnings: list[str] = field(default_factory=list, init=False)
 
     def _spec(self, name: str, commit: BisectCommit) -> SideSpec:
         root = self.worktrees.checkout(commit.sha)
@@ -154,6 +160,10 @@ class ABOracle:
         finished = False
         try:
             plan, errors = controller.start()
+            for warning in controller.warnings:
+                said = f"{self.commits[a].short} -> {self.commits[b].short}: {warning}"
+                if not any(w.endswith(warning) for w in self.warnings):
+                    self.warnings.append(said)
             for name, found in errors.items():
                 if found:
                     where = found[0].get("nodeid") or "<rootdir>"
