@@ -314,6 +314,9 @@ def test_an_interrupted_session_leaves_no_process_and_no_worktree(pytester, trac
         stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, "TMPDIR": str(tmp)},
+        # as a terminal starts it: under nohup the session would inherit SIGHUP ignored, and it
+        # keeps an ignored signal ignored (trap_signals)
+        preexec_fn=lambda: signal.signal(sig, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 60
