@@ -288,20 +288,16 @@ class Controller:
         :func:`.decide.wanting_pairs`."""
         wanted = decide.wanting_pairs(self.samples, self.settings, keep, final,
                                       self.undecided)
-        unconfirmed = {self._test_of(key.run) for key, why in wanted if why == "confirm"}
+        unconfirmed = {cost.node_of(key.run) for key, why in wanted if why == "confirm"}
         undecided: dict[str, int] = {}
         for key, why in wanted:
             if why == "decide":
-                test = self._test_of(key.run)
+                test = cost.node_of(key.run)
                 undecided[test] = undecided.get(test, 0) + 1
         order = self._plan.order if self._plan else []
         rest = sorted((t for t in order if t in undecided and t not in unconfirmed and t in common),
                       key=lambda t: -undecided[t])
         return [t for t in order if t in unconfirmed and t in common] + rest
-
-    @staticmethod
-    def _test_of(run_id: str) -> str:
-        return cost.node_of(run_id)  # extra windows of a test: <node id>#<name>
 
     def close(self, grace_s: float = 10.0) -> None:
         """End both processes (idempotent, never raises); ``grace_s`` for each to end by itself."""

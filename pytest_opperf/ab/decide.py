@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from ..comparison.metrics import Kind, MetricKey
 from ..comparison.thresholds import CompareSettings
+from ..core.stats import median
 from . import paired, tuning
 from .paired import ABVerdict, Decision, Paired
 
@@ -103,9 +104,7 @@ def generation_bias(samples: SessionPairs) -> list[dict[str, Any]]:
             if p.kind == "time" and b > 0 and h > 0:
                 by.setdefault(g, []).append(math.log(h / b))
         for g, xs in by.items():
-            xs.sort()
-            mid = len(xs) // 2
-            logs.setdefault(g, []).append(xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2)
+            logs.setdefault(g, []).append(median(xs))
     out = []
     for g in sorted(pairs):
         mean = math.exp(math.fsum(logs[g]) / len(logs[g])) if logs.get(g) else None

@@ -15,10 +15,11 @@ from ..records.checks import MAX_COUNT, MAX_TIME, is_num
 from ..results import ResultsError
 from .cost import Cost
 
-__all__ = ["read_extras"]
+__all__ = ["need", "read_extras"]
 
 
-def _need(cond: bool, source: str, what: str) -> None:
+def need(cond: bool, source: str, what: str) -> None:
+    """Refuses a malformed compare object (raises :class:`pytest_opperf.results.ResultsError`)."""
     if not cond:
         raise ResultsError(f"{source}: malformed compare object: {what}")
 
@@ -38,12 +39,12 @@ def read_extras(data: dict[str, Any], source: str) -> tuple[
     """``data``'s interpreters (None when absent), generations and cost (empty when absent),
     checked (raises :class:`pytest_opperf.results.ResultsError`)."""
     interpreters = data.get("interpreters")
-    _need(interpreters is None or (isinstance(interpreters, dict) and all(
+    need(interpreters is None or (isinstance(interpreters, dict) and all(
         isinstance(side, dict) and all(v is None or isinstance(v, str) for v in side.values())
         for side in interpreters.values())), source,
         "compare.interpreters is not an object of objects of strings")
     generations = data.get("generations", [])
-    _need(isinstance(generations, list) and all(
+    need(isinstance(generations, list) and all(
         isinstance(g, dict) and isinstance(g.get("generation"), int)
         and g.get("first") in ("base", "head") and isinstance(g.get("pairs"), int)
         and isinstance(g.get("metrics"), int)
@@ -52,7 +53,7 @@ def read_extras(data: dict[str, Any], source: str) -> tuple[
         "compare.generations is not a list of {generation, first, pairs, metrics, "
         "geometric_mean} objects")
     cost = data.get("cost", [])
-    _need(isinstance(cost, list) and all(_cost(row) for row in cost), source,
+    need(isinstance(cost, list) and all(_cost(row) for row in cost), source,
           "compare.cost is not a list of {test, metrics, pairs, visits, seconds} objects "
           "(counts, and seconds in [0, 1e12])")
     return (interpreters, [dict(g) for g in generations],

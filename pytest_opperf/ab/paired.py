@@ -24,9 +24,9 @@ from ..comparison.metrics import CALL, METRIC_KINDS, STEP, Kind, MetricKey
 from ..comparison.thresholds import CompareSettings
 from ..core.stats import most_common
 from ..records.checks import is_num
-from ..results import ResultsError
 from ..workcounts.workcount import COUNTERS
 from .cost import Cost
+from .extras import need as _need
 from .extras import read_extras
 
 __all__ = ["ABVerdict", "CompareResult", "Decision", "Paired", "decide", "from_x",
@@ -381,11 +381,6 @@ def decide(samples: Sequence[Paired], settings: CompareSettings) -> list[Decisio
 
 
 # --- the session's result ------------------------------------------------------------------
-
-
-def _need(cond: bool, source: str, what: str) -> None:
-    if not cond:
-        raise ResultsError(f"{source}: malformed compare object: {what}")
 
 
 def _decision_from_dict(d: Any, where: str, source: str) -> Decision:
