@@ -83,20 +83,17 @@ def compare(base: Iterable[Extension], head: Iterable[Extension]) -> Check:
     checkout: list[tuple[str, str]] = []
     for module in sorted(set(sides["base"]) | set(sides["head"])):
         b, h = sides["base"].get(module), sides["head"].get(module)
-        if b is not None and h is not None:
-            if (b.size, b.sha256) == (h.size, h.sha256):
-                continue
-            how = "other bytes"
+        if b is None or h is None:  # imported by one side's code only
+            checkout.append((module, "on the base only" if h is None else "on the head only"))
+        elif (b.size, b.sha256) == (h.size, h.sha256):
+            continue
+        elif b.in_checkout and h.in_checkout:
+            checkout.append((module, "other bytes"))
+        elif b.in_checkout or h.in_checkout:
+            which = "base" if b.in_checkout else "head"
+            environment.append((module, f"other bytes, from the {which}'s checkout only"))
         else:
-            how = "on the base only" if h is None else "on the head only"
-        present = [e for e in (b, h) if e is not None]
-        if len(present) == 1 or all(e.in_checkout for e in present):
-            checkout.append((module, how))
-        else:
-            where = [e.in_checkout for e in present]
-            if b is not None and h is not None and any(where):
-                how = f"{how}, from the {'base' if b.in_checkout else 'head'}'s checkout only"
-            environment.append((module, how))
+            environment.append((module, "other bytes"))
     return Check(environment, checkout)
 
 
