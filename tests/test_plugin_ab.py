@@ -469,3 +469,12 @@ def test_a_second_sigterm_during_the_cleanup_prints_no_traceback(pytester, trace
     assert not any(alive(pid) for pid in pids)
     assert len(worktrees(pytester.path)) == 1
     assert not list(tmp.glob("opperf-ab-*"))
+
+
+def test_both_sides_freeze_their_collected_heap(pytester):
+    suite = ("import gc\n\ndef test_frozen():\n"
+             "    assert gc.get_freeze_count() > 1000, gc.get_freeze_count()\n")
+    make_repo(pytester.path, {"test_f.py": suite})
+    result = ab(pytester, "--opperf-compare=HEAD")
+    assert result.ret == 0, result.stdout.str()  # a failure on the base side would be ab:base
+    result.assert_outcomes(passed=1)

@@ -311,3 +311,18 @@ def test_sync_timing_synchronises_around_kernels(pytester):
     result, data = run_json(pytester, "-s", "--opperf-timing=sync")
     result.stdout.fnmatch_lines(["*SYNCS 6"])  # before and after each of the 3 kernels
     assert data["runs"][0]["timing"] == "sync"
+
+
+FROZEN_SUITE = """
+import gc
+
+def test_the_heap_is_frozen_before_the_first_test():
+    assert gc.get_freeze_count() > 1000, gc.get_freeze_count()
+"""
+
+
+def test_the_collected_heap_is_frozen_so_collections_in_a_window_skip_it(pytester):
+    pytester.makepyfile(test_frozen=FROZEN_SUITE)
+    pytester.runpytest_subprocess("--opperf").assert_outcomes(passed=1)
+    # without --opperf the plugin leaves the collector alone
+    pytester.runpytest_subprocess().assert_outcomes(failed=1)

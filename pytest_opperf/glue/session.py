@@ -12,6 +12,7 @@ asks which role it is.
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable, Generator
 from typing import Any
@@ -126,6 +127,17 @@ class OpPerfSession:
 
     def start_role(self) -> None:
         """What the role does at the start, before its port is built (nothing here)."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Freeze the heap once collected (``gc.freeze()``, after a full collection): the
+        collector's full collections then skip pytest's items and every suite's imports (torch
+        and paddle alone are some 200,000 objects, 100 ms or more a collection), which would
+        otherwise land in whatever step or call a collection interrupts. A measured window pays
+        for the garbage its own code leaves, not for the size of the session around it."""
+        if not self.collect_only:
+            gc.collect()
+            gc.freeze()
 
     def _gpu_start(self) -> None:
         """The L2 flush (a usage error on a device without one) and the NVML facts at the start."""
