@@ -172,3 +172,23 @@ def test_each_generations_bias_is_the_geometric_mean_of_its_metrics_median_ratio
     broken = {**result.to_dict(), "generations": [{"generation": 0, "first": "nobody"}]}
     with pytest.raises(Exception, match="compare.generations is not a list of"):
         paired.CompareResult.from_dict(broken)
+
+
+@pytest.mark.parametrize(("metric", "kind"), [("examples_per_sec", "rate"),
+                                              ("python_share", "share"),
+                                              ("step_ms:conv2d", "time")])
+def test_an_undecided_headline_metric_keeps_its_test_running_in_every_tier(metric, kind):
+    # wide noise around no change: undecided, its estimate short of the threshold, leaning nowhere
+    key = MetricKey("t::e2e", metric)
+    samples = SessionPairs()
+    spread = [0.7, 1.3, 0.8, 1.25, 0.9, 1.1, 0.75, 1.2, 0.85, 1.15, 0.95, 1.05]
+    for i, r in enumerate(spread):
+        base = 0.3 if kind == "share" else 10.0
+        head = base + 0.1 * (r - 1) if kind == "share" else base * r
+        samples.add(key, kind, base, head, ("base", "head")[i % 2])
+    (d,) = decide.final_decisions(samples, CompareSettings())
+    assert d.verdict == "undecided" and not d.past_threshold
+    wanted = decide.wanting_pairs(samples, CompareSettings(), keep="changes")
+    assert wanted == ([(key, "decide")] if decide.headline(key) else [])
+    # --opperf-compare-undecided=warn: only changes to confirm, as before
+    assert decide.wanting_pairs(samples, CompareSettings(), keep="changes", undecided="warn") == []

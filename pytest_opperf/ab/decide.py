@@ -26,14 +26,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..comparison.metrics import Kind, MetricKey
+from ..comparison.metrics import EXAMPLES_PER_SEC, PYTHON_SHARE, Kind, MetricKey
 from ..comparison.thresholds import CompareSettings
 from ..core.stats import median
 from . import paired, tuning
 from .paired import ABVerdict, Decision, Paired
 
-__all__ = ["Keep", "SessionPairs", "Want", "final_decisions", "leans",
+__all__ = ["HEADLINE", "Keep", "SessionPairs", "Want", "final_decisions", "headline", "leans",
            "may_regress", "order_verdict", "short", "wanting_pairs"]
+
+# An e2e run's headline metrics: what the report leads with, and what a change that only time can
+# see (inside C kernels) shows in first. Undecided, they keep their test running again.
+HEADLINE = (EXAMPLES_PER_SEC, PYTHON_SHARE)
 
 # Which metrics want more pairs (wanting_pairs): every undecided one; only a leaning one short of
 # pairs or a change seen in one start order; only the changes.
@@ -296,6 +300,11 @@ def may_regress(samples: SessionPairs, key: MetricKey, final: str,
     return math.isfinite(c) and low > c / 2
 
 
+def headline(key: MetricKey) -> bool:
+    """Whether ``key`` is an e2e run's headline metric (:data:`HEADLINE`)."""
+    return key.metric in HEADLINE
+
+
 def wanting_pairs(samples: SessionPairs, settings: CompareSettings, keep: Keep = "undecided",
                   final: str | None = None,
                   undecided: str = "inconclusive") -> list[tuple[MetricKey, Want]]:
@@ -303,7 +312,8 @@ def wanting_pairs(samples: SessionPairs, settings: CompareSettings, keep: Keep =
     seen in one start order only (a change must show again in a second run, with its own set-up);
     ``"decide"``, an undecided metric. A metric whose undecided verdict could fail the gate
     (``undecided``, ``--opperf-compare-undecided``: every one with ``fail``; by default one whose
-    estimate is past the threshold, which may end inconclusive) always counts. Of the others,
+    estimate is past the threshold, which may end inconclusive) always counts, and so, by
+    default, does an e2e run's undecided headline metric (:func:`headline`). Of the others,
     only those changes and the metrics that lean towards a regression (:func:`leans`) with too
     few pairs in a start order for a verdict (:func:`short`) count with ``keep="leaning"``, only
     the changes with ``keep="changes"``, and with ``final`` (the start order whose pairs get no
@@ -311,8 +321,10 @@ def wanting_pairs(samples: SessionPairs, settings: CompareSettings, keep: Keep =
     wanted: list[tuple[MetricKey, Want]] = []
     for d in session_decide(samples, settings):
         change = _unconfirmed(d, samples, settings)
-        # an estimate past the threshold may end inconclusive (final_decisions)
-        fails = undecided == "fail" or (undecided == "inconclusive" and d.past_threshold)
+        # an estimate past the threshold may end inconclusive (final_decisions); a headline
+        # metric is never left undecided while the budget lasts
+        fails = undecided == "fail" or (undecided == "inconclusive"
+                                        and (d.past_threshold or headline(d.key)))
         kept = fails or (
             (keep == "undecided" or change
              or (keep == "leaning" and leans(d) and short(samples, d.key, settings)))
