@@ -72,6 +72,19 @@ def _run(step_ms, relu, executor, counts, examples=4):
     )
 
 
+@pytest.mark.parametrize(("base_relu", "head_relu", "timed"), [
+    ([50.0, 0.0, 0.0, 0.0], [40.0, 0.0, 0.0, 0.0], False),  # startup only: no steady time
+    ([50.0, 0.0, 0.0, 0.0], [40.0, 0.0, 3.0, 0.0], True),  # one side does work in a step
+])
+def test_a_stat_without_steady_time_on_both_sides_has_no_time_metric(base_relu, head_relu, timed):
+    step, executor = [100.0, 10.0, 10.0, 10.0], [60.0, 8.0, 8.0, 8.0]
+    base = _run(step, base_relu, executor, {"relu": 0})
+    head = _run(step, head_relu, executor, {"relu": 0})
+    got = {s.metric for s in e2e_samples(base, head)}
+    assert ("step_ms:relu" in got) is timed
+    assert {"step_ms:ExecutorRunTimer", "examples_per_sec", "count:relu"} <= got
+
+
 def test_e2e_samples_pair_steps_after_warm_up_and_counts_exactly():
     base = _run(
         [100.0, 10.0, 10.0, 10.0], [50.0, 4.0, 4.0, 4.0], [60.0, 8.0, 8.0, 8.0], {"relu": 1}

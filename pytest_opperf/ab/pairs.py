@@ -7,7 +7,9 @@ sampled metrics pair up sample by sample: each stat's per-step time (``step_ms:<
 examples/sec, the step's Python share; per-step op counts (``count:<stat>``) are one pair per run,
 compared exactly (a count on one side only is 0 on the other), and so are the work counts of the
 runs' counting passes (``bytecodes:<stat>``..., when both sides counted; :mod:`pytest_opperf
-.workcount`), where only an increase is a regression.
+.workcount`), where only an increase is a regression. A stat that takes no time in any steady step
+on either side (an initializer of the startup program, which runs before the first step) has no
+time metric: no ratio of two zeros can be decided, and its count says whether it runs.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ class MetricSamples:
     head: list[float]
 
 
+def _idle(samples: list[float]) -> bool:
+    return all(v <= 0 for v in samples)
+
+
 def e2e_samples(base: RunResult, head: RunResult) -> Iterator[MetricSamples]:
     """The paired samples of one e2e run (``head.id``) measured on both sides."""
     run = head.id
@@ -40,7 +46,7 @@ def e2e_samples(base: RunResult, head: RunResult) -> Iterator[MetricSamples]:
         if h.kind == "count" or b is None or not (b.sampled and h.sampled):
             continue  # a stat on one side only: its count tells
         n = min(len(b.samples), len(h.samples))
-        if n:
+        if n and not (_idle(b.samples[:n]) and _idle(h.samples[:n])):
             yield MetricSamples(run, name, h.kind, list(b.samples[:n]), list(h.samples[:n]))
     for name in sorted(set(base.counts) | set(head.counts)):
         yield MetricSamples(run, metric(COUNT, name), "count", [float(base.counts.get(name, 0))],
