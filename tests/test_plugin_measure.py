@@ -326,3 +326,13 @@ def test_the_collected_heap_is_frozen_so_collections_in_a_window_skip_it(pyteste
     pytester.runpytest_subprocess("--opperf").assert_outcomes(passed=1)
     # without --opperf the plugin leaves the collector alone
     pytester.runpytest_subprocess().assert_outcomes(failed=1)
+
+
+def test_the_heap_is_unfrozen_when_the_session_ends(pytester):
+    # in-process, as pytester runs sessions in turn: each one's objects must stay collectable
+    import gc
+
+    pytester.makepyfile(test_frozen=FROZEN_SUITE)
+    assert gc.get_freeze_count() == 0
+    pytester.runpytest_inprocess("--opperf", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    assert gc.get_freeze_count() == 0

@@ -64,6 +64,7 @@ class OpPerfSession:
         self.gpu_env: dict[str, Any] = {}
         self.port: Port | None = None  # built when the session starts
         self.instructions: instructions.Instructions | None = None  # --opperf-instructions
+        self._froze = False  # whether this session froze the heap (pytest_collection_finish)
         if settings.nvtx:
             with usage_errors("--opperf-nvtx", nvtx_ranges.NvtxUnavailable):
                 self.nvtx = nvtx_ranges.load()
@@ -134,10 +135,19 @@ class OpPerfSession:
         collector's full collections then skip pytest's items and every suite's imports (torch
         and paddle alone are some 200,000 objects, 100 ms or more a collection), which would
         otherwise land in whatever step or call a collection interrupts. A measured window pays
-        for the garbage its own code leaves, not for the size of the session around it."""
+        for the garbage its own code leaves, not for the size of the session around it. Undone
+        when pytest unconfigures (:meth:`pytest_unconfigure`), unless something had frozen
+        objects before: a process that runs sessions in turn (pytester) does not keep them."""
         if not self.collect_only:
+            self._froze = gc.get_freeze_count() == 0
             gc.collect()
             gc.freeze()
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self._froze:
+            gc.unfreeze()
+            self._froze = False
 
     def _gpu_start(self) -> None:
         """The L2 flush (a usage error on a device without one) and the NVML facts at the start."""
