@@ -1,7 +1,7 @@
 """The collected heap frozen or not: the training step's time and its noise, with a big heap.
 
-An ``--opperf`` session freezes its heap once collected (``gc.freeze()``, docs/contract-additions.md,
-section 8), so that the collector's full collections skip the modules every suite imported. This
+An ``--opperf`` session freezes its heap once collected (``gc.freeze()``,
+docs/contract-additions.md, section 8), so that the collector's full collections skip the modules every suite imported. This
 script shows why: it trains the small ResNet-50 workload in child processes that first import
 ``--imports`` (default: torch and paddle, when installed, as the suites' collection does), with the
 heap frozen and not, in turn, and prints per process the median step and the standard deviation of
@@ -61,8 +61,8 @@ def main() -> None:
     print(f"imports: {', '.join(imports) or 'none'}; {args.steps} steps per process")
     for run in range(args.runs):
         for kind in ("not frozen", "frozen"):
-            out = subprocess.run([sys.executable, "-c", CHILD, str(args.steps), kind.replace(" ", "-"),
-                                  *imports], cwd=ROOT, capture_output=True, text=True, check=True)
+            argv = [sys.executable, "-c", CHILD, str(args.steps), kind.replace(" ", "-"), *imports]
+            out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=True)
             got = json.loads(out.stdout.strip().splitlines()[-1])
             print(f"run {run + 1} {kind:10}: {got['objects']:7d} objects, step median "
                   f"{got['median_ms']:6.1f} ms, neighbour sd {got['neighbour_sd']:.3f}")

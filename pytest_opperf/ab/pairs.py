@@ -14,7 +14,7 @@ time metric: no ratio of two zeros can be decided, and its count says whether it
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from ..comparison.metrics import COUNT, Kind, metric, view
@@ -33,7 +33,7 @@ class MetricSamples:
     head: list[float]
 
 
-def _idle(samples: list[float]) -> bool:
+def _idle(samples: Sequence[float]) -> bool:
     return all(v <= 0 for v in samples)
 
 
