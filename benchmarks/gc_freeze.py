@@ -1,8 +1,8 @@
 """The collected heap frozen or not: the training step's time and its noise, with a big heap.
 
 An ``--opperf`` session freezes its heap once collected (``gc.freeze()``,
-docs/contract-additions.md, section 8), so that the collector's full collections skip the modules every suite
-imported. This script shows why: it trains the small ResNet-50 workload in child processes that
+docs/contract-additions.md, section 8), so that the collector's full collections skip the
+modules every suite imported. This script shows why: it trains the small ResNet-50 workload in child processes that
 first import ``--imports`` (default: torch and paddle, when installed, as the suites' collection
 does), with the heap frozen and not, in turn, and prints per process the median step and the
 standard deviation of ``log(step[i+1] / step[i])`` over disjoint neighbouring pairs (the noise an
