@@ -2,11 +2,11 @@
 
 An ``--opperf`` session freezes its heap once collected (``gc.freeze()``,
 docs/contract-additions.md, section 8), so that the collector's full collections skip the
-modules every suite imported. This script shows why: it trains the small ResNet-50 workload in child processes that
-first import ``--imports`` (default: torch and paddle, when installed, as the suites' collection
-does), with the heap frozen and not, in turn, and prints per process the median step and the
-standard deviation of ``log(step[i+1] / step[i])`` over disjoint neighbouring pairs (the noise an
-A/B pair of steps sees).
+modules every suite imported. This script shows why: it trains the small ResNet-50 workload in
+child processes that first import ``--imports`` (default: torch and paddle, when installed, as
+the suites' collection does), with the heap frozen and not, in turn, and prints per process the
+median step and the standard deviation of ``log(step[i+1] / step[i])`` over disjoint
+neighbouring pairs (the noise an A/B pair of steps sees).
 
     python benchmarks/gc_freeze.py                      # 2 processes of each, 60 steps
     python benchmarks/gc_freeze.py --runs 3 --steps 80 --imports torch
