@@ -51,9 +51,14 @@ only the tests with a metric that may still end regressed: the pairs of the
 current start order get no more pairs then, and a regression needs them, on
 their own, to have an interval whose lower end is above ``c/2``
 (:func:`.decide.may_regress`). With none, the session ends: what is
-left undecided cannot fail the gate. ``--opperf-compare-undecided=fail``
-keeps every undecided test (up to the ceiling): an undecided metric fails
-the gate then. The constants named here are :mod:`.tuning`'s.
+left undecided cannot fail the gate. Whatever the tier, and in the last
+generation too, a test runs again (up to the ceiling) while it has an
+undecided metric whose estimate is past the threshold (it may end
+inconclusive, which fails the gate) or an undecided headline metric of an
+e2e run (``examples_per_sec``, ``python_share``: :func:`.decide.headline`);
+``--opperf-compare-undecided=fail`` keeps every undecided test, as an
+undecided metric fails the gate then, and ``warn`` none of these. The
+constants named here are :mod:`.tuning`'s.
 The head's results of each test's first visit are the session's results.
 Every visit is timed, and its seconds are its test's: the result's ``cost`` gives each test's
 metrics, pairs, visits and seconds (:mod:`.cost`). At the start the compiled extension modules

@@ -321,11 +321,12 @@ def wanting_pairs(samples: SessionPairs, settings: CompareSettings, keep: Keep =
     wanted: list[tuple[MetricKey, Want]] = []
     for d in session_decide(samples, settings):
         change = _unconfirmed(d, samples, settings)
-        # an estimate past the threshold may end inconclusive (final_decisions); a headline
-        # metric is never left undecided while the budget lasts
-        fails = undecided == "fail" or (undecided == "inconclusive"
-                                        and (d.past_threshold or headline(d.key)))
-        kept = fails or (
+        # kept in every tier: an undecided metric that would fail the gate (every one with
+        # "fail"; by default one past the threshold, which may end inconclusive, final_decisions)
+        # and, by default, an undecided headline metric
+        always = undecided == "fail" or (undecided == "inconclusive"
+                                         and (d.past_threshold or headline(d.key)))
+        kept = always or (
             (keep == "undecided" or change
              or (keep == "leaning" and leans(d) and short(samples, d.key, settings)))
             and (final is None or may_regress(samples, d.key, final, settings)))

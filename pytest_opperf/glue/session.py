@@ -133,7 +133,7 @@ class OpPerfSession:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Freeze the heap once collected (``gc.freeze()``, after a full collection): the
         collector's full collections then skip pytest's items and every suite's imports (torch
-        and paddle alone are some 200,000 objects, 100 ms or more a collection), which would
+        and paddle alone are about 245,000 objects, 100-140 ms a collection here), which would
         otherwise land in whatever step or call a collection interrupts. A measured window pays
         for the garbage its own code leaves, not for the size of the session around it. Undone
         when pytest unconfigures (:meth:`pytest_unconfigure`), unless something had frozen
