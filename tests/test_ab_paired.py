@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from pytest_opperf.ab import paired
+from pytest_opperf.ab import family, paired
 from pytest_opperf.ab.paired import (
     CompareResult,
     Decision,
@@ -304,6 +304,35 @@ def test_decide_is_deterministic_in_order_and_corrects_for_tested_metrics():
     assert [d.key.metric for d in first] == [p.key.metric for p in samples]
     assert all("Bonferroni, 4 metrics" in d.statistic for d in first[:4])
     assert "98.75% CI" in first[0].statistic
+
+
+def test_the_headline_metrics_share_half_of_alpha_and_the_levels_add_up_to_alpha():
+    rate = MetricKey("suites/test_resnet50.py::test_train[small]", "examples_per_sec")
+    share = MetricKey(rate.run, "python_share")
+    op = MetricKey(RUN, "call_ms:conv2d")
+    assert family.headline(rate) and family.headline(share) and not family.headline(op)
+    weighted = family.Family(headline=4, other=77)
+    assert weighted.level(0.05, rate) == weighted.level(0.05, share) == pytest.approx(0.05 / 8)
+    assert weighted.level(0.05, op) == pytest.approx(0.025 / 77)
+    assert 4 * weighted.level(0.05, rate) + 77 * weighted.level(0.05, op) == pytest.approx(0.05)
+    # one kind only: plain Bonferroni
+    assert family.Family(0, 81).level(0.05, op) == family.Family(4, 0).level(0.05, rate) * 4 / 81
+    assert weighted.plus(3) == family.Family(4, 80) and weighted.plus(-1) == weighted
+    assert weighted.describe() == "Bonferroni, 81 metrics, weighted: 0.5 of alpha over 4 headline"
+
+
+def test_a_headline_metric_is_decided_at_its_weighted_level():
+    # examples/sec 6 % lower among 80 A/A metrics: 60 pairs give it an interval at alpha/2 that
+    # plain Bonferroni over the 81 metrics (alpha/81) would make wider
+    base = pairs("rate", 1.0 / 1.06, 0.08, 60, seed=7, metric="examples_per_sec")
+    samples = with_aa(base, others=80, n=60)
+    weighted = decide(samples, CompareSettings())
+    plain = decide(samples, CompareSettings(), family.Family(0, 81))
+    assert "weighted: 0.5 of alpha over 1 headline" in weighted[0].statistic
+    assert "97.5% CI" in weighted[0].statistic and "99.938% CI" in plain[0].statistic
+    assert weighted[0].half_width < plain[0].half_width
+    # the others pay with a level of alpha/2 over 80 instead of alpha over 81
+    assert weighted[1].half_width > plain[1].half_width
 
 
 def test_paired_validation():

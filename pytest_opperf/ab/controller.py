@@ -32,7 +32,7 @@ Every pair is tagged with the side started first (:class:`.decide.SessionPairs`)
 are :mod:`.decide`'s: after the first pass every metric is decided together; tests with
 undecided metrics are run again on both sides (more pairs) while the budget lasts, and so are
 tests with a metric regressed or improved in one start order only (a change counts only when the
-pairs of each start order decide it on their own). Each pass after the first runs in two fresh
+pairs of each start order show it on their own). Each pass after the first runs in two fresh
 processes started in the other order (a *generation*, :meth:`.processes.Sides.restart`).
 
 The budget of the passes after the first scales with what the selection
@@ -49,7 +49,7 @@ those either, only the changes, up to the ceiling. The last
 generation (``MAX_RERUNS``, or the time left allows none after it) runs
 only the tests with a metric that may still end regressed: the pairs of the
 current start order get no more pairs then, and a regression needs them, on
-their own, to have an interval whose lower end is above ``c/2``
+their own, to have an interval whose lower end is above no change
 (:func:`.decide.may_regress`). With none, the session ends: what is
 left undecided cannot fail the gate. Whatever the tier, and in the last
 generation too, a test runs again (up to the ceiling) while it has an
@@ -80,7 +80,7 @@ from typing import Any
 
 from ..records.handback import Envelope, HandBackError
 from ..results import RunResult
-from . import cost, decide, extensions, paired, tuning
+from . import cost, decide, extensions, family, paired, tuning
 from .decide import Keep, SessionPairs
 from .pairs import e2e_samples
 from .processes import Side, SideFailure, Sides, SideSpec, usable_cpus
@@ -425,10 +425,10 @@ class Controller:
         share = tuning.FIRST_VISIT_SHARE * (self._budget_end - now) / left
         return now + max(tuning.MIN_VISIT_S, share)
 
-    def _family_size(self) -> int:
-        """The number of metrics the decision is corrected for, as far as known now: those with
-        samples, and one for each test the first pass has not reached yet."""
-        return max(len(self.samples), 1) + max(0, self._unvisited - 1)
+    def _family(self) -> family.Family:
+        """The metrics the decision is corrected for, as far as known now: those with samples,
+        and one for each test the first pass has not reached yet."""
+        return self.samples.family().plus(self._unvisited - 1)
 
     def _bench_pairs(self, nodeid: str, message: dict[str, Any], sides: list[Side]) -> None:
         doing = f"benchmarking {nodeid}"
@@ -444,7 +444,7 @@ class Controller:
             if self.clock() >= warm_until:
                 break
         start = len(target.base)
-        need = self._visit_pairs()
+        need = self._visit_pairs(key)
         while True:
             got = self._pair(by_name, rounds, iterations, doing)
             self.samples.add(key, "time", got["base"], got["head"], self.sides.first,
@@ -458,17 +458,17 @@ class Controller:
             # decided: the pairs of this start order on their own (what a change needs)
             part = self.samples.part(key, self.sides.first) if look else None
             if (part is not None
-                    and decide.order_verdict(part, self.settings, self._family_size(),
+                    and decide.order_verdict(part, self.settings, self._family(),
                                              self.samples.generations_of(key, self.sides.first))
                     != "undecided"):
                 break
 
-    def _visit_pairs(self) -> int:
+    def _visit_pairs(self, key: paired.MetricKey) -> int:
         """The pairs a visit takes at least, its share of the budget spent or not: ``MIN_PAIRS``,
         or, where the session's corrected level needs more for a bounded interval at all, those
         and ``VISIT_MARGIN_PAIRS`` more (fewer could never decide the metric: time spent for
         nothing)."""
-        level = self.settings.alpha / self._family_size()
+        level = self._family().level(self.settings.alpha, key)
         fewest = paired.pairs_for_interval(level) + tuning.VISIT_MARGIN_PAIRS
         return min(tuning.MAX_VISIT_PAIRS, max(tuning.MIN_PAIRS, fewest))
 

@@ -3,13 +3,18 @@
 Which side's process starts first is not neutral (A/A here: 5-9 % on memory-bound e2e stats), so
 every pass after the first runs in two fresh processes started in the other order, and every pair
 is tagged with the side started first when it was measured (:class:`SessionPairs`). The verdict of a
-metric is :func:`pytest_opperf.ab.paired.decide`'s on all its pairs, except that a change
-(regressed or improved; counts are exact and need nothing more) counts only when the pairs of each
-start order, on their own, decide it at the session's corrected level, with at least
-``MIN_ORDER_PAIRS`` (:mod:`.tuning`) of them: a false alarm then needs two independent ones.
-Else it is undecided (:func:`final_decisions`; docs/contract-additions.md, A/B). An undecided
-metric whose pairs point to a regression (estimate past the threshold, interval above no change at
-the level of the undecided metrics) is *inconclusive*, which fails the gate by default.
+metric is :func:`pytest_opperf.ab.paired.decide`'s on all its pairs (its interval widened for the
+spread between the generations' process pairs), except that a change (regressed or improved;
+counts are exact and need nothing more) counts only when the pairs of each start order, on their
+own, show it: at least ``MIN_ORDER_PAIRS`` (:mod:`.tuning`) and ``min_pairs`` of them, their
+interval at the session's corrected level wholly on the change's side of no change and reaching a
+change that counts (``c``). A false alarm then needs two independent significant ones, and a fluke
+of one process pair that drags the estimate of all the pairs past ``c/2`` is not confirmed by an
+order whose own pairs rule a change that counts out, while the size of the change is ruled on all
+the pairs (each order's pairs on their own would need twice as many). Else it is undecided
+(:func:`final_decisions`; docs/contract-additions.md, A/B). An undecided metric whose pairs point
+to a regression (estimate past the threshold, interval above no change at the level of the
+undecided metrics) is *inconclusive*, which fails the gate by default.
 
 The controller only collects the pairs and asks here: for the final decisions, whether the pairs
 of one start order decide on their own (:func:`order_verdict`, a visit's sequential stop), and
@@ -26,18 +31,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..comparison.metrics import EXAMPLES_PER_SEC, PYTHON_SHARE, Kind, MetricKey
+from ..comparison.metrics import Kind, MetricKey
 from ..comparison.thresholds import CompareSettings
 from ..core.stats import median
 from . import paired, tuning
+from .family import HEADLINE, Family, headline
 from .paired import ABVerdict, Decision, Paired
 
+# HEADLINE and headline(): an e2e run's headline metrics. Undecided, they keep their test running
+# again (wanting_pairs).
 __all__ = ["HEADLINE", "Keep", "SessionPairs", "Want", "final_decisions", "headline", "leans",
            "may_regress", "order_verdict", "short", "wanting_pairs"]
-
-# An e2e run's headline metrics: what the report leads with, and what a change that only time can
-# see (inside C kernels) shows in first. Undecided, they keep their test running again.
-HEADLINE = (EXAMPLES_PER_SEC, PYTHON_SHARE)
 
 # Which metrics want more pairs (wanting_pairs): every undecided one; only a leaning one short of
 # pairs or a change seen in one start order; only the changes.
@@ -59,6 +63,10 @@ class SessionPairs:
     def __len__(self) -> int:
         """The number of metrics (with or without pairs yet)."""
         return len(self.paired)
+
+    def family(self) -> Family:
+        """The metrics every decision of the session is corrected for (:class:`.paired.Family`)."""
+        return Family.of(self.paired.values())
 
     def of(self, key: MetricKey, kind: Kind) -> Paired:
         """``key``'s samples, empty ones made now when it has none (it counts as a metric)."""
@@ -180,32 +188,38 @@ def session_decide(samples: SessionPairs, settings: CompareSettings,
             for d, k in zip(decisions, chosen, strict=True)]
 
 
-def _part_decision(part: Paired, settings: CompareSettings, family_size: int,
+def _part_decision(part: Paired, settings: CompareSettings, family: Family,
                    generations: Sequence[int] = ()) -> Decision:
-    """``part``'s decision, corrected for ``family_size`` metrics; with the pairs'
+    """``part``'s decision, corrected for ``family`` (the session's); with the pairs'
     ``generations``, its interval widened for the spread between them (:func:`_widened`)."""
-    # decide() corrects for the number of Paired it is given: the others, empty, stand for the
-    # rest of the session's metrics, so this look uses the session's level.
-    family = [part] + [Paired(MetricKey("", f"#{i}"), "time") for i in range(family_size - 1)]
-    d = paired.decide(family, settings)[0]
+    d = paired.decide([part], settings, family)[0]
     return _widened(d, part, generations) if generations else d
 
 
-def order_verdict(part: Paired, settings: CompareSettings, family_size: int,
+def order_verdict(part: Paired, settings: CompareSettings, family: Family,
                   generations: Sequence[int] = ()) -> ABVerdict:
     """The verdict of the pairs ``part`` (those of one start order) on their own, corrected for
-    ``family_size`` metrics, and for the spread between the pairs' ``generations`` when given."""
-    return _part_decision(part, settings, family_size, generations).verdict
+    ``family``, and for the spread between the pairs' ``generations`` when given."""
+    return _part_decision(part, settings, family, generations).verdict
+
+
+def _order_pairs(key: MetricKey, settings: CompareSettings) -> int:
+    """The pairs a start order needs for a say of its own on ``key``."""
+    return max(tuning.MIN_ORDER_PAIRS, settings.for_metric(key).min_pairs)
 
 
 def _both_orders(d: Decision, samples: SessionPairs, settings: CompareSettings) -> bool:
-    """Whether the pairs of each start order, on their own, give ``d``'s verdict at the
-    session's corrected level (at least ``MIN_ORDER_PAIRS`` of each)."""
+    """Whether the pairs of each start order, on their own, show ``d``'s change: at least
+    :func:`_order_pairs` of them, and their interval at the session's corrected level (widened
+    for their generations) wholly on the change's side of no change and reaching ``c`` on it."""
+    family = samples.family()
     for first in ("base", "head"):
         part = samples.part(d.key, first)
-        if (part is None or part.pairs < tuning.MIN_ORDER_PAIRS
-                or order_verdict(part, settings, len(samples),
-                                 samples.generations_of(d.key, first)) != d.verdict):
+        if part is None or part.pairs < _order_pairs(d.key, settings):
+            return False
+        _, low, high, c = _part_decision(part, settings, family,
+                                         samples.generations_of(d.key, first)).in_x()
+        if not (low > 0 and high >= c if d.verdict == "regressed" else high < 0 and low <= -c):
             return False
     return True
 
@@ -221,7 +235,7 @@ def _confirmed(d: Decision, samples: SessionPairs, settings: CompareSettings) ->
     if not _unconfirmed(d, samples, settings):
         return d
     return dataclasses.replace(d, verdict="undecided",
-                               statistic=f"{d.statistic}; {d.verdict}, but not in "
+                               statistic=f"{d.statistic}; {d.verdict}, but not shown by "
                                "the pairs of each start order of the sides on their own")
 
 
@@ -270,12 +284,12 @@ def short(samples: SessionPairs, key: MetricKey, settings: CompareSettings) -> b
     """Whether the pairs of a start order of ``key`` are too few for a verdict of their own:
     fewer than ``MIN_ORDER_PAIRS`` or ``min_pairs``, or no bounded interval at the session's
     level (an e2e stat gets a few pairs a run)."""
-    need = max(tuning.MIN_ORDER_PAIRS, settings.for_metric(key).min_pairs)
+    need = _order_pairs(key, settings)
     for first in ("base", "head"):
         part = samples.part(key, first)
         if part is None or part.pairs < need:
             return True
-        _, low, _, _ = _part_decision(part, settings, len(samples)).in_x()
+        _, low, _, _ = _part_decision(part, settings, samples.family()).in_x()
         if not math.isfinite(low):
             return True
     return False
@@ -284,25 +298,21 @@ def short(samples: SessionPairs, key: MetricKey, settings: CompareSettings) -> b
 def may_regress(samples: SessionPairs, key: MetricKey, final: str,
                 settings: CompareSettings) -> bool:
     """Whether ``key`` can still end regressed when the pairs of the start order ``final`` get no
-    more pairs. A regression needs those pairs, on their own, to decide "regressed" (the start
-    order rule): at least ``MIN_ORDER_PAIRS`` and ``min_pairs`` of them and the lower end of
-    their interval above ``c/2`` (:func:`.paired.rule`). Their ``c`` is fixed (their base median
-    is), and the family only grows (samples are never dropped), so the interval at the end is at
-    least as wide as at today's family size: a lower end at or below ``c/2`` now stays there.
-    Counts (exact, no confirmation) always may."""
+    more pairs. A regression needs those pairs, on their own, to show it (the start order rule):
+    at least ``MIN_ORDER_PAIRS`` and ``min_pairs`` of them and the lower end of their interval,
+    widened for their generations, above no change. The pairs and their generations are fixed,
+    and the family only grows (samples are never dropped), so the interval at the end is at least
+    as wide as at today's family: a lower end at or below 0 now stays there (its upper end, which
+    must reach ``c``, only grows, and so is not read). Counts (exact, no confirmation) always
+    may."""
     if samples.paired[key].kind == "count":
         return True
     part = samples.part(key, final)
-    need = max(tuning.MIN_ORDER_PAIRS, settings.for_metric(key).min_pairs)
-    if part is None or part.pairs < need:
+    if part is None or part.pairs < _order_pairs(key, settings):
         return False
-    _, low, _, c = _part_decision(part, settings, len(samples)).in_x()
-    return math.isfinite(c) and low > c / 2
-
-
-def headline(key: MetricKey) -> bool:
-    """Whether ``key`` is an e2e run's headline metric (:data:`HEADLINE`)."""
-    return key.metric in HEADLINE
+    _, low, _, _ = _part_decision(part, settings, samples.family(),
+                                  samples.generations_of(key, final)).in_x()
+    return low > 0
 
 
 def wanting_pairs(samples: SessionPairs, settings: CompareSettings, keep: Keep = "undecided",

@@ -4,9 +4,10 @@ Sample i of the base and sample i of the head form pair i (measured back to back
 machine's speed cancels in the pair). Each pair gives one number ``x``, positive when worse for the
 head: ``log(head/base)`` for times, ``log(base/head)`` for rates, ``head - base`` for the Python
 share; counts are compared exactly. Per metric: the Hodges-Lehmann estimate with the exact Wilcoxon
-signed-rank interval, Bonferroni-corrected over the metrics of one :func:`decide`, and the rule:
-regressed when ``lo > c/2`` and ``hi >= c`` (``c`` the smallest change that counts), improved the
-mirror, unchanged when ``hi < c``, else undecided. The rule, its reasons, the floors and the
+signed-rank interval, Bonferroni-corrected over the metrics of one :func:`decide` (weighted: an e2e
+run's headline metrics share half of ``alpha``, :class:`.family.Family`), and the rule: regressed
+when ``lo > c/2`` and ``hi >= c`` (``c`` the smallest change that counts), improved the mirror,
+unchanged when ``hi < c``, else undecided. The rule, its reasons, the floors and the
 simulations behind them: docs/ab-statistics.md.
 """
 
@@ -28,9 +29,10 @@ from ..workcounts.workcount import COUNTERS
 from .cost import Cost
 from .extras import need as _need
 from .extras import read_extras
+from .family import Family
 
-__all__ = ["ABVerdict", "CompareResult", "Decision", "Paired", "decide", "from_x",
-           "pair_x", "pairs_for_interval", "rule", "signed_rank_cdf", "to_x", "walsh_interval"]
+__all__ = ["ABVerdict", "CompareResult", "Decision", "Paired", "decide", "from_x", "pair_x",
+           "pairs_for_interval", "rule", "signed_rank_cdf", "to_x", "walsh_interval"]
 
 ABVerdict = Literal["regressed", "improved", "unchanged", "undecided"]
 # the report's order
@@ -38,6 +40,7 @@ VERDICTS: tuple[str, ...] = ("regressed", "undecided", "improved", "unchanged")
 
 EXACT_MAX_PAIRS = 300  # the signed-rank distribution is counted exactly up to this many pairs
 _CHUNK = 2_000_000  # Walsh averages held at once (16 MB)
+
 
 
 # --- x: one pair's change ------------------------------------------------------------
@@ -320,16 +323,18 @@ def _unusable(kinds: Sequence[str], base: Any, head: Any) -> list[str | None]:
             for k, ok, pos in zip(kinds, finite, positive, strict=True)]
 
 
-def decide(samples: Sequence[Paired], settings: CompareSettings) -> list[Decision]:
-    """One :class:`Decision` per :class:`Paired`, in order; Bonferroni-corrected for the
-    metrics with statistics (all but counts). Pure and deterministic."""
+def decide(samples: Sequence[Paired], settings: CompareSettings,
+           family: Family | None = None) -> list[Decision]:
+    """One :class:`Decision` per :class:`Paired`, in order; Bonferroni-corrected (weighted,
+    :class:`.family.Family`) for ``family``, by default the metrics with statistics among
+    ``samples`` (all but counts); a look at some of a session's metrics passes the session's.
+    Pure and deterministic."""
     import numpy as np
 
-    tested = sum(1 for p in samples if p.kind != "count")
-    a = settings.alpha / max(1, tested)
-    correction = f"Bonferroni, {tested} metric{'s' if tested != 1 else ''}"
+    family = Family.of(samples) if family is None else family
+    correction = family.describe()
     decisions: list[Decision | None] = [None] * len(samples)
-    groups: dict[int, list[int]] = {}
+    groups: dict[tuple[int, float], list[int]] = {}
     for i, p in enumerate(samples):
         if p.kind == "count":
             decisions[i] = _count_decision(p)
@@ -338,8 +343,8 @@ def decide(samples: Sequence[Paired], settings: CompareSettings) -> list[Decisio
             decisions[i] = Decision(p.key, p.kind, "undecided", math.nan, math.nan, math.nan, lo,
                                     math.inf, 0, "no interval: no pairs")
         else:
-            groups.setdefault(p.pairs, []).append(i)
-    for n, members in groups.items():
+            groups.setdefault((p.pairs, family.level(settings.alpha, p.key)), []).append(i)
+    for (n, a), members in groups.items():
         base = np.array([samples[i].base for i in members], dtype=np.float64)
         head = np.array([samples[i].head for i in members], dtype=np.float64)
         base_median = np.median(base, axis=1).tolist()

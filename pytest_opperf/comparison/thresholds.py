@@ -69,7 +69,8 @@ class CompareSettings:
         0.01, "the smallest increase of the steady-state Python share that counts (absolute)",
         0.0, 1.0)
     alpha: float = table_key(0.05, "family-wise error rate, Bonferroni-corrected for the number of "
-                             "metrics tested", 0.0, 1.0, lo_open=True, hi_open=True)
+                             "metrics tested (the e2e runs' headline metrics share half of it)",
+                             0.0, 1.0, lo_open=True, hi_open=True)
     budget_s: float = table_key(600.0, "wall-time budget of the whole A/B session (s); what is "
                                 "undecided when it is spent is reported undecided", 0.0,
                                 lo_open=True)
