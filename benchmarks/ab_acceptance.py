@@ -211,6 +211,22 @@ def caught(compare: dict, expected: tuple[str, ...]) -> tuple[bool, list[str]]:
     return hit, regressed
 
 
+def shown(compare: dict, expected: tuple[str, ...]) -> str:
+    """The decisions of the expected metrics (every e2e run's headline metric in an A/A): verdict,
+    estimate, interval and pairs, one run per entry."""
+    names = expected or ("examples_per_sec",)
+    out = []
+    for d in compare["decisions"]:
+        if d["metric"] in names:
+            verdict = "inconclusive" if d.get("inconclusive") else d["verdict"]
+            run = d["run"].rsplit("[", 1)[-1].rstrip("]")
+            interval = (f"[{d['low']:.3f}, {d['high']:.3f}]"
+                        if d.get("low") is not None and d.get("high") is not None else "[none]")
+            estimate = f"{d['estimate']:.3f}" if d.get("estimate") is not None else "none"
+            out.append(f"{run} {d['metric']} {verdict} {estimate} {interval} {d['pairs']} pairs")
+    return "; ".join(out)
+
+
 def widths(compare: dict) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {"per-op": [], "e2e": []}
     for d in compare["decisions"]:
@@ -269,6 +285,8 @@ def main() -> None:
                           f"({', '.join(regressed[:4])}{'...' if len(regressed) > 4 else ''}), "
                           f"{undecided} undecided, "
                           f"{compare['pairs']} pairs, {elapsed:.0f} s", flush=True)
+                    if shown(compare, expected):
+                        print(f"    {shown(compare, expected)}", flush=True)
                 line = (f"{case}: {'no false alarm in' if case == 'aa' else 'caught in'} "
                         f"{opts.sessions - alarms if case == 'aa' else hits}/{opts.sessions} "
                         "sessions, "
