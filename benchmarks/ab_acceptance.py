@@ -280,7 +280,9 @@ def main() -> None:
                     for k, v in widths(compare).items():
                         all_widths[k] += v
                     undecided = sum(d["verdict"] == "undecided" for d in compare["decisions"])
-                    print(f"{case} #{i + 1}: exit {ret}, {'caught' if hit else 'MISSED'}; "
+                    status = (("no false alarm" if hit else "FALSE ALARM") if case == "aa"
+                              else "caught" if hit else "MISSED")
+                    print(f"{case} #{i + 1}: exit {ret}, {status}; "
                           f"{len(regressed)} regressed "
                           f"({', '.join(regressed[:4])}{'...' if len(regressed) > 4 else ''}), "
                           f"{undecided} undecided, "

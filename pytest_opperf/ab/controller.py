@@ -455,7 +455,7 @@ class Controller:
                 break
             look = (done >= tuning.MIN_PAIRS
                     and (done - tuning.MIN_PAIRS) % tuning.CHECK_EVERY == 0)
-            # decided: the pairs of this start order on their own (what a change needs)
+            # decided by the pairs of this start order on their own (a change is then shown too)
             part = self.samples.part(key, self.sides.first) if look else None
             if (part is not None
                     and decide.order_verdict(part, self.settings, self._family(),

@@ -225,7 +225,7 @@ def _both_orders(d: Decision, samples: SessionPairs, settings: CompareSettings) 
 
 
 def _unconfirmed(d: Decision, samples: SessionPairs, settings: CompareSettings) -> bool:
-    """Whether ``d`` is a change not seen in the pairs of each start order on their own."""
+    """Whether ``d`` is a change not shown by the pairs of each start order on their own."""
     changed = d.verdict in ("regressed", "improved") and d.kind != "count"
     return changed and not _both_orders(d, samples, settings)
 
