@@ -65,7 +65,7 @@ class SessionPairs:
         return len(self.paired)
 
     def family(self) -> Family:
-        """The metrics every decision of the session is corrected for (:class:`.paired.Family`)."""
+        """The metrics every decision of the session is corrected for (:class:`.family.Family`)."""
         return Family.of(self.paired.values())
 
     def of(self, key: MetricKey, kind: Kind) -> Paired:

@@ -42,7 +42,6 @@ EXACT_MAX_PAIRS = 300  # the signed-rank distribution is counted exactly up to t
 _CHUNK = 2_000_000  # Walsh averages held at once (16 MB)
 
 
-
 # --- x: one pair's change ------------------------------------------------------------
 
 # x = sign * log(head/base) for the ratios (a rate's drop is worse: -1), head - base otherwise
