@@ -66,7 +66,7 @@ class SessionPairs:
 
     def family(self) -> Family:
         """The metrics every decision of the session is corrected for (:class:`.family.Family`)."""
-        return Family.of(self.paired.values())
+        return Family.of((p.key, p.kind) for p in self.paired.values())
 
     def of(self, key: MetricKey, kind: Kind) -> Paired:
         """``key``'s samples, empty ones made now when it has none (it counts as a metric)."""

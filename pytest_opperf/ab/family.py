@@ -10,12 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from ..comparison.metrics import EXAMPLES_PER_SEC, PYTHON_SHARE, MetricKey
-
-if TYPE_CHECKING:
-    from .paired import Paired
+from ..comparison.metrics import EXAMPLES_PER_SEC, PYTHON_SHARE, Kind, MetricKey
 
 __all__ = ["HEADLINE", "HEADLINE_SHARE", "Family", "headline"]
 
@@ -51,9 +47,9 @@ class Family:
     other: int = 0
 
     @classmethod
-    def of(cls, samples: Iterable[Paired]) -> Family:
-        """The family of ``samples``, counts left out."""
-        kinds = [headline(p.key) for p in samples if p.kind != "count"]
+    def of(cls, metrics: Iterable[tuple[MetricKey, Kind]]) -> Family:
+        """The family of ``metrics`` (each a key and its kind), counts left out."""
+        kinds = [headline(key) for key, kind in metrics if kind != "count"]
         return cls(sum(kinds), len(kinds) - sum(kinds))
 
     def plus(self, other: int) -> Family:

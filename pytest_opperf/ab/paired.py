@@ -330,7 +330,7 @@ def decide(samples: Sequence[Paired], settings: CompareSettings,
     Pure and deterministic."""
     import numpy as np
 
-    family = Family.of(samples) if family is None else family
+    family = Family.of((p.key, p.kind) for p in samples) if family is None else family
     correction = family.describe()
     decisions: list[Decision | None] = [None] * len(samples)
     groups: dict[tuple[int, float], list[int]] = {}
