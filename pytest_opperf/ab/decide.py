@@ -60,10 +60,6 @@ class SessionPairs:
     firsts: dict[MetricKey, list[str]] = field(default_factory=dict)  # per pair, in order
     generations: dict[MetricKey, list[int]] = field(default_factory=dict)  # per pair, in order
 
-    def __len__(self) -> int:
-        """The number of metrics (with or without pairs yet)."""
-        return len(self.paired)
-
     def family(self) -> Family:
         """The metrics every decision of the session is corrected for (:class:`.family.Family`)."""
         return Family.of((p.key, p.kind) for p in self.paired.values())
