@@ -118,6 +118,19 @@ def test_e2e_samples_pair_steps_after_warm_up_and_counts_exactly():
     )
 
 
+def test_the_e2e_pairs_keep_the_base_steps_for_the_step_share_floor(tmp_path):
+    c = controller(tmp_path, {"base": 1.0, "head": 1.0}, {})
+    step, executor = [100.0, 10.0, 12.0, 14.0], [60.0, 8.0, 8.0, 8.0]
+    base = _run(step, [50.0, 4.0, 4.0, 4.0], executor, {"relu": 1})
+    head = _run([90.0, 99.0, 99.0, 99.0], [40.0, 4.0, 4.0, 4.0], executor, {"relu": 1})
+    c._e2e_pairs([base], [head])
+    relu = c.samples.paired[paired.MetricKey("t.py::test_e2e", "step_ms:relu")]
+    assert relu.step_ms == 12.0  # the base's steady steps (warm-up out), not the head's
+    c._e2e_pairs([_run([100.0, 20.0, 20.0], [50.0, 4.0, 4.0], executor[:3], {"relu": 1})],
+                 [head])
+    assert relu.step_ms == 14.0  # the median of 10, 12, 14, 20 and 20: every visit's
+
+
 def test_side_arguments_leave_out_the_controllers_options():
     args = [
         "suites/",

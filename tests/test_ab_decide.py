@@ -225,3 +225,48 @@ def test_an_undecided_headline_metric_keeps_its_test_running_in_every_tier(metri
     assert wanted == ([(key, "decide")] if decide.headline(key) else [])
     # --opperf-compare-undecided=warn: only changes to confirm, as before
     assert decide.wanting_pairs(samples, CompareSettings(), keep="changes", undecided="warn") == []
+
+
+def test_a_metric_undecided_for_want_of_pairs_alone_keeps_its_test_running_in_every_tier():
+    # 12 pairs that agree on no change: the pairs of a benchmark visited before the session knew
+    # its 200 metrics; at 0.025 % a signed-rank interval needs 13
+    key = MetricKey("t::bench", "call_ms:op")
+    samples = SessionPairs()
+    for i in range(12):
+        samples.add(key, "time", 1.0, 1.0 + 0.001 * ((i * 7) % 5 - 2), ("base", "head")[i % 2])
+    others = [MetricKey(f"t::{i}", "call_ms:op") for i in range(199)]
+    for other in others:
+        for i in range(30):
+            head = 1.0 + 0.001 * ((i * 3) % 7 - 3)
+            samples.add(other, "time", 1.0, head, ("base", "head")[i % 2])
+    d = decide.final_decisions(samples, CompareSettings())[0]
+    assert d.verdict == "undecided" and "too few pairs for a" in d.statistic
+    assert decide.unbounded(d, CompareSettings())
+    assert decide.wanting_pairs(samples, CompareSettings(), keep="changes") == [(key, "decide")]
+    assert decide.wanting_pairs(samples, CompareSettings(), keep="changes", final="base") == [
+        (key, "decide")]
+    assert decide.wanting_pairs(samples, CompareSettings(), keep="changes", undecided="warn") == []
+    # fewer than min_pairs, with a bounded interval: wants pairs too; decided ones do not
+    assert decide.unbounded(d, CompareSettings(min_pairs=20))
+    decided = decide.final_decisions(samples, CompareSettings())[1]
+    assert decided.verdict == "unchanged" and not decide.unbounded(decided, CompareSettings())
+
+
+def test_an_e2e_stat_reads_its_run_step_for_the_step_share_floor():
+    # relu 20 % slower, 4 ms of a 400 ms step: regressed, until a change must move the step by 2 %
+    key = MetricKey("t::e2e", "step_ms:relu")
+    samples = SessionPairs()
+    samples.add(key, "time", 4.0, 4.8, "base")  # made before the run's steps are known
+    samples.add_steps("t::e2e", [390.0, 400.0, 410.0])
+    for i in range(31):
+        samples.add(key, "time", 4.0, 4.8 * (1 + 0.002 * ((i * 7) % 5 - 2)),
+                    ("head", "base")[i % 2])
+    assert samples.paired[key].step_ms == 400.0
+    assert samples.part(key, "head").step_ms == 400.0
+    other = MetricKey("t::e2e", "step_ms:conv2d")
+    assert samples.of(other, "time").step_ms == 400.0  # made after: reads it too
+    assert samples.of(MetricKey("t::other", "step_ms:relu"), "time").step_ms == 0.0
+    del samples.paired[other], samples.paired[MetricKey("t::other", "step_ms:relu")]
+    assert decide.final_decisions(samples, CompareSettings())[0].verdict == "regressed"
+    (d,) = decide.final_decisions(samples, CompareSettings(min_step_share=0.02))
+    assert d.verdict == "unchanged" and d.limit == pytest.approx(3.0)

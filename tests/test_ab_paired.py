@@ -274,6 +274,33 @@ def test_floors_keep_microsecond_calls_unchanged():
     assert one(with_aa(other, n=60)).verdict == "regressed"
 
 
+def test_step_share_floor_counts_a_stat_by_what_it_moves_the_step():
+    # relu: 4 ms of a 400 ms step, 20 % slower: 0.8 ms, 0.2 % of the step
+    relu = pairs("time", 1.20, 0.02, 60, scale=4.0, metric="step_ms:relu")
+    relu.step_ms = 400.0
+    assert one(with_aa(relu, n=60)).verdict == "regressed"  # no share floor by default
+    share = CompareSettings(min_step_share=0.02)  # counts from 8 ms: 3x the stat
+    d = one(with_aa(relu, n=60), share)
+    assert d.verdict == "unchanged" and d.limit == pytest.approx(3.0, rel=0.05)
+    assert "counts from 2 % of the 400 ms step" in d.statistic, d.statistic
+    # the same 20 % on a stat of half the step moves it by 10 %: counts from 1.05x as before
+    conv = pairs("time", 1.20, 0.02, 60, scale=200.0, metric="step_ms:conv2d")
+    conv.step_ms = 400.0
+    d = one(with_aa(conv, n=60), share)
+    assert d.verdict == "regressed" and d.limit == pytest.approx(1.05)
+    assert "counts from" not in d.statistic
+    # a step not known (0), or a metric that is not an e2e stat: no share floor
+    relu.step_ms = 0.0
+    assert one(with_aa(relu, n=60), share).verdict == "regressed"
+    call = pairs("time", 1.20, 0.02, 60, scale=4.0, metric="call_ms:relu")
+    call.step_ms = 400.0
+    assert one(with_aa(call, n=60), share).verdict == "regressed"
+    # per metric, as an override
+    relu.step_ms = 400.0
+    only = CompareSettings(overrides=(Override(stat="relu", min_step_share=0.02),))
+    assert one(with_aa(relu, n=60), only).verdict == "unchanged"
+
+
 def test_the_rule_on_intervals():
     c = math.log(1.05)
     assert rule(0.03, 0.06, c) == "regressed"
@@ -360,6 +387,7 @@ def test_compare_defaults_and_every_key():
         "budget_s",
         "min_call_ms",
         "min_step_ms",
+        "min_step_share",
         "min_pairs",
     }
     assert keys["min_slowdown"].default == 0.05 == CompareSettings().min_slowdown
@@ -624,6 +652,7 @@ def test_ci_thresholds_compare_table():
     s = load_thresholds(Path(__file__).parent.parent / "ci" / "thresholds.toml").compare
     assert (s.min_slowdown, s.max_python_share_increase, s.alpha) == (0.05, 0.01, 0.05)
     assert (s.min_call_ms, s.min_step_ms, s.min_pairs, s.budget_s) == (0.002, 0.1, 10, 480.0)
+    assert s.min_step_share == 0.025
 
 
 def sequential_sessions(ratio, count, metrics=150, noise=0.02, start=10, block=5, most=100):

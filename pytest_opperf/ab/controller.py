@@ -54,8 +54,10 @@ their own, to have an interval whose lower end is above no change
 left undecided cannot fail the gate. Whatever the tier, and in the last
 generation too, a test runs again (up to the ceiling) while it has an
 undecided metric whose estimate is past the threshold (it may end
-inconclusive, which fails the gate) or an undecided headline metric of an
-e2e run (``examples_per_sec``, ``python_share``: :func:`.decide.headline`);
+inconclusive, which fails the gate), an undecided headline metric of an
+e2e run (``examples_per_sec``, ``python_share``: :func:`.decide.headline`)
+or a metric undecided for want of pairs alone (:func:`.decide.unbounded`: a
+benchmark visited before the session knew its size took too few);
 ``--opperf-compare-undecided=fail`` keeps every undecided test, as an
 undecided metric fails the gate then, and ``warn`` none of these. The
 constants named here are :mod:`.tuning`'s.
@@ -78,6 +80,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..comparison.metrics import steady_steps
 from ..records.handback import Envelope, HandBackError
 from ..results import RunResult
 from . import cost, decide, extensions, family, paired, tuning
@@ -365,6 +368,7 @@ class Controller:
         for head in head_runs:
             if head.kind != "e2e" or head.id not in base:
                 continue
+            self.samples.add_steps(head.id, steady_steps(base[head.id]))
             for s in e2e_samples(base[head.id], head):
                 key = paired.MetricKey(s.run, s.metric)
                 self.samples.of(key, s.kind)

@@ -41,7 +41,7 @@ from .paired import ABVerdict, Decision, Paired
 # HEADLINE and headline(): an e2e run's headline metrics. Undecided, they keep their test running
 # again (wanting_pairs).
 __all__ = ["HEADLINE", "Keep", "SessionPairs", "Want", "final_decisions", "headline", "leans",
-           "may_regress", "order_verdict", "short", "wanting_pairs"]
+           "may_regress", "order_verdict", "short", "unbounded", "wanting_pairs"]
 
 # Which metrics want more pairs (wanting_pairs): every undecided one; only a leaning one short of
 # pairs or a change seen in one start order; only the changes.
@@ -59,6 +59,7 @@ class SessionPairs:
     paired: dict[MetricKey, Paired] = field(default_factory=dict)
     firsts: dict[MetricKey, list[str]] = field(default_factory=dict)  # per pair, in order
     generations: dict[MetricKey, list[int]] = field(default_factory=dict)  # per pair, in order
+    steps: dict[str, list[float]] = field(default_factory=dict)  # per e2e run, the base's steps
 
     def family(self) -> Family:
         """The metrics every decision of the session is corrected for (:class:`.family.Family`)."""
@@ -66,7 +67,24 @@ class SessionPairs:
 
     def of(self, key: MetricKey, kind: Kind) -> Paired:
         """``key``'s samples, empty ones made now when it has none (it counts as a metric)."""
-        return self.paired.setdefault(key, Paired(key, kind))
+        if key not in self.paired:
+            self.paired[key] = Paired(key, kind, step_ms=self.step_ms(key.run))
+        return self.paired[key]
+
+    def add_steps(self, run: str, base_ms: Sequence[float]) -> None:
+        """The base's wall time (ms) of more steady steps of the e2e run ``run``: the step that
+        its stats' ``min_step_share`` is a share of is their median, kept on each of the run's
+        metrics (:attr:`.paired.Paired.step_ms`)."""
+        self.steps.setdefault(run, []).extend(float(v) for v in base_ms)
+        step = self.step_ms(run)
+        for key, p in self.paired.items():
+            if key.run == run:
+                p.step_ms = step
+
+    def step_ms(self, run: str) -> float:
+        """The median of the base's steady steps of ``run`` (ms; 0 when it has none)."""
+        steps = self.steps.get(run)
+        return median(steps) if steps else 0.0
 
     def add(self, key: MetricKey, kind: Kind, base: float, head: float, first: str,
             generation: int = 0) -> None:
@@ -83,7 +101,7 @@ class SessionPairs:
             return None
         rows = [i for i, o in enumerate(firsts) if o == first]
         return Paired(key, samples.kind, [samples.base[i] for i in rows],
-                      [samples.head[i] for i in rows])
+                      [samples.head[i] for i in rows], samples.step_ms)
 
     def generations_of(self, key: MetricKey, first: str | None = None) -> list[int]:
         """The generation of each pair of ``key`` (those of the start order ``first`` only, when
@@ -276,6 +294,15 @@ def leans(d: Decision) -> bool:
     return estimate > c / 2
 
 
+def unbounded(d: Decision, settings: CompareSettings) -> bool:
+    """Whether ``d`` is undecided for want of pairs alone: it has an estimate, but fewer pairs
+    than ``min_pairs`` or no bounded interval at its level (a benchmark visited before the
+    session knew how many metrics it corrects for took the pairs of a smaller family)."""
+    if d.verdict != "undecided" or d.kind == "count" or not math.isfinite(d.estimate):
+        return False
+    return d.pairs < settings.for_metric(d.key).min_pairs or math.isinf(d.half_width)
+
+
 def short(samples: SessionPairs, key: MetricKey, settings: CompareSettings) -> bool:
     """Whether the pairs of a start order of ``key`` are too few for a verdict of their own:
     fewer than ``MIN_ORDER_PAIRS`` or ``min_pairs``, or no bounded interval at the session's
@@ -319,7 +346,8 @@ def wanting_pairs(samples: SessionPairs, settings: CompareSettings, keep: Keep =
     ``"decide"``, an undecided metric. A metric whose undecided verdict could fail the gate
     (``undecided``, ``--opperf-compare-undecided``: every one with ``fail``; by default one whose
     estimate is past the threshold, which may end inconclusive) always counts, and so, by
-    default, does an e2e run's undecided headline metric (:func:`headline`). Of the others,
+    default, do an e2e run's undecided headline metric (:func:`headline`) and a metric undecided
+    for want of pairs alone (:func:`unbounded`). Of the others,
     only those changes and the metrics that lean towards a regression (:func:`leans`) with too
     few pairs in a start order for a verdict (:func:`short`) count with ``keep="leaning"``, only
     the changes with ``keep="changes"``, and with ``final`` (the start order whose pairs get no
@@ -329,9 +357,10 @@ def wanting_pairs(samples: SessionPairs, settings: CompareSettings, keep: Keep =
         change = _unconfirmed(d, samples, settings)
         # kept in every tier: an undecided metric that would fail the gate (every one with
         # "fail"; by default one past the threshold, which may end inconclusive, final_decisions)
-        # and, by default, an undecided headline metric
-        always = undecided == "fail" or (undecided == "inconclusive"
-                                         and (d.past_threshold or headline(d.key)))
+        # and, by default, an undecided headline metric and one that lacks the pairs for any
+        # verdict
+        always = undecided == "fail" or (undecided == "inconclusive" and (
+            d.past_threshold or headline(d.key) or unbounded(d, settings)))
         kept = always or (
             (keep == "undecided" or change
              or (keep == "leaning" and leans(d) and short(samples, d.key, settings)))

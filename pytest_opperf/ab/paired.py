@@ -73,12 +73,15 @@ def _flips(kind: str) -> bool:
 
 @dataclass
 class Paired:
-    """The paired samples of one metric: sample i of ``base`` and of ``head`` form pair i."""
+    """The paired samples of one metric: sample i of ``base`` and of ``head`` form pair i.
+    ``step_ms``: for an e2e stat (``step_ms:``), the base's median step wall time of its run,
+    the reference of ``min_step_share`` (0: not known)."""
 
     key: MetricKey
     kind: Kind
     base: list[float] = field(default_factory=list)
     head: list[float] = field(default_factory=list)
+    step_ms: float = 0.0
 
     def __post_init__(self) -> None:
         if self.kind not in METRIC_KINDS:
@@ -247,11 +250,16 @@ class Decision:
                 "inconclusive": self.inconclusive}
 
 
+def _step_floor(p: Paired, ms: CompareSettings) -> float:
+    """An e2e stat's floor in ms from its step (``min_step_share``); 0 for other metrics."""
+    return ms.min_step_share * p.step_ms if p.key.prefix == STEP else 0.0
+
+
 def _threshold(p: Paired, ms: CompareSettings, base: float) -> float:
     """``c``: the smallest change that counts, in ``x`` units (the module docstring)."""
     if p.kind == "time":
-        floor = {CALL: ms.min_call_ms, STEP: ms.min_step_ms}.get(p.key.prefix, 0.0)
-        return max(math.log1p(ms.min_slowdown), math.log1p(floor / base))
+        floors = {CALL: ms.min_call_ms, STEP: max(ms.min_step_ms, _step_floor(p, ms))}
+        return max(math.log1p(ms.min_slowdown), math.log1p(floors.get(p.key.prefix, 0.0) / base))
     if p.kind == "rate":
         return -math.log1p(-ms.min_slowdown)
     return ms.max_python_share_increase
@@ -367,10 +375,12 @@ def decide(samples: Sequence[Paired], settings: CompareSettings,
             p = samples[members[row]]
             ms = settings.for_metric(p.key)
             b, h = base_median[row], head_median[row]
-            c = _threshold(p, ms, b)
-            verdict = rule(lo, hi, c)
+            verdict = rule(lo, hi, c := _threshold(p, ms, b))
             what = "ratio" if p.kind in ("time", "rate") else "difference"
             statistic = f"Hodges-Lehmann {what}, {test}"
+            if _step_floor(p, ms) > max(ms.min_step_ms, ms.min_slowdown * b):
+                statistic += (f"; counts from {100 * ms.min_step_share:.3g} % of the "
+                              f"{p.step_ms:.4g} ms step")
             if n < ms.min_pairs:
                 verdict = "undecided"
                 statistic += f"; too few pairs ({n} < min_pairs {ms.min_pairs})"

@@ -45,6 +45,7 @@ class Override:
     max_python_share_increase: float | None = None
     min_call_ms: float | None = None
     min_step_ms: float | None = None
+    min_step_share: float | None = None
     min_pairs: int | None = None
 
     def matches(self, key: MetricKey) -> bool:
@@ -78,6 +79,9 @@ class CompareSettings:
                                    "at least this many ms to count", 0.0)
     min_step_ms: float = table_key(0.05, "floor of e2e stats (step_ms): a stat's per-step total "
                                    "must grow by at least this many ms to count", 0.0)
+    min_step_share: float = table_key(
+        0.0, "floor of e2e stats (step_ms) relative to the step: a stat's per-step total must "
+        "grow by at least this share of the base's median step time to count", 0.0, 1.0)
     min_pairs: int = table_key(10, "below this many pairs a metric is undecided", 2, 1_000_000)
     overrides: tuple[Override, ...] = ()
 
