@@ -41,10 +41,10 @@ costs: ``RERUN_SHARE`` of the first pass's wall time, at least
 ceiling). Once it has no time left for the next generation of every
 undecided test (a start of the sides plus the tests' last visits, and
 another start after it), only tests with a change seen in one start order,
-or a metric whose estimate leans towards a regression (past ``c/2``) and
-whose pairs of a start order are too few for a verdict of their own (an e2e
-stat gets a few pairs a run), go on, within the budget or until the session
-has run ``LEANING_MIN_S``, whichever is later; once that has no time for
+or an undecided metric whose estimate leans towards a regression (past
+``c/2``: a slowdown near the threshold is decided by more pairs), go on,
+within the budget or until the session has run ``LEANING_MIN_S``,
+whichever is later; once that has no time for
 those either, only the changes, up to the ceiling. The last
 generation (``MAX_RERUNS``, or the time left allows none after it) runs
 only the tests with a metric that may still end regressed: the pairs of the

@@ -18,8 +18,8 @@ undecided metrics) is *inconclusive*, which fails the gate by default.
 
 The controller only collects the pairs and asks here: for the final decisions, whether the pairs
 of one start order decide on their own (:func:`order_verdict`, a visit's sequential stop), and
-which metrics want more pairs (:func:`wanting_pairs`, with the rules :func:`leans`,
-:func:`short` and :func:`may_regress` of its budget's tiers). Pure: no pytest, numpy only when
+which metrics want more pairs (:func:`wanting_pairs`, with the rules :func:`leans` and
+:func:`may_regress` of its budget's tiers). Pure: no pytest, numpy only when
 deciding (through :mod:`.paired`).
 """
 
@@ -41,10 +41,10 @@ from .paired import ABVerdict, Decision, Paired
 # HEADLINE and headline(): an e2e run's headline metrics. Undecided, they keep their test running
 # again (wanting_pairs).
 __all__ = ["HEADLINE", "Keep", "SessionPairs", "Want", "final_decisions", "headline", "leans",
-           "may_regress", "order_verdict", "short", "unbounded", "wanting_pairs"]
+           "may_regress", "order_verdict", "unbounded", "wanting_pairs"]
 
-# Which metrics want more pairs (wanting_pairs): every undecided one; only a leaning one short of
-# pairs or a change seen in one start order; only the changes.
+# Which metrics want more pairs (wanting_pairs): every undecided one; only a leaning one or a
+# change seen in one start order; only the changes.
 Keep = Literal["undecided", "leaning", "changes"]
 # Why a metric wants more pairs: a change seen in one start order only, to confirm in the other;
 # an undecided metric.
@@ -303,21 +303,6 @@ def unbounded(d: Decision, settings: CompareSettings) -> bool:
     return d.pairs < settings.for_metric(d.key).min_pairs or math.isinf(d.half_width)
 
 
-def short(samples: SessionPairs, key: MetricKey, settings: CompareSettings) -> bool:
-    """Whether the pairs of a start order of ``key`` are too few for a verdict of their own:
-    fewer than ``MIN_ORDER_PAIRS`` or ``min_pairs``, or no bounded interval at the session's
-    level (an e2e stat gets a few pairs a run)."""
-    need = _order_pairs(key, settings)
-    for first in ("base", "head"):
-        part = samples.part(key, first)
-        if part is None or part.pairs < need:
-            return True
-        _, low, _, _ = _part_decision(part, settings, samples.family()).in_x()
-        if not math.isfinite(low):
-            return True
-    return False
-
-
 def may_regress(samples: SessionPairs, key: MetricKey, final: str,
                 settings: CompareSettings) -> bool:
     """Whether ``key`` can still end regressed when the pairs of the start order ``final`` get no
@@ -347,9 +332,8 @@ def wanting_pairs(samples: SessionPairs, settings: CompareSettings, keep: Keep =
     (``undecided``, ``--opperf-compare-undecided``: every one with ``fail``; by default one whose
     estimate is past the threshold, which may end inconclusive) always counts, and so, by
     default, do an e2e run's undecided headline metric (:func:`headline`) and a metric undecided
-    for want of pairs alone (:func:`unbounded`). Of the others,
-    only those changes and the metrics that lean towards a regression (:func:`leans`) with too
-    few pairs in a start order for a verdict (:func:`short`) count with ``keep="leaning"``, only
+    for want of pairs alone (:func:`unbounded`). Of the others, only those changes and the
+    metrics that lean towards a regression (:func:`leans`) count with ``keep="leaning"``, only
     the changes with ``keep="changes"``, and with ``final`` (the start order whose pairs get no
     more pairs) only those that may still end regressed (:func:`may_regress`)."""
     wanted: list[tuple[MetricKey, Want]] = []
@@ -363,7 +347,7 @@ def wanting_pairs(samples: SessionPairs, settings: CompareSettings, keep: Keep =
             d.past_threshold or headline(d.key) or unbounded(d, settings)))
         kept = always or (
             (keep == "undecided" or change
-             or (keep == "leaning" and leans(d) and short(samples, d.key, settings)))
+             or (keep == "leaning" and leans(d)))
             and (final is None or may_regress(samples, d.key, final, settings)))
         if not kept:
             continue

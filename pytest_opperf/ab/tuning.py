@@ -43,11 +43,14 @@ MAX_RERUNS = 16
 RERUN_SHARE = 0.3
 RERUN_MIN_S = 10.0
 # When the reruns' budget has no room for every undecided test, the changes seen in one start
-# order and the leaning metrics that lack pairs go on until the session has run this long at
-# least (still within [compare] budget_s): an e2e stat gets 3 pairs a run and needs about 14 in
-# each start order, which a small selection's generations give in a few seconds each. Counted
-# from the session's start, so a small selection's A/B costs at most this much more than its
-# single side (counted from the first pass's end, suites/test_resnet50.py took 4x, +73 s).
+# order and the leaning metrics go on until the session has run this long at least (still
+# within [compare] budget_s): an e2e stat gets 3 pairs a run and needs about 14 in each start
+# order, which a small selection's generations give in a few seconds each, and a per-op slowdown
+# at the threshold needs some 100-200 pairs. Counted from the session's start, so a small
+# selection's A/B costs at most this much more than its single side (counted from the first
+# pass's end, suites/test_resnet50.py took 4x, +73 s). Once each start order's pairs had an
+# interval of their own, leaning metrics stopped: a 3 % conv2d at a 3 % threshold ended
+# undecided after 16 s in 2 of 7 sessions.
 LEANING_MIN_S = 60.0
 
 # --- the decisions ----------------------------------------------------------------------------
