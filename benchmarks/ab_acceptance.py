@@ -1,11 +1,11 @@
 """Acceptance of A/B mode: injected regressions caught, A/A false alarms, interval widths.
 
-Each case makes two temporary copies of this repository at HEAD (``git worktree
-add``): the base, unmodified, and the head, with one regression patched into
-its ``reference_framework/__init__.py`` (never by hooks in product code). It
-then runs ``pytest suites/ --opperf --opperf-compare=<base copy>`` in the head
-copy N times and counts the sessions whose A/B section has the expected
-metric regressed. Cases:
+Each case makes a temporary copy of this repository at HEAD (``git worktree add``), the head,
+with one regression patched into its ``reference_framework/__init__.py`` as an uncommitted change
+(never by hooks in product code). It then runs ``pytest suites/ --opperf --opperf-compare=HEAD``
+in the head copy N times, as a pull request's job does (the base: a worktree of HEAD that the
+session makes, its root as long as the head's), and counts the sessions whose A/B section has the
+expected metric regressed. Cases:
 
 * ``conv2d-10`` (and ``conv2d-3``, ``conv2d-5``): the conv2d forward kernel
   made 10 % (3 %, 5 %) slower by spinning for that share of its own time;
@@ -18,6 +18,9 @@ metric regressed. Cases:
 * ``layout-5``: a slowdown only time can see: two of the six ``[256, 256, 3, 3]`` conv weights
   start column-major, so each step copies them inside numpy (same Python calls; momentum's work
   counts even fall); about 5.5 % fewer examples/sec;
+* ``null``: the head's code differs and no op's work does (an unused function appended): every
+  regressed (or inconclusive) metric is a false alarm of the two sides' different code, such as
+  its memory layout;
 * ``aa``: no change, ``--opperf-compare=HEAD`` in the copy: every regressed
   (or inconclusive) metric is a false alarm; prints the median interval width (high/low - 1)
   of the per-op and e2e metrics.
@@ -156,6 +159,13 @@ def _inject():
 _inject()
 '''
 
+NULL_CHANGE = '''
+
+# --- injected by benchmarks/ab_acceptance.py: code that no step runs ---------------------------
+def _never_called(n):
+    return [i * i for i in range(n)]
+'''
+
 CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     # name: (patch, metrics that must be regressed: suffix matches)
     "conv2d-3": (SLOW_KERNEL.format(op="conv2d", share=0.03), (":conv2d",)),
@@ -171,6 +181,7 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "extra-op": (EXTRA_OP, ("count:fill_zeros_like",)),
     # about 5.5 % fewer examples/sec in the faithful and the no-overheads run (A/B, here)
     "layout-5": (FORTRAN_WEIGHTS, ("examples_per_sec",)),
+    "null": (NULL_CHANGE, ()),
     "aa": ("", ()),
 }
 DEFAULT = ("conv2d-10", "relu-20", "share-2", "throughput-5", "extra-op", "aa")
@@ -262,25 +273,25 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ab-acceptance-") as tmp:
         where = Path(tmp)
         try:
-            base = copy(where, "base", "")
+            unpatched = copy(where, "unpatched", "")  # the head of the cases with no patch
             for case in cases:
                 patch, expected = CASES[case]
-                head = copy(where, f"head-{case}", patch) if patch else base
+                head = copy(where, f"head-{case}", patch) if patch else unpatched
+                null = not expected  # every regressed metric is a false alarm
                 hits, alarms, times = 0, 0, []
                 all_widths: dict[str, list[float]] = {"per-op": [], "e2e": []}
                 for i in range(opts.sessions):
                     out = where / f"{case}-{i}.json"
-                    ret, data, elapsed = session(head, "HEAD" if case == "aa" else str(base), args,
-                                                 out)
+                    ret, data, elapsed = session(head, "HEAD", args, out)
                     compare = data["compare"]
                     hit, regressed = caught(compare, expected)
                     hits += hit
-                    alarms += bool(regressed) if case == "aa" else 0
+                    alarms += bool(regressed) if null else 0
                     times.append(elapsed)
                     for k, v in widths(compare).items():
                         all_widths[k] += v
                     undecided = sum(d["verdict"] == "undecided" for d in compare["decisions"])
-                    status = (("no false alarm" if hit else "FALSE ALARM") if case == "aa"
+                    status = (("no false alarm" if hit else "FALSE ALARM") if null
                               else "caught" if hit else "MISSED")
                     print(f"{case} #{i + 1}: exit {ret}, {status}; "
                           f"{len(regressed)} regressed "
@@ -289,11 +300,11 @@ def main() -> None:
                           f"{compare['pairs']} pairs, {elapsed:.0f} s", flush=True)
                     if shown(compare, expected):
                         print(f"    {shown(compare, expected)}", flush=True)
-                line = (f"{case}: {'no false alarm in' if case == 'aa' else 'caught in'} "
-                        f"{opts.sessions - alarms if case == 'aa' else hits}/{opts.sessions} "
+                line = (f"{case}: {'no false alarm in' if null else 'caught in'} "
+                        f"{opts.sessions - alarms if null else hits}/{opts.sessions} "
                         "sessions, "
                         f"median session {statistics.median(times):.0f} s")
-                if case == "aa":
+                if null:
                     for k, v in all_widths.items():
                         if v:
                             width = 100 * statistics.median(v)

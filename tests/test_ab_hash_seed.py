@@ -1,4 +1,5 @@
-"""Both sides of a generation share one PYTHONHASHSEED; each generation draws another."""
+"""Both sides of a generation share one PYTHONHASHSEED and one size of the layout variable; each
+generation draws others."""
 
 from __future__ import annotations
 
@@ -18,7 +19,21 @@ def test_one_seed_per_generation_the_same_for_both_sides():
 
 
 def test_a_seed_the_user_fixed_is_kept():
-    assert generation_env(12345, 0, {"PYTHONHASHSEED": "0"}) == {}
+    assert generation_env(12345, 0, {"PYTHONHASHSEED": "0"}) == \
+        {processes.LAYOUT_ENV: "." * processes.layout_pad(12345, 0)}
+
+
+def test_one_layout_per_generation_the_same_for_both_sides():
+    """The layout variable's size: drawn for each generation from the session's seed, in steps
+    of 16 over a page above the pad, its value nothing but dots."""
+    sizes = [processes.layout_pad(7, g) for g in range(60)]
+    low = processes.LAYOUT_PAD_MIN
+    assert all(low <= n < low + processes.LAYOUT_PAD_SPAN and n % 16 == 0 for n in sizes)
+    assert len(set(sizes)) > 40  # a draw, not one size for all
+    assert sizes == [processes.layout_pad(7, g) for g in range(60)]  # the same seed, the same
+    assert sizes != [processes.layout_pad(8, g) for g in range(60)]
+    env = generation_env(7, 5, {})
+    assert env[processes.LAYOUT_ENV] == "." * sizes[5]
 
 
 def test_the_sides_are_started_with_their_generations_seed(monkeypatch, tmp_path):

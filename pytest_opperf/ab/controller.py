@@ -86,7 +86,7 @@ from ..results import RunResult
 from . import cost, decide, extensions, family, paired, tuning
 from .decide import Keep, SessionPairs
 from .pairs import e2e_samples
-from .processes import Side, SideFailure, Sides, SideSpec, usable_cpus
+from .processes import LAYOUT_ENV, Side, SideFailure, Sides, SideSpec, layout_pad, usable_cpus
 
 __all__ = ["Controller", "Plan", "TestOutcome", "rerun_budget"]
 
@@ -219,16 +219,18 @@ class Controller:
             budget_exhausted = True
         self.notes.append(f"first pass {first_pass_s:.0f} s, then a budget of "
                           f"{max(0.0, rerun_s):.0f} s for running tests again")
-        hashing = ("; both sides of a generation share its PYTHONHASHSEED"
-                   if self.sides.generation_env("head") else "")
-        generations = decide.generation_bias(self.samples)
+        shared = ("its PYTHONHASHSEED and the size of" if "PYTHONHASHSEED"
+                  in self.sides.generation_env("head") else "the size of")
+        generations = [{**g, "layout": layout_pad(self.sides.seed, g["generation"])}
+                       for g in decide.generation_bias(self.samples)]
         means = [f"{g['geometric_mean']:.3f}" for g in generations
                  if g["geometric_mean"] is not None]
         if means:
             self.notes.append("process pairs' bias: geometric mean head/base of each "
                               f"generation's time metrics {', '.join(means)}")
         self.notes.append(f"order seed {self.seed}; {self.sides.generation + 1} generation(s) "
-                          f"of side processes{hashing}")
+                          f"of side processes; both sides of a generation share {shared} "
+                          f"{LAYOUT_ENV}")
         return paired.CompareResult(
             base=self.base_label, head=self.head_label, decisions=decisions, added=list(plan.added),
             removed=list(plan.removed), pairs=self.pairs, elapsed_s=self.clock() - self._started,

@@ -2,7 +2,8 @@
 
 Each is absent in files of older writers, which read as before: ``interpreters`` (each side's
 interpreter), ``generations`` (per generation of side processes: its pairs and bias,
-:func:`pytest_opperf.ab.decide.generation_bias`) and ``cost`` (per test: its metrics, pairs,
+:func:`pytest_opperf.ab.decide.generation_bias`, and its draw of the layout, absent before there
+was one) and ``cost`` (per test: its metrics, pairs,
 visits and seconds, :mod:`.cost`). :meth:`pytest_opperf.ab.paired.CompareResult.from_dict` reads
 the rest; fields in docs/contract-additions.md.
 """
@@ -49,9 +50,10 @@ def read_extras(data: dict[str, Any], source: str) -> tuple[
         and g.get("first") in ("base", "head") and isinstance(g.get("pairs"), int)
         and isinstance(g.get("metrics"), int)
         and (g.get("geometric_mean") is None or is_num(g["geometric_mean"]))
+        and (g.get("layout") is None or _count(g["layout"]))
         for g in generations), source,
         "compare.generations is not a list of {generation, first, pairs, metrics, "
-        "geometric_mean} objects")
+        "geometric_mean, layout} objects")
     cost = data.get("cost", [])
     need(isinstance(cost, list) and all(_cost(row) for row in cost), source,
           "compare.cost is not a list of {test, metrics, pairs, visits, seconds} objects "

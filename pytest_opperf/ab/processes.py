@@ -11,14 +11,21 @@ processes started in the other order (the *start order*, :attr:`Sides.first`); b
 once, and a side that collects other tests when started again fails the session (its collection
 is not deterministic). Both sides of a generation get the same ``PYTHONHASHSEED``, and each
 generation a new one (:func:`generation_env`): string hashing, and so the order of sets and the
-layout of dicts, is one draw shared by the pair, not a difference between its two processes. What
-runs on them, and when, is the scheduling's (:mod:`.controller`). No pytest import.
+layout of dicts, is one draw shared by the pair, not a difference between its two processes. So
+is the size of their environment (:func:`layout_pad`, :data:`LAYOUT_ENV`): it moves the stack, and
+the heap, whose offsets follow from every allocation before: two sides whose code differs by one
+function no step calls lay out their arrays differently, and under one environment they would
+do so alike in every generation (a relu 0.925-1.080 head/base by the environment's size alone,
+docs/ab-statistics.md, "The layout of a process pair"); a new size each generation makes each
+process pair a new draw of the layout. What runs on them, and when, is the scheduling's
+(:mod:`.controller`). No pytest import.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import random
 import signal
 import subprocess
 import time
@@ -30,16 +37,33 @@ from typing import Any
 from . import tuning
 from .protocol import ProtocolError, SideGone, SideTimeout, pair
 
-__all__ = ["Side", "SideFailure", "SideSpec", "Sides", "generation_env", "usable_cpus"]
+__all__ = ["LAYOUT_ENV", "LAYOUT_PAD_MIN", "LAYOUT_PAD_SPAN", "Side", "SideFailure", "SideSpec",
+           "Sides", "generation_env", "layout_pad", "usable_cpus"]
+
+# The variable whose size is each generation's draw of the layout (its value: that many dots).
+LAYOUT_ENV = "OPPERF_AB_LAYOUT"
+# Its size: LAYOUT_PAD_MIN plus a multiple of 16 (the stack's and malloc's alignment) below
+# LAYOUT_PAD_SPAN, a page: every cache-line alignment and every offset within a page. Past
+# CPython's small-object allocator (512 bytes), so that the value's copy is malloc's, early.
+LAYOUT_PAD_MIN = 1024
+LAYOUT_PAD_SPAN = 4096
+
+
+def layout_pad(seed: int, generation: int) -> int:
+    """The size of :data:`LAYOUT_ENV` in ``generation``, drawn from the session's ``seed``."""
+    return LAYOUT_PAD_MIN + random.Random(f"{seed}/{generation}").randrange(0, LAYOUT_PAD_SPAN, 16)
 
 
 def generation_env(seed: int, generation: int, environ: dict[str, str]) -> dict[str, str]:
-    """What both sides of ``generation`` add to their environment: ``PYTHONHASHSEED``, the same
-    for the two and another for each generation, drawn from the session's ``seed``; none when
-    ``environ`` (the session's) fixes it already: the user's seed is kept, for every side."""
+    """What both sides of ``generation`` add to their environment, the same for the two and
+    another for each generation, drawn from the session's ``seed``: ``PYTHONHASHSEED`` (none when
+    ``environ``, the session's, fixes it already: the user's seed is kept, for every side) and
+    :data:`LAYOUT_ENV` (:func:`layout_pad`)."""
+    pad = {LAYOUT_ENV: "." * layout_pad(seed, generation)}
     if "PYTHONHASHSEED" in environ:
-        return {}
-    return {"PYTHONHASHSEED": str((seed * 1_000_003 + generation * 7_919) % 4_294_967_295 + 1)}
+        return pad
+    return {"PYTHONHASHSEED": str((seed * 1_000_003 + generation * 7_919) % 4_294_967_295 + 1),
+            **pad}
 
 
 class SideFailure(Exception):
