@@ -215,11 +215,14 @@ def session(head: Path, base: str, args: list[str], out: Path) -> tuple[int, dic
 
 def caught(compare: dict, expected: tuple[str, ...]) -> tuple[bool, list[str]]:
     """Whether an expected metric fails the gate (regressed, or inconclusive: undecided with its
-    pairs pointing past the threshold, which fails by default), and every metric that does."""
-    regressed = [f"{d['run']} {d['metric']}" for d in compare["decisions"]
-                 if d["verdict"] == "regressed" or d.get("inconclusive")]
-    hit = any(r.endswith(e) for r in regressed for e in expected) if expected else not regressed
-    return hit, regressed
+    pairs pointing past the threshold, which fails by default), and every metric that does (with
+    its estimate)."""
+    failing = [d for d in compare["decisions"]
+               if d["verdict"] == "regressed" or d.get("inconclusive")]
+    names = [f"{d['run']} {d['metric']}" for d in failing]
+    hit = any(r.endswith(e) for r in names for e in expected) if expected else not names
+    return hit, [f"{n} {d['estimate']:.3f}" if d.get("estimate") is not None else n
+                 for n, d in zip(names, failing, strict=True)]
 
 
 def shown(compare: dict, expected: tuple[str, ...]) -> str:
@@ -257,6 +260,9 @@ def main() -> None:
     parser.add_argument("--thresholds", default="ci/thresholds.toml",
                         help="thresholds file of the sessions, relative to the copy (its [compare] "
                              "table: budget, min_slowdown)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="keep each session's results JSON in this directory "
+                             "(CASE-N.json)")
     parser.add_argument("pytest_args", nargs="*", default=["suites/"],
                         help="what the sessions run (default suites/: the main job)")
     opts = parser.parse_args()
@@ -283,6 +289,9 @@ def main() -> None:
                 for i in range(opts.sessions):
                     out = where / f"{case}-{i}.json"
                     ret, data, elapsed = session(head, "HEAD", args, out)
+                    if opts.out is not None:
+                        opts.out.mkdir(parents=True, exist_ok=True)
+                        shutil.copyfile(out, opts.out / f"{case}-{i + 1}.json")
                     compare = data["compare"]
                     hit, regressed = caught(compare, expected)
                     hits += hit

@@ -3,7 +3,8 @@ shapes, attributes) the program contains, timed through pytest-benchmark.
 
 The cases are collected from the built program at the workload's size (ids
 like ``test_op[conv2d-N8xC64x56x56-k3s1p1-o64]``). Inputs are the real values
-of one training step, run with a kept local scope. Before timing, a quick
+of one training step, run with a kept local scope, each array on a cache line
+(:func:`aligned`). Before timing, a quick
 check: the kernel's outputs have the shapes and dtypes the program declares,
 and are finite. Without ``--opperf`` the kernel runs once (a smoke test).
 """
