@@ -29,7 +29,6 @@ import functools
 import hashlib
 import importlib.machinery
 import os
-import random
 import statistics
 import sys
 import time
@@ -44,7 +43,6 @@ from ..glue.session import OpPerfSession
 from ..glue.settings import SETTINGS, Settings
 from ..records.handback import Envelope
 from .extensions import Extension
-from .processes import LAYOUT_ENV, LAYOUT_PAD_MIN, LAYOUT_PAD_SPAN
 from .protocol import Channel, ProtocolError, child_fd
 
 PLUGIN_NAME = "opperf-ab-side"
@@ -60,18 +58,6 @@ class SidePlugin:
         self.reports: list[Any] = []
         self.runs: list[Any] = []  # the runs of the test now running (RunResult)
         self.revisit = False  # the test now running ran before (no counting pass)
-        # the block before a per-op benchmark's block (:meth:`redraw_layout`), and its draws
-        self.spacer: bytearray | None = None
-        self.layout = random.Random(f"{len(os.environ.get(LAYOUT_ENV, ''))}/{self.name}")
-
-    def redraw_layout(self) -> None:
-        """Hold a block of a new size (:data:`~.processes.LAYOUT_PAD_MIN` plus a multiple of 16
-        below :data:`~.processes.LAYOUT_PAD_SPAN`) from here on: what the next calls allocate
-        lands elsewhere, and so each block of a per-op benchmark is a new draw of its arrays'
-        alignment, which otherwise follows from everything the process allocated before and so
-        from its code (docs/ab-statistics.md, "The layout of a process pair")."""
-        self.spacer = None
-        self.spacer = bytearray(LAYOUT_PAD_MIN + self.layout.randrange(0, LAYOUT_PAD_SPAN, 16))
 
     # --- the orders -----------------------------------------------------------------------
 
@@ -234,8 +220,7 @@ class ControllerRounds:
             elif cmd == "block":
                 iterations = 1 if setup is not None else int(message["iterations"])
                 with side.on_cpu(message.get("cpu"), node.nodeid):
-                    side.redraw_layout()
-                    one_round(1)  # untimed: wakes thread pools a pause let sleep, places arrays anew
+                    one_round(1)  # a pause lets thread pools fall asleep: wake them untimed
                     times = [one_round(iterations) / iterations
                              for _ in range(int(message["rounds"]))]
                     ran_on = current_cpu()
