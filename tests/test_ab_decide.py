@@ -95,6 +95,38 @@ def test_a_start_order_that_rules_a_change_that_counts_out_does_not_confirm_it()
     assert d.verdict == "undecided" and d.statistic.endswith("on their own")
 
 
+def _spread(ratio: float, n: int, width: float) -> list[float]:
+    return [ratio * (1 + width * ((i * 7) % 11 - 5) / 5) for i in range(n)]
+
+
+def test_unchanged_on_one_start_order_whose_interval_reaches_an_improvement_is_undecided():
+    """One process pair 10 % faster on the head's side (its bias, one busy loop beside it) must
+    not pass a slowdown as unchanged: the interval reaches -c, so the other order has its say."""
+    settings = CompareSettings(min_slowdown=0.03)
+    samples = _samples({"head": _spread(0.95, 40, 0.3)})
+    (everything,) = paired.decide(list(samples.paired.values()), settings)
+    _, low, high, c = everything.in_x()
+    assert everything.verdict == "unchanged" and low <= -c < c and high < c  # the old verdict
+    (d,) = decide.final_decisions(samples, settings)
+    assert d.verdict == "undecided"
+    assert d.statistic.endswith("one process pair's bias could hide a change")
+    assert decide.wanting_pairs(samples, settings, keep="changes") == [(KEY, "confirm")]
+
+
+def test_unchanged_on_one_start_order_with_an_interval_within_c_both_ways_stays_unchanged():
+    settings = CompareSettings(min_slowdown=0.03)
+    (d,) = decide.final_decisions(_samples({"head": _around(1.0, 20)}), settings)
+    assert d.verdict == "unchanged"
+
+
+def test_unchanged_on_both_start_orders_needs_no_bound_below():
+    settings = CompareSettings(min_slowdown=0.03)
+    samples = _samples({"head": _spread(0.95, 40, 0.3), "base": _spread(0.95, 40, 0.3)})
+    (d,) = decide.final_decisions(samples, settings)
+    _, low, _, c = d.in_x()
+    assert d.verdict == "unchanged" and low <= -c
+
+
 def test_counts_need_no_start_order():
     samples = SessionPairs()
     key = MetricKey("t::e2e", "count:relu")

@@ -8,7 +8,9 @@ spread between the generations' process pairs), except that a change (regressed 
 counts are exact and need nothing more) counts only when the pairs of each start order, on their
 own, show it: at least ``MIN_ORDER_PAIRS`` (:mod:`.tuning`) and ``min_pairs`` of them, their
 interval at the session's corrected level wholly on the change's side of no change and reaching a
-change that counts (``c``). A false alarm then needs two independent significant ones, and a fluke
+change that counts (``c``); and that "unchanged" on the pairs of one start order alone needs an
+interval that rules out an improvement of ``c`` too (one process pair's bias can hide a change
+as well as make one). A false alarm then needs two independent significant ones, and a fluke
 of one process pair that drags the estimate of all the pairs past ``c/2`` is not confirmed by an
 order whose own pairs rule a change that counts out, while the size of the change is ruled on all
 the pairs (each order's pairs on their own would need twice as many). Else it is undecided
@@ -244,8 +246,26 @@ def _unconfirmed(d: Decision, samples: SessionPairs, settings: CompareSettings) 
     return changed and not _both_orders(d, samples, settings)
 
 
+def _one_sided(d: Decision, samples: SessionPairs) -> bool:
+    """Whether ``d`` is unchanged on the pairs of one start order alone with its interval
+    reaching an improvement that counts (``-c``): one process pair's bias, which can be as large
+    as a change (0.815 head/base of a whole generation, one busy loop beside it), may be what
+    hides a slowdown there, and the interval cannot rule it out."""
+    if d.verdict != "unchanged" or d.kind == "count":
+        return False
+    orders = [f for f in ("base", "head") if (part := samples.part(d.key, f)) and part.pairs]
+    _, low, _, c = d.in_x()
+    return len(orders) < 2 and low <= -c
+
+
 def _confirmed(d: Decision, samples: SessionPairs, settings: CompareSettings) -> Decision:
-    """``d``, or undecided when it is a change seen in one start order only."""
+    """``d``, or undecided when it is a change seen in one start order only, or unchanged on
+    one start order's pairs with an interval as wide as a change both ways (:func:`_one_sided`)."""
+    if _one_sided(d, samples):
+        return dataclasses.replace(d, verdict="undecided",
+                                   statistic=f"{d.statistic}; unchanged on the pairs of one "
+                                   "start order, but their interval reaches an improvement that "
+                                   "counts: one process pair's bias could hide a change")
     if not _unconfirmed(d, samples, settings):
         return d
     return dataclasses.replace(d, verdict="undecided",
@@ -327,7 +347,9 @@ def wanting_pairs(samples: SessionPairs, settings: CompareSettings, keep: Keep =
                   final: str | None = None,
                   undecided: str = "inconclusive") -> list[tuple[MetricKey, Want]]:
     """The metrics that want more pairs, in ``samples``' order, and why: ``"confirm"``, a change
-    seen in one start order only (a change must show again in a second run, with its own set-up);
+    seen in one start order only (a change must show again in a second run, with its own set-up),
+    or unchanged on one start order's pairs that do not rule out an improvement that counts
+    (:func:`_one_sided`: the other order has its say on both);
     ``"decide"``, an undecided metric. A metric whose undecided verdict could fail the gate
     (``undecided``, ``--opperf-compare-undecided``: every one with ``fail``; by default one whose
     estimate is past the threshold, which may end inconclusive) always counts, and so, by
@@ -338,7 +360,7 @@ def wanting_pairs(samples: SessionPairs, settings: CompareSettings, keep: Keep =
     more pairs) only those that may still end regressed (:func:`may_regress`)."""
     wanted: list[tuple[MetricKey, Want]] = []
     for d in session_decide(samples, settings):
-        change = _unconfirmed(d, samples, settings)
+        change = _unconfirmed(d, samples, settings) or _one_sided(d, samples)
         # kept in every tier: an undecided metric that would fail the gate (every one with
         # "fail"; by default one past the threshold, which may end inconclusive, final_decisions)
         # and, by default, an undecided headline metric and one that lacks the pairs for any
