@@ -11,7 +11,7 @@ and are finite. Without ``--opperf`` the kernel runs once (a smoke test).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pytest
@@ -68,8 +68,12 @@ def aligned(value: Any) -> Any:
     not contiguous, and other values, as they are."""
     if not isinstance(value, np.ndarray) or value.size == 0 or value.ctypes.data % ALIGN == 0:
         return value
-    order = "C" if value.flags.c_contiguous else "F" if value.flags.f_contiguous else None
-    if order is None:
+    order: Literal["C", "F"]
+    if value.flags.c_contiguous:
+        order = "C"
+    elif value.flags.f_contiguous:
+        order = "F"
+    else:
         return value
     raw = np.empty(value.nbytes + ALIGN, dtype=np.uint8)
     start = -raw.ctypes.data % ALIGN
