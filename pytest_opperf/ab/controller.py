@@ -219,8 +219,8 @@ class Controller:
             budget_exhausted = True
         self.notes.append(f"first pass {first_pass_s:.0f} s, then a budget of "
                           f"{max(0.0, rerun_s):.0f} s for running tests again")
-        shared = ("its PYTHONHASHSEED and the size of" if "PYTHONHASHSEED"
-                  in self.sides.generation_env("head") else "the size of")
+        shared = ("the size of" if "PYTHONHASHSEED" in self.head_spec.env
+                  else "its PYTHONHASHSEED and the size of")
         generations = [{**g, "layout": layout_pad(self.sides.seed, g["generation"])}
                        for g in decide.generation_bias(self.samples)]
         means = [f"{g['geometric_mean']:.3f}" for g in generations
