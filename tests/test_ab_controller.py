@@ -26,7 +26,7 @@ from pytest_opperf.ab.pairs import e2e_samples
 from pytest_opperf.ab.processes import SideFailure, SideSpec
 from pytest_opperf.ab.protocol import Channel, SideGone, SideTimeout
 from pytest_opperf.ab.side import SidePlugin, current_cpu
-from pytest_opperf.ab.tuning import MIN_PAIRS, RERUN_MIN_S, RERUN_SHARE
+from pytest_opperf.ab.tuning import MIN_CHANGE_GENERATIONS, MIN_PAIRS, RERUN_MIN_S, RERUN_SHARE
 from pytest_opperf.core.port import Window
 from pytest_opperf.device import CPU_HOST
 from pytest_opperf.results import RunResult, StatResult
@@ -286,11 +286,12 @@ def test_the_controller_pairs_blocks_in_random_order_stops_once_decided_and_conf
     ]  # the added test runs on the head alone, unpaired
     d = decisions["t::a", "call_ms:op"]
     assert d.verdict == "regressed" and d.estimate == pytest.approx(2.0, rel=0.02)
-    # decided at the first look of each run of the test; a regression is confirmed by a second run
-    assert d.pairs == 2 * MIN_PAIRS
+    # decided at the first look of each run of the test; a regression is confirmed by a second
+    # run, in the other start order, and a third (MIN_CHANGE_GENERATIONS process pairs)
+    assert MIN_CHANGE_GENERATIONS == 3 and d.pairs == 3 * MIN_PAIRS
     lines = [line for line in (tmp_path / "blocks.log").read_text().split("\n")[:-1]
              if not line.startswith("ran ")]
-    assert len(lines) == 2 * (2 + 2 * MIN_PAIRS) + 1 + MIN_PAIRS  # + the added test, alone
+    assert len(lines) == 3 * (2 + 2 * MIN_PAIRS) + 1 + MIN_PAIRS  # + the added test, alone
     # 4 iterations of a 1 ms round: 2 rounds make the 8 ms block; the same block on both sides
     assert {" ".join(line.split()[1:3]) for line in lines} == {"2 4"}
     paired_lines = [
@@ -304,7 +305,7 @@ def test_the_controller_pairs_blocks_in_random_order_stops_once_decided_and_conf
     assert (
         result.added == ["t::new"]
         and result.removed == ["t::gone"]
-        and result.pairs == 2 * MIN_PAIRS
+        and result.pairs == 3 * MIN_PAIRS
     )
 
 
@@ -447,7 +448,9 @@ def test_the_start_order_of_the_sides_cannot_make_a_regression(tmp_path, head_ms
     ):  # each side's pairs come from two processes, started second in one only
         assert len({pid for s, pid, _ in blocks if s == side}) >= 2
         assert {second for s, _, second in blocks if s == side} == {0, 1}
-    assert "2 generation(s) of side processes" in result.notes[-1]
+    # a change is confirmed by a third process pair (MIN_CHANGE_GENERATIONS)
+    generations = 2 if head_ms == 1.0 else 3
+    assert f"{generations} generation(s) of side processes" in result.notes[-1]
 
 
 def test_a_fluke_of_one_process_does_not_make_a_small_slowdown_a_regression(tmp_path):
@@ -547,8 +550,8 @@ def test_undecided_metrics_that_fail_the_gate_are_run_again_in_the_last_generati
 
 @pytest.mark.parametrize(("visit_s", "rerun_s"), [(20.0, None), (0.0, None), (20.0, 0.0)])
 def test_the_early_stop_never_drops_a_regression(tmp_path, monkeypatch, visit_s, rerun_s):
-    # the head 2x slower: regressed in the first start order, so the last generation (visit_s
-    # 20: the only one) or a plain one (visit_s 0) runs it again, and it is confirmed; with no
+    # the head 2x slower: regressed in the first start order, so the last generations (visit_s
+    # 20) or plain ones (visit_s 0) run it again, and it is confirmed by three; with no
     # budget for reruns at all (rerun_s 0) too: the last generation may run up to budget_s
     if rerun_s is not None:
         monkeypatch.setattr(tuning, "RERUN_MIN_S", rerun_s)
@@ -556,7 +559,7 @@ def test_the_early_stop_never_drops_a_regression(tmp_path, monkeypatch, visit_s,
     c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 2.0}, visit_s)
     result = run_session(c)
     (d,) = result.decisions
-    assert d.verdict == "regressed" and "2 generation(s)" in result.notes[-1]
+    assert d.verdict == "regressed" and "3 generation(s)" in result.notes[-1]
 
 
 def test_with_time_left_an_undecided_aa_metric_is_run_again(tmp_path):

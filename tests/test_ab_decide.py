@@ -16,15 +16,18 @@ from pytest_opperf.comparison.thresholds import CompareSettings
 KEY = MetricKey("t::a", "call_ms:op")
 
 
-def _samples(ratios: dict[str, list[float]]) -> SessionPairs:
-    """Time pairs with head/base ``ratios`` per side started first, interleaved by order."""
+def _samples(ratios: dict[str, list[float]], split: bool = True) -> SessionPairs:
+    """Time pairs with head/base ``ratios`` per side started first, interleaved by order; with
+    ``split``, the pairs of the ``j``-th order in generation ``j`` and their second half in
+    generation ``j + 2`` (a later process pair of that order), else all in generation 0."""
     samples = SessionPairs()
     samples.of(KEY, "time")
     rows = [(first, r) for first, rs in ratios.items() for r in rs]
     for i in range(max(len(rs) for rs in ratios.values())):
-        for first, rs in ratios.items():
+        for j, (first, rs) in enumerate(ratios.items()):
             if i < len(rs):
-                samples.add(KEY, "time", 1.0, rs[i], first)
+                later = split and i >= len(rs) // 2
+                samples.add(KEY, "time", 1.0, rs[i], first, j + 2 * later if split else 0)
     assert samples.paired[KEY].pairs == len(rows)
     return samples
 
@@ -36,7 +39,7 @@ def _around(ratio: float, n: int) -> list[float]:
 def test_a_change_in_one_start_order_only_is_not_regressed_in_the_final_decision():
     settings = CompareSettings()
     # 2x slower with the base started first; the other order, on its own, sees no change
-    samples = _samples({"base": _around(2.0, 30), "head": _around(1.0, 14)})
+    samples = _samples({"base": _around(2.0, 30), "head": _around(1.0, 14)}, split=False)
     (everything,) = paired.decide(list(samples.paired.values()), settings)
     assert everything.verdict == "regressed"  # all pairs together: regressed
     (d,) = decide.final_decisions(samples, settings)
@@ -292,7 +295,7 @@ def test_an_e2e_stat_reads_its_run_step_for_the_step_share_floor():
     samples.add_steps("t::e2e", [390.0, 400.0, 410.0])
     for i in range(31):
         samples.add(key, "time", 4.0, 4.8 * (1 + 0.002 * ((i * 7) % 5 - 2)),
-                    ("head", "base")[i % 2])
+                    ("head", "base")[i % 2], i % 2 + 2 * (i > 15))
     assert samples.paired[key].step_ms == 400.0
     assert samples.part(key, "head").step_ms == 400.0
     other = MetricKey("t::e2e", "step_ms:conv2d")
@@ -302,3 +305,50 @@ def test_an_e2e_stat_reads_its_run_step_for_the_step_share_floor():
     assert decide.final_decisions(samples, CompareSettings())[0].verdict == "regressed"
     (d,) = decide.final_decisions(samples, CompareSettings(min_step_share=0.02))
     assert d.verdict == "unchanged" and d.limit == pytest.approx(3.0)
+
+
+def _generations(ratios: list[float], n: int = 12) -> SessionPairs:
+    """``n`` tight pairs around each of ``ratios``, one generation each, in alternating start
+    orders (the base's first), as a session's passes give them."""
+    samples = SessionPairs()
+    for g, ratio in enumerate(ratios):
+        for r in _around(ratio, n):
+            samples.add(KEY, "time", 1.0, r, ("base", "head")[g % 2], g)
+    return samples
+
+
+def test_a_change_two_process_pairs_agree_on_needs_a_third():
+    # relu_grad-like, A/A: both process pairs happen to run the head 10 % slower, each tightly.
+    # Their agreement leaves no spread between them to widen for: each start order confirms it.
+    settings = CompareSettings()
+    samples = _generations([1.10, 1.10])
+    assert paired.decide(list(samples.paired.values()), settings)[0].verdict == "regressed"
+    (d,) = decide.final_decisions(samples, settings)
+    assert d.verdict == "undecided"
+    assert d.statistic.endswith("regressed, but shown by 2 generations' process pairs, and a "
+                                "change needs 3")
+    assert decide.wanting_pairs(samples, settings, keep="changes") == [(KEY, "confirm")]
+
+
+def test_a_third_process_pair_that_agrees_confirms_the_change():
+    settings = CompareSettings()
+    samples = _generations([1.10, 1.11, 1.09])
+    (d,) = decide.final_decisions(samples, settings)
+    assert d.verdict == "regressed", d.statistic
+    low, high, g = decide.generations_interval(d, samples, settings)
+    assert g == 3 and 0 < low < math.log(1.10) < high
+    assert decide.wanting_pairs(samples, settings) == []
+
+
+def test_the_generations_interval_is_a_t_interval_of_their_medians():
+    settings = CompareSettings()
+    samples = _generations([1.10, 1.12, 0.98, 1.04])
+    (d,) = paired.decide(list(samples.paired.values()), settings)
+    x = [math.log(r) for r in (1.10, 1.12, 0.98, 1.04)]  # _around's median is the ratio itself
+    mean = sum(x) / 4
+    sd = math.sqrt(sum((v - mean) ** 2 for v in x) / 3)
+    half = 3.182446305284263 * sd / 2  # t(0.975, 3 degrees of freedom)
+    low, high, g = decide.generations_interval(d, samples, settings)
+    assert g == 4 and low == pytest.approx(mean - half) and high == pytest.approx(mean + half)
+    assert low < 0  # the third process pair's 0.98 leaves no change in the interval
+    assert not decide._across_generations(d, samples, settings)

@@ -1,4 +1,4 @@
-"""pytest_opperf.core.stats against hand-computed values and scipy.stats.mannwhitneyu."""
+"""pytest_opperf.core.stats against hand-computed values and scipy.stats (mannwhitneyu, t)."""
 
 import math
 import random
@@ -13,6 +13,7 @@ from pytest_opperf.core.stats import (
     median,
     most_common,
     normal_sf,
+    student_t_quantile,
 )
 
 
@@ -100,3 +101,17 @@ def test_bad_input():
         mann_whitney_u([1.0, 2.0], [2.0, 3.0], method="exact")
     with pytest.raises(ValueError, match="method"):
         mann_whitney_u([1.0], [2.0], method="bogus")
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 4, 5, 8, 13, 30, 101])
+@pytest.mark.parametrize("p", [0.5, 0.9, 0.975, 0.99975])
+def test_student_t_quantile_matches_scipy(p, df):
+    from scipy.stats import t
+
+    assert student_t_quantile(p, df) == pytest.approx(t.ppf(p, df), rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize("p, df", [(0.4, 3), (1.0, 3), (0.975, 0)])
+def test_student_t_quantile_refuses_what_it_cannot_give(p, df):
+    with pytest.raises(ValueError, match="student_t_quantile needs"):
+        student_t_quantile(p, df)

@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 from ..comparison.metrics import Kind, MetricKey
 from ..comparison.thresholds import CompareSettings
-from ..core.stats import median
+from ..core.stats import median, student_t_quantile
 from . import paired, tuning
 from .family import HEADLINE, Family, headline
 from .paired import ABVerdict, Decision, Paired
@@ -240,10 +240,49 @@ def _both_orders(d: Decision, samples: SessionPairs, settings: CompareSettings) 
     return True
 
 
+def generation_estimates(samples: SessionPairs, key: MetricKey) -> list[float]:
+    """The median of each generation's pairs of ``key`` in ``x`` units (finite ones), in the order
+    of the generations: what each process pair, on its own, says of the change."""
+    by: dict[int, list[float]] = {}
+    for value, g in zip(paired.pair_x(samples.paired[key]), samples.generations_of(key),
+                        strict=True):
+        if math.isfinite(value):
+            by.setdefault(g, []).append(value)
+    return [median(by[g]) for g in sorted(by)]
+
+
+def generations_interval(d: Decision, samples: SessionPairs,
+                         settings: CompareSettings) -> tuple[float, float, int]:
+    """The t interval (``1 - alpha``, ``generations - 1`` degrees of freedom) of the mean of
+    :func:`generation_estimates` of ``d``'s metric, in ``x``, and the number of generations; an
+    unbounded interval with fewer than ``MIN_CHANGE_GENERATIONS`` (:mod:`.tuning`)."""
+    estimates = generation_estimates(samples, d.key)
+    g = len(estimates)
+    if g < max(2, tuning.MIN_CHANGE_GENERATIONS):
+        return -math.inf, math.inf, g
+    mean = math.fsum(estimates) / g
+    sd = math.sqrt(math.fsum((e - mean) ** 2 for e in estimates) / (g - 1))
+    half = student_t_quantile(1 - settings.for_metric(d.key).alpha / 2, g - 1) * sd / math.sqrt(g)
+    return mean - half, mean + half, g
+
+
+def _across_generations(d: Decision, samples: SessionPairs, settings: CompareSettings) -> bool:
+    """Whether the process pairs of at least ``MIN_CHANGE_GENERATIONS`` generations show ``d``'s
+    change: the t interval of their estimates (:func:`generations_interval`) wholly on the
+    change's side of no change. Two process pairs that both happen to run one side slower agree
+    with each other, and so their spread cannot show that their bias is a draw; a third pair is a
+    new draw, and the t interval's few degrees of freedom allow for the spread that their
+    estimates do show."""
+    low, high, _ = generations_interval(d, samples, settings)
+    return low > 0 if d.verdict == "regressed" else high < 0
+
+
 def _unconfirmed(d: Decision, samples: SessionPairs, settings: CompareSettings) -> bool:
-    """Whether ``d`` is a change not shown by the pairs of each start order on their own."""
+    """Whether ``d`` is a change in time not shown by the pairs of each start order on their own
+    and by the process pairs of its generations (:func:`_across_generations`)."""
     changed = d.verdict in ("regressed", "improved") and d.kind != "count"
-    return changed and not _both_orders(d, samples, settings)
+    return changed and not (_both_orders(d, samples, settings)
+                            and _across_generations(d, samples, settings))
 
 
 def _one_sided(d: Decision, samples: SessionPairs) -> bool:
@@ -268,9 +307,17 @@ def _confirmed(d: Decision, samples: SessionPairs, settings: CompareSettings) ->
                                    "counts: one process pair's bias could hide a change")
     if not _unconfirmed(d, samples, settings):
         return d
-    return dataclasses.replace(d, verdict="undecided",
-                               statistic=f"{d.statistic}; {d.verdict}, but not shown by "
-                               "the pairs of each start order of the sides on their own")
+    if not _both_orders(d, samples, settings):
+        why = "not shown by the pairs of each start order of the sides on their own"
+    else:
+        low, high, g = generations_interval(d, samples, settings)
+        ends = sorted(paired.from_x(d.kind, v) for v in (low, high))  # a rate's turns round
+        why = (f"shown by {g} generations' process pairs, and a change needs "
+               f"{tuning.MIN_CHANGE_GENERATIONS}" if g < tuning.MIN_CHANGE_GENERATIONS else
+               f"the t interval of its {g} generations' estimates, [{ends[0]:.3g}, "
+               f"{ends[1]:.3g}], reaches no change")
+    return dataclasses.replace(d, verdict="undecided", statistic=f"{d.statistic}; {d.verdict}, "
+                               f"but {why}")
 
 
 def final_decisions(samples: SessionPairs, settings: CompareSettings) -> list[Decision]:

@@ -1,4 +1,5 @@
-"""Pure sample statistics: summaries of timing samples and the Mann-Whitney U test.
+"""Pure sample statistics: summaries of timing samples, the Mann-Whitney U test and the quantiles
+of Student's t.
 
 No pytest and no numpy: the gate runs these on a few hundred per-step samples, where plain Python is
 fast enough and keeps the plugin's import light. ``tests/test_stats.py`` checks them against
@@ -13,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-__all__ = ["MannWhitney", "Samples", "mann_whitney_u", "median", "most_common", "normal_sf"]
+__all__ = ["MannWhitney", "Samples", "mann_whitney_u", "median", "most_common", "normal_sf",
+           "student_t_quantile"]
 
 
 def median(values: Sequence[float]) -> float:
@@ -52,6 +54,40 @@ def most_common(values: Sequence[int]) -> tuple[int, bool]:
 def normal_sf(z: float) -> float:
     """P(Z > z) for a standard normal Z; exact in the tails, unlike 1 - cdf."""
     return 0.5 * math.erfc(z / math.sqrt(2.0))
+
+
+def _student_t_central(t: float, df: int) -> float:
+    """P(|T| < t) for Student's t with ``df`` (a whole number) degrees of freedom and t >= 0: the
+    finite sums in the angle ``atan(t / sqrt(df))`` of Abramowitz and Stegun, 26.7.3-4."""
+    theta = math.atan(t / math.sqrt(df))
+    c2 = math.cos(theta) ** 2
+    term, total = 1.0, 1.0
+    if df % 2 == 0:  # sin(theta) * (1 + 1/2 c^2 + 1*3/(2*4) c^4 + ... up to c^(df-2))
+        for k in range(2, df, 2):
+            term *= c2 * (k - 1) / k
+            total += term
+        return math.sin(theta) * total
+    if df == 1:
+        return 2 * theta / math.pi
+    for k in range(3, df, 2):  # 1 + 2/3 c^2 + 2*4/(3*5) c^4 + ... up to c^(df-3)
+        term *= c2 * (k - 1) / k
+        total += term
+    return 2 / math.pi * (theta + math.sin(theta) * math.cos(theta) * total)
+
+
+def student_t_quantile(p: float, df: int) -> float:
+    """The ``p`` quantile (0.5 <= p < 1) of Student's t with ``df`` >= 1 whole degrees of
+    freedom, by bisection on its distribution function to about 1e-12 of the value."""
+    if not 0.5 <= p < 1 or df < 1:
+        raise ValueError(f"student_t_quantile needs 0.5 <= p < 1 and df >= 1, given {p}, {df}")
+    target = 2 * p - 1  # P(|T| < t)
+    low, high = 0.0, 1.0
+    while _student_t_central(high, df) < target:
+        high *= 2
+    while high - low > 1e-12 * max(1.0, high):
+        mid = (low + high) / 2
+        low, high = (mid, high) if _student_t_central(mid, df) < target else (low, mid)
+    return (low + high) / 2
 
 
 @dataclass(frozen=True)
