@@ -352,3 +352,18 @@ def test_the_generations_interval_is_a_t_interval_of_their_medians():
     assert g == 4 and low == pytest.approx(mean - half) and high == pytest.approx(mean + half)
     assert low < 0  # the third process pair's 0.98 leaves no change in the interval
     assert not decide._across_generations(d, samples, settings)
+
+
+def test_a_metric_whose_process_pairs_disagree_is_not_inconclusive():
+    # two process pairs run the head 10 % slower and two about as fast, each tightly: the pooled
+    # estimate lies past c, but the t interval of the four generations holds no change
+    settings = CompareSettings()
+    samples = _generations([1.10, 1.11, 1.01, 1.00], n=20)
+    (pooled,) = decide.session_decide(samples, settings)
+    assert pooled.past_threshold and pooled.in_x()[1] > 0  # the interval alone: inconclusive
+    (d,) = decide.final_decisions(samples, settings)
+    assert d.verdict == "undecided" and not d.inconclusive, d
+    assert "reaches no change" in d.statistic
+    # while two agree, the metric is inconclusive (it fails the gate by default)
+    (two,) = decide.final_decisions(_generations([1.10, 1.11], n=20), settings)
+    assert two.verdict == "undecided" and two.inconclusive

@@ -337,7 +337,10 @@ def _inconclusive(decisions: list[Decision], samples: SessionPairs,
     only. The estimate alone would not do: an A/A metric too noisy to decide lies past ``c`` by
     chance often (here, one of a session's 20 undecided e2e stats at 1.08x [0.94, 1.24]); the
     interval keeps the chance that an unchanged session has any inconclusive metric at about
-    ``alpha / 2``, as :func:`.paired.decide` does for its regressions."""
+    ``alpha / 2``, as :func:`.paired.decide` does for its regressions. Nor is a metric whose
+    process pairs disagree: at least ``MIN_CHANGE_GENERATIONS`` generations whose t interval
+    (:func:`generations_interval`) reaches no change (an A/A relu_grad that two process pairs ran
+    10 % slower and a third did not)."""
     undecided = [i for i, d in enumerate(decisions)
                  if d.verdict == "undecided" and d.kind != "count" and d.pairs]
     if not any(decisions[i].past_threshold for i in undecided):
@@ -347,7 +350,9 @@ def _inconclusive(decisions: list[Decision], samples: SessionPairs,
     out = list(decisions)
     for i, look in zip(undecided, looks, strict=True):
         _, low, _, _ = look.in_x()
-        if decisions[i].past_threshold and low > 0:
+        generations_low, _, g = generations_interval(decisions[i], samples, settings)
+        agree = g < tuning.MIN_CHANGE_GENERATIONS or generations_low > 0
+        if decisions[i].past_threshold and low > 0 and agree:
             out[i] = dataclasses.replace(decisions[i], inconclusive=True)
     return out
 
