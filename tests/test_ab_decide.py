@@ -12,6 +12,7 @@ from pytest_opperf.ab.decide import SessionPairs
 from pytest_opperf.ab.tuning import MIN_ORDER_PAIRS
 from pytest_opperf.comparison.metrics import MetricKey
 from pytest_opperf.comparison.thresholds import CompareSettings
+from pytest_opperf.core.stats import student_t_quantile
 
 KEY = MetricKey("t::a", "call_ms:op")
 
@@ -367,3 +368,24 @@ def test_a_metric_whose_process_pairs_disagree_is_not_inconclusive():
     # while two agree, the metric is inconclusive (it fails the gate by default)
     (two,) = decide.final_decisions(_generations([1.10, 1.11], n=20), settings)
     assert two.verdict == "undecided" and two.inconclusive
+
+
+def test_the_generations_interval_is_at_the_sessions_corrected_level():
+    # an A/A shard: the add that four process pairs ran 5-8 % slower, beside 50 other metrics.
+    # At 95 % their t interval lies above no change; at the shard's level (alpha / 51) it does not.
+    ratios = [1.05, 1.08, 1.06, 1.075]
+    alone = _generations(ratios)
+    settings = CompareSettings()
+    (d,) = paired.decide(list(alone.paired.values()), settings)
+    assert decide.generations_interval(d, alone, settings)[0] > 0
+    shard = _generations(ratios)
+    for i in range(50):
+        for _ in range(12):
+            shard.add(MetricKey("t::b", f"call_ms:op{i}"), "time", 1.0, 1.0, "base")
+    x = [math.log(r) for r in ratios]
+    mean = sum(x) / 4
+    sd = math.sqrt(sum((v - mean) ** 2 for v in x) / 3)
+    low, high, _ = decide.generations_interval(d, shard, settings)
+    assert (mean - low) == pytest.approx(student_t_quantile(1 - 0.05 / 51 / 2, 3) * sd / 2)
+    assert low < 0 < mean < high
+    assert not decide._across_generations(d, shard, settings)
