@@ -56,11 +56,11 @@ LEANING_MIN_S = 60.0
 # --- the decisions ----------------------------------------------------------------------------
 
 MIN_ORDER_PAIRS = 4  # pairs of each start order a regressed or improved metric needs
-# Generations (process pairs) a change in time needs, the t interval of their estimates on the
-# change's side of no change (decide._across_generations). With two, an A/A pull-request run
-# failed in 2 of 7 here (one busy loop beside it): small memory-bound calls (relu_grad of
-# 0.03-0.06 ms) at 1.08-1.14 head/base in both process pairs, whose agreement the design effect
-# reads as no spread between them.
+# Generations (process pairs) a change in time needs, the t interval of their estimates (at the
+# session's corrected level) on the change's side of no change (decide._across_generations).
+# With two, 2 of 7 A/A pull-request runs failed here (one busy loop beside it): small
+# memory-bound calls (relu_grad of 0.03-0.06 ms) at 1.08-1.14 head/base in both process pairs,
+# whose agreement the design effect reads as no spread between them.
 MIN_CHANGE_GENERATIONS = 3
 
 # --- the side processes -----------------------------------------------------------------------
