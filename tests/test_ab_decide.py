@@ -336,7 +336,7 @@ def test_a_third_process_pair_that_agrees_confirms_the_change():
     samples = _generations([1.10, 1.11, 1.09])
     (d,) = decide.final_decisions(samples, settings)
     assert d.verdict == "regressed", d.statistic
-    low, high, g = decide.generations_interval(d, samples, settings)
+    low, high, g = decide.generations_interval(d.key, samples, settings)
     assert g == 3 and 0 < low < math.log(1.10) < high
     assert decide.wanting_pairs(samples, settings) == []
 
@@ -349,7 +349,7 @@ def test_the_generations_interval_is_a_t_interval_of_their_medians():
     mean = sum(x) / 4
     sd = math.sqrt(sum((v - mean) ** 2 for v in x) / 3)
     half = 3.182446305284263 * sd / 2  # t(0.975, 3 degrees of freedom)
-    low, high, g = decide.generations_interval(d, samples, settings)
+    low, high, g = decide.generations_interval(d.key, samples, settings)
     assert g == 4 and low == pytest.approx(mean - half) and high == pytest.approx(mean + half)
     assert low < 0  # the third process pair's 0.98 leaves no change in the interval
     assert not decide._across_generations(d, samples, settings)
@@ -377,7 +377,7 @@ def test_the_generations_interval_is_at_the_sessions_corrected_level():
     alone = _generations(ratios)
     settings = CompareSettings()
     (d,) = paired.decide(list(alone.paired.values()), settings)
-    assert decide.generations_interval(d, alone, settings)[0] > 0
+    assert decide.generations_interval(d.key, alone, settings)[0] > 0
     shard = _generations(ratios)
     for i in range(50):
         for _ in range(12):
@@ -385,7 +385,7 @@ def test_the_generations_interval_is_at_the_sessions_corrected_level():
     x = [math.log(r) for r in ratios]
     mean = sum(x) / 4
     sd = math.sqrt(sum((v - mean) ** 2 for v in x) / 3)
-    low, high, _ = decide.generations_interval(d, shard, settings)
+    low, high, _ = decide.generations_interval(d.key, shard, settings)
     assert (mean - low) == pytest.approx(student_t_quantile(1 - 0.05 / 51 / 2, 3) * sd / 2)
     assert low < 0 < mean < high
     assert not decide._across_generations(d, shard, settings)

@@ -145,6 +145,15 @@ def generation_bias(samples: SessionPairs) -> list[dict[str, Any]]:
     return out
 
 
+def _by_generation(x: Sequence[float], groups: Sequence[int]) -> dict[int, list[float]]:
+    """The finite values of ``x`` grouped by their generation (``groups``)."""
+    by: dict[int, list[float]] = {}
+    for value, group in zip(x, groups, strict=True):
+        if math.isfinite(value):
+            by.setdefault(group, []).append(value)
+    return by
+
+
 def design_effect(x: Sequence[float], groups: Sequence[int]) -> float:
     """How many times the variance of the mean of the pairs ``x`` grows because they come from
     several process pairs (``groups``: each pair's generation) that each add a bias of their own:
@@ -153,10 +162,7 @@ def design_effect(x: Sequence[float], groups: Sequence[int]) -> float:
     between generations, from a one-way random-effects ANOVA (its estimate of the between-groups
     variance clipped at 0). 1 with fewer than two generations: there is nothing to estimate the
     spread between process pairs from, and so one generation cannot show it."""
-    by: dict[int, list[float]] = {}
-    for value, group in zip(x, groups, strict=True):
-        if math.isfinite(value):
-            by.setdefault(group, []).append(value)
+    by = _by_generation(x, groups)
     sizes = [len(v) for v in by.values()]
     n, g = sum(sizes), len(by)
     if g < 2 or n <= g:
@@ -247,25 +253,21 @@ def _both_orders(d: Decision, samples: SessionPairs, settings: CompareSettings) 
 def generation_estimates(samples: SessionPairs, key: MetricKey) -> list[float]:
     """The median of each generation's pairs of ``key`` in ``x`` units (finite ones), in the order
     of the generations: what each process pair, on its own, says of the change."""
-    by: dict[int, list[float]] = {}
-    for value, g in zip(paired.pair_x(samples.paired[key]), samples.generations_of(key),
-                        strict=True):
-        if math.isfinite(value):
-            by.setdefault(g, []).append(value)
+    by = _by_generation(paired.pair_x(samples.paired[key]), samples.generations_of(key))
     return [median(by[g]) for g in sorted(by)]
 
 
-def generations_interval(d: Decision, samples: SessionPairs, settings: CompareSettings,
+def generations_interval(key: MetricKey, samples: SessionPairs, settings: CompareSettings,
                          family: Family | None = None) -> tuple[float, float, int]:
     """The t interval (``generations - 1`` degrees of freedom) of the mean of
-    :func:`generation_estimates` of ``d``'s metric, in ``x``, at the level of ``family`` (default:
+    :func:`generation_estimates` of ``key``, in ``x``, at the level of ``family`` (default:
     the session's, as every interval of its pairs), and the number of generations; an unbounded
     interval with fewer than ``MIN_CHANGE_GENERATIONS`` (:mod:`.tuning`)."""
-    estimates = generation_estimates(samples, d.key)
+    estimates = generation_estimates(samples, key)
     g = len(estimates)
     if g < max(2, tuning.MIN_CHANGE_GENERATIONS):
         return -math.inf, math.inf, g
-    a = (family or samples.family()).level(settings.for_metric(d.key).alpha, d.key)
+    a = (family or samples.family()).level(settings.for_metric(key).alpha, key)
     mean = math.fsum(estimates) / g
     sd = math.sqrt(math.fsum((e - mean) ** 2 for e in estimates) / (g - 1))
     half = student_t_quantile(1 - a / 2, g - 1) * sd / math.sqrt(g)
@@ -280,16 +282,32 @@ def _across_generations(d: Decision, samples: SessionPairs, settings: CompareSet
     is a draw; more pairs are new draws, and the t interval's few degrees of freedom allow for the
     spread that their estimates do show (four process pairs of an A/A shard ran an add of 0.03 ms
     6.6 % slower on the head, design effect 2.03: at 95 % their t interval lay above no change)."""
-    low, high, _ = generations_interval(d, samples, settings)
+    low, high, _ = generations_interval(d.key, samples, settings)
     return low > 0 if d.verdict == "regressed" else high < 0
 
 
+def _unconfirmed_why(d: Decision, samples: SessionPairs, settings: CompareSettings) -> str | None:
+    """Why ``d``, a change in time, is not confirmed yet: not shown by the pairs of each start
+    order on their own (:func:`_both_orders`), or not by the process pairs of its generations
+    (:func:`_across_generations`); ``None`` when it is, or when ``d`` is no such change."""
+    if d.verdict not in ("regressed", "improved") or d.kind == "count":
+        return None
+    if not _both_orders(d, samples, settings):
+        return "not shown by the pairs of each start order of the sides on their own"
+    if _across_generations(d, samples, settings):
+        return None
+    low, high, g = generations_interval(d.key, samples, settings)
+    if g < tuning.MIN_CHANGE_GENERATIONS:
+        return (f"shown by {g} generations' process pairs, and a change needs "
+                f"{tuning.MIN_CHANGE_GENERATIONS}")
+    ends = sorted(paired.from_x(d.kind, v) for v in (low, high))  # a rate's turns round
+    return (f"the t interval of its {g} generations' estimates, [{ends[0]:.3g}, {ends[1]:.3g}], "
+            "reaches no change")
+
+
 def _unconfirmed(d: Decision, samples: SessionPairs, settings: CompareSettings) -> bool:
-    """Whether ``d`` is a change in time not shown by the pairs of each start order on their own
-    and by the process pairs of its generations (:func:`_across_generations`)."""
-    changed = d.verdict in ("regressed", "improved") and d.kind != "count"
-    return changed and not (_both_orders(d, samples, settings)
-                            and _across_generations(d, samples, settings))
+    """Whether ``d`` is a change in time not confirmed yet (:func:`_unconfirmed_why`)."""
+    return _unconfirmed_why(d, samples, settings) is not None
 
 
 def _one_sided(d: Decision, samples: SessionPairs) -> bool:
@@ -312,17 +330,9 @@ def _confirmed(d: Decision, samples: SessionPairs, settings: CompareSettings) ->
                                    statistic=f"{d.statistic}; unchanged on the pairs of one "
                                    "start order, but their interval reaches an improvement that "
                                    "counts: one process pair's bias could hide a change")
-    if not _unconfirmed(d, samples, settings):
+    why = _unconfirmed_why(d, samples, settings)
+    if why is None:
         return d
-    if not _both_orders(d, samples, settings):
-        why = "not shown by the pairs of each start order of the sides on their own"
-    else:
-        low, high, g = generations_interval(d, samples, settings)
-        ends = sorted(paired.from_x(d.kind, v) for v in (low, high))  # a rate's turns round
-        why = (f"shown by {g} generations' process pairs, and a change needs "
-               f"{tuning.MIN_CHANGE_GENERATIONS}" if g < tuning.MIN_CHANGE_GENERATIONS else
-               f"the t interval of its {g} generations' estimates, [{ends[0]:.3g}, "
-               f"{ends[1]:.3g}], reaches no change")
     return dataclasses.replace(d, verdict="undecided", statistic=f"{d.statistic}; {d.verdict}, "
                                f"but {why}")
 
@@ -358,9 +368,10 @@ def _inconclusive(decisions: list[Decision], samples: SessionPairs,
     out = list(decisions)
     for i, look in zip(undecided, looks, strict=True):
         _, low, _, _ = look.in_x()
-        generations_low, _, g = generations_interval(decisions[i], samples, settings, family)
-        agree = g < tuning.MIN_CHANGE_GENERATIONS or generations_low > 0
-        if decisions[i].past_threshold and low > 0 and agree:
+        if not (decisions[i].past_threshold and low > 0):
+            continue
+        generations_low, _, g = generations_interval(decisions[i].key, samples, settings, family)
+        if g < tuning.MIN_CHANGE_GENERATIONS or generations_low > 0:  # its pairs do not disagree
             out[i] = dataclasses.replace(decisions[i], inconclusive=True)
     return out
 
