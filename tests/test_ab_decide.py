@@ -117,6 +117,25 @@ def test_unchanged_on_one_start_order_whose_interval_reaches_an_improvement_is_u
     assert decide.wanting_pairs(samples, settings, keep="changes") == [(KEY, "confirm")]
 
 
+def test_unchanged_on_one_start_order_needs_its_interval_widened_for_one_process_pair_within_c():
+    """A conv2d 3 % slower came out 1.001-1.013 on one process pair, its interval within c both
+    ways: one process pair cannot show the spread between process pairs, so its interval is
+    widened by the prior design effect before "unchanged" counts on it."""
+    settings = CompareSettings(min_slowdown=0.03)
+    samples = _samples({"head": _spread(1.01, 40, 0.03)})
+    (everything,) = paired.decide(list(samples.paired.values()), settings)
+    estimate, low, high, c = everything.in_x()
+    assert everything.verdict == "unchanged" and -c < low and high < c  # within c both ways
+    wider = math.sqrt(decide.tuning.ONE_PAIR_DESIGN_EFFECT)
+    assert estimate + (high - estimate) * wider >= c  # but not once widened
+    (d,) = decide.final_decisions(samples, settings)
+    assert d.verdict == "undecided" and "widened by a design effect of 2" in d.statistic
+    assert decide.wanting_pairs(samples, settings, keep="changes") == [(KEY, "confirm")]
+    # the same pairs in both start orders: the generations' own spread counts instead
+    both = _samples({"base": _spread(1.01, 40, 0.03), "head": _spread(1.01, 40, 0.03)})
+    assert decide.final_decisions(both, settings)[0].verdict == "unchanged"
+
+
 def test_unchanged_on_one_start_order_with_an_interval_within_c_both_ways_stays_unchanged():
     settings = CompareSettings(min_slowdown=0.03)
     (d,) = decide.final_decisions(_samples({"head": _around(1.0, 20)}), settings)

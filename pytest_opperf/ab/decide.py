@@ -311,25 +311,33 @@ def _unconfirmed(d: Decision, samples: SessionPairs, settings: CompareSettings) 
 
 
 def _one_sided(d: Decision, samples: SessionPairs) -> bool:
-    """Whether ``d`` is unchanged on the pairs of one start order alone with its interval
-    reaching an improvement that counts (``-c``): one process pair's bias, which can be as large
-    as a change (0.815 head/base of a whole generation, one busy loop beside it), may be what
-    hides a slowdown there, and the interval cannot rule it out."""
+    """Whether ``d`` is unchanged on the pairs of one start order alone with its interval, widened
+    for a spread between process pairs that one of them cannot show (``ONE_PAIR_DESIGN_EFFECT``,
+    :mod:`.tuning`), reaching a change that counts either way (``-c`` or ``c``): one process
+    pair's bias, which can be as large as a change (0.815 head/base of a whole generation, one busy
+    loop beside it; a 3 % slower conv2d at 1.001-1.013 in one process pair), may be what hides a
+    change there, and the pairs of that process pair cannot rule it out."""
     if d.verdict != "unchanged" or d.kind == "count":
         return False
     orders = [f for f in ("base", "head") if (part := samples.part(d.key, f)) and part.pairs]
-    _, low, _, c = d.in_x()
-    return len(orders) < 2 and low <= -c
+    if len(orders) >= 2:
+        return False
+    estimate, low, high, c = d.in_x()
+    wider = math.sqrt(tuning.ONE_PAIR_DESIGN_EFFECT)
+    return estimate - (estimate - low) * wider <= -c or estimate + (high - estimate) * wider >= c
 
 
 def _confirmed(d: Decision, samples: SessionPairs, settings: CompareSettings) -> Decision:
     """``d``, or undecided when it is a change seen in one start order only, or unchanged on
-    one start order's pairs with an interval as wide as a change both ways (:func:`_one_sided`)."""
+    one start order's pairs whose interval, widened for one process pair, reaches a change that
+    counts (:func:`_one_sided`)."""
     if _one_sided(d, samples):
         return dataclasses.replace(d, verdict="undecided",
                                    statistic=f"{d.statistic}; unchanged on the pairs of one "
-                                   "start order, but their interval reaches an improvement that "
-                                   "counts: one process pair's bias could hide a change")
+                                   "start order, but their interval, widened by a design effect "
+                                   f"of {tuning.ONE_PAIR_DESIGN_EFFECT:g} for the spread between "
+                                   "process pairs one cannot show, reaches a change that counts: "
+                                   "one process pair's bias could hide a change")
     why = _unconfirmed_why(d, samples, settings)
     if why is None:
         return d

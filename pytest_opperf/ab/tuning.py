@@ -62,6 +62,12 @@ MIN_ORDER_PAIRS = 4  # pairs of each start order a regressed or improved metric 
 # memory-bound calls (relu_grad of 0.03-0.06 ms) at 1.08-1.14 head/base in both process pairs,
 # whose agreement the design effect reads as no spread between them.
 MIN_CHANGE_GENERATIONS = 3
+# The design effect assumed for the pairs of one start order alone (one process pair, or
+# process pairs started in one order) before "unchanged" counts on them (decide._one_sided):
+# they cannot show the spread between process pairs. Where several showed it, it was 1.15-3.9
+# for a conv2d of 1.8 ms (one busy loop beside it; 10.9 once); without it, a conv2d 3 % slower
+# was called unchanged on one process pair at 1.001-1.013 in 3 of 10 sessions.
+ONE_PAIR_DESIGN_EFFECT = 2.0
 
 # --- the side processes -----------------------------------------------------------------------
 
