@@ -17,7 +17,8 @@ expected metric regressed. Cases:
 * ``extra-op``: one more op per training step (a ``fill_zeros_like``);
 * ``layout-5``: a slowdown only time can see: two of the six ``[256, 256, 3, 3]`` conv weights
   start column-major, so each step copies them inside numpy (same Python calls; momentum's work
-  counts even fall); about 5.5 % fewer examples/sec;
+  counts even fall); about 5.5 % fewer examples/sec; ``layout-3``: one of them, for the e2e
+  threshold lowered to 3 %;
 * ``null``: the head's code differs and no op's work does (an unused function appended): every
   regressed (or inconclusive) metric is a false alarm of the two sides' different code, such as
   its memory layout;
@@ -132,7 +133,7 @@ _benchmark.run_benchmark = _with_op
 FORTRAN_WEIGHTS = '''
 
 # --- injected by benchmarks/ab_acceptance.py: a slowdown only time can see ------------------
-# The 1st and 4th of the six [256, 256, 3, 3] conv weights of each startup start column-major
+# Every {every}th of the six [256, 256, 3, 3] conv weights of each startup (from the 1st) starts column-major
 # (Fortran order): every step makes the same Python calls, and inside numpy each reshape of
 # those weights to the GEMM's matrix copies them (and momentum's ufuncs run on a strided array).
 def _fortran_weights(kernel, seen=[0]):
@@ -142,7 +143,7 @@ def _fortran_weights(kernel, seen=[0]):
         out = kernel(ins, attrs, ctx)
         for name, value in out.items():
             if getattr(value, "shape", None) == (256, 256, 3, 3):
-                if seen[0] % 3 == 0:
+                if seen[0] % {every} == 0:
                     out[name] = numpy.asfortranarray(value)
                 seen[0] += 1
         return out
@@ -180,7 +181,9 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
                      ("examples_per_sec",)),
     "extra-op": (EXTRA_OP, ("count:fill_zeros_like",)),
     # about 5.5 % fewer examples/sec in the faithful and the no-overheads run (A/B, here)
-    "layout-5": (FORTRAN_WEIGHTS, ("examples_per_sec",)),
+    "layout-5": (FORTRAN_WEIGHTS.format(every=3), ("examples_per_sec",)),
+    # one of the six: about 3.5-4.5 % fewer examples/sec (the e2e threshold lowered to 3 %)
+    "layout-3": (FORTRAN_WEIGHTS.format(every=6), ("examples_per_sec",)),
     "null": (NULL_CHANGE, ()),
     "aa": ("", ()),
 }
