@@ -133,9 +133,10 @@ _benchmark.run_benchmark = _with_op
 FORTRAN_WEIGHTS = '''
 
 # --- injected by benchmarks/ab_acceptance.py: a slowdown only time can see ------------------
-# Every {every}th of the six [256, 256, 3, 3] conv weights of each startup (from the 1st) starts column-major
-# (Fortran order): every step makes the same Python calls, and inside numpy each reshape of
-# those weights to the GEMM's matrix copies them (and momentum's ufuncs run on a strided array).
+# Every {every}th of the six [256, 256, 3, 3] conv weights of each startup, from the first,
+# starts column-major (Fortran order): every step makes the same Python calls, and inside numpy
+# each reshape of those weights to the GEMM's matrix copies them (and momentum's ufuncs run on a
+# strided array).
 def _fortran_weights(kernel, seen=[0]):
     import numpy
 
