@@ -216,7 +216,7 @@ while True:
         elif msg["cmd"] == "block":
             blocks += 1
             log.write(f"{side} {msg['rounds']} {msg['iterations']} {os.getpid()} {n % 2} "
-                      f"{msg.get('cpu')} {msg.get('place')}\\n")
+                      f"{msg.get('cpu')}\\n")
             log.flush()
             # a fixed pattern, the same on both sides unless "phase" gives the head another
             phase = conf.get("phase", {}).get(side, 7)
@@ -332,9 +332,6 @@ def test_the_second_block_of_a_pair_runs_on_the_cpu_the_first_ended_on(tmp_path,
         else:
             assert second[5] == "None"
     assert pinned == any(second[5] != "None" for _, (second, _) in pairs)
-    # both blocks of a pair on arrays placed by one seed, a new one for each pair
-    assert all(first[0][6] == second[0][6] != "None" for first, second in pairs)
-    assert len({first[0][6] for first, _ in pairs}) == len(pairs)
 
 
 def test_the_usable_cpus_are_those_of_the_affinity_when_there_is_a_choice(monkeypatch):
@@ -390,53 +387,6 @@ def test_a_side_keeps_only_its_calling_thread_on_the_cpu_a_block_names():
         stop.set()
         other.join()
         os.sched_setaffinity(0, before)
-
-
-def test_a_side_times_each_placed_block_on_copies_of_the_arrays_and_the_others_on_the_given():
-    np = pytest.importorskip("numpy")
-    from pytest_opperf.ab.side import ControllerRounds
-    from pytest_opperf.core.placement import PAGE
-
-    orders = [{"cmd": "calibrate", "min_round_s": 0.0},
-              {"cmd": "block", "rounds": 2, "iterations": 1, "place": 11},
-              {"cmd": "block", "rounds": 2, "iterations": 1},
-              {"cmd": "block", "rounds": 2, "iterations": 1, "place": 11},
-              {"cmd": "go"}]
-    sent, recorded = [], []
-
-    class FakeSide:
-        def receive(self):
-            return orders.pop(0)
-
-        def send(self, message):
-            sent.append(message)
-
-        def on_cpu(self, cpu, nodeid):
-            return __import__("contextlib").nullcontext()
-
-    class Bench:
-        stat = "op"
-        request = type("R", (), {"node": type("N", (), {"nodeid": "t::a"})()})()
-
-        def record(self, per_call, iterations, **extra):
-            recorded.append(per_call)
-
-    x = np.arange(1024, dtype=np.float32)
-    seen: list[tuple[int, int]] = []
-
-    def kernel(ins, attrs):
-        seen.append((id(ins["X"]), ins["X"].ctypes.data % PAGE))
-        assert np.array_equal(ins["X"], x) and attrs == {"k": 1}
-        return ins["X"]
-
-    ControllerRounds(FakeSide(), None)._rounds(Bench(), kernel, ({"X": x}, {"k": 1}), {})
-    assert [m.get("ev") for m in sent] == ["bench", "calibrated", "block", "block", "block"]
-    assert len(recorded) == 1 and len(recorded[0]) == 6
-    calibrated, first, given, second = seen[0], seen[1:4], seen[4:7], seen[7:]
-    assert calibrated[0] == id(x) and {i for i, _ in given} == {id(x)}
-    # each placed block (its warm-up call and its rounds) on one copy, placed by the seed
-    assert len(set(first)) == len(set(second)) == 1 and id(x) not in {first[0][0], second[0][0]}
-    assert first[0][1] == second[0][1]
 
 
 def test_a_side_that_dies_is_named_with_its_status(tmp_path):

@@ -398,25 +398,21 @@ class Controller:
 
     def _pair(self, by_name: dict[str, Side], rounds: int, iterations: int,
               doing: str) -> dict[str, float]:
-        """One block on each side, in an order drawn now, their arrays placed alike by a seed
-        drawn now (:mod:`pytest_opperf.core.placement`); the second on the first's CPU."""
+        """One block on each side, in an order drawn now; the second on the first's CPU."""
         got: dict[str, float] = {}
         cpu: int | None = None
-        place = self.rng.getrandbits(31)
         for name in self.rng.sample(["base", "head"], 2):
-            got[name], ran_on = self._block(by_name[name], rounds, iterations, doing, cpu, place)
+            got[name], ran_on = self._block(by_name[name], rounds, iterations, doing, cpu)
             if cpu is None and ran_on in self._cpus:
                 cpu = ran_on
         return got
 
     def _block(self, side: Side, rounds: int, iterations: int, doing: str,
-               cpu: int | None = None, place: int | None = None) -> tuple[float, int | None]:
+               cpu: int | None = None) -> tuple[float, int | None]:
         """The block's median per-call time (ms) and the CPU it ended on (None: unknown)."""
         order: dict[str, Any] = {"cmd": "block", "rounds": rounds, "iterations": iterations}
         if cpu is not None:
             order["cpu"] = cpu
-        if place is not None:
-            order["place"] = place
         side.send(order, doing)
         answer = side.receive(self.timeout_s, doing)
         values = answer.get("per_call_s")

@@ -12,12 +12,9 @@ Controller -> side (``cmd``):
   hand-over point or the end of the test.
 * ``calibrate``: ``{"cmd": "calibrate", "min_round_s": s}``: find the
   iterations per round that make a round last at least ``min_round_s``.
-* ``block``: ``{"cmd": "block", "rounds": r, "iterations": i, "cpu": n, "place": k}``:
-  one untimed warm-up call, then ``r`` timed rounds of ``i`` calls, the calling
-  thread kept on CPU ``n`` meanwhile (no ``cpu``: where the scheduler puts it),
-  on copies of the benchmark's arrays placed in memory by the seed ``k``, the
-  same for both blocks of a pair (:mod:`pytest_opperf.core.placement`; no
-  ``place``: the arrays as the test gave them).
+* ``block``: ``{"cmd": "block", "rounds": r, "iterations": i, "cpu": n}``: one
+  untimed warm-up call, then ``r`` timed rounds of ``i`` calls, the calling
+  thread kept on CPU ``n`` meanwhile (no ``cpu``: where the scheduler puts it).
 * ``finish``: end the session (the side's pytest exits).
 
 Side -> controller (``ev``):

@@ -193,15 +193,13 @@ class ControllerRounds:
                 teardown: Callable[..., Any] | None = None) -> Any:
         from ..core.identity import run_id_of
         from ..core.oploop import pedantic_round
-        from ..core.placement import placed
 
         side, timer = self.side, self.timer
         result: list[Any] = [None]
-        given = (args, kwargs)
-        call = given
 
         def one_round(iterations: int) -> float:
-            elapsed, result[0] = pedantic_round(target, *call, iterations, timer, setup, teardown)
+            elapsed, result[0] = pedantic_round(target, args, kwargs, iterations, timer, setup,
+                                                teardown)
             return elapsed
 
         node = bench.request.node
@@ -221,9 +219,6 @@ class ControllerRounds:
                 side.send({"ev": "calibrated", "iterations": iterations, "round_s": elapsed})
             elif cmd == "block":
                 iterations = 1 if setup is not None else int(message["iterations"])
-                call = given  # the last block's copies go before the next are made
-                if setup is None and isinstance(message.get("place"), int):
-                    call = placed(given, message["place"])
                 with side.on_cpu(message.get("cpu"), node.nodeid):
                     one_round(1)  # a pause lets thread pools fall asleep: wake them untimed
                     times = [one_round(iterations) / iterations
