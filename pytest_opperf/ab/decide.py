@@ -9,11 +9,12 @@ counts are exact and need nothing more) counts only when the pairs of each start
 own, show it: at least ``MIN_ORDER_PAIRS`` (:mod:`.tuning`) and ``min_pairs`` of them, their
 interval at the session's corrected level wholly on the change's side of no change and reaching a
 change that counts (``c``); and that "unchanged" on the pairs of one start order alone needs an
-interval that rules out an improvement of ``c`` too (one process pair's bias can hide a change
-as well as make one). A change in time also needs the process pairs of at least
-``MIN_CHANGE_GENERATIONS`` generations, the t interval of their estimates wholly on its side of no
-change (:func:`generations_interval`): two process pairs that happen to agree show no spread
-between them, which the design effect would read as none. A false alarm then needs independent
+interval within ``c`` both ways once widened for the spread between process pairs that they
+cannot show (one process pair's bias can hide a change as well as make one). A change in time
+also needs the process pairs of at least ``MIN_CHANGE_GENERATIONS`` generations, the t interval
+of their estimates wholly on its side of no change (:func:`generations_interval`): two process
+pairs that happen to agree show no spread between them, which the design effect would read as
+none. A false alarm then needs independent
 significant ones, and a fluke of one process pair that drags the estimate of all the pairs past
 ``c/2`` is not confirmed by an order whose own pairs rule a change that counts out, while the
 size of the change is ruled on all the pairs (each order's pairs on their own would need twice as
