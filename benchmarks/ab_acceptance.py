@@ -165,7 +165,6 @@ def _inject():
 _inject()
 '''
 
-
 NULL_CHANGE = '''
 
 # --- injected by benchmarks/ab_acceptance.py: code that no step runs ---------------------------
