@@ -14,14 +14,14 @@ cannot show (one process pair's bias can hide a change as well as make one). A c
 also needs the process pairs of at least ``MIN_CHANGE_GENERATIONS`` generations, the t interval
 of their estimates wholly on its side of no change (:func:`generations_interval`): two process
 pairs that happen to agree show no spread between them, which the design effect would read as
-none. A false alarm then needs independent
-significant ones, and a fluke of one process pair that drags the estimate of all the pairs past
-``c/2`` is not confirmed by an order whose own pairs rule a change that counts out, while the
-size of the change is ruled on all the pairs (each order's pairs on their own would need twice as
-many). Else it is undecided (:func:`final_decisions`; docs/contract-additions.md, A/B). An
-undecided metric whose pairs point to a regression (estimate past the threshold, interval above no
-change at the level of the undecided metrics, and its generations' process pairs not
-disagreeing) is *inconclusive*, which fails the gate by default.
+none. A false alarm then needs independent significant ones, and a fluke of one process pair
+that drags the estimate of all the pairs past ``c/2`` is not confirmed by an order whose own
+pairs rule a change that counts out, while the size of the change is ruled on all the pairs (each
+order's pairs on their own would need twice as many). Else it is undecided
+(:func:`final_decisions`; docs/contract-additions.md, A/B). An undecided metric whose pairs point
+to a regression (estimate past the threshold, interval above no change at the level of the
+undecided metrics, and its generations' process pairs not disagreeing) is *inconclusive*, which
+fails the gate by default.
 
 The controller only collects the pairs and asks here: for the final decisions, whether the pairs
 of one start order decide on their own (:func:`order_verdict`, a visit's sequential stop), and
@@ -180,6 +180,11 @@ def design_effect(x: Sequence[float], groups: Sequence[int]) -> float:
     return 1.0 + (math.fsum(s * s for s in sizes) / n - 1.0) * icc
 
 
+def _wider(estimate: float, low: float, high: float, factor: float) -> tuple[float, float]:
+    """The interval ``[low, high]`` around ``estimate`` (in ``x``) ``factor`` times as wide."""
+    return estimate - (estimate - low) * factor, estimate + (high - estimate) * factor
+
+
 def _widened(d: Decision, p: Paired, generations: Sequence[int]) -> Decision:
     """``d`` with its interval widened by the square root of the pairs' :func:`design_effect`
     (the spread between the generations' process pairs) and its verdict ruled again on the
@@ -192,7 +197,7 @@ def _widened(d: Decision, p: Paired, generations: Sequence[int]) -> Decision:
         return d
     factor = math.sqrt(effect)
     estimate, low, high, c = d.in_x()
-    low, high = estimate - (estimate - low) * factor, estimate + (high - estimate) * factor
+    low, high = _wider(estimate, low, high, factor)
     verdict = d.verdict if d.verdict == "undecided" else paired.rule(low, high, c)
     low_v, high_v = paired.from_x(d.kind, low), paired.from_x(d.kind, high)
     if d.kind == "rate":  # a rate's interval turns round in x (a drop is worse)
@@ -324,8 +329,8 @@ def _one_sided(d: Decision, samples: SessionPairs) -> bool:
     if len(orders) >= 2:
         return False
     estimate, low, high, c = d.in_x()
-    wider = math.sqrt(tuning.ONE_PAIR_DESIGN_EFFECT)
-    return estimate - (estimate - low) * wider <= -c or estimate + (high - estimate) * wider >= c
+    low, high = _wider(estimate, low, high, math.sqrt(tuning.ONE_PAIR_DESIGN_EFFECT))
+    return low <= -c or high >= c
 
 
 def _confirmed(d: Decision, samples: SessionPairs, settings: CompareSettings) -> Decision:
@@ -427,9 +432,9 @@ def wanting_pairs(samples: SessionPairs, settings: CompareSettings, keep: Keep =
                   final: str | None = None,
                   undecided: str = "inconclusive") -> list[tuple[MetricKey, Want]]:
     """The metrics that want more pairs, in ``samples``' order, and why: ``"confirm"``, a change
-    seen in one start order only (a change must show again in a second run, with its own set-up),
-    or unchanged on one start order's pairs that do not rule out an improvement that counts
-    (:func:`_one_sided`: the other order has its say on both);
+    still to confirm (seen in one start order only, or by fewer process pairs than a change
+    needs: :func:`_unconfirmed`), or unchanged on one start order's pairs whose widened interval
+    reaches a change that counts (:func:`_one_sided`: the other order has its say on both);
     ``"decide"``, an undecided metric. A metric whose undecided verdict could fail the gate
     (``undecided``, ``--opperf-compare-undecided``: every one with ``fail``; by default one whose
     estimate is past the threshold, which may end inconclusive) always counts, and so, by
