@@ -41,7 +41,8 @@ costs: ``RERUN_SHARE`` of the first pass's wall time, at least
 ceiling). Once it has no time left for the next generation of every
 undecided test (a start of the sides plus the tests' last visits, and
 another start after it), only tests with a change still to confirm (seen in
-one start order, or by fewer process pairs than a change needs), or an
+one start order, or by fewer process pairs than a change needs; or
+"unchanged" on one start order's pairs that could hide one), or an
 undecided metric whose estimate leans towards a regression (past
 ``c/2``: a slowdown near the threshold is decided by more pairs), go on,
 within the budget or until the session has run ``LEANING_MIN_S``,
