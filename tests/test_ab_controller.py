@@ -193,7 +193,8 @@ process_factor = conf.get("first_process", {}).get(side, 1.0) if started == 0 el
 rng = random.Random(f"{side}-{started}")
 channel = Channel.from_fd(int(os.environ["OPPERF_AB_FD"]))
 extensions = {"extensions": conf["extensions"][side]} if "extensions" in conf else {}
-channel.send({"ev": "collected", "ids": conf["ids"][side], "errors": [], **extensions})
+arena = {"arena": conf["arena"][side]} if "arena" in conf else {"arena": ""}
+channel.send({"ev": "collected", "ids": conf["ids"][side], "errors": [], **extensions, **arena})
 blocks = 0
 while True:
     msg = channel.receive()
@@ -216,7 +217,7 @@ while True:
         elif msg["cmd"] == "block":
             blocks += 1
             log.write(f"{side} {msg['rounds']} {msg['iterations']} {os.getpid()} {n % 2} "
-                      f"{msg.get('cpu')}\\n")
+                      f"{msg.get('cpu')} {msg.get('place')}\\n")
             log.flush()
             # a fixed pattern, the same on both sides unless "phase" gives the head another
             phase = conf.get("phase", {}).get(side, 7)
@@ -332,6 +333,21 @@ def test_the_second_block_of_a_pair_runs_on_the_cpu_the_first_ended_on(tmp_path,
         else:
             assert second[5] == "None"
     assert pinned == any(second[5] != "None" for _, (second, _) in pairs)
+    # both blocks of a pair on arrays placed by one seed, a new one for each pair
+    assert all(first[0][6] == second[0][6] != "None" for first, second in pairs)
+    assert len({first[0][6] for first, _ in pairs}) == len(pairs)
+
+
+def test_where_a_side_cannot_share_memory_no_block_is_placed_and_a_note_says_why(tmp_path):
+    ids = {"base": ["t::a"], "head": ["t::a"]}
+    c = controller(tmp_path, {"base": 1.0, "head": 1.0}, ids, noise=0.05,
+                   arena={"base": "", "head": "the shared memory cannot be mapped: no"})
+    result = run_session(c)
+    lines = [line.split() for line in (tmp_path / "blocks.log").read_text().splitlines()
+             if not line.startswith("ran ")]
+    assert lines and all(line[6] == "None" for line in lines)
+    assert any("own memory" in n and "head: the shared memory cannot be mapped: no" in n
+               and "base:" not in n for n in result.notes)
 
 
 def test_the_usable_cpus_are_those_of_the_affinity_when_there_is_a_choice(monkeypatch):

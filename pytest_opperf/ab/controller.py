@@ -172,6 +172,11 @@ class Controller:
                     removed=[i for i in base_ids if i not in head_set], order=head_ids)
         self._plan = plan
         self._check_extensions(collected)
+        if not self.sides.placing:
+            why = "; ".join(f"{name}: {collected[name].get('arena') or 'no answer'}"
+                            for name in ("base", "head") if collected[name].get("arena") != "")
+            self.notes.append("the arrays of memory-bound per-op calls stay in each side's own "
+                              f"memory, a draw per process (docs/ab-statistics.md): {why}")
         errors = {name: list(message.get("errors", [])) for name, message in collected.items()}
         return plan, errors
 
@@ -399,21 +404,26 @@ class Controller:
 
     def _pair(self, by_name: dict[str, Side], rounds: int, iterations: int,
               doing: str) -> dict[str, float]:
-        """One block on each side, in an order drawn now; the second on the first's CPU."""
+        """One block on each side, in an order drawn now; the second on the first's CPU; where
+        both sides can, their arrays in the memory they share, placed alike by a seed drawn now
+        (:mod:`.arena`)."""
         got: dict[str, float] = {}
         cpu: int | None = None
+        place = self.rng.getrandbits(31) if self.sides.placing else None
         for name in self.rng.sample(["base", "head"], 2):
-            got[name], ran_on = self._block(by_name[name], rounds, iterations, doing, cpu)
+            got[name], ran_on = self._block(by_name[name], rounds, iterations, doing, cpu, place)
             if cpu is None and ran_on in self._cpus:
                 cpu = ran_on
         return got
 
     def _block(self, side: Side, rounds: int, iterations: int, doing: str,
-               cpu: int | None = None) -> tuple[float, int | None]:
+               cpu: int | None = None, place: int | None = None) -> tuple[float, int | None]:
         """The block's median per-call time (ms) and the CPU it ended on (None: unknown)."""
         order: dict[str, Any] = {"cmd": "block", "rounds": rounds, "iterations": iterations}
         if cpu is not None:
             order["cpu"] = cpu
+        if place is not None:
+            order["place"] = place
         side.send(order, doing)
         answer = side.receive(self.timeout_s, doing)
         values = answer.get("per_call_s")

@@ -17,12 +17,14 @@ the heap, whose offsets follow from every allocation before: two sides whose cod
 function no step calls lay out their arrays differently, and under one environment they would
 do so alike in every generation (a relu 0.925-1.080 head/base by the environment's size alone,
 docs/ab-statistics.md, "The layout of a process pair"); a new size each generation makes each
-process pair a new draw of the layout. What runs on them, and when, is the scheduling's
-(:mod:`.controller`). No pytest import.
+process pair a new draw of the layout. Both get one shared memory file for the session (the same
+descriptor, :mod:`.arena`), where memory-bound per-op calls place their arrays. What runs on
+them, and when, is the scheduling's (:mod:`.controller`). No pytest import.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import random
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import tuning
+from . import arena, tuning
 from .protocol import ProtocolError, SideGone, SideTimeout, pair
 
 __all__ = ["LAYOUT_ENV", "LAYOUT_PAD_MIN", "LAYOUT_PAD_SPAN", "Side", "SideFailure", "SideSpec",
@@ -89,9 +91,11 @@ class Side:
     """One running side process and its channel."""
 
     def __init__(self, spec: SideSpec, extra_env: dict[str, str] | None = None,
-                 started: Callable[[Side], None] | None = None) -> None:
-        """Start the side; ``started`` is told of it as soon as its process exists, before
-        anything else can fail or be interrupted (Ctrl-C, SIGTERM), so that its owner ends it."""
+                 started: Callable[[Side], None] | None = None,
+                 fds: Sequence[int] = ()) -> None:
+        """Start the side, passing it the descriptors ``fds`` too; ``started`` is told of it as
+        soon as its process exists, before anything else can fail or be interrupted (Ctrl-C,
+        SIGTERM), so that its owner ends it."""
         self.spec = spec
         self.name = spec.name
         channel, theirs = pair()
@@ -103,7 +107,8 @@ class Side:
             self.process = subprocess.Popen(spec.command, cwd=spec.cwd, env=env,
                                             stdin=subprocess.DEVNULL,
                                             stdout=self._log, stderr=subprocess.STDOUT,
-                                            pass_fds=(theirs.fileno(),), start_new_session=True)
+                                            pass_fds=(theirs.fileno(), *fds),
+                                            start_new_session=True)
             if started is not None:
                 started(self)
         except OSError as exc:
@@ -221,6 +226,8 @@ class Sides:
         self.running: dict[str, Side] = {}
         self.ids: dict[str, list[str]] = {}  # each side's collected node ids
         self.spawn_s = 0.0  # how long the last start of both sides took
+        self.arena_fd: int | None = None  # memory both sides share (:mod:`.arena`), made once
+        self.placing = False  # both sides of this generation can place arrays in it
 
     def __getitem__(self, name: str) -> Side:
         return self.running[name]
@@ -238,9 +245,13 @@ class Sides:
         """Start both sides in this generation's order and wait for their collection (both
         collect at once: nothing is measured yet); returns each side's ``collected`` message."""
         spawned = self.clock()
+        if self.arena_fd is None:
+            self.arena_fd = arena.shared_fd()
         for name in self.start_order():
-            Side(self.specs[name], self.generation_env(name),
-                 started=functools.partial(self.running.__setitem__, name))
+            Side(self.specs[name],
+                 {**self.generation_env(name), arena.ARENA_FD_ENV: str(self.arena_fd)},
+                 started=functools.partial(self.running.__setitem__, name),
+                 fds=(self.arena_fd,))
         collected = {name: side.receive(self.timeout_s, "collecting the tests")
                      for name, side in self.running.items()}
         for name, message in collected.items():
@@ -255,12 +266,13 @@ class Sides:
                                   "is not deterministic",
                                   self.running[name].tail())
             self.ids[name] = ids
+        self.placing = all(message.get("arena") == "" for message in collected.values())
         self.spawn_s = self.clock() - spawned
         return collected
 
     def restart(self) -> None:
         """A new generation: both sides ended, then started again in the other order."""
-        self.close()
+        self._end()
         self.generation += 1
         self.first = _other(self.first)
         collected = self.spawn()
@@ -270,7 +282,12 @@ class Sides:
                                   self.running[name].tail())
 
     def close(self, grace_s: float = 10.0) -> None:
-        """End both processes (idempotent, never raises); ``grace_s`` for each to end by itself."""
+        """End both processes and free the memory they shared (idempotent, never raises);
+        ``grace_s`` for each to end by itself."""
+        self._end(grace_s)
+        self._free_arena()
+
+    def _end(self, grace_s: float = 10.0) -> None:
         for side in self.running.values():
             try:
                 side.stop(grace_s)
@@ -283,3 +300,10 @@ class Sides:
         for side in self.running.values():
             side.kill()
         self.running.clear()
+        self._free_arena()
+
+    def _free_arena(self) -> None:
+        if self.arena_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.arena_fd)
+            self.arena_fd = None

@@ -12,16 +12,20 @@ Controller -> side (``cmd``):
   hand-over point or the end of the test.
 * ``calibrate``: ``{"cmd": "calibrate", "min_round_s": s}``: find the
   iterations per round that make a round last at least ``min_round_s``.
-* ``block``: ``{"cmd": "block", "rounds": r, "iterations": i, "cpu": n}``: one
-  untimed warm-up call, then ``r`` timed rounds of ``i`` calls, the calling
-  thread kept on CPU ``n`` meanwhile (no ``cpu``: where the scheduler puts it).
+* ``block``: ``{"cmd": "block", "rounds": r, "iterations": i, "cpu": n, "place": k}``:
+  one untimed warm-up call, then ``r`` timed rounds of ``i`` calls, the calling
+  thread kept on CPU ``n`` meanwhile (no ``cpu``: where the scheduler puts it),
+  the arrays of a memory-bound call in the memory both sides share, from where
+  the seed ``k`` says, the same for both blocks of a pair (:mod:`.arena`; no
+  ``place``: the arrays as the test gave them).
 * ``finish``: end the session (the side's pytest exits).
 
 Side -> controller (``ev``):
 
 * ``collected``: ``{"ids": [...], "errors": [[nodeid, message], ...], "extensions":
   [{"module", "path", "in_checkout", "size", "sha256"}, ...]}`` (the compiled extension modules
-  it has loaded: :mod:`.extensions`; a side that sends none is not checked).
+  it has loaded: :mod:`.extensions`; a side that sends none is not checked), ``"arena": why``
+  (why the side cannot place arrays in the shared memory; ``""``: it can).
 * ``step``: a measured window ended a step and waits for ``go``.
 * ``bench``: a per-op benchmark is ready and waits for ``calibrate``/``block``/``go``.
 * ``calibrated``: ``{"iterations": i, "round_s": s}``; ``block``: ``{"per_call_s": [...],

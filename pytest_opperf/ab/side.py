@@ -42,6 +42,7 @@ from ..core.port import PerOpTimer, Window
 from ..glue.session import OpPerfSession
 from ..glue.settings import SETTINGS, Settings
 from ..records.handback import Envelope
+from .arena import ARENA_FD_ENV, SharedArena, eligible
 from .extensions import Extension
 from .protocol import Channel, ProtocolError, child_fd
 
@@ -58,6 +59,14 @@ class SidePlugin:
         self.reports: list[Any] = []
         self.runs: list[Any] = []  # the runs of the test now running (RunResult)
         self.revisit = False  # the test now running ran before (no counting pass)
+        self.arena: SharedArena | None = None  # memory both sides share (:mod:`.arena`)
+        self.arena_why = ""  # why there is none ("": there is)
+        try:
+            self.arena = SharedArena.from_env()
+            if self.arena is None:
+                self.arena_why = f"the controller gave no shared memory ({ARENA_FD_ENV} unset)"
+        except (ImportError, OSError, ValueError) as exc:
+            self.arena_why = f"the shared memory cannot be mapped: {exc}"
 
     # --- the orders -----------------------------------------------------------------------
 
@@ -101,7 +110,8 @@ class SidePlugin:
         # as outside it)
         loaded = loaded_extensions(session.config.invocation_params.dir)
         self.send({"ev": "collected", "ids": [item.nodeid for item in session.items],
-                   "errors": self.errors, "extensions": [e.to_dict() for e in loaded]})
+                   "errors": self.errors, "extensions": [e.to_dict() for e in loaded],
+                   "arena": self.arena_why})
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool:
@@ -196,9 +206,13 @@ class ControllerRounds:
 
         side, timer = self.side, self.timer
         result: list[Any] = [None]
+        arena = side.arena
+        # a block ordered with a seed runs on copies of the arrays in memory both sides share
+        placeable = setup is None and arena is not None and eligible((args, kwargs))
+        placed: list[bool] = []  # per block: whether it ran placed
 
-        def one_round(iterations: int) -> float:
-            elapsed, result[0] = pedantic_round(target, args, kwargs, iterations, timer, setup,
+        def one_round(iterations: int, call: tuple[tuple, dict[str, Any]]) -> float:
+            elapsed, result[0] = pedantic_round(target, *call, iterations, timer, setup,
                                                 teardown)
             return elapsed
 
@@ -211,19 +225,28 @@ class ControllerRounds:
             cmd = message.get("cmd")
             if cmd == "calibrate":
                 iterations = 1
-                elapsed = one_round(1)  # also the first warm-up call
+                elapsed = one_round(1, (args, kwargs))  # also the first warm-up call
                 floor = float(message.get("min_round_s", 0.0))
                 while setup is None and elapsed < floor and iterations < MAX_CALIBRATE_ITERATIONS:
                     iterations *= 2
-                    elapsed = one_round(iterations)
+                    elapsed = one_round(iterations, (args, kwargs))
                 side.send({"ev": "calibrated", "iterations": iterations, "round_s": elapsed})
             elif cmd == "block":
                 iterations = 1 if setup is not None else int(message["iterations"])
+                seed = message.get("place")
+                place = (placeable and isinstance(seed, int) and arena is not None
+                         and arena.broken is None)
                 with side.on_cpu(message.get("cpu"), node.nodeid):
-                    one_round(1)  # a pause lets thread pools fall asleep: wake them untimed
-                    times = [one_round(iterations) / iterations
-                             for _ in range(int(message["rounds"]))]
+                    if place:
+                        assert arena is not None and isinstance(seed, int)
+                        times = self._placed_block(arena, one_round, (args, kwargs), seed,
+                                                   iterations, int(message["rounds"]), result)
+                    else:
+                        one_round(1, (args, kwargs))  # pools fall asleep in a pause: wake them
+                        times = [one_round(iterations, (args, kwargs)) / iterations
+                                 for _ in range(int(message["rounds"]))]
                     ran_on = current_cpu()
+                placed.append(place)
                 per_call.extend(times)
                 side.send({"ev": "block", "per_call_s": times, "cpu": ran_on})
             elif cmd == "go":
@@ -232,8 +255,28 @@ class ControllerRounds:
                 side.fail(f"expected calibrate|block|go at benchmark {node.nodeid}, "
                           f"got {message!r}")
         if per_call:
-            bench.record(per_call, iterations, ab=True, median_s=statistics.median(per_call))
+            placement = ("shared" if placed and all(placed)
+                         else "private" if not any(placed) else "mixed")
+            bench.record(per_call, iterations, ab=True, median_s=statistics.median(per_call),
+                         placement=placement)
+        if arena is not None and arena.broken is not None and any(placed):
+            raise RuntimeError(f"opperf A/B: {arena.broken}; this side places no more arrays "
+                               "in shared memory")
         return result[0]
+
+    @staticmethod
+    def _placed_block(arena: SharedArena, one_round: Callable[..., float],
+                      call: tuple[tuple, dict[str, Any]], seed: int, iterations: int,
+                      rounds: int, result: list[Any]) -> list[float]:
+        """A block on copies of the arrays in the shared memory, from where ``seed`` says; the
+        result copied out of it after, and nothing of the block left in it."""
+        with arena.place(call, seed) as copies:
+            one_round(1, copies)  # pools fall asleep in a pause: wake them, untimed
+            times = [one_round(iterations, copies) / iterations for _ in range(rounds)]
+            del copies
+        result[0] = arena.private(result[0])
+        arena.kept()
+        return times
 
 
 class SideSession(OpPerfSession):
