@@ -280,8 +280,11 @@ def test_a_kernel_that_keeps_an_array_fails_its_benchmark_and_ends_the_placing()
         cache.append(v + 1)
 
     orders = [o for o in ORDERS if o.get("place") or o["cmd"] != "block"]
+    side = FakeSide(orders, arena)
     with pytest.raises(RuntimeError, match="outlived it"):
-        ControllerRounds(FakeSide(orders, arena), None)._rounds(Bench(), kernel, (x,), {})
+        ControllerRounds(side, None)._rounds(Bench(), kernel, (x,), {})
+    # each block's answer says so: the controller places no more pairs, on either side
+    assert ["outlived" in m.get("arena", "") for m in side.sent[2:]] == [True, True]
     placed = sum(_at(arena, a) is not None for a in cache)
     assert placed == 3  # the first block's calls only: the second ran in the process's memory
     cache.clear()

@@ -229,8 +229,10 @@ while True:
             ran_on = msg.get("cpu", conf.get("ran_on", [0])[blocks % len(conf.get("ran_on", [0]))])
             log.write(f"ran {ran_on}\\n")
             log.flush()
+            broken = ({"arena": "kept"} if side == conf.get("breaks") and "place" in msg
+                      and blocks >= 3 else {})
             channel.send({"ev": "block", "per_call_s": [per_call_s] * msg["rounds"],
-                          "cpu": ran_on})
+                          "cpu": ran_on, **broken})
         else:
             break
     runs.append(op_run(nodeid, "op", [0.001], 1, CPU_HOST, "host"))
@@ -348,6 +350,18 @@ def test_where_a_side_cannot_share_memory_no_block_is_placed_and_a_note_says_why
     assert lines and all(line[6] == "None" for line in lines)
     assert any("own memory" in n and "head: the shared memory cannot be mapped: no" in n
                and "base:" not in n for n in result.notes)
+
+
+def test_once_a_side_stops_placing_arrays_no_later_pair_is_placed(tmp_path):
+    ids = {"base": ["t::a", "t::b"], "head": ["t::a", "t::b"]}
+    c = controller(tmp_path, {"base": 1.0, "head": 1.0}, ids, noise=0.05, breaks="head")
+    result = run_session(c)
+    places = [line.split()[6] for line in (tmp_path / "blocks.log").read_text().splitlines()
+              if not line.startswith("ran ")]
+    first = places.index("None")
+    assert first >= 3 and "None" not in places[:first]
+    assert set(places[first:]) == {"None"}  # for the rest of the session, both sides
+    assert any("the head side stopped placing arrays (kept)" in n for n in result.notes)
 
 
 def test_the_usable_cpus_are_those_of_the_affinity_when_there_is_a_choice(monkeypatch):

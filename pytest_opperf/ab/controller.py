@@ -431,6 +431,10 @@ class Controller:
             raise SideFailure(f"the {side.name} side answered {answer.get('ev')!r} to a block "
                               f"while {doing}",
                               side.tail())
+        if answer.get("arena") and self.sides.placing:
+            self.sides.placing = False  # both sides alike: no pair is placed from here on
+            self.notes.append(f"from {doing} on, no per-op pair ran in shared memory: the "
+                              f"{side.name} side stopped placing arrays ({answer['arena']})")
         ran_on = answer.get("cpu")
         ran_on = ran_on if isinstance(ran_on, int) and not isinstance(ran_on, bool) else None
         return statistics.median(float(v) for v in values) * 1e3, ran_on

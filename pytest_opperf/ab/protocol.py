@@ -29,7 +29,8 @@ Side -> controller (``ev``):
 * ``step``: a measured window ended a step and waits for ``go``.
 * ``bench``: a per-op benchmark is ready and waits for ``calibrate``/``block``/``go``.
 * ``calibrated``: ``{"iterations": i, "round_s": s}``; ``block``: ``{"per_call_s": [...],
-  "cpu": n|null}`` (the CPU the block ended on).
+  "cpu": n|null, "arena": why}`` (the CPU the block ended on; ``arena``, only once the side
+  has stopped placing arrays in the shared memory: why).
 * ``done``: the test ended: ``{"reports": [...], "runs": [...], "failed": bool}``.
 * ``error``: the side cannot go on: ``{"message": text}``.
 """

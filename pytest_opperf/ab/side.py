@@ -248,7 +248,10 @@ class ControllerRounds:
                     ran_on = current_cpu()
                 placed.append(place)
                 per_call.extend(times)
-                side.send({"ev": "block", "per_call_s": times, "cpu": ran_on})
+                answer = {"ev": "block", "per_call_s": times, "cpu": ran_on}
+                if arena is not None and arena.broken is not None:
+                    answer["arena"] = arena.broken  # the controller places no more pairs
+                side.send(answer)
             elif cmd == "go":
                 break
             else:
