@@ -303,5 +303,6 @@ class SharedArena:
         count = len(self.fit.live)
         if count and self.broken is None:
             self.broken = (f"{count} array(s) made in a placed block outlived it (kept by the "
-                           "benchmark's call); the other side would write over them")
+                           "benchmark's call, or returned in an object other than dicts, lists "
+                           "and tuples); the other side would write over them")
         return count
