@@ -288,3 +288,20 @@ def test_a_kernel_that_keeps_an_array_fails_its_benchmark_and_ends_the_placing()
     placed = sum(_at(arena, a) is not None for a in cache)
     assert placed == 3  # the first block's calls only: the second ran in the process's memory
     cache.clear()
+
+
+def test_a_side_says_why_it_cannot_place_arrays(monkeypatch):
+    from pytest_opperf.ab.side import SidePlugin
+
+    monkeypatch.delenv(arena_mod.ARENA_FD_ENV, raising=False)
+    assert "gave no shared memory" in SidePlugin(None, None).arena_why
+    monkeypatch.setenv(arena_mod.ARENA_FD_ENV, "987654")  # not open
+    side = SidePlugin(None, None)
+    assert side.arena is None and side.arena_why.startswith("the shared memory cannot be mapped")
+    fd = shared_fd(arena_mod.ARENA_BYTES)
+    try:
+        monkeypatch.setenv(arena_mod.ARENA_FD_ENV, str(fd))
+        side = SidePlugin(None, None)
+        assert side.arena is not None and side.arena_why == ""
+    finally:
+        os.close(fd)

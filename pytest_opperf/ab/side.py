@@ -10,7 +10,8 @@ point: after every ``run.step()`` of a measured window (the time spent
 waiting is not the window's: ``measure.Run`` leaves it out), and at every
 per-op benchmark, whose rounds the controller asks for in blocks instead of
 pytest-benchmark calibrating them (a block may name the CPU its calling
-thread runs on; each answer names the CPU it ended on). At the end of a
+thread runs on; each answer names the CPU it ended on; a block's seed places a memory-bound
+call's arrays in the memory both sides share, :mod:`.arena`). At the end of a
 test it sends the test's reports and the runs it measured, in the envelope of
 :mod:`pytest_opperf.records.handback`. The side never gates, reports or writes files:
 the controller's process does.
@@ -65,8 +66,8 @@ class SidePlugin:
             self.arena = SharedArena.from_env()
             if self.arena is None:
                 self.arena_why = f"the controller gave no shared memory ({ARENA_FD_ENV} unset)"
-        except (ImportError, OSError, ValueError) as exc:
-            self.arena_why = f"the shared memory cannot be mapped: {exc}"
+        except Exception as exc:  # noqa: BLE001 - told to the controller, which notes it
+            self.arena_why = f"the shared memory cannot be mapped: {type(exc).__name__}: {exc}"
 
     # --- the orders -----------------------------------------------------------------------
 
