@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from typing import Any
 
 import numpy as np
 import pytest
@@ -65,14 +66,21 @@ def test_input_bytes_counts_distinct_contiguous_arrays_at_any_depth():
 # --- one side's mapping -------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def sides() -> tuple[SharedArena, SharedArena]:
-    """Two mappings of one shared file, as two sides have (kept for the process's life)."""
+def _mapped(count: int = 1) -> Any:
+    """``count`` mappings of one new shared file, as that many sides have (kept for the
+    process's life); one alone when ``count`` is 1."""
     fd = shared_fd()
     try:
-        return SharedArena(fd), SharedArena(fd)
+        arenas = tuple(SharedArena(fd) for _ in range(count))
     finally:
         os.close(fd)
+    return arenas[0] if count == 1 else arenas
+
+
+@pytest.fixture(scope="module")
+def sides() -> tuple[SharedArena, SharedArena]:
+    """Two mappings of one shared file, as two sides have."""
+    return _mapped(2)
 
 
 def _at(arena: SharedArena, array: np.ndarray) -> int | None:
@@ -160,11 +168,7 @@ def test_the_result_is_copied_out_of_the_shared_memory_views_too(sides):
 
 
 def test_an_array_kept_past_its_block_stops_the_placing_for_good():
-    fd = shared_fd()
-    try:
-        arena = SharedArena(fd)
-    finally:
-        os.close(fd)
+    arena = _mapped()
     x = np.zeros(MIN_INPUT_BYTES // 4, np.float32)
     kept = []
     with arena.place((x,), seed=2) as (copy,):
@@ -268,11 +272,7 @@ def test_a_side_leaves_small_calls_and_pedantic_setups_in_its_own_memory(sides):
 def test_a_kernel_that_keeps_an_array_fails_its_benchmark_and_ends_the_placing():
     from pytest_opperf.ab.side import ControllerRounds
 
-    fd = shared_fd()
-    try:
-        arena = SharedArena(fd)
-    finally:
-        os.close(fd)
+    arena = _mapped()
     x = np.arange(MIN_INPUT_BYTES // 4, dtype=np.float32)
     cache = []
 
