@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from pytest_opperf.ab import processes
+from pytest_opperf.ab.arena import ARENA_FD_ENV
 from pytest_opperf.ab.processes import Sides, SideSpec, generation_env
 
 
@@ -41,8 +42,11 @@ def test_the_sides_are_started_with_their_generations_seed(monkeypatch, tmp_path
 
     class FakeSide:
         def __init__(self, spec: SideSpec, extra_env: dict[str, str] | None = None,
-                     started=None) -> None:
-            seen.append((spec.name, dict(extra_env or {})))
+                     started=None, fds=()) -> None:
+            env = dict(extra_env or {})
+            # every side gets the session's shared memory, under one descriptor number
+            assert fds == (sides.arena_fd,) and env.pop(ARENA_FD_ENV) == str(sides.arena_fd)
+            seen.append((spec.name, env))
             self.name = spec.name
             started(self)
 
@@ -58,6 +62,8 @@ def test_the_sides_are_started_with_their_generations_seed(monkeypatch, tmp_path
     sides = Sides(*specs, first="base", timeout_s=5, seed=99)
     sides.spawn()
     sides.restart()
+    sides.close()
+    assert sides.arena_fd is None  # closed with the sides
     first, second = seen[:2], seen[2:]
     assert {name for name, _ in first} == {"base", "head"}
     assert first[0][1] == first[1][1] == generation_env(99, 0, {})

@@ -173,10 +173,7 @@ class Controller:
         self._plan = plan
         self._check_extensions(collected)
         if not self.sides.placing:
-            why = "; ".join(f"{name}: {collected[name].get('arena') or 'no answer'}"
-                            for name in ("base", "head") if collected[name].get("arena") != "")
-            self.notes.append("the arrays of memory-bound per-op calls stay in each side's own "
-                              f"memory, a draw per process (docs/ab-statistics.md): {why}")
+            self.notes.append(self.sides.unplaced_note())
         errors = {name: list(message.get("errors", [])) for name, message in collected.items()}
         return plan, errors
 

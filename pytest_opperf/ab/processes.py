@@ -228,6 +228,7 @@ class Sides:
         self.spawn_s = 0.0  # how long the last start of both sides took
         self.arena_fd: int | None = None  # memory both sides share (:mod:`.arena`), made once
         self.placing = False  # both sides of this generation can place arrays in it
+        self.arena_why: dict[str, Any] = {}  # why each side cannot ("": it can; None: unsaid)
 
     def __getitem__(self, name: str) -> Side:
         return self.running[name]
@@ -266,9 +267,17 @@ class Sides:
                                   "is not deterministic",
                                   self.running[name].tail())
             self.ids[name] = ids
-        self.placing = all(message.get("arena") == "" for message in collected.values())
+        self.arena_why = {name: message.get("arena") for name, message in collected.items()}
+        self.placing = all(why == "" for why in self.arena_why.values())
         self.spawn_s = self.clock() - spawned
         return collected
+
+    def unplaced_note(self) -> str:
+        """The note of a generation whose sides place no arrays in the shared memory."""
+        why = "; ".join(f"{name}: {self.arena_why.get(name) or 'no answer'}"
+                        for name in ("base", "head") if self.arena_why.get(name) != "")
+        return ("the arrays of memory-bound per-op calls stay in each side's own memory, a draw "
+                f"per process (docs/ab-statistics.md): {why}")
 
     def restart(self) -> None:
         """A new generation: both sides ended, then started again in the other order."""
