@@ -75,20 +75,6 @@ def shared_fd(size: int = ARENA_BYTES) -> int:
     return fd
 
 
-def _arrays(tree: Any) -> Iterator[Any]:
-    """The numpy arrays in ``tree`` (dicts, lists and tuples of them, at any depth)."""
-    import numpy as np
-
-    if isinstance(tree, np.ndarray):
-        yield tree
-    elif isinstance(tree, dict):
-        for value in tree.values():
-            yield from _arrays(value)
-    elif isinstance(tree, (list, tuple)):
-        for value in tree:
-            yield from _arrays(value)
-
-
 def _movable(array: Any) -> bool:
     """An array a copy can stand for: contiguous (C or Fortran order), of plain data, not empty."""
     return (array.size > 0 and not array.dtype.hasobject
@@ -98,9 +84,13 @@ def _movable(array: Any) -> bool:
 def input_bytes(tree: Any) -> int:
     """The bytes of the distinct movable numpy arrays in ``tree`` (an array given twice: once)."""
     seen: dict[int, int] = {}
-    for array in _arrays(tree):
+
+    def note(array: Any) -> Any:
         if _movable(array):
             seen[id(array)] = array.nbytes
+        return array
+
+    _replace(tree, note)
     return sum(seen.values())
 
 
@@ -179,7 +169,6 @@ class SharedArena:
         self.region = mmap.mmap(fd, size, flags=mmap.MAP_SHARED)
         self.base = ctypes.addressof(ctypes.c_char.from_buffer(self.region))
         self.fit = FirstFit(size)
-        self.spilled = 0  # allocations of a placed block that did not fit (the C library's)
         self.broken: str | None = None  # why this process no longer places arrays here
         self._placing = False
         self._thread = 0  # the thread of the placed block (threading.get_ident)
@@ -223,11 +212,8 @@ class SharedArena:
     def _take(self, nbytes: int) -> int | None:
         if not self._placing or nbytes < MIN_ALLOCATION or threading.get_ident() != self._thread:
             return None
-        offset = self.fit.allocate(nbytes)
-        if offset is None:
-            self.spilled += 1
-            return None
-        return self.base + offset
+        offset = self.fit.allocate(nbytes)  # None: no gap fits, the C library's memory
+        return None if offset is None else self.base + offset
 
     def _malloc(self, nbytes: int) -> int | None:
         return self._take(nbytes) or self._libc.malloc(nbytes)

@@ -243,9 +243,8 @@ class ControllerRounds:
                         times = self._placed_block(arena, one_round, (args, kwargs), seed,
                                                    iterations, int(message["rounds"]), result)
                     else:
-                        one_round(1, (args, kwargs))  # pools fall asleep in a pause: wake them
-                        times = [one_round(iterations, (args, kwargs)) / iterations
-                                 for _ in range(int(message["rounds"]))]
+                        times = self._timed(one_round, (args, kwargs), iterations,
+                                            int(message["rounds"]))
                     ran_on = current_cpu()
                 placed.append(place)
                 per_call.extend(times)
@@ -275,12 +274,19 @@ class ControllerRounds:
         """A block on copies of the arrays in the shared memory, from where ``seed`` says; the
         result copied out of it after, and nothing of the block left in it."""
         with arena.place(call, seed) as copies:
-            one_round(1, copies)  # pools fall asleep in a pause: wake them, untimed
-            times = [one_round(iterations, copies) / iterations for _ in range(rounds)]
+            times = ControllerRounds._timed(one_round, copies, iterations, rounds)
             del copies
         result[0] = arena.private(result[0])
         arena.kept()
         return times
+
+    @staticmethod
+    def _timed(one_round: Callable[..., float], call: tuple[tuple, dict[str, Any]],
+               iterations: int, rounds: int) -> list[float]:
+        """A block's per-call times of ``rounds`` rounds on ``call``'s arguments, after one
+        untimed call (a pause lets thread pools fall asleep: it wakes them)."""
+        one_round(1, call)
+        return [one_round(iterations, call) / iterations for _ in range(rounds)]
 
 
 class SideSession(OpPerfSession):
