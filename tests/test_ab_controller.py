@@ -727,9 +727,18 @@ def test_past_each_budget_the_tests_run_again_narrow_to_leaning_metrics_then_to_
     _key_with_pairs(c, "time", [x + 0.04 for x in wide], "base", run="t::leans")  # past c/2
     _key_with_pairs(c, "time", [math.log(2.0)] * 20, "base", run="t::changed")  # one order only
     common = set(tests)
-    assert c._undecided_runs(common) == ["t::changed", "t::flat", "t::leans"]
-    assert c._undecided_runs(common, keep="leaning") == ["t::changed", "t::leans"]
-    assert c._undecided_runs(common, keep="changes") == ["t::changed"]
+    assert c._undecided_runs(common) == {"t::changed": 1, "t::flat": 1, "t::leans": 1}
+    assert list(c._undecided_runs(common, keep="leaning")) == ["t::changed", "t::leans"]
+    assert list(c._undecided_runs(common, keep="changes")) == ["t::changed"]
+    # with room for the leaning tier and one more visit of 5 s, of the rest, the undecided test
+    # that fits goes too; with none, the tier below alone (the caller narrows to it)
+    c._visit_s = {"t::flat": 5.0, "t::leans": 5.0, "t::changed": 5.0}
+    c.sides.spawn_s = 0.0
+    c._budget_end = c.clock() + 16.0
+    filled = c._filled(common, c._undecided_runs(common))
+    assert list(filled) == ["t::changed", "t::flat", "t::leans"]
+    c._budget_end = c.clock() + 14.0
+    assert c._filled(common, c._undecided_runs(common)) == {}
 
 
 def test_an_inconclusive_metric_gets_the_generations_a_verdict_needs_unless_warn(tmp_path,

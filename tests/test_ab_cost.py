@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from pytest_opperf.ab import render, tuning
-from pytest_opperf.ab.cost import Cost, costs, node_of
+from pytest_opperf.ab.cost import Cost, costs, fill, node_of
 from pytest_opperf.ab.paired import CompareResult, Decision
 from pytest_opperf.comparison.metrics import MetricKey
 from pytest_opperf.results import ResultsError
@@ -126,3 +126,19 @@ def test_a_compare_object_without_cost_reads_and_a_malformed_one_is_refused():
                 {k: v for k, v in data["cost"][0].items() if k != "test"}):
         with pytest.raises(ResultsError, match=r"compare.cost is not a list of \{test, metrics"):
             CompareResult.from_dict({**data, "cost": [bad]}, "r.json")
+
+
+def test_fill_keeps_the_must_tests_and_adds_the_most_metrics_per_second_that_fit():
+    tests = ["t::must", "t::e2e", "t::cheap", "t::op"]
+    seconds = {"t::must": 4.0, "t::e2e": 12.0, "t::cheap": 1.0, "t::op": 3.0}
+    wanting = {"t::must": 1, "t::e2e": 6, "t::cheap": 1, "t::op": 1}
+    # 6 s left after the must test: cheap (1/s) first, then op (0.33/s) fits; e2e (0.5/s) does
+    # not fit and is skipped; the tests keep their order
+    assert fill(tests, {"t::must"}, seconds, wanting, 10.0) == ["t::must", "t::cheap", "t::op"]
+    # room for the e2e test: it has the most metrics per second after cheap
+    assert fill(tests, {"t::must"}, seconds, wanting, 17.5) == ["t::must", "t::e2e", "t::cheap"]
+    # no room past the must test (or not even for it): none
+    assert fill(tests, {"t::must"}, seconds, wanting, 4.5) == []
+    assert fill(tests, {"t::must", "t::e2e"}, seconds, wanting, 10.0) == []
+    # nothing the must tier keeps: the others alone
+    assert fill(tests, set(), seconds, wanting, 4.0) == ["t::cheap", "t::op"]

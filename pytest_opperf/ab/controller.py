@@ -10,14 +10,9 @@ hand-over point, and then:
   blocks, the order of the two blocks drawn at random for each pair. Pair i
   is the median per-call time of each side's i-th block. Both blocks of a
   pair run on one CPU: the first where the scheduler puts it, the second
-  with its calling thread kept on the CPU the first ended on. A process
-  that stays on one CPU for its life runs at that CPU's speed, and the CPUs
-  of a shared machine differ (A/A here, one other job running: two
-  processes that each kept to their own CPU differed by up to 10 % over a
-  whole run; with each pair on one CPU, by 2-4 %). The CPU the first
-  block chose is the one the scheduler found free: pinning the pairs to
-  the CPUs in turn instead put half of them beside the other job, and the
-  pairs spread 1.8-2.6 times as wide (``benchmarks/pair_cpu.py``). After
+  with its calling thread kept on the CPU the first ended on: the CPUs of
+  a shared machine differ, and the one the first block chose is the one
+  the scheduler found free (docs/ab-statistics.md, "Where a pair runs"). After
   ``MIN_PAIRS`` the pairs of the current start order are decided (at the
   corrected level for the whole session's metrics) every ``CHECK_EVERY``
   pairs; the visit stops when they are decided, at ``MAX_VISIT_PAIRS`` or at
@@ -38,9 +33,11 @@ processes started in the other order (a *generation*, :meth:`.processes.Sides.re
 The budget of the passes after the first scales with what the selection
 costs: ``RERUN_SHARE`` of the first pass's wall time, at least
 ``RERUN_MIN_S``, never past ``[compare] budget_s`` from the start (the
-ceiling). Once it has no time left for the next generation of every
-undecided test (a start of the sides plus the tests' last visits, and
-another start after it), only tests with a change still to confirm (seen in
+ceiling). When it has no time for the next generation of every undecided
+test (a start of the sides plus the tests' last visits, and another start
+after it), the generation runs those of the tier below and as many more
+as fit, the most undecided metrics per second first (:func:`.cost.fill`).
+Once none more fit, only tests with a change still to confirm (seen in
 one start order, or by fewer process pairs than a change needs; or
 "unchanged" on one start order's pairs that could hide one), or an
 undecided metric whose estimate leans towards a regression (past
@@ -60,15 +57,14 @@ inconclusive, which fails the gate), an undecided headline metric of an
 e2e run (``examples_per_sec``, ``python_share``: :func:`.decide.headline`)
 or a metric undecided for want of pairs alone (:func:`.decide.unbounded`: a
 benchmark visited before the session knew its size took too few);
-``--opperf-compare-undecided=fail`` keeps every undecided test, as an
-undecided metric fails the gate then, and ``warn`` none of these. The
-constants named here are :mod:`.tuning`'s.
-The head's results of each test's first visit are the session's results.
-Every visit is timed, and its seconds are its test's: the result's ``cost`` gives each test's
-metrics, pairs, visits and seconds (:mod:`.cost`). At the start the compiled extension modules
-the two sides loaded are compared (:mod:`.extensions`): those that differ outside the checkouts
-are a warning (:attr:`Controller.warnings`) and the first note.
-No pytest import: the glue (``session.py``) passes callbacks.
+``--opperf-compare-undecided=fail`` keeps every undecided test, as an undecided metric fails the
+gate then, and ``warn`` none of these. The constants named here are :mod:`.tuning`'s. The head's
+results of each test's first visit are the session's results. Every visit is timed, and its
+seconds are its test's: the result's ``cost`` gives each test's metrics, pairs, visits and
+seconds (:mod:`.cost`). At the start the compiled extension modules the two sides loaded are
+compared (:mod:`.extensions`): those that differ outside the checkouts are a warning
+(:attr:`Controller.warnings`) and the first note. No pytest import: the glue (``session.py``)
+passes callbacks.
 """
 
 from __future__ import annotations
@@ -255,6 +251,8 @@ class Controller:
             tests = self._undecided_runs(common, keep=keep)
             if self.should_stop():
                 return False
+            if keep == "undecided" and not self._time_for(tests):
+                tests = self._filled(common, tests) or tests
             while keep != "changes" and not self._time_for(tests):
                 keep = "leaning" if keep == "undecided" else "changes"
                 self._budget_end = leaning_end if keep == "leaning" else ceiling
@@ -270,7 +268,7 @@ class Controller:
                 return bool(left)
             if self.clock() + self.sides.spawn_s >= self._budget_end:
                 return True  # a restart would measure nothing
-            self._pass(tests)
+            self._pass(list(tests))
             if last:
                 return generation < tuning.MAX_RERUNS and bool(self._undecided_runs(common))
         return False
@@ -295,23 +293,27 @@ class Controller:
         return schedule[index + 1] if index + 1 < len(schedule) else None
 
     def _undecided_runs(self, common: set[str], final: str | None = None,
-                        keep: Keep = "undecided") -> list[str]:
-        """The tests to run again: first those with a metric regressed or improved in one start
-        order only, then those with undecided metrics, most first (an e2e test's run gives a pair
-        to each of its metrics); which metrics count with ``keep`` and ``final``:
-        :func:`.decide.wanting_pairs`."""
+                        keep: Keep = "undecided") -> dict[str, int]:
+        """The tests to run again, each with its metrics that want pairs: first those with a
+        metric regressed or improved in one start order only, then those with undecided metrics,
+        most first (an e2e test's run gives a pair to each of its metrics); which metrics count
+        with ``keep`` and ``final``: :func:`.decide.wanting_pairs`."""
         wanted = decide.wanting_pairs(self.samples, self.settings, keep, final,
                                       self.undecided)
         unconfirmed = {cost.node_of(key.run) for key, why in wanted if why == "confirm"}
-        undecided: dict[str, int] = {}
-        for key, why in wanted:
-            if why == "decide":
-                test = cost.node_of(key.run)
-                undecided[test] = undecided.get(test, 0) + 1
-        order = self._plan.order if self._plan else []
-        rest = sorted((t for t in order if t in undecided and t not in unconfirmed and t in common),
-                      key=lambda t: -undecided[t])
-        return [t for t in order if t in unconfirmed and t in common] + rest
+        counts: dict[str, int] = {}
+        for key, _ in wanted:
+            counts[cost.node_of(key.run)] = counts.get(cost.node_of(key.run), 0) + 1
+        order = [t for t in (self._plan.order if self._plan else []) if t in counts and t in common]
+        rest = sorted((t for t in order if t not in unconfirmed), key=lambda t: -counts[t])
+        return {t: counts[t] for t in [t for t in order if t in unconfirmed] + rest}
+
+    def _filled(self, common: set[str], tests: dict[str, int]) -> dict[str, int]:
+        """Of the undecided ``tests``, too many for the budget: the leaning tier's and as many
+        more as fit (:func:`.cost.fill`); none when no more fit."""
+        must = self._undecided_runs(common, keep="leaning")
+        room = self._budget_end - self.clock() - 2 * self.sides.spawn_s
+        return {t: tests[t] for t in cost.fill(list(tests), must, self._visit_s, tests, room)}
 
     def close(self, grace_s: float = 10.0) -> None:
         """End both processes (idempotent, never raises); ``grace_s`` for each to end by itself."""

@@ -7,16 +7,16 @@ its runs (a run id is the test's node id, or ``<node id>#<window>`` for its extr
 a metric's seconds are its test's: the pairs of all its metrics came from those visits.
 :func:`costs` makes the rows (one per test with a decided metric, the most expensive first) that
 the compare object keeps (``cost``, docs/contract-additions.md) and the A/B section shows
-(:mod:`.render`).
+(:mod:`.render`). :func:`fill` picks the tests a generation has room for from those costs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["Cost", "costs", "node_of"]
+__all__ = ["Cost", "costs", "fill", "node_of"]
 
 
 def node_of(run_id: str) -> str:
@@ -66,3 +66,19 @@ def costs(decisions: Iterable[_Decided], seconds: Mapping[str, float],
         pairs[test] = max(pairs.get(test, 0), d.pairs)
     rows = [Cost(t, metrics[t], pairs[t], visits.get(t, 0), seconds.get(t, 0.0)) for t in metrics]
     return sorted(rows, key=lambda c: (-c.seconds, c.test))
+
+
+def fill(tests: Sequence[str], must: Collection[str], seconds: Mapping[str, float],
+         wanting: Mapping[str, int], room: float) -> list[str]:
+    """Of ``tests`` (in their order), those in ``must`` and as many of the others as fit with them
+    in ``room`` seconds, each costing its last visit's ``seconds``: the most metrics wanting pairs
+    (``wanting``) per second first, a test that does not fit skipped for a cheaper one. ``[]``
+    when ``must`` leaves room for none of the others."""
+    left = room - sum(seconds.get(t, 0.0) for t in tests if t in must)
+    others = [t for t in tests if t not in must]
+    chosen: set[str] = set()
+    for test in sorted(others, key=lambda t: -wanting.get(t, 1) / max(seconds.get(t, 0.0), 1e-6)):
+        if seconds.get(test, 0.0) <= left:
+            chosen.add(test)
+            left -= seconds.get(test, 0.0)
+    return [t for t in tests if t in must or t in chosen] if chosen else []
