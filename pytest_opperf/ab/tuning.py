@@ -19,10 +19,14 @@ MIN_ROUND_S = 0.0005  # timer resolution is far finer; rounds this long keep cal
 BLOCK_S = 0.008  # timed work per block: short, so base and head blocks lie close in time
 MAX_ROUNDS = 50  # rounds per block, at most
 MIN_VISIT_S = 0.5  # a benchmark's share of the budget is never below this
-# Warm-up pairs, discarded, for at least this long per visit: the set-up of a test leaves
-# transients (BLAS threads that busy-wait ~0.1 s after a call, caches) that favour the side
-# that ran last; measured A/A here, pairs taken straight after set-up were off by up to 10x.
-WARMUP_S = 0.3
+# Warm-up pairs, discarded, for at least this long per visit (one pair at least). Set-up once
+# left transients (BLAS threads that busy-wait ~0.1 s after a call) that favoured the side that
+# ran last, and pairs straight after it were off by up to 10x; with BLAS held to one thread and
+# the arrays in shared memory, the pairs of the first 0.05 s of 96 visits (shard 3/3 A/A, one
+# busy loop beside it) strayed from their visit's later pairs no more than those did (median
+# |deviation| 0.92 of the later pairs' MAD, 10 % past 3 MADs, as later), and 0.3 s cost a
+# third of a visit (docs/ab-statistics.md, "The warm-up of a visit").
+WARMUP_S = 0.05
 # The share of the budget left (over the tests left) a first visit of a benchmark may take; the
 # rest stays for running tests again. With 0.5 the main job's first pass took 1.7 times a
 # single-side run; visits that have the pairs for a bounded interval gain little from more.
