@@ -44,7 +44,7 @@ MAX_RERUNS = 16
 # The first pass of the main job costs about 1.45 times a single-side run (two sides, warm-up
 # pairs); with 0.3 and the narrowing of the tests run again its whole A/B came to 1.77 times
 # (0.3 alone: 3x).
-RERUN_SHARE = 0.3
+RERUN_SHARE = 0.8
 RERUN_MIN_S = 10.0
 # When the reruns' budget has no room for every undecided test, the changes seen in one start
 # order and the leaning metrics go on until the session has run this long at least (still
