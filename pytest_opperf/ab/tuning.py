@@ -14,7 +14,7 @@ from __future__ import annotations
 MIN_PAIRS = 12  # a visit's first look at its pairs; paired.decide's own minimum applies on top
 VISIT_MARGIN_PAIRS = 2  # a visit's pairs past the fewest with a bounded interval
 CHECK_EVERY = 4  # after MIN_PAIRS, the visit looks at its pairs every this many pairs
-MAX_VISIT_PAIRS = 80  # a visit's pairs, at most
+MAX_VISIT_PAIRS = 48  # a visit's pairs, at most
 MIN_ROUND_S = 0.0005  # timer resolution is far finer; rounds this long keep call overhead small
 BLOCK_S = 0.008  # timed work per block: short, so base and head blocks lie close in time
 MAX_ROUNDS = 50  # rounds per block, at most
