@@ -558,23 +558,28 @@ def test_the_session_budget_follows_the_first_pass(tmp_path, budget_s, left_s):
         result.notes)
 
 
-def test_an_aa_metric_that_cannot_end_regressed_is_not_run_again(tmp_path):
-    # A visit takes 20 s: after the first pass the reruns have 10 s, room for one generation at
-    # most, so it would be the last; its pairs (the other start order) cannot make the metric
-    # regressed, since the first order's interval reaches below c/2. No generation is started.
-    c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 1.0}, 20.0, **AA_UNDECIDED)
+@pytest.mark.parametrize(("budget_s", "generations"), [(30.0, 1), (1e6, 2)])
+def test_an_aa_metric_that_cannot_end_regressed_is_not_run_again(tmp_path, budget_s, generations):
+    # A visit takes 20 s. With budget_s 30 the session has room for one generation at most, so it
+    # would be the last; its pairs (the other start order) cannot make the metric regressed, since
+    # the first order's interval reaches below c/2: no generation is started. With time left,
+    # the metric, undecided on the pairs of one start order, gets the other order (past the
+    # reruns' 10 s, as a change to confirm does), and then no more.
+    c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 1.0}, 20.0,
+                                 budget_s=budget_s, **AA_UNDECIDED)
     result = run_session(c)
     (d,) = result.decisions
     assert d.verdict == "undecided" and result.budget_exhausted
-    assert "stopped early" in result.notes[0] and "1 generation(s)" in result.notes[-1]
-    assert len({pid for s, pid, _ in _blocks(tmp_path) if s == "head"}) == 1
+    assert "stopped early" in result.notes[0]
+    assert f"{generations} generation(s)" in result.notes[-1]
+    assert len({pid for s, pid, _ in _blocks(tmp_path) if s == "head"}) == generations
 
 
 def test_undecided_metrics_that_fail_the_gate_are_run_again_in_the_last_generation(tmp_path):
     c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 1.0}, 20.0,
                                  undecided="fail", **AA_UNDECIDED)
     result = run_session(c)
-    assert "2 generation(s)" in result.notes[-1]
+    assert int(result.notes[-1].split(" generation(s)")[0].rsplit(" ", 1)[1]) >= 2
     assert not any("stopped early" in note for note in result.notes)
 
 
@@ -666,7 +671,8 @@ def test_past_the_budget_an_aa_metric_that_does_not_lean_ends_the_session(tmp_pa
     result = run_session(c)
     (d,) = result.decisions
     assert d.verdict == "undecided" and 0.97 < d.estimate < 1.0247
-    assert "1 generation(s)" in result.notes[-1]
+    # it gets the other start order (undecided on the pairs of one), and then no more
+    assert "2 generation(s)" in result.notes[-1]
     assert any("stopped early" in note for note in result.notes)
 
 
@@ -691,13 +697,14 @@ def test_leans_is_an_estimate_past_half_the_threshold(kind, estimate, limit, lea
 
 
 @pytest.mark.parametrize(("leaning_min_s", "visit_s", "gauss", "generations"),
-                         [(60.0, 0.0, 0.1, None), (0.0, 0.0, 0.3, 1), (60.0, 40.0, 0.3, 1)])
+                         [(60.0, 0.0, 0.1, None), (0.0, 0.0, 0.3, 2), (60.0, 40.0, 0.3, 2)])
 def test_past_the_budget_a_leaning_metric_runs_again_for_leaning_min_s(
         tmp_path, monkeypatch, leaning_min_s, visit_s, gauss, generations):
     # 6 % slower (its estimate past sqrt(1.05)) in noise too wide to decide, and no budget for
     # reruns: until the session has run LEANING_MIN_S it runs again while it leans, and is
     # decided (once each start order's pairs had an interval of their own it used to stop
-    # there: a slowdown at the threshold ended undecided). Past LEANING_MIN_S it gets none: only
+    # there: a slowdown at the threshold ended undecided). Past LEANING_MIN_S it gets only the
+    # other start order, as every metric undecided on the pairs of one does, and then none: only
     # a change seen in one start order goes on (e2e stats, with a few pairs a run, took the main
     # job's A/B to 3x its single side when they went on up to budget_s). LEANING_MIN_S counts
     # from the session's start: after a first pass of 40 s, a 40 s generation does not fit
@@ -723,8 +730,11 @@ def test_past_each_budget_the_tests_run_again_narrow_to_leaning_metrics_then_to_
     tests = ["t::flat", "t::leans", "t::changed"]
     c._plan = controller_module.Plan(tests, [], [], tests)
     wide = [0.5 * ((i * 7) % 5 - 2) for i in range(20)]  # symmetric about 0: undecided
-    _key_with_pairs(c, "time", wide, "base", run="t::flat")  # estimate 0: does not lean
-    _key_with_pairs(c, "time", [x + 0.04 for x in wide], "base", run="t::leans")  # past c/2
+    # estimate 0: does not lean; pairs of both start orders (one order's would want the other)
+    _key_with_pairs(c, "time", wide[:10], "base", run="t::flat")
+    _key_with_pairs(c, "time", wide[10:], "head", run="t::flat")
+    _key_with_pairs(c, "time", [x + 0.04 for x in wide[:10]], "base", run="t::leans")  # past c/2
+    _key_with_pairs(c, "time", [x + 0.04 for x in wide[10:]], "head", run="t::leans")
     _key_with_pairs(c, "time", [math.log(2.0)] * 20, "base", run="t::changed")  # one order only
     common = set(tests)
     assert c._undecided_runs(common) == {"t::changed": 1, "t::flat": 1, "t::leans": 1}
@@ -739,6 +749,13 @@ def test_past_each_budget_the_tests_run_again_narrow_to_leaning_metrics_then_to_
     assert list(filled) == ["t::changed", "t::flat", "t::leans"]
     c._budget_end = c.clock() + 14.0
     assert c._filled(common, c._undecided_runs(common)) == {}
+    # the flat metric undecided on the pairs of one start order only: it wants the other in
+    # every tier, as a change to confirm does (the visit that gave them may have stopped at the
+    # level of a smaller family than the session's)
+    _clear(c)
+    _key_with_pairs(c, "time", wide, "base", run="t::flat")
+    assert list(c._undecided_runs(common, keep="changes")) == ["t::flat"]
+    assert c._undecided_runs(common, final="base", keep="changes") == {}  # cannot end regressed
 
 
 def test_an_inconclusive_metric_gets_the_generations_a_verdict_needs_unless_warn(tmp_path,

@@ -323,14 +323,23 @@ def _one_sided(d: Decision, samples: SessionPairs) -> bool:
     pair's bias, which can be as large as a change (0.815 head/base of a whole generation, one busy
     loop beside it; a 3 % slower conv2d at 1.001-1.013 in one process pair), may be what hides a
     change there, and the pairs of that process pair cannot rule it out."""
-    if d.verdict != "unchanged" or d.kind == "count":
-        return False
-    orders = [f for f in ("base", "head") if (part := samples.part(d.key, f)) and part.pairs]
-    if len(orders) >= 2:
+    if d.verdict != "unchanged" or d.kind == "count" or _orders(d.key, samples) >= 2:
         return False
     estimate, low, high, c = d.in_x()
     low, high = _wider(estimate, low, high, math.sqrt(tuning.ONE_PAIR_DESIGN_EFFECT))
     return low <= -c or high >= c
+
+
+def _orders(key: MetricKey, samples: SessionPairs) -> int:
+    """How many start orders ``key`` has pairs of (0-2)."""
+    return sum(1 for f in ("base", "head") if (part := samples.part(key, f)) and part.pairs)
+
+
+def _one_order(d: Decision, samples: SessionPairs) -> bool:
+    """Whether ``d`` is undecided on the pairs of one start order only: the other order, a
+    process pair of its own, has not been asked yet (a benchmark whose visit stopped as decided
+    at the family the first pass knew then, and is undecided at the session's)."""
+    return d.verdict == "undecided" and d.kind != "count" and _orders(d.key, samples) == 1
 
 
 def _confirmed(d: Decision, samples: SessionPairs, settings: CompareSettings) -> Decision:
@@ -439,10 +448,12 @@ def wanting_pairs(samples: SessionPairs, settings: CompareSettings, keep: Keep =
     (``undecided``, ``--opperf-compare-undecided``: every one with ``fail``; by default one whose
     estimate is past the threshold, which may end inconclusive) always counts, and so, by
     default, do an e2e run's undecided headline metric (:func:`headline`) and a metric undecided
-    for want of pairs alone (:func:`unbounded`). Of the others, only those changes and the
+    for want of pairs alone (:func:`unbounded`). Of the others, only those changes, the
+    undecided metrics with the pairs of one start order only (:func:`_one_order`) and the
     metrics that lean towards a regression (:func:`leans`) count with ``keep="leaning"``, only
-    the changes with ``keep="changes"``, and with ``final`` (the start order whose pairs get no
-    more pairs) only those that may still end regressed (:func:`may_regress`)."""
+    the changes and those of one start order with ``keep="changes"``, and with ``final`` (the
+    start order whose pairs get no more pairs) only those that may still end regressed
+    (:func:`may_regress`)."""
     wanted: list[tuple[MetricKey, Want]] = []
     for d in session_decide(samples, settings):
         change = _unconfirmed(d, samples, settings) or _one_sided(d, samples)
@@ -453,7 +464,7 @@ def wanting_pairs(samples: SessionPairs, settings: CompareSettings, keep: Keep =
         always = undecided == "fail" or (undecided == "inconclusive" and (
             d.past_threshold or headline(d.key) or unbounded(d, settings)))
         kept = always or (
-            (keep == "undecided" or change
+            (keep == "undecided" or change or _one_order(d, samples)
              or (keep == "leaning" and leans(d)))
             and (final is None or may_regress(samples, d.key, final, settings)))
         if not kept:
