@@ -273,7 +273,7 @@ class Controller:
                 return generation < tuning.MAX_RERUNS and bool(self._undecided_runs(common))
         return False
 
-    def _time_for(self, tests: list[str]) -> bool:
+    def _time_for(self, tests: Collection[str]) -> bool:
         """Whether the budget has time for a generation that runs ``tests`` and a start of the
         sides after it (estimated from the last start's and the tests' last visits' durations)."""
         cost = self.sides.spawn_s + sum(self._visit_s.get(t, 0.0) for t in tests)
