@@ -14,18 +14,21 @@ from __future__ import annotations
 MIN_PAIRS = 12  # a visit's first look at its pairs; paired.decide's own minimum applies on top
 VISIT_MARGIN_PAIRS = 2  # a visit's pairs past the fewest with a bounded interval
 CHECK_EVERY = 4  # after MIN_PAIRS, the visit looks at its pairs every this many pairs
-MAX_VISIT_PAIRS = 48  # a visit's pairs, at most
+# A visit's pairs, at most. What a visit of 48 pairs leaves undecided is mostly a metric whose
+# process pairs differ (design effects 2-7 in the main job's A/A runs): a visit in the other
+# start order, a new process pair, tells more than more pairs of this one. With 80, such visits
+# took 2 s, and the fill of a generation (cost.fill) skipped them as the costliest.
+MAX_VISIT_PAIRS = 48
 MIN_ROUND_S = 0.0005  # timer resolution is far finer; rounds this long keep call overhead small
 BLOCK_S = 0.008  # timed work per block: short, so base and head blocks lie close in time
 MAX_ROUNDS = 50  # rounds per block, at most
 MIN_VISIT_S = 0.5  # a benchmark's share of the budget is never below this
-# Warm-up pairs, discarded, for at least this long per visit (one pair at least). Set-up once
-# left transients (BLAS threads that busy-wait ~0.1 s after a call) that favoured the side that
-# ran last, and pairs straight after it were off by up to 10x; with BLAS held to one thread and
-# the arrays in shared memory, the pairs of the first 0.05 s of 96 visits (shard 3/3 A/A, one
-# busy loop beside it) strayed from their visit's later pairs no more than those did (median
-# |deviation| 0.92 of the later pairs' MAD, 10 % past 3 MADs, as later), and 0.3 s cost a
-# third of a visit (docs/ab-statistics.md, "The warm-up of a visit").
+# Warm-up pairs, discarded, for at least this long per visit (one pair at least). It was 0.3 s
+# when a test's set-up left transients (BLAS threads busy-waiting after a call) that favoured the
+# side that ran last. Now, with BLAS held to one thread and the arrays in shared memory, the
+# pairs of a visit's first 0.2 s are noisier but not biased (A/A, shard 3/3: 22 % past 3 MADs in
+# the first 0.05 s, 13 % after 0.3 s), and 0.3 s was a third of a visit's time
+# (docs/ab-statistics.md, "The warm-up of a visit").
 WARMUP_S = 0.05
 # The share of the budget left (over the tests left) a first visit of a benchmark may take; the
 # rest stays for running tests again. With 0.5 the main job's first pass took 1.7 times a
@@ -41,9 +44,11 @@ FIRST_VISIT_SHARE = 0.25
 MAX_RERUNS = 16
 # The passes after the first may take this share of the first pass's wall time (spawn and
 # collection included), but at least RERUN_MIN_S, and never more than [compare] budget_s allows.
-# The first pass of the main job costs about 1.45 times a single-side run (two sides, warm-up
-# pairs); with 0.3 and the narrowing of the tests run again its whole A/B came to 1.77 times
-# (0.3 alone: 3x).
+# With a warm-up of 0.3 s the main job's first pass cost about 1.45 times a single-side run, and
+# 0.3 brought its whole A/B to 1.77 times. With 0.05 s the shards' first passes take 25-31 s,
+# 0.3 of that left room for one generation after it, and the metrics whose two process pairs
+# disagreed stayed undecided; 0.8 gives them 3-5 (docs/ab-statistics.md, "The budget and the
+# early stop").
 RERUN_SHARE = 0.8
 RERUN_MIN_S = 10.0
 # When the reruns' budget has no room for every undecided test, the changes seen in one start
