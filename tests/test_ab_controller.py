@@ -129,6 +129,11 @@ def test_the_e2e_pairs_keep_the_base_steps_for_the_step_share_floor(tmp_path):
     c._e2e_pairs([_run([100.0, 20.0, 20.0], [50.0, 4.0, 4.0], executor[:3], {"relu": 1})],
                  [head])
     assert relu.step_ms == 14.0  # the median of 10, 12, 14, 20 and 20: every visit's
+    # the run's executor stat is its step, a headline metric (examples/sec's level)
+    step = paired.MetricKey("t.py::test_e2e", "step_ms:ExecutorRunTimer")
+    assert c.samples.step_keys == {step}
+    assert c.samples.family().level(0.05, step) == c.samples.family().level(
+        0.05, paired.MetricKey("t.py::test_e2e", "examples_per_sec"))
 
 
 def test_side_arguments_leave_out_the_controllers_options():

@@ -346,6 +346,13 @@ def test_the_headline_metrics_share_half_of_alpha_and_the_levels_add_up_to_alpha
     assert family.Family(0, 81).level(0.05, op) == family.Family(4, 0).level(0.05, rate) * 4 / 81
     assert weighted.plus(3) == family.Family(4, 80) and weighted.plus(-1) == weighted
     assert weighted.describe() == "Bonferroni, 81 metrics, weighted: 0.5 of alpha over 4 headline"
+    # an e2e run's step (the step_ms of its executor stat) is a headline metric when named so
+    step = MetricKey(rate.run, "step_ms:ExecutorRunTimer")
+    assert not family.headline(step) and family.headline(step, {step})
+    steps = family.Family.of([(rate, "rate"), (step, "time"), (op, "time")], [step])
+    assert (steps.headline, steps.other) == (2, 1) and steps.plus(1).steps == {step}
+    assert steps.level(0.05, step) == steps.level(0.05, rate) == pytest.approx(0.025 / 2)
+    assert family.Family.of([(rate, "rate"), (step, "time"), (op, "time")]).headline == 1
 
 
 def test_a_headline_metric_is_decided_at_its_weighted_level():

@@ -29,33 +29,33 @@ processes started in the other order (a *generation*, :meth:`.processes.Sides.re
 
 The budget of the passes after the first scales with what the selection costs: ``RERUN_SHARE`` of
 the first pass's wall time, at least ``RERUN_MIN_S``, never past ``[compare] budget_s`` from the
-start (the ceiling). When it has no time for the next generation of every undecided test (a start
-of the sides plus the tests' last visits, and another start after it), the generation runs those
-of the tier below and as many more as fit, the most undecided metrics per second first
+start (the ceiling). When it has no time for the next generation of every undecided test (a start of
+the sides plus the tests' last visits, and another start after it), the generation runs those of the
+tier below and as many more as fit, the most undecided metrics per second first
 (:func:`.cost.fill`). Once none more fit, only tests with a change still to confirm (seen in one
 start order, or by fewer process pairs than a change needs; or "unchanged" on one start order's
-pairs that could hide one), a metric undecided on the pairs of one start order (it gets the
-other), or an undecided metric whose estimate leans towards a regression (past ``c/2``: a
-slowdown near the threshold is decided by more pairs) go on, within the budget or until the
-session has run ``LEANING_MIN_S``, whichever is later; once that has no time for those either,
-only the changes and the metrics of one start order, up to the ceiling. The last generation
-(``MAX_RERUNS``, or the time left allows none after it) runs only the tests with a metric that
-may still end regressed: the pairs of the current start order get no more pairs then, and a
-regression needs them, on their own, to have an interval whose lower end is above no change
-(:func:`.decide.may_regress`). With none, the session ends: what is left undecided cannot fail
-the gate. Whatever the tier, and in the last generation too, a test runs again (up to the
-ceiling) while it has an undecided metric whose estimate is past the threshold (it may end
-inconclusive, which fails the gate), an undecided headline metric of an e2e run
-(``examples_per_sec``, ``python_share``: :func:`.decide.headline`) or a metric undecided for want
-of pairs alone (:func:`.decide.unbounded`: a benchmark visited before the session knew its size
-took too few); ``--opperf-compare-undecided=fail`` keeps every undecided test, as an undecided
-metric fails the gate then, and ``warn`` none of these. The constants named here are
-:mod:`.tuning`'s. The head's results of each test's first visit are the session's results. Every
-visit is timed, and its seconds are its test's: the result's ``cost`` gives each test's metrics,
-pairs, visits and seconds (:mod:`.cost`). At the start the compiled extension modules the two
-sides loaded are compared (:mod:`.extensions`): those that differ outside the checkouts are a
-warning (:attr:`Controller.warnings`) and the first note. No pytest import: the glue
-(``session.py``) passes callbacks.
+pairs that could hide one), a metric undecided on the pairs of one start order (it gets the other),
+or an undecided metric whose estimate leans towards a regression (past ``c/2``: a slowdown near the
+threshold is decided by more pairs) go on, within the budget or until the session has run
+``LEANING_MIN_S``, whichever is later; once that has no time for those either, only the changes and
+the metrics of one start order, up to the ceiling. The last generation (``MAX_RERUNS``, or the time
+left allows none after it) runs only the tests with a metric that may still end regressed: the pairs
+of the current start order get no more pairs then, and a regression needs them, on their own, to
+have an interval whose lower end is above no change (:func:`.decide.may_regress`). With none, the
+session ends: what is left undecided cannot fail the gate. Whatever the tier, and in the last
+generation too, a test runs again (up to the ceiling) while it has an undecided metric whose
+estimate is past the threshold (it may end inconclusive, which fails the gate), an undecided
+headline metric of an e2e run (``examples_per_sec``, ``python_share``, the step:
+:func:`.decide.headline`) or a metric undecided for want of pairs alone (:func:`.decide.unbounded`:
+a benchmark visited before the session knew its size took too few);
+``--opperf-compare-undecided=fail`` keeps every undecided test, as an undecided metric fails the
+gate then, and ``warn`` none of these. The constants named here are :mod:`.tuning`'s. The head's
+results of each test's first visit are the session's results. Every visit is timed, and its seconds
+are its test's: the result's ``cost`` gives each test's metrics, pairs, visits and seconds
+(:mod:`.cost`). At the start the compiled extension modules the two sides loaded are compared
+(:mod:`.extensions`): those that differ outside the checkouts are a warning
+(:attr:`Controller.warnings`) and the first note. No pytest import: the glue (``session.py``) passes
+callbacks.
 """
 
 from __future__ import annotations
@@ -368,6 +368,8 @@ class Controller:
             if head.kind != "e2e" or head.id not in base:
                 continue
             self.samples.add_steps(head.id, steady_steps(base[head.id]))
+            if head.executor_stat:
+                self.samples.add_step_stat(head.id, head.executor_stat)
             for s in e2e_samples(base[head.id], head):
                 key = paired.MetricKey(s.run, s.metric)
                 self.samples.of(key, s.kind)

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..comparison.metrics import Kind, MetricKey
+from ..comparison.metrics import STEP, Kind, MetricKey, metric
 from ..comparison.thresholds import CompareSettings
 from ..core.stats import median, student_t_quantile
 from . import paired, tuning
@@ -67,10 +67,17 @@ class SessionPairs:
     firsts: dict[MetricKey, list[str]] = field(default_factory=dict)  # per pair, in order
     generations: dict[MetricKey, list[int]] = field(default_factory=dict)  # per pair, in order
     steps: dict[str, list[float]] = field(default_factory=dict)  # per e2e run, the base's steps
+    step_keys: set[MetricKey] = field(default_factory=set)  # per e2e run, its step's metric
 
     def family(self) -> Family:
         """The metrics every decision of the session is corrected for (:class:`.family.Family`)."""
-        return Family.of((p.key, p.kind) for p in self.paired.values())
+        return Family.of(((p.key, p.kind) for p in self.paired.values()), self.step_keys)
+
+    def add_step_stat(self, run: str, stat: str) -> None:
+        """``stat`` is the e2e run ``run``'s executor stat: its ``step_ms`` is the step, a headline
+        metric (:func:`.family.headline`). Before the run's first pairs, so that its level only
+        falls."""
+        self.step_keys.add(MetricKey(run, metric(STEP, stat)))
 
     def of(self, key: MetricKey, kind: Kind) -> Paired:
         """``key``'s samples, empty ones made now when it has none (it counts as a metric)."""
@@ -387,7 +394,8 @@ def _inconclusive(decisions: list[Decision], samples: SessionPairs,
         return decisions
     # corrected for the number of metrics it is given: the undecided ones
     looks = session_decide(samples, settings, [decisions[i].key for i in undecided])
-    family = Family.of((decisions[i].key, decisions[i].kind) for i in undecided)
+    family = Family.of(((decisions[i].key, decisions[i].kind) for i in undecided),
+                       samples.step_keys)
     out = list(decisions)
     for i, look in zip(undecided, looks, strict=True):
         _, low, _, _ = look.in_x()
@@ -462,7 +470,7 @@ def wanting_pairs(samples: SessionPairs, settings: CompareSettings, keep: Keep =
         # and, by default, an undecided headline metric and one that lacks the pairs for any
         # verdict
         always = undecided == "fail" or (undecided == "inconclusive" and (
-            d.past_threshold or headline(d.key) or unbounded(d, settings)))
+            d.past_threshold or headline(d.key, samples.step_keys) or unbounded(d, settings)))
         kept = always or (
             (keep == "undecided" or change or _one_order(d, samples)
              or (keep == "leaning" and leans(d)))

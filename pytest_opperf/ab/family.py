@@ -1,6 +1,7 @@
 """The family of metrics an A/B decision is corrected for, and the weights of its correction.
 
-An e2e run's headline metrics (``examples_per_sec``, ``python_share``) are what the report leads
+An e2e run's headline metrics (``examples_per_sec``, ``python_share``, and the step itself: the
+``step_ms`` of the run's executor stat, the root of its ``Stat=`` table) are what the report leads
 with and what a change that only time can see (inside C kernels) shows in first, and they get the
 fewest pairs, each the ratio of two whole training steps. The weighted Bonferroni of
 :class:`Family` gives them half of ``alpha``. Pure: no numpy, no pytest.
@@ -9,7 +10,7 @@ fewest pairs, each the ratio of two whole training steps. The weighted Bonferron
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..comparison.metrics import EXAMPLES_PER_SEC, PYTHON_SHARE, Kind, MetricKey
 
@@ -22,44 +23,50 @@ HEADLINE = (EXAMPLES_PER_SEC, PYTHON_SHARE)
 HEADLINE_SHARE = 0.5
 
 
-def headline(key: MetricKey) -> bool:
-    """Whether ``key`` is an e2e run's headline metric (:data:`HEADLINE`)."""
-    return key.metric in HEADLINE
+def headline(key: MetricKey, steps: Iterable[MetricKey] = ()) -> bool:
+    """Whether ``key`` is an e2e run's headline metric: one of :data:`HEADLINE`, or one of
+    ``steps`` (the ``step_ms`` of each e2e run's executor stat: the step)."""
+    return key.metric in HEADLINE or key in steps
 
 
 @dataclass(frozen=True)
 class Family:
     """The metrics a decision is corrected for: ``headline`` of them an e2e run's headline metrics
-    (:func:`headline`), ``other`` the rest with statistics (counts are exact and not counted).
+    (:func:`headline`, ``steps`` the runs' step metrics), ``other`` the rest with statistics
+    (counts are exact and not counted).
 
     The correction is a weighted Bonferroni: when the family has both kinds, the headline metrics
     share :data:`HEADLINE_SHARE` of ``alpha`` and the others the rest, each metric an equal part of
     its kind's share; with one kind only, each metric gets ``alpha`` over the family, as plain
     Bonferroni. The levels add up to ``alpha`` either way, so every interval of the family holds
-    together with probability at least ``1 - alpha``. Why weighted: ci.yml's e2e job has 4 headline
+    together with probability at least ``1 - alpha``. Why weighted: ci.yml's e2e job has 6 headline
     metrics among 81 with statistics. An e2e run's examples/sec gets a few pairs a visit with the
-    noise of a whole step; at ``alpha / 81`` it needs 1.57 times the pairs it needs at
-    ``alpha / 8``, while the others' intervals widen by 5 % (docs/ab-statistics.md,
+    noise of a whole step; at ``alpha / 81`` it needs 1.43 times the pairs it needs at
+    ``alpha / 12``, while the others' intervals widen by 5 % (docs/ab-statistics.md,
     "Correction"). A family only grows in a session, and each level then only falls: an interval
     ruled on now is at least as wide at the end."""
 
     headline: int = 0
     other: int = 0
+    steps: frozenset[MetricKey] = field(default=frozenset(), compare=False)
 
     @classmethod
-    def of(cls, metrics: Iterable[tuple[MetricKey, Kind]]) -> Family:
-        """The family of ``metrics`` (each a key and its kind), counts left out."""
-        kinds = [headline(key) for key, kind in metrics if kind != "count"]
-        return cls(sum(kinds), len(kinds) - sum(kinds))
+    def of(cls, metrics: Iterable[tuple[MetricKey, Kind]],
+           steps: Iterable[MetricKey] = ()) -> Family:
+        """The family of ``metrics`` (each a key and its kind), counts left out; ``steps``: the e2e
+        runs' step metrics (:func:`headline`)."""
+        steps = frozenset(steps)
+        kinds = [headline(key, steps) for key, kind in metrics if kind != "count"]
+        return cls(sum(kinds), len(kinds) - sum(kinds), steps)
 
     def plus(self, other: int) -> Family:
         """This family with ``other`` more metrics that are not headline ones."""
-        return Family(self.headline, self.other + max(0, other))
+        return Family(self.headline, self.other + max(0, other), self.steps)
 
     def level(self, alpha: float, key: MetricKey) -> float:
         """``alpha``'s share for ``key``, a metric of this family (or of its kind)."""
         if self.headline and self.other:
-            if headline(key):
+            if headline(key, self.steps):
                 return alpha * HEADLINE_SHARE / self.headline
             return alpha * (1 - HEADLINE_SHARE) / self.other
         return alpha / max(1, self.headline + self.other)
