@@ -45,17 +45,16 @@ have an interval whose lower end is above no change (:func:`.decide.may_regress`
 session ends: what is left undecided cannot fail the gate. Whatever the tier, and in the last
 generation too, a test runs again (up to the ceiling) while it has an undecided metric whose
 estimate is past the threshold (it may end inconclusive, which fails the gate), an undecided
-headline metric of an e2e run (``examples_per_sec``, ``python_share``, the step:
-:func:`.decide.headline`) or a metric undecided for want of pairs alone (:func:`.decide.unbounded`:
-a benchmark visited before the session knew its size took too few);
-``--opperf-compare-undecided=fail`` keeps every undecided test, as an undecided metric fails the
-gate then, and ``warn`` none of these. The constants named here are :mod:`.tuning`'s. The head's
-results of each test's first visit are the session's results. Every visit is timed, and its seconds
-are its test's: the result's ``cost`` gives each test's metrics, pairs, visits and seconds
-(:mod:`.cost`). At the start the compiled extension modules the two sides loaded are compared
-(:mod:`.extensions`): those that differ outside the checkouts are a warning
-(:attr:`Controller.warnings`) and the first note. No pytest import: the glue (``session.py``) passes
-callbacks.
+headline metric of an e2e run (``examples_per_sec``, ``python_share``: :data:`.decide.HEADLINE`) or
+a metric undecided for want of pairs alone (:func:`.decide.unbounded`: a benchmark visited before
+the session knew its size took too few); ``--opperf-compare-undecided=fail`` keeps every undecided
+test, as an undecided metric fails the gate then, and ``warn`` none of these. The constants named
+here are :mod:`.tuning`'s. The head's results of each test's first visit are the session's results.
+Every visit is timed, and its seconds are its test's: the result's ``cost`` gives each test's
+metrics, pairs, visits and seconds (:mod:`.cost`). At the start the compiled extension modules the
+two sides loaded are compared (:mod:`.extensions`): those that differ outside the checkouts are a
+warning (:attr:`Controller.warnings`) and the first note. No pytest import: the glue
+(``session.py``) passes callbacks.
 """
 
 from __future__ import annotations
