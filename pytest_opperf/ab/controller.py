@@ -64,6 +64,7 @@ import os
 import random
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -230,11 +231,13 @@ class Controller:
     def _rerun(self, common: set[str], leaning_end: float, ceiling: float) -> bool:
         """The passes after the first, each a generation; returns whether the budget ended them
         with something left to run. Once the reruns' budget has no time for a generation of
-        every undecided test (and a start of the sides after it), only the tests with a change
-        seen in one start order or a metric that leans towards a regression with too few pairs
-        for a verdict go on, up to ``leaning_end``; once that has no time for those either, only
-        the changes, up to ``ceiling``. The last generation (the ``MAX_RERUNS``-th, or none would
-        fit after it) runs only the tests with a metric that may still end regressed
+        every undecided test (and a start of the sides after it), a generation runs the leaning
+        tier's tests and as many more as fit (:meth:`_filled`); once none more fit, only the
+        leaning tier (a change seen in one start order, a metric of one start order, a metric
+        that leans towards a regression) goes on, up to ``leaning_end``; once that has no time
+        for those either, only the changes and the metrics of one start order, up to
+        ``ceiling``. The last generation (the ``MAX_RERUNS``-th, or none would fit after it)
+        runs only the tests with a metric that may still end regressed
         (:func:`.decide.may_regress`)."""
         keep: Keep = "undecided"
         for generation in range(1, tuning.MAX_RERUNS + 1):
@@ -266,8 +269,12 @@ class Controller:
     def _time_for(self, tests: Collection[str]) -> bool:
         """Whether the budget has time for a generation that runs ``tests`` and a start of the
         sides after it (estimated from the last start's and the tests' last visits' durations)."""
-        cost = self.sides.spawn_s + sum(self._visit_s.get(t, 0.0) for t in tests)
-        return self.clock() + cost + self.sides.spawn_s < self._budget_end
+        return sum(self._visit_s.get(t, 0.0) for t in tests) < self._room()
+
+    def _room(self) -> float:
+        """The seconds of visits the budget has room for in a generation that starts now: what
+        is left of it less a start of the sides for the generation and one after it."""
+        return self._budget_end - self.clock() - 2 * self.sides.spawn_s
 
     def _pass(self, tests: list[str]) -> None:
         """One generation: the sides restarted in the other order, ``tests`` run on both."""
@@ -291,9 +298,7 @@ class Controller:
         wanted = decide.wanting_pairs(self.samples, self.settings, keep, final,
                                       self.undecided)
         unconfirmed = {cost.node_of(key.run) for key, why in wanted if why == "confirm"}
-        counts: dict[str, int] = {}
-        for key, _ in wanted:
-            counts[cost.node_of(key.run)] = counts.get(cost.node_of(key.run), 0) + 1
+        counts = Counter(cost.node_of(key.run) for key, _ in wanted)
         order = [t for t in (self._plan.order if self._plan else []) if t in counts and t in common]
         rest = sorted((t for t in order if t not in unconfirmed), key=lambda t: -counts[t])
         return {t: counts[t] for t in [t for t in order if t in unconfirmed] + rest}
@@ -302,8 +307,8 @@ class Controller:
         """Of the undecided ``tests``, too many for the budget: the leaning tier's and as many
         more as fit (:func:`.cost.fill`); none when no more fit."""
         must = self._undecided_runs(common, keep="leaning")
-        room = self._budget_end - self.clock() - 2 * self.sides.spawn_s
-        return {t: tests[t] for t in cost.fill(list(tests), must, self._visit_s, tests, room)}
+        chosen = cost.fill(list(tests), must, self._visit_s, tests, self._room())
+        return {t: tests[t] for t in chosen}
 
     def close(self, grace_s: float = 10.0) -> None:
         """End both processes (idempotent, never raises); ``grace_s`` for each to end by itself."""

@@ -42,12 +42,12 @@ from ..comparison.metrics import STEP, Kind, MetricKey, metric
 from ..comparison.thresholds import CompareSettings
 from ..core.stats import median, student_t_quantile
 from . import paired, tuning
-from .family import HEADLINE, Family, headline
+from .family import HEADLINE, Family
 from .paired import ABVerdict, Decision, Paired
 
-# HEADLINE and headline(): an e2e run's headline metrics. Undecided, those of HEADLINE keep their
-# test running again (wanting_pairs).
-__all__ = ["HEADLINE", "Keep", "SessionPairs", "Want", "final_decisions", "headline", "leans",
+# HEADLINE: an e2e run's headline metrics that, undecided, keep their test running again
+# (wanting_pairs).
+__all__ = ["HEADLINE", "Keep", "SessionPairs", "Want", "final_decisions", "leans",
            "may_regress", "order_verdict", "unbounded", "wanting_pairs"]
 
 # Which metrics want more pairs (wanting_pairs): every undecided one; only a leaning one or a
@@ -468,7 +468,7 @@ def wanting_pairs(samples: SessionPairs, settings: CompareSettings, keep: Keep =
         change = _unconfirmed(d, samples, settings) or _one_sided(d, samples)
         # kept in every tier: an undecided metric that would fail the gate (every one with
         # "fail"; by default one past the threshold, which may end inconclusive, final_decisions)
-        # and, by default, an undecided headline metric and one that lacks the pairs for any
+        # and, by default, an undecided HEADLINE metric and one that lacks the pairs for any
         # verdict
         always = undecided == "fail" or (undecided == "inconclusive" and (
             d.past_threshold or d.key.metric in HEADLINE or unbounded(d, settings)))
