@@ -150,10 +150,10 @@ def file_module_samples(table: timers.Table, samples: Sequence[tuple[str, int, i
     :func:`op_samples`) as module calls into ``table``; return per-step (counts, ns).
 
     ``calls`` are in the order they ended (inner calls first). An op on the recording
-    thread inside a call adds its time to the innermost call (and so to the calls around
-    it), and the autograd node it made belongs to that call's class; an op run by such a
-    node in backward is a sample of ``<Class>.backward``; other ops keep their names. Each
-    call is one sample, in the step its start falls in.
+    thread whose middle lies inside a call adds its time to the innermost call (and so to
+    the calls around it), and the autograd node it made belongs to that call's class; an op
+    run by such a node in backward is a sample of ``<Class>.backward``; other ops keep their
+    names. Each call is one sample, in the step its start falls in.
     """
     offsets, step_at, step_starts = recorded.alignment(marks, mark_starts)
     first, last = mark_starts[0], mark_starts[-1]
@@ -185,7 +185,8 @@ def file_module_samples(table: timers.Table, samples: Sequence[tuple[str, int, i
         if not first <= start <= last:
             continue
         offset = offsets[bisect.bisect_right(mark_starts, start) - 1]
-        c = innermost(start - offset) if thread == main_thread else None
+        # by the op's middle: the two clocks' alignment is off by microseconds, an op is longer
+        c = innermost(start + ns // 2 - offset) if thread == main_thread else None
         if c is None:
             outside.append((path, start, ns, offset, runs))
             continue
