@@ -285,6 +285,27 @@ def test_an_undecided_headline_metric_keeps_its_test_running_in_every_tier(metri
     assert decide.wanting_pairs(samples, CompareSettings(), keep="changes", undecided="warn") == []
 
 
+def test_the_final_decisions_correct_the_step_as_a_headline_metric():
+    # the step and a stat with the same pairs: the step gets the headline metrics' share of alpha
+    # (with examples/sec, 2 headline of 12), the stat the others' (once, the final decisions
+    # were corrected for the metrics alone, without the steps, and the step got the stat's level)
+    samples = SessionPairs()
+    samples.add_step_stat("t::e2e", "ExecutorRunTimer")
+    keys = [MetricKey("t::e2e", m) for m in ("step_ms:ExecutorRunTimer", "step_ms:conv2d",
+                                             "examples_per_sec")]
+    keys += [MetricKey("t::e2e", f"step_ms:op{i}") for i in range(9)]
+    for i in range(30):
+        head = 10.0 * (1 + 0.02 * ((i * 7) % 5 - 2))
+        for key in keys:
+            rate = key.metric == "examples_per_sec"
+            samples.add(key, "rate" if rate else "time", 10.0, 100.0 / head if rate else head,
+                        ("base", "head")[i % 2])
+    step, stat = decide.final_decisions(samples, CompareSettings())[:2]
+    assert "2 headline" in step.statistic and "2 headline" in stat.statistic
+    assert step.high - step.low < stat.high - stat.low
+    assert step.estimate == stat.estimate
+
+
 def test_a_metric_undecided_for_want_of_pairs_alone_keeps_its_test_running_in_every_tier():
     # 12 pairs that agree on no change: the pairs of a benchmark visited before the session knew
     # its 200 metrics; at 0.025 % a signed-rank interval needs 13

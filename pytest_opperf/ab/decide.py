@@ -219,10 +219,12 @@ def _widened(d: Decision, p: Paired, generations: Sequence[int]) -> Decision:
 def session_decide(samples: SessionPairs, settings: CompareSettings,
                    keys: Sequence[MetricKey] | None = None) -> list[Decision]:
     """:func:`.paired.decide` on the pairs of ``keys`` (default: every metric; corrected for
-    that many), each interval widened for the spread between the generations' process pairs
+    that many, the e2e runs' steps among them headline metrics: :meth:`SessionPairs.family`),
+    each interval widened for the spread between the generations' process pairs
     (:func:`_widened`). What every verdict of the session is ruled on."""
     chosen = list(samples.paired) if keys is None else list(keys)
-    decisions = paired.decide([samples.paired[k] for k in chosen], settings)
+    family = Family.of(((k, samples.paired[k].kind) for k in chosen), samples.step_keys)
+    decisions = paired.decide([samples.paired[k] for k in chosen], settings, family)
     return [_widened(d, samples.paired[k], samples.generations_of(k))
             for d, k in zip(decisions, chosen, strict=True)]
 
