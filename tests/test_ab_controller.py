@@ -763,6 +763,38 @@ def test_past_each_budget_the_tests_run_again_narrow_to_leaning_metrics_then_to_
     assert c._undecided_runs(common, final="base", keep="changes") == {}  # cannot end regressed
 
 
+@pytest.mark.parametrize(("share", "run"), [(0.25, ["t::leans", "t::flat"]), (0.0, ["t::leans"])])
+def test_a_generation_of_a_tier_takes_cheap_undecided_tests_along(tmp_path, monkeypatch, share,
+                                                                   run):
+    # past the reruns' budget only the leaning test (10 s a visit) runs again; the sides start
+    # anyway, and the flat undecided test of 2 s fits in a quarter of that, the one of 5 s not
+    monkeypatch.setattr(tuning, "TAKE_ALONG_SHARE", share)
+    c = controller(tmp_path, {"base": 1.0, "head": 1.0}, {"base": [], "head": []},
+                   clock=FakeClock(0.0))
+    tests = ["t::flat", "t::big", "t::leans"]
+    c._plan = controller_module.Plan(tests, [], [], tests)
+    wide = [0.5 * ((i * 7) % 5 - 2) for i in range(20)]  # symmetric about 0: undecided
+    for test, shift in (("t::flat", 0.0), ("t::big", 0.0), ("t::leans", 0.04)):
+        _key_with_pairs(c, "time", [x + shift for x in wide[:10]], "base", run=test)
+        _key_with_pairs(c, "time", [x + shift for x in wide[10:]], "head", run=test)
+    c._visit_s = {"t::flat": 2.0, "t::big": 5.0, "t::leans": 10.0}
+    c.sides.spawn_s = 0.0
+    c._budget_end = c.clock() + 11.0
+    passes: list[list[str]] = []
+
+    class Ran(Exception):
+        pass
+
+    def record(tests: list[str]) -> None:
+        passes.append(tests)
+        raise Ran
+
+    monkeypatch.setattr(c, "_pass", record)
+    with pytest.raises(Ran):
+        c._rerun(set(tests), c.clock() + 11.0, c.clock() + 11.0)
+    assert passes == [run]
+
+
 def test_an_inconclusive_metric_gets_the_generations_a_verdict_needs_unless_warn(tmp_path,
                                                                               monkeypatch):
     # 10 % slower in noise too wide to decide at first, no budget for reruns and no leaning tier:

@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from pytest_opperf.ab import render, tuning
-from pytest_opperf.ab.cost import Cost, costs, fill, node_of
+from pytest_opperf.ab.cost import Cost, costs, fill, node_of, take_along
 from pytest_opperf.ab.paired import CompareResult, Decision
 from pytest_opperf.comparison.metrics import MetricKey
 from pytest_opperf.results import ResultsError
@@ -142,3 +142,19 @@ def test_fill_keeps_the_must_tests_and_adds_the_most_metrics_per_second_that_fit
     assert fill(tests, {"t::must", "t::e2e"}, seconds, wanting, 10.0) == []
     # nothing the must tier keeps: the others alone
     assert fill(tests, set(), seconds, wanting, 4.0) == ["t::cheap", "t::op"]
+
+
+def test_take_along_adds_cheap_undecided_tests_in_a_share_of_the_generations_seconds():
+    seconds = {"t::e2e": 12.0, "t::clone": 0.6, "t::scope": 0.3, "t::ops": 2.0, "t::other": 5.0}
+    undecided = {"t::clone": 1, "t::scope": 1, "t::ops": 1, "t::other": 1}
+    # a quarter of the e2e run's 12 s: the two cheap visits and the 2 s one fit, not the 5 s one;
+    # the generation's own tests first
+    assert take_along({"t::e2e": 3}, undecided, seconds, 0.25) == [
+        "t::e2e", "t::clone", "t::scope", "t::ops"]
+    # a tenth: 1.2 s, the most metrics per second first
+    assert take_along({"t::e2e": 3}, undecided, seconds, 0.1) == ["t::e2e", "t::clone", "t::scope"]
+    # none fits: the generation alone; nothing to run: nothing taken along
+    assert take_along({"t::scope": 1}, {"t::other": 1}, seconds, 0.25) == ["t::scope"]
+    assert take_along({}, undecided, seconds, 0.25) == []
+    # a test of the generation that is undecided too is not run twice
+    assert take_along({"t::e2e": 3}, {"t::e2e": 3}, seconds, 0.25) == ["t::e2e"]

@@ -42,7 +42,9 @@ the metrics of one start order, up to the ceiling. The last generation (``MAX_RE
 left allows none after it) runs only the tests with a metric that may still end regressed: the pairs
 of the current start order get no more pairs then, and a regression needs them, on their own, to
 have an interval whose lower end is above no change (:func:`.decide.may_regress`). With none, the
-session ends: what is left undecided cannot fail the gate. Whatever the tier, and in the last
+session ends: what is left undecided cannot fail the gate. A generation of a tier's tests only, or
+the last, takes along the other undecided tests that fit in ``TAKE_ALONG_SHARE`` of its seconds
+(:func:`.cost.take_along`): the sides start anyway. Whatever the tier, and in the last
 generation too, a test runs again (up to the ceiling) while it has an undecided metric whose
 estimate is past the threshold (it may end inconclusive, which fails the gate), an undecided
 headline metric of an e2e run (``examples_per_sec``, ``python_share``: :data:`.decide.HEADLINE`) or
@@ -229,16 +231,13 @@ class Controller:
             cost=cost.costs(decisions, self._test_s, self._visits))
 
     def _rerun(self, common: set[str], leaning_end: float, ceiling: float) -> bool:
-        """The passes after the first, each a generation; returns whether the budget ended them
-        with something left to run. Once the reruns' budget has no time for a generation of
-        every undecided test (and a start of the sides after it), a generation runs the leaning
-        tier's tests and as many more as fit (:meth:`_filled`); once none more fit, only the
-        leaning tier (a change seen in one start order, a metric of one start order, a metric
-        that leans towards a regression) goes on, up to ``leaning_end``; once that has no time
-        for those either, only the changes and the metrics of one start order, up to
-        ``ceiling``. The last generation (the ``MAX_RERUNS``-th, or none would fit after it)
-        runs only the tests with a metric that may still end regressed
-        (:func:`.decide.may_regress`)."""
+        """The passes after the first, each a generation (the module docstring); returns whether
+        the budget ended them with something left to run. Past the reruns' budget a generation
+        runs the leaning tier's tests and as many more as fit (:meth:`_filled`); once none more
+        fit, the leaning tier up to ``leaning_end``, then the changes and the metrics of one
+        start order up to ``ceiling``; the last one (the ``MAX_RERUNS``-th, or none would fit
+        after it), the tests that may still end regressed (:func:`.decide.may_regress`). Those
+        of a tier, and the last, take the cheap undecided tests along (:func:`.cost.take_along`)."""
         keep: Keep = "undecided"
         for generation in range(1, tuning.MAX_RERUNS + 1):
             tests = self._undecided_runs(common, keep=keep)
@@ -261,7 +260,9 @@ class Controller:
                 return bool(left)
             if self.clock() + self.sides.spawn_s >= self._budget_end:
                 return True  # a restart would measure nothing
-            self._pass(list(tests))
+            run = list(tests) if keep == "undecided" and not last else cost.take_along(
+                tests, self._undecided_runs(common), self._visit_s, tuning.TAKE_ALONG_SHARE)
+            self._pass(run)
             if last:
                 return generation < tuning.MAX_RERUNS and bool(self._undecided_runs(common))
         return False

@@ -7,7 +7,8 @@ its runs (a run id is the test's node id, or ``<node id>#<window>`` for its extr
 a metric's seconds are its test's: the pairs of all its metrics came from those visits.
 :func:`costs` makes the rows (one per test with a decided metric, the most expensive first) that
 the compare object keeps (``cost``, docs/contract-additions.md) and the A/B section shows
-(:mod:`.render`). :func:`fill` picks the tests a generation has room for from those costs.
+(:mod:`.render`). :func:`fill` picks the tests a generation has room for from those costs, and
+:func:`take_along` the cheap ones that go beside a generation the budget's tiers run anyway.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["Cost", "costs", "fill", "node_of"]
+__all__ = ["Cost", "costs", "fill", "node_of", "take_along"]
 
 
 def node_of(run_id: str) -> str:
@@ -82,3 +83,17 @@ def fill(tests: Sequence[str], must: Collection[str], seconds: Mapping[str, floa
             chosen.add(test)
             left -= seconds.get(test, 0.0)
     return [t for t in tests if t in must or t in chosen] if chosen else []
+
+
+def take_along(tests: Mapping[str, int], undecided: Mapping[str, int],
+               seconds: Mapping[str, float], share: float) -> list[str]:
+    """``tests`` (a generation that runs anyway, each with its metrics wanting pairs) and as many of
+    the other ``undecided`` tests as fit beside them in ``share`` of their seconds (:func:`fill`:
+    the most metrics per second first): the start of the sides is paid, and a visit of a cheap
+    test is a new process pair for its metrics. ``tests`` alone when none fits; ``[]`` without
+    ``tests``."""
+    if not tests:
+        return []
+    room = (1.0 + share) * sum(seconds.get(t, 0.0) for t in tests)
+    order = list(tests) + [t for t in undecided if t not in tests]
+    return fill(order, tests, seconds, {**undecided, **tests}, room) or list(tests)

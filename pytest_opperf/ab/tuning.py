@@ -66,6 +66,13 @@ RERUN_MIN_S = 10.0
 # undecided after 16 s in 2 of 7 sessions.
 LEANING_MIN_S = 60.0
 
+# A generation that runs only a tier's tests (past the reruns' budget, or the last) takes along
+# other undecided tests that fit in this share of its visits' seconds (cost.take_along): the
+# sides start anyway. Without it, the e2e job's executor benchmarks (0.3-0.9 s a visit) ended
+# undecided after two visits while generations ran its e2e runs (11 s a visit) for their
+# examples/sec, in 2 of the first 2 A/A runs at 8cdb956.
+TAKE_ALONG_SHARE = 0.25
+
 # --- the decisions ----------------------------------------------------------------------------
 
 MIN_ORDER_PAIRS = 4  # pairs of each start order a regressed or improved metric needs
