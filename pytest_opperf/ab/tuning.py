@@ -17,10 +17,11 @@ CHECK_EVERY = 4  # after MIN_PAIRS, the visit looks at its pairs every this many
 # A visit's pairs, at most. What a visit leaves undecided is mostly a metric whose process pairs
 # differ: design effects 2-9 at some 34 pairs a visit in the main job's A/A runs, a share of the
 # variance between process pairs (icc) of 0.1-0.25. At icc 0.15 a visit of 48 pairs is worth 6.0
-# independent ones, of 20 pairs 5.2, and it costs less than half: a new process pair tells more
-# than more pairs of this one. With 48 (80 before), a per-op shard's first pass took 30-39 s and
-# its reruns had room for one generation of the tests undecided; with 20 its first pass takes
-# 20-21 s and its reruns 2-5 generations (docs/ab-statistics.md, "Shorter visits").
+# independent ones, of 20 pairs 5.2, at less than half the cost: a new process pair tells more
+# than more pairs of this one. With 48 (80 before), on a noisy day a per-op shard's first pass
+# took 29-38 s, most of it visits that ran to 48 pairs undecided, and its reruns had room for one
+# generation in half the shard sessions; with 20 the first passes took 19-26 s
+# (docs/ab-statistics.md, "Shorter visits").
 MAX_VISIT_PAIRS = 20
 MIN_ROUND_S = 0.0005  # timer resolution is far finer; rounds this long keep call overhead small
 BLOCK_S = 0.008  # timed work per block: short, so base and head blocks lie close in time
@@ -51,9 +52,9 @@ MAX_RERUNS = 16
 # 0.3 brought its whole A/B to 1.77 times. With 0.05 s the shards' first passes take 25-31 s,
 # 0.3 of that left room for one generation after it, and the metrics whose two process pairs
 # disagreed stayed undecided; 0.8 gave them 3-5 (docs/ab-statistics.md, "The budget and the
-# early stop"). Visits of at most MAX_VISIT_PAIRS = 20 made the shards' first passes 20-21 s:
-# 1.2 keeps their whole A/B at what it was, with more generations in it.
-RERUN_SHARE = 1.2
+# early stop"). 1.2, with visits of 20 pairs, cost more on a quiet day (first passes of 19-26 s
+# either way) and left as many metrics undecided ("Shorter visits").
+RERUN_SHARE = 0.8
 RERUN_MIN_S = 10.0
 # When the reruns' budget has no room for every undecided test, the changes seen in one start
 # order and the leaning metrics go on until the session has run this long at least (still
