@@ -14,15 +14,13 @@ from __future__ import annotations
 MIN_PAIRS = 12  # a visit's first look at its pairs; paired.decide's own minimum applies on top
 VISIT_MARGIN_PAIRS = 2  # a visit's pairs past the fewest with a bounded interval
 CHECK_EVERY = 4  # after MIN_PAIRS, the visit looks at its pairs every this many pairs
-# A visit's pairs, at most. What a visit leaves undecided is mostly a metric whose process pairs
-# differ: design effects 2-9 at some 34 pairs a visit in the main job's A/A runs, a share of the
-# variance between process pairs (icc) of 0.1-0.25. At icc 0.15 a visit of 48 pairs is worth 6.0
-# independent ones, of 20 pairs 5.2, at less than half the cost: a new process pair tells more
-# than more pairs of this one. With 48 (80 before), on a noisy day a per-op shard's first pass
-# took 29-38 s, most of it visits that ran to 48 pairs undecided, and its reruns had room for one
-# generation in half the shard sessions; with 20 the first passes took 19-26 s
-# (docs/ab-statistics.md, "Shorter visits").
-MAX_VISIT_PAIRS = 20
+# A visit's pairs, at most. What a visit of 48 pairs leaves undecided is mostly a metric whose
+# process pairs differ (design effects 2-7 in the main job's A/A runs): a visit in the other
+# start order, a new process pair, tells more than more pairs of this one. With 80, such visits
+# took 2 s, and the fill of a generation (cost.fill) skipped them as the costliest.
+# Visits of 20 pairs (a new process pair sooner) were tried and left more undecided at the same
+# budget (docs/ab-statistics.md, "Shorter visits, tried").
+MAX_VISIT_PAIRS = 48
 MIN_ROUND_S = 0.0005  # timer resolution is far finer; rounds this long keep call overhead small
 BLOCK_S = 0.008  # timed work per block: short, so base and head blocks lie close in time
 MAX_ROUNDS = 50  # rounds per block, at most
@@ -51,9 +49,8 @@ MAX_RERUNS = 16
 # With a warm-up of 0.3 s the main job's first pass cost about 1.45 times a single-side run, and
 # 0.3 brought its whole A/B to 1.77 times. With 0.05 s the shards' first passes take 25-31 s,
 # 0.3 of that left room for one generation after it, and the metrics whose two process pairs
-# disagreed stayed undecided; 0.8 gave them 3-5 (docs/ab-statistics.md, "The budget and the
-# early stop"). 1.2, with visits of 20 pairs, cost more on a quiet day (first passes of 19-26 s
-# either way) and left as many metrics undecided ("Shorter visits").
+# disagreed stayed undecided; 0.8 gives them 3-5 (docs/ab-statistics.md, "The budget and the
+# early stop").
 RERUN_SHARE = 0.8
 RERUN_MIN_S = 10.0
 # When the reruns' budget has no room for every undecided test, the changes seen in one start
@@ -71,7 +68,7 @@ LEANING_MIN_S = 60.0
 # other undecided tests that fit in this share of its visits' seconds (cost.take_along): the
 # sides start anyway. Without it, the e2e job's executor benchmarks (0.3-0.9 s a visit) ended
 # undecided after two visits while generations ran its e2e runs (11 s a visit) for their
-# examples/sec, in 2 of the first 2 A/A runs at 8cdb956.
+# examples/sec, in two A/A runs of ci.yml's pull request (docs/ab-statistics.md, "Taken along").
 TAKE_ALONG_SHARE = 0.25
 
 # --- the decisions ----------------------------------------------------------------------------
