@@ -18,8 +18,8 @@ CHECK_EVERY = 4  # after MIN_PAIRS, the visit looks at its pairs every this many
 # process pairs differ (design effects 2-7 in the main job's A/A runs): a visit in the other
 # start order, a new process pair, tells more than more pairs of this one. With 80, such visits
 # took 2 s, and the fill of a generation (cost.fill) skipped them as the costliest.
-# Visits of 20 pairs (a new process pair sooner) were tried and left more undecided at the same
-# budget (docs/ab-statistics.md, "Shorter visits, tried").
+# Visits of 20 pairs (a new process pair sooner) were tried, without a measured gain
+# (docs/ab-statistics.md, "Shorter visits, tried").
 MAX_VISIT_PAIRS = 48
 MIN_ROUND_S = 0.0005  # timer resolution is far finer; rounds this long keep call overhead small
 BLOCK_S = 0.008  # timed work per block: short, so base and head blocks lie close in time
