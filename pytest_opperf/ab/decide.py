@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -69,9 +69,11 @@ class SessionPairs:
     steps: dict[str, list[float]] = field(default_factory=dict)  # per e2e run, the base's steps
     step_keys: set[MetricKey] = field(default_factory=set)  # per e2e run, its step's metric
 
-    def family(self) -> Family:
-        """The metrics every decision of the session is corrected for (:class:`.family.Family`)."""
-        return Family.of(((p.key, p.kind) for p in self.paired.values()), self.step_keys)
+    def family(self, keys: Iterable[MetricKey] | None = None) -> Family:
+        """The metrics every decision of the session is corrected for (:class:`.family.Family`),
+        or only ``keys`` of them; the e2e runs' steps among them are headline metrics."""
+        chosen = self.paired.values() if keys is None else (self.paired[k] for k in keys)
+        return Family.of(((p.key, p.kind) for p in chosen), self.step_keys)
 
     def add_step_stat(self, run: str, stat: str) -> None:
         """``stat`` is the e2e run ``run``'s executor stat: its ``step_ms`` is the step, a headline
@@ -223,8 +225,8 @@ def session_decide(samples: SessionPairs, settings: CompareSettings,
     each interval widened for the spread between the generations' process pairs
     (:func:`_widened`). What every verdict of the session is ruled on."""
     chosen = list(samples.paired) if keys is None else list(keys)
-    family = Family.of(((k, samples.paired[k].kind) for k in chosen), samples.step_keys)
-    decisions = paired.decide([samples.paired[k] for k in chosen], settings, family)
+    decisions = paired.decide([samples.paired[k] for k in chosen], settings,
+                              samples.family(chosen))
     return [_widened(d, samples.paired[k], samples.generations_of(k))
             for d, k in zip(decisions, chosen, strict=True)]
 
@@ -396,8 +398,7 @@ def _inconclusive(decisions: list[Decision], samples: SessionPairs,
         return decisions
     # corrected for the number of metrics it is given: the undecided ones
     looks = session_decide(samples, settings, [decisions[i].key for i in undecided])
-    family = Family.of(((decisions[i].key, decisions[i].kind) for i in undecided),
-                       samples.step_keys)
+    family = samples.family(decisions[i].key for i in undecided)
     out = list(decisions)
     for i, look in zip(undecided, looks, strict=True):
         _, low, _, _ = look.in_x()
