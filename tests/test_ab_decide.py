@@ -106,7 +106,7 @@ def _spread(ratio: float, n: int, width: float) -> list[float]:
 def test_unchanged_on_one_start_order_whose_interval_reaches_an_improvement_is_undecided():
     """One process pair 10 % faster on the head's side (its bias, one busy loop beside it) must
     not pass a slowdown as unchanged: the interval reaches -c, so the other order has its say."""
-    settings = CompareSettings(min_slowdown=0.03)
+    settings = CompareSettings(min_slowdown=0.03, beta=0.025)  # unchanged at the corrected level
     samples = _samples({"head": _spread(0.95, 40, 0.3)})
     (everything,) = paired.decide(list(samples.paired.values()), settings)
     _, low, high, c = everything.in_x()
@@ -244,6 +244,27 @@ def test_a_bias_of_each_process_pair_widens_the_interval_and_takes_a_false_chang
     assert "generations' process pairs (design effect" in d.statistic
 
 
+def test_the_bound_of_unchanged_is_widened_with_the_interval_for_the_spread_between_generations():
+    # four process pairs at 1.00, 1.04, 1.00, 1.04: pooled, the one-sided 99 % bound is below
+    # 1.045; widened by the design effect it is not, and the metric is not unchanged at 4.5 %
+    # (the corrected interval of one metric, at 95 %, would have passed it)
+    samples = SessionPairs()
+    samples.of(KEY, "time")
+    for g, bias in enumerate([1.0, 1.04, 1.0, 1.04]):
+        for i in range(12):
+            samples.add(KEY, "time", 1.0, bias * (1 + 0.01 * ((i * 7) % 5 - 2)),
+                        "base" if g % 2 == 0 else "head", g)
+    settings = CompareSettings(min_slowdown=0.045)
+    (pooled,) = paired.decide(list(samples.paired.values()), settings)
+    (d,) = decide.final_decisions(samples, settings)
+    assert pooled.verdict == "unchanged" and pooled.beta_high < 1.045
+    effect = decide.design_effect(paired.pair_x(samples.paired[KEY]), samples.generations_of(KEY))
+    estimate = math.log(d.estimate)
+    for widened, raw in zip(d.beta_x(), pooled.beta_x(), strict=True):
+        assert widened - estimate == pytest.approx((raw - estimate) * math.sqrt(effect))
+    assert d.verdict == "undecided" and d.high < 1.045 <= d.beta_high, d
+
+
 def test_each_generations_bias_is_the_geometric_mean_of_its_metrics_median_ratios():
     samples = SessionPairs()
     other = MetricKey("t::a", "count:op")
@@ -308,7 +329,9 @@ def test_the_final_decisions_correct_the_step_as_a_headline_metric():
 
 def test_a_metric_undecided_for_want_of_pairs_alone_keeps_its_test_running_in_every_tier():
     # 12 pairs that agree on no change: the pairs of a benchmark visited before the session knew
-    # its 200 metrics; at 0.025 % a signed-rank interval needs 13
+    # its 200 metrics; at 0.025 % a signed-rank interval needs 13, and with beta at 0.01 % the
+    # bound "unchanged" is ruled on needs 14
+    settings = CompareSettings(beta=1e-4)
     key = MetricKey("t::bench", "call_ms:op")
     samples = SessionPairs()
     for i in range(12):
@@ -318,17 +341,17 @@ def test_a_metric_undecided_for_want_of_pairs_alone_keeps_its_test_running_in_ev
         for i in range(30):
             head = 1.0 + 0.001 * ((i * 3) % 7 - 3)
             samples.add(other, "time", 1.0, head, ("base", "head")[i % 2])
-    d = decide.final_decisions(samples, CompareSettings())[0]
+    d = decide.final_decisions(samples, settings)[0]
     assert d.verdict == "undecided" and "too few pairs for a" in d.statistic
-    assert decide.unbounded(d, CompareSettings())
-    assert decide.wanting_pairs(samples, CompareSettings(), keep="changes") == [(key, "decide")]
-    assert decide.wanting_pairs(samples, CompareSettings(), keep="changes", final="base") == [
+    assert decide.unbounded(d, settings)
+    assert decide.wanting_pairs(samples, settings, keep="changes") == [(key, "decide")]
+    assert decide.wanting_pairs(samples, settings, keep="changes", final="base") == [
         (key, "decide")]
-    assert decide.wanting_pairs(samples, CompareSettings(), keep="changes", undecided="warn") == []
+    assert decide.wanting_pairs(samples, settings, keep="changes", undecided="warn") == []
     # fewer than min_pairs, with a bounded interval: wants pairs too; decided ones do not
-    assert decide.unbounded(d, CompareSettings(min_pairs=20))
-    decided = decide.final_decisions(samples, CompareSettings())[1]
-    assert decided.verdict == "unchanged" and not decide.unbounded(decided, CompareSettings())
+    assert decide.unbounded(d, CompareSettings(min_pairs=20, beta=1e-4))
+    decided = decide.final_decisions(samples, settings)[1]
+    assert decided.verdict == "unchanged" and not decide.unbounded(decided, settings)
 
 
 def test_an_e2e_stat_reads_its_run_step_for_the_step_share_floor():

@@ -311,6 +311,46 @@ def test_the_rule_on_intervals():
     assert rule(-0.06, -0.03, c) == "improved"
     assert rule(-0.06, -0.02, c) == "unchanged"
     assert rule(-0.06, 0.06, c) == "undecided"
+    # unchanged is ruled on the one-sided bound when given, the changes on the interval
+    assert rule(-0.01, 0.06, c, 0.04) == "unchanged"
+    assert rule(-0.01, 0.04, c, 0.05) == "undecided"
+    assert rule(0.03, 0.06, c, 0.04) == "regressed"
+    assert rule(-0.06, -0.03, c, -0.04) == "improved"
+
+
+def test_unchanged_is_ruled_on_each_metrics_own_bound_whatever_the_family():
+    # a metric at 1.00 with 7 % noise a side among 149 others: the corrected interval reaches the
+    # threshold, the metric's own one-sided 99 % bound does not, and it is the same bound alone
+    metric = pairs("time", 1.0, 0.07, 40, seed=8)
+    among = one(with_aa(metric))
+    alone = one([metric])
+    assert among.high >= among.limit > among.beta_high, among
+    assert among.verdict == "unchanged" and "one-sided 99% bound, not corrected" in among.statistic
+    assert (alone.beta_low, alone.beta_high) == (among.beta_low, among.beta_high)
+    assert alone.high - alone.low < among.high - among.low  # the correction still applies
+    # with beta as small as the correction's level, the bound is the corrected interval's end
+    strict = one(with_aa(metric), CompareSettings(beta=0.05 / 150 / 2))
+    assert strict.verdict == "undecided" and strict.beta_high == pytest.approx(strict.high)
+
+
+def test_a_metric_changed_by_what_counts_passes_as_unchanged_at_most_beta_of_the_time():
+    # 300 metrics each exactly 5 % slower (c): each passes as unchanged with a chance of at most
+    # beta = 1 %, however many there are; with the bound at the estimate half would
+    changed = [pairs("time", 1.05, 0.03, 40, seed=s, metric=f"call_ms:op{s}", run=f"r{s}")
+               for s in range(300)]
+    ds = decide(changed, DEFAULTS)
+    unchanged = sum(d.verdict == "unchanged" for d in ds)
+    assert unchanged <= 8, unchanged  # binomial(300, 0.01): 3 expected, more than 8 at 0.4 %
+    assert all(d.verdict != "unchanged" or d.beta_high < d.limit for d in ds)
+
+
+def test_a_rates_bound_is_its_low_end():
+    eps = pairs("rate", 1.0, 0.02, 40, seed=3, metric="examples_per_sec")
+    d = one([eps])
+    assert d.verdict == "unchanged" and d.bound == d.beta_low > d.limit
+    assert d.beta_x()[1] == pytest.approx(paired.to_x("rate", d.beta_low))
+    slower = one([pairs("rate", 0.955, 0.03, 40, seed=3, metric="examples_per_sec")])
+    assert slower.verdict != "unchanged" and slower.beta_low <= slower.limit
 
 
 def test_unusable_samples_are_undecided_with_the_reason():
@@ -391,6 +431,7 @@ def test_compare_defaults_and_every_key():
         "min_slowdown",
         "max_python_share_increase",
         "alpha",
+        "beta",
         "budget_s",
         "min_call_ms",
         "min_step_ms",
@@ -403,6 +444,7 @@ def test_compare_defaults_and_every_key():
         "min_slowdown": 0.1,
         "max_python_share_increase": 0.02,
         "alpha": 0.01,
+        "beta": 0.05,
         "budget_s": 300,
         "min_call_ms": 0.002,
         "min_step_ms": 0.1,
@@ -414,11 +456,12 @@ def test_compare_defaults_and_every_key():
         s.min_slowdown,
         s.max_python_share_increase,
         s.alpha,
+        s.beta,
         s.budget_s,
         s.min_call_ms,
         s.min_step_ms,
         s.min_pairs,
-    ) == (0.1, 0.02, 0.01, 300.0, 0.002, 0.1, 20)
+    ) == (0.1, 0.02, 0.01, 0.05, 300.0, 0.002, 0.1, 20)
     assert s.overrides == (
         Override(run="suites/test_ops.py::*", stat="momentum", min_slowdown=0.2),
     )
@@ -443,6 +486,8 @@ def test_overrides_apply_by_glob_last_one_wins():
     ("max_python_share_increase", 1.5, r"max_python_share_increase must be in \[0, 1\]"),
     ("alpha", 0.0, r"alpha must be in \(0, 1\), got 0.0"),
     ("alpha", 1, r"alpha must be in \(0, 1\)"),
+    ("beta", 0.5, r"beta must be in \(0, 0.5\), got 0.5"),
+    ("beta", 0, r"beta must be in \(0, 0.5\)"),
     ("budget_s", 0, r"budget_s must be in \(0, inf\)"),
     ("min_call_ms", -1e-3, r"min_call_ms must be in \[0, inf\)"),
     ("min_step_ms", math.inf, r"min_step_ms must be a finite number"),
@@ -454,7 +499,7 @@ def test_overrides_apply_by_glob_last_one_wins():
 def test_compare_values_are_range_checked(key, bad, message):
     with pytest.raises(ThresholdsError, match=r"^t\.toml: .*" + message):
         parse_thresholds({"compare": {key: bad}}, "t.toml")
-    if key != "alpha" and key != "budget_s":  # per-run values: the same check in an override
+    if key not in ("alpha", "beta", "budget_s"):  # per-run values: the same check in an override
         with pytest.raises(
             ThresholdsError, match=r"\[\[compare.override\]\] #1 " + message.split("] ", 1)[-1]
         ):
@@ -570,6 +615,16 @@ def test_to_dict_is_strict_json_and_round_trips():
         json.loads(json.dumps(CompareResult("a", "b", [empty]).to_dict()))
     )
     assert math.isnan(again.decisions[0].base) and again.decisions[0].high == math.inf
+    # a file of an older writer: no bounds, and the corrected interval stands in for them
+    decided = data["decisions"][1]
+    assert decided["verdict"] == "unchanged" and decided["beta_high"] < decided["high"]
+    old = json.loads(json.dumps(data))
+    for d in old["decisions"]:
+        d.pop("beta_low", None)
+        d.pop("beta_high", None)
+    older = CompareResult.from_dict(old, "old.json").decisions[1]
+    assert math.isnan(older.beta_high) and older.beta_x() == older.in_x()[1:3]
+    assert "beta_high" not in older.to_dict()
 
 
 @pytest.mark.parametrize(
@@ -589,6 +644,10 @@ def test_to_dict_is_strict_json_and_round_trips():
             r"compare.decisions\[1\].low is not a number or null",
         ),
         (lambda d: d.update(added=[1]), r"compare.added is missing or not a list of strings"),
+        (
+            lambda d: d["decisions"][1].update(beta_high="x"),
+            r"compare.decisions\[1\].beta_high is not a number or null",
+        ),
         (
             lambda d: d["decisions"][0].update(inconclusive="yes"),
             r"compare.decisions\[0\].inconclusive is not a boolean",

@@ -1,5 +1,6 @@
 """The A/B report section: terminal lines within the width, markdown, on hand-built decisions."""
 
+import dataclasses
 import math
 
 import pytest
@@ -213,6 +214,17 @@ def test_common_prefix_cuts_at_a_boundary():
 def test_interval_text():
     d = dec("r", "call_ms:x", "unchanged", 1, 1, 1.0, 0.99, 1.0101)
     assert interval(d) == "[0.990, 1.010] +-1.0%"
+    # the bound "unchanged" is ruled on: a time's high end, a rate's low end, a share's points
+    bounded = dataclasses.replace(d, beta_low=0.994, beta_high=1.0062)
+    assert interval(bounded) == "[0.990, 1.010] +-1.0%, bound 1.006"
+    rate = dataclasses.replace(bounded, kind="rate")
+    assert interval(rate) == "[0.990, 1.010] +-1.0%, bound 0.994"
+    share = dec("r", "python_share", "unchanged", 0.3, 0.3, 0.001, -0.004, 0.006, kind="share")
+    share = dataclasses.replace(share, beta_low=-0.002, beta_high=0.0041)
+    assert interval(share) == "[-0.40, +0.60]pt +-0.50pt, bound +0.41pt"
+    few = dataclasses.replace(dec("r", "call_ms:x", "unchanged", 1, 1, 1.0, 0.0, math.inf),
+                              beta_low=0.97, beta_high=1.03)
+    assert interval(few) == "unbounded, bound 1.030"
     assert interval(dec("r", "call_ms:x", "undecided", 1, 1, 1.0, 0.0, math.inf)) == "unbounded"
     assert (
         interval(dec("r", "call_ms:x", "undecided", math.nan, math.nan, math.nan, 0.0, math.inf))

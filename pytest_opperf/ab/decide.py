@@ -207,13 +207,14 @@ def _widened(d: Decision, p: Paired, generations: Sequence[int]) -> Decision:
     factor = math.sqrt(effect)
     estimate, low, high, c = d.in_x()
     low, high = _wider(estimate, low, high, factor)
-    verdict = d.verdict if d.verdict == "undecided" else paired.rule(low, high, c)
-    low_v, high_v = paired.from_x(d.kind, low), paired.from_x(d.kind, high)
+    beta_low, beta_high = _wider(estimate, *d.beta_x(), factor)
+    verdict = d.verdict if d.verdict == "undecided" else paired.rule(low, high, c, beta_high)
+    ends = [paired.from_x(d.kind, v) for v in (low, high, beta_low, beta_high)]
     if d.kind == "rate":  # a rate's interval turns round in x (a drop is worse)
-        low_v, high_v = high_v, low_v
+        ends = [ends[1], ends[0], ends[3], ends[2]]
     groups = len(set(generations))
     return dataclasses.replace(
-        d, verdict=verdict, low=low_v, high=high_v,
+        d, verdict=verdict, low=ends[0], high=ends[1], beta_low=ends[2], beta_high=ends[3],
         statistic=f"{d.statistic}; interval {factor:.2f}x as wide for the spread between the "
                   f"{groups} generations' process pairs (design effect {effect:.2f})")
 
@@ -328,16 +329,17 @@ def _unconfirmed(d: Decision, samples: SessionPairs, settings: CompareSettings) 
 
 
 def _one_sided(d: Decision, samples: SessionPairs) -> bool:
-    """Whether ``d`` is unchanged on the pairs of one start order alone with its interval, widened
-    for a spread between process pairs that one of them cannot show (``ONE_PAIR_DESIGN_EFFECT``,
-    :mod:`.tuning`), reaching a change that counts either way (``-c`` or ``c``): one process
+    """Whether ``d`` is unchanged on the pairs of one start order alone with the interval it is
+    ruled on (:meth:`.paired.Decision.beta_x`), widened for a spread between process pairs that
+    one of them cannot show (``ONE_PAIR_DESIGN_EFFECT``, :mod:`.tuning`), reaching a change that
+    counts either way (``-c`` or ``c``): one process
     pair's bias, which can be as large as a change (0.815 head/base of a whole generation, one busy
     loop beside it; a 3 % slower conv2d at 1.001-1.013 in one process pair), may be what hides a
     change there, and the pairs of that process pair cannot rule it out."""
     if d.verdict != "unchanged" or d.kind == "count" or _orders(d.key, samples) >= 2:
         return False
-    estimate, low, high, c = d.in_x()
-    low, high = _wider(estimate, low, high, math.sqrt(tuning.ONE_PAIR_DESIGN_EFFECT))
+    estimate, _, _, c = d.in_x()
+    low, high = _wider(estimate, *d.beta_x(), math.sqrt(tuning.ONE_PAIR_DESIGN_EFFECT))
     return low <= -c or high >= c
 
 

@@ -7,8 +7,9 @@ share; counts are compared exactly. Per metric: the Hodges-Lehmann estimate with
 signed-rank interval, Bonferroni-corrected over the metrics of one :func:`decide` (weighted: an e2e
 run's headline metrics share half of ``alpha``, :class:`.family.Family`), and the rule: regressed
 when ``lo > c/2`` and ``hi >= c`` (``c`` the smallest change that counts), improved the mirror,
-unchanged when ``hi < c``, else undecided. The rule, its reasons, the floors and the
-simulations behind them: docs/ab-statistics.md.
+unchanged when the one-sided ``1 - beta`` bound on the regression's side is below ``c`` (each
+metric's own, not corrected: a pass needs every metric unchanged), else undecided. The rule, its
+reasons, the floors and the simulations behind them: docs/ab-statistics.md.
 """
 
 from __future__ import annotations
@@ -144,17 +145,20 @@ def pairs_for_interval(a: float) -> int:
     return n
 
 
-def _walsh_intervals(rows: Any, a: float) -> list[tuple[float, float, float]]:
-    """(Hodges-Lehmann estimate, low, high) at level 1 - a for each row of a 2-d array."""
+def _walsh_intervals(rows: Any,
+                     levels: Sequence[float]) -> list[tuple[float, list[tuple[float, float]]]]:
+    """For each row of a 2-d array, its Hodges-Lehmann estimate and its interval (low, high) at
+    each level ``1 - a`` of ``levels``, from one sort of its Walsh averages."""
     import numpy as np  # here, not at import: the plugin loads this module without numpy
 
     n = rows.shape[1]
     total = n * (n + 1) // 2
-    d = _trim(n, a)
+    trims = [_trim(n, a) for a in levels]
     first, second = np.triu_indices(n)
-    kth = sorted({(total - 1) // 2, total // 2} | ({d, total - 1 - d} if d >= 0 else set()))
+    kth = sorted({(total - 1) // 2, total // 2}
+                 | {i for d in trims if d >= 0 for i in (d, total - 1 - d)})
     values = np.asarray(rows, dtype=np.float64)
-    out: list[tuple[float, float, float]] = []
+    out: list[tuple[float, list[tuple[float, float]]]] = []
     step = max(1, _CHUNK // total)
     for start in range(0, len(values), step):
         block = values[start:start + step]
@@ -162,11 +166,9 @@ def _walsh_intervals(rows: Any, a: float) -> list[tuple[float, float, float]]:
         # a full sort is faster than a multi-kth partition on short rows
         walsh = np.sort(walsh, axis=1) if total <= 5000 else np.partition(walsh, kth, axis=1)
         centre = (walsh[:, (total - 1) // 2] + walsh[:, total // 2]) * 0.5
-        if d >= 0:
-            out.extend(zip(centre.tolist(), walsh[:, d].tolist(), walsh[:, total - 1 - d].tolist(),
-                           strict=True))
-        else:
-            out.extend((v, -math.inf, math.inf) for v in centre.tolist())
+        ends = [list(zip(walsh[:, d].tolist(), walsh[:, total - 1 - d].tolist(), strict=True))
+                if d >= 0 else [(-math.inf, math.inf)] * len(block) for d in trims]
+        out.extend((c, [e[i] for e in ends]) for i, c in enumerate(centre.tolist()))
     return out
 
 
@@ -179,7 +181,8 @@ def walsh_interval(x: Sequence[float], a: float) -> tuple[float, float, float]:
         raise ValueError(f"the error rate must be in (0, 1), got {a!r}")
     import numpy as np
 
-    return _walsh_intervals(np.asarray([x], dtype=np.float64), a)[0]
+    centre, [(low, high)] = _walsh_intervals(np.asarray([x], dtype=np.float64), [a])[0]
+    return centre, low, high
 
 
 # --- decisions -------------------------------------------------------------------------
@@ -193,7 +196,11 @@ class Decision:
     ratios, -inf/inf for differences). ``limit`` is the estimate at which a change counts (1.05: a
     5 % slowdown; 0.95 for a rate; +0.01 for the share; 0 for counts), nan when not known.
     ``inconclusive``: an undecided metric whose pairs point to a regression they could not show
-    (set by the session's final decisions, :func:`pytest_opperf.ab.decide.final_decisions`)."""
+    (set by the session's final decisions, :func:`pytest_opperf.ab.decide.final_decisions`).
+    ``beta_low``/``beta_high``: the interval at level ``1 - 2 beta``, not corrected, each end a
+    one-sided ``1 - beta`` bound: "unchanged" is ruled on the end on the regression's side
+    (:func:`rule`); nan where not known (counts, files of older writers: the corrected interval
+    stands in, :meth:`beta_x`)."""
 
     key: MetricKey
     kind: Kind
@@ -207,6 +214,8 @@ class Decision:
     statistic: str
     limit: float = math.nan
     inconclusive: bool = False
+    beta_low: float = math.nan
+    beta_high: float = math.nan
 
     @property
     def ratio(self) -> bool:
@@ -240,6 +249,22 @@ class Decision:
         return (to_x(self.kind, self.estimate), to_x(self.kind, low), to_x(self.kind, high),
                 to_x(self.kind, self.limit))
 
+    def beta_x(self) -> tuple[float, float]:
+        """The ends of the ``1 - 2 beta`` interval in ``x`` units, low and high (:meth:`in_x`): the
+        high one is the bound "unchanged" is ruled on. The corrected interval's where that one is
+        not known (a count's, or a file of an older writer: what its verdict was ruled on)."""
+        if math.isnan(self.beta_low) or math.isnan(self.beta_high):
+            return self.in_x()[1:3]
+        low, high = ((self.beta_high, self.beta_low) if _flips(self.kind)
+                     else (self.beta_low, self.beta_high))
+        return to_x(self.kind, low), to_x(self.kind, high)
+
+    @property
+    def bound(self) -> float:
+        """The one-sided ``1 - beta`` bound on the regression's side, in the estimate's units
+        (for a rate its low end; nan where not known)."""
+        return self.beta_low if _flips(self.kind) else self.beta_high
+
     def to_dict(self) -> dict[str, Any]:
         def num(v: float) -> float | None:
             return v if math.isfinite(v) else None
@@ -247,7 +272,9 @@ class Decision:
                 "verdict": self.verdict, "base": num(self.base), "head": num(self.head),
                 "estimate": num(self.estimate), "low": num(self.low), "high": num(self.high),
                 "limit": num(self.limit), "pairs": self.pairs, "statistic": self.statistic,
-                "inconclusive": self.inconclusive}
+                "inconclusive": self.inconclusive,
+                **{k: num(v) for k, v in (("beta_low", self.beta_low),
+                                          ("beta_high", self.beta_high)) if not math.isnan(v)}}
 
 
 def _step_floor(p: Paired, ms: CompareSettings) -> float:
@@ -265,13 +292,15 @@ def _threshold(p: Paired, ms: CompareSettings, base: float) -> float:
     return ms.max_python_share_increase
 
 
-def rule(low: float, high: float, c: float) -> ABVerdict:
-    """The decision rule on the interval ``[low, high]`` of ``x`` with the threshold ``c``."""
+def rule(low: float, high: float, c: float, bound: float | None = None) -> ABVerdict:
+    """The decision rule on the corrected interval ``[low, high]`` of ``x`` with the threshold
+    ``c``: regressed, improved, or unchanged when ``bound`` (the one-sided ``1 - beta`` bound on
+    the regression's side, not corrected; default ``high``) is below ``c``."""
     if low > c / 2 and high >= c:
         return "regressed"
     if high < -c / 2 and low <= -c:
         return "improved"
-    if high < c:
+    if (high if bound is None else bound) < c:
         return "unchanged"
     return "undecided"
 
@@ -370,12 +399,14 @@ def decide(samples: Sequence[Paired], settings: CompareSettings,
             continue
         x = _worse([samples[members[r]].kind for r in usable], base[usable], head[usable])
         method = "exact" if n <= EXACT_MAX_PAIRS else "normal approximation"
-        test = f"Wilcoxon signed-rank {_level(a)} CI ({correction}; {method})"
-        for row, (centre, lo, hi) in zip(usable, _walsh_intervals(x, a), strict=True):
+        test = (f"Wilcoxon signed-rank {_level(a)} CI ({correction}; {method}); unchanged on "
+                f"the one-sided {_level(settings.beta)} bound, not corrected")
+        rows = _walsh_intervals(x, [a, 2 * settings.beta])
+        for row, (centre, [(lo, hi), (blo, bhi)]) in zip(usable, rows, strict=True):
             p = samples[members[row]]
             ms = settings.for_metric(p.key)
             b, h = base_median[row], head_median[row]
-            verdict = rule(lo, hi, c := _threshold(p, ms, b))
+            verdict = rule(lo, hi, c := _threshold(p, ms, b), bhi)
             what = "ratio" if p.kind in ("time", "rate") else "difference"
             statistic = f"Hodges-Lehmann {what}, {test}"
             if _step_floor(p, ms) > max(ms.min_step_ms, ms.min_slowdown * b):
@@ -386,11 +417,13 @@ def decide(samples: Sequence[Paired], settings: CompareSettings,
                 statistic += f"; too few pairs ({n} < min_pairs {ms.min_pairs})"
             elif math.isinf(hi) or math.isinf(lo):
                 statistic += f"; too few pairs for a {_level(a)} interval"
-            estimate, low, high, limit = (from_x(p.kind, v) for v in (centre, lo, hi, c))
+            estimate, low, high, limit, beta_low, beta_high = (
+                from_x(p.kind, v) for v in (centre, lo, hi, c, blo, bhi))
             if _flips(p.kind):
-                low, high = high, low
+                low, high, beta_low, beta_high = high, low, beta_high, beta_low
             decisions[members[row]] = Decision(p.key, p.kind, verdict, b, h, estimate, low, high, n,
-                                               statistic, limit)
+                                               statistic, limit, beta_low=beta_low,
+                                               beta_high=beta_high)
     return [d for d in decisions if d is not None]
 
 
@@ -412,15 +445,20 @@ def _decision_from_dict(d: Any, where: str, source: str) -> Decision:
     _need(not inconclusive or d.get("verdict") == "undecided", source,
           f"{where}.inconclusive is true for a {d.get('verdict')} metric (only an undecided one "
           "can be)")
-    unbounded = {"low": -math.inf, "high": math.inf}
+    unbounded = {"low": -math.inf, "high": math.inf, "beta_low": -math.inf,
+                 "beta_high": math.inf}
     values = {}
-    for key in ("base", "head", "estimate", "low", "high", "limit"):
+    for key in ("base", "head", "estimate", "low", "high", "limit", "beta_low", "beta_high"):
+        if key.startswith("beta_") and key not in d:  # a file of an older writer: not known
+            values[key] = math.nan
+            continue
         v = d.get(key)
         _need(v is None or is_num(v), source, f"{where}.{key} is not a number or null")
         values[key] = float(v) if v is not None else unbounded.get(key, math.nan)
     return Decision(MetricKey(d["run"], d["metric"]), d["kind"], d["verdict"], values["base"],
                     values["head"], values["estimate"], values["low"], values["high"], d["pairs"],
-                    d["statistic"], values["limit"], inconclusive)
+                    d["statistic"], values["limit"], inconclusive, values["beta_low"],
+                    values["beta_high"])
 
 
 @dataclass

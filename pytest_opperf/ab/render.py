@@ -3,8 +3,10 @@
 Both list every metric with base, head, the ratio (or difference) with its corrected interval and
 the verdict, regressed first, then undecided (inconclusive ones first, named so: their estimate is
 past the threshold), improved and unchanged; unchanged metrics show their interval too, so the
-reader sees how fine the check was (``+-1.2%``: half the interval's width). What the tests cost
-(:mod:`.cost`): one line in the terminal (the costliest tests), a short table in the markdown.
+reader sees how fine the check was (``+-1.2%``: half the interval's width), and each metric the
+one-sided bound on the regression's side that "unchanged" is ruled on (``bound 1.011``). What the
+tests cost (:mod:`.cost`): one line in the terminal (the costliest tests), a short table in the
+markdown.
 """
 
 from __future__ import annotations
@@ -46,17 +48,23 @@ def change(d: Decision) -> str:
 
 
 def interval(d: Decision) -> str:
-    """The corrected interval and its half-width: ``[0.992, 1.016] +-1.2%``."""
+    """The corrected interval and its half-width, and the one-sided bound "unchanged" is ruled on
+    when known: ``[0.992, 1.016] +-1.2%, bound 1.011``."""
     if d.kind == "count":
         return "exact"
     if not math.isfinite(d.estimate):
         return "none"
     hw = d.half_width
-    if not math.isfinite(hw):
-        return "unbounded"
+    bound = d.bound
     if d.ratio:
-        return f"[{d.low:.3f}, {d.high:.3f}] +-{hw * 100:.1f}%"
-    return f"[{d.low * 100:+.2f}, {d.high * 100:+.2f}]pt +-{hw * 100:.2f}pt"
+        shown = f", bound {bound:.3f}" if math.isfinite(bound) and bound > 0 else ""
+    else:
+        shown = f", bound {bound * 100:+.2f}pt" if math.isfinite(bound) else ""
+    if not math.isfinite(hw):
+        return "unbounded" + shown
+    if d.ratio:
+        return f"[{d.low:.3f}, {d.high:.3f}] +-{hw * 100:.1f}%{shown}"
+    return f"[{d.low * 100:+.2f}, {d.high * 100:+.2f}]pt +-{hw * 100:.2f}pt{shown}"
 
 
 def ordered(decisions: Sequence[Decision]) -> list[tuple[str, list[tuple[str, list[Decision]]]]]:

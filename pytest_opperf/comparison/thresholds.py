@@ -72,6 +72,9 @@ class CompareSettings:
     alpha: float = table_key(0.05, "family-wise error rate, Bonferroni-corrected for the number of "
                              "metrics tested (the e2e runs' headline metrics share half of it)",
                              0.0, 1.0, lo_open=True, hi_open=True)
+    beta: float = table_key(0.01, "the chance of calling a metric unchanged when it changed by as "
+                            "much as counts: each metric's one-sided bound, not corrected (a pass "
+                            "needs every metric unchanged)", 0.0, 0.5, lo_open=True, hi_open=True)
     budget_s: float = table_key(600.0, "wall-time budget of the whole A/B session (s); what is "
                                 "undecided when it is spent is reported undecided", 0.0,
                                 lo_open=True)
