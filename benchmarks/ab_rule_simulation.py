@@ -1,11 +1,12 @@
 """The A/B decision rule on simulated sequential sessions (seeded; no timing).
 
 Prints, for true slowdowns of 0, 3, 5 and 10 % with 2 % and 5 % noise per
-pair, how often a metric ends regressed, and after how many pairs, under the
-rule of ``pytest_opperf.ab.paired`` ("lo > c/2") and under the simpler
-"lo > 0": the table in docs/ab-statistics.md.
+pair, how often a metric ends regressed (or unchanged), and after how many
+pairs, under the rule of ``pytest_opperf.ab.paired`` ("lo > c/2") and under the
+simpler "lo > 0", each with "unchanged" ruled on the one-sided ``1 - beta``
+bound, not corrected: the table in docs/ab-statistics.md.
 
-    python benchmarks/ab_rule_simulation.py [--sessions 400] [--metrics 150]
+    python benchmarks/ab_rule_simulation.py [--sessions 400] [--metrics 150] [--beta 0.01]
 """
 
 from __future__ import annotations
@@ -19,20 +20,22 @@ import numpy as np
 from pytest_opperf.ab.paired import rule, walsh_interval
 
 
-def lo_above_zero(low: float, high: float, c: float) -> str:
+def lo_above_zero(low: float, high: float, c: float, bound: float) -> str:
     """The rule first considered: significant, and the interval reaches what counts."""
     if low > 0 and high >= c:
         return "regressed"
     if high < 0 and low <= -c:
         return "improved"
-    return "unchanged" if high < c else "undecided"
+    return "unchanged" if bound < c else "undecided"
 
 
-def session(x: np.ndarray, a: float, c: float, decide, start: int, block: int) -> tuple[str, int]:
+def session(x: np.ndarray, a: float, beta: float, c: float, decide, start: int,
+            block: int) -> tuple[str, int]:
     n = start
     while n <= len(x):
         _, low, high = walsh_interval(list(x[:n]), a)
-        verdict = decide(low, high, c)
+        _, _, bound = walsh_interval(list(x[:n]), 2 * beta)
+        verdict = decide(low, high, c, bound)
         if verdict != "undecided":
             return verdict, n
         n += block
@@ -44,11 +47,13 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=400)
     parser.add_argument("--metrics", type=int, default=150, help="K of the Bonferroni correction")
     parser.add_argument("--alpha", type=float, default=0.05)
+    parser.add_argument("--beta", type=float, default=0.01, help="unchanged's one-sided level")
     parser.add_argument("--min-slowdown", type=float, default=0.05)
     parser.add_argument("--max-pairs", type=int, default=400)
     args = parser.parse_args()
     a, c = args.alpha / args.metrics, math.log1p(args.min_slowdown)
-    print(f"K={args.metrics} alpha={args.alpha} min_slowdown={args.min_slowdown}: decisions after "
+    print(f"K={args.metrics} alpha={args.alpha} beta={args.beta} "
+          f"min_slowdown={args.min_slowdown}: decisions after "
           "10, 15, ... "
           f"pairs (at most {args.max_pairs}), the first verdict kept, {args.sessions} sessions")
     print(f"{'true':>6} {'noise':>6}  {'rule':<10} {'regressed':>9} {'unchanged':>9} "
@@ -60,7 +65,7 @@ def main() -> None:
                 pairs = []
                 for seed in range(args.sessions):
                     x = np.random.default_rng(seed).normal(math.log1p(true), sigma, args.max_pairs)
-                    verdict, n = session(x, a, c, decide, 10, 5)
+                    verdict, n = session(x, a, args.beta, c, decide, 10, 5)
                     outcomes[verdict] = outcomes.get(verdict, 0) + 1
                     pairs.append(n)
                 share = {v: f"{outcomes.get(v, 0) / args.sessions:.2%}" for v in

@@ -716,7 +716,8 @@ def test_ci_thresholds_compare_table():
     from pathlib import Path
 
     s = load_thresholds(Path(__file__).parent.parent / "ci" / "thresholds.toml").compare
-    assert (s.min_slowdown, s.max_python_share_increase, s.alpha) == (0.05, 0.01, 0.05)
+    assert (s.min_slowdown, s.max_python_share_increase, s.alpha, s.beta) == (0.05, 0.01, 0.05,
+                                                                                0.01)
     assert (s.min_call_ms, s.min_step_ms, s.min_pairs, s.budget_s) == (0.002, 0.1, 10, 480.0)
     assert s.min_step_share == 0.025
 

@@ -484,10 +484,10 @@ class Controller:
 
     def _visit_pairs(self, key: paired.MetricKey) -> int:
         """The pairs a visit takes at least, its share of the budget spent or not: ``MIN_PAIRS``,
-        or, where the session's corrected level needs more for a bounded interval at all, those
-        and ``VISIT_MARGIN_PAIRS`` more (fewer could never decide the metric: time spent for
-        nothing)."""
-        level = self._family().level(self.settings.alpha, key)
+        or, where neither the session's corrected level nor unchanged's ``1 - 2 beta`` bounds an
+        interval with fewer, those and ``VISIT_MARGIN_PAIRS`` more (fewer could never decide
+        the metric: time spent for nothing)."""
+        level = max(self._family().level(self.settings.alpha, key), 2 * self.settings.beta)
         fewest = paired.pairs_for_interval(level) + tuning.VISIT_MARGIN_PAIRS
         return min(tuning.MAX_VISIT_PAIRS, max(tuning.MIN_PAIRS, fewest))
 

@@ -415,7 +415,7 @@ def decide(samples: Sequence[Paired], settings: CompareSettings,
             if n < ms.min_pairs:
                 verdict = "undecided"
                 statistic += f"; too few pairs ({n} < min_pairs {ms.min_pairs})"
-            elif math.isinf(hi) or math.isinf(lo):
+            elif verdict == "undecided" and (math.isinf(hi) or math.isinf(lo)):
                 statistic += f"; too few pairs for a {_level(a)} interval"
             estimate, low, high, limit, beta_low, beta_high = (
                 from_x(p.kind, v) for v in (centre, lo, hi, c, blo, bhi))
