@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from pytest_opperf.ab import family, paired
+from pytest_opperf.ab import family, paired, signedrank
 from pytest_opperf.ab.paired import (
     CompareResult,
     Decision,
@@ -76,7 +76,7 @@ def test_signed_rank_distribution_by_hand():
     # n = 10: the textbook critical value of the two-sided 5 % test is T <= 8
     cdf = signed_rank_cdf(10)
     assert cdf[8] == 25 / 1024 and cdf[9] > 0.025
-    assert paired._trim(10, 0.05) == 8
+    assert signedrank._trim(10, 0.05) == 8
 
 
 @pytest.mark.parametrize("n", [6, 13, 25, 40])
@@ -107,16 +107,16 @@ def test_interval_by_hand():
 def test_normal_approximation_beyond_the_exact_range():
     # beyond EXACT_MAX_PAIRS the normal approximation picks the trim; at the boundary it is
     # within 1 % of the exact one and on the safe side (a slightly wider interval)
-    exact = paired._trim.__wrapped__
-    for n in (200, paired.EXACT_MAX_PAIRS):
+    exact = signedrank._trim.__wrapped__
+    for n in (200, signedrank.EXACT_MAX_PAIRS):
         for a in (0.05, 0.05 / 150):
             d = exact(n, a)
-            saved = paired.EXACT_MAX_PAIRS
+            saved = signedrank.EXACT_MAX_PAIRS
             try:
-                paired.EXACT_MAX_PAIRS = 0
+                signedrank.EXACT_MAX_PAIRS = 0
                 approx = exact(n, a)
             finally:
-                paired.EXACT_MAX_PAIRS = saved
+                signedrank.EXACT_MAX_PAIRS = saved
             assert 0.99 * d <= approx <= d, (n, a, d, approx)
 
 

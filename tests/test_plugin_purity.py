@@ -13,8 +13,9 @@ PURE = ["timers", "stattree", "core.stats", "results", "records.checks", "record
         "records.atomic", "core.machine", "records.handback", "core.port", "comparison.gate",
         "comparison.regression", "comparison.baseline_checks", "reports.report", "measure",
         "device", "cli", "comparison.thresholds", "comparison.metrics",
-        "comparison.verdict", "comparison.keys", "ab.paired", "ab.pairs", "ab.decide", "ab.family",
-        "ab.tuning", "ab.cost", "ab.extensions", "ab.extras", "ab.processes", "ab.controller",
+        "comparison.verdict", "comparison.keys", "ab.paired", "ab.signedrank", "ab.pairs",
+        "ab.decide", "ab.family", "ab.tuning", "ab.cost", "ab.extensions", "ab.extras",
+        "ab.processes", "ab.controller",
         "history.suspects", "history.trends",
         "workcounts.workcount", "workcounts.valgrind", "workcounts.callgrind",
         "workcounts.callgrind_dumps", "workcounts.valgrind_run", "workcounts.instructions"]
@@ -141,7 +142,8 @@ def test_the_ab_layers_import_downwards_only():
     graph = import_graph()
     ab = "pytest_opperf.ab."
     upper = {ab + m for m in ("session", "controller", "processes", "side", "checkout")}
-    for pure in ("paired", "decide", "tuning", "pairs", "cost", "extensions", "extras"):
+    for pure in ("paired", "signedrank", "decide", "tuning", "pairs", "cost", "extensions",
+                 "extras"):
         assert not _reaches(graph, ab + pure) & upper, pure
     assert not _reaches(graph, ab + "processes") & {ab + "controller", ab + "decide",
                                                     ab + "paired"}
@@ -162,8 +164,8 @@ LAYERS = [
     ("the instrumentation and the records", {
         "timers", "stattree", "device", "results", "measure", "recorded", "hookspec", "core",
         "records", "gpu", "workcounts"}),
-    ("comparison and reports", {"comparison", "reports", "ab.paired", "ab.pairs", "ab.decide",
-                                "ab.family",
+    ("comparison and reports", {"comparison", "reports", "ab.paired", "ab.signedrank",
+                                "ab.pairs", "ab.decide", "ab.family",
                                 "ab.tuning", "ab.render", "ab.protocol", "ab.cost",
                                 "ab.extensions", "ab.extras", "history"}),
     ("processes and commands", {"ab", "bisect", "cli", "__main__", "torch", "paddle"}),

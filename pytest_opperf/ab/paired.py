@@ -4,22 +4,20 @@ Sample i of the base and sample i of the head form pair i (measured back to back
 machine's speed cancels in the pair). Each pair gives one number ``x``, positive when worse for the
 head: ``log(head/base)`` for times, ``log(base/head)`` for rates, ``head - base`` for the Python
 share; counts are compared exactly. Per metric: the Hodges-Lehmann estimate with the exact Wilcoxon
-signed-rank interval, Bonferroni-corrected over the metrics of one :func:`decide` (weighted: an e2e
-run's headline metrics share half of ``alpha``, :class:`.family.Family`), and the rule: regressed
-when ``lo > c/2`` and ``hi >= c`` (``c`` the smallest change that counts), improved the mirror,
-unchanged when the one-sided ``1 - beta`` bound on the regression's side is below ``c`` (each
-metric's own, not corrected: a pass needs every metric unchanged), else undecided. The rule, its
-reasons, the floors and the simulations behind them: docs/ab-statistics.md.
+signed-rank interval (:mod:`.signedrank`), Bonferroni-corrected over the metrics of one
+:func:`decide` (weighted: an e2e run's headline metrics share half of ``alpha``,
+:class:`.family.Family`), and the rule: regressed when ``lo > c/2`` and ``hi >= c`` (``c`` the
+smallest change that counts), improved the mirror, unchanged when the one-sided ``1 - beta`` bound
+on the regression's side is below ``c`` (each metric's own, not corrected: a pass needs every
+metric unchanged), else undecided. The rule, its reasons, the floors and the simulations behind
+them: docs/ab-statistics.md.
 """
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cache, lru_cache
-from statistics import NormalDist
 from typing import Any, Literal
 
 from ..comparison.metrics import CALL, METRIC_KINDS, STEP, Kind, MetricKey
@@ -27,10 +25,12 @@ from ..comparison.thresholds import CompareSettings
 from ..core.stats import most_common
 from ..records.checks import is_num
 from ..workcounts.workcount import COUNTERS
+from . import signedrank
 from .cost import Cost
 from .extras import need as _need
 from .extras import read_extras
 from .family import Family
+from .signedrank import pairs_for_interval, signed_rank_cdf, walsh_interval, walsh_intervals
 
 __all__ = ["ABVerdict", "CompareResult", "Decision", "Paired", "decide", "from_x", "pair_x",
            "pairs_for_interval", "rule", "signed_rank_cdf", "to_x", "walsh_interval"]
@@ -39,8 +39,6 @@ ABVerdict = Literal["regressed", "improved", "unchanged", "undecided"]
 # the report's order
 VERDICTS: tuple[str, ...] = ("regressed", "undecided", "improved", "unchanged")
 
-EXACT_MAX_PAIRS = 300  # the signed-rank distribution is counted exactly up to this many pairs
-_CHUNK = 2_000_000  # Walsh averages held at once (16 MB)
 
 
 # --- x: one pair's change ------------------------------------------------------------
@@ -99,90 +97,6 @@ class Paired:
     @property
     def pairs(self) -> int:
         return len(self.base)
-
-
-# --- the signed-rank interval ------------------------------------------------------
-
-
-@lru_cache(maxsize=4)  # up to 45k values each; _trim keeps what decisions need
-def signed_rank_cdf(n: int) -> tuple[float, ...]:
-    """``P(T+ <= k)`` for k = 0 .. n(n+1)/2 under the null, n >= 1.
-
-    Each rank r is in the positive set with probability 1/2, so the distribution of ``T+`` over
-    ranks 1..r is the average of that over ranks 1..r-1 and the same shifted by r: a subset-sum
-    count, halved at each step (exact for the dyadic values of small n, to rounding otherwise)."""
-    import numpy as np
-
-    if n < 1:
-        raise ValueError(f"the signed-rank distribution needs at least 1 pair, got {n}")
-    p = np.zeros(n * (n + 1) // 2 + 1)
-    p[0] = 1.0
-    for rank in range(1, n + 1):
-        top = rank * (rank + 1) // 2
-        p[rank:top + 1] += p[:top + 1 - rank]  # numpy buffers the overlapping source
-        p[:top + 1] *= 0.5
-    return tuple(np.minimum(np.cumsum(p), 1.0).tolist())
-
-
-@cache
-def _trim(n: int, a: float) -> int:
-    """The largest d with P(T+ <= d) <= a/2, or -1 when there is none (too few pairs)."""
-    half = a / 2 * (1 + 1e-9)  # a level meant to be hit exactly must not miss by rounding
-    if n <= EXACT_MAX_PAIRS:
-        return bisect.bisect_right(signed_rank_cdf(n), half) - 1
-    mean = n * (n + 1) / 4
-    sd = math.sqrt(n * (n + 1) * (2 * n + 1) / 24)
-    # P(T+ <= d) ~ Phi((d + 0.5 - mean) / sd)
-    return max(-1, math.floor(mean - 0.5 + sd * NormalDist().inv_cdf(a / 2)))
-
-
-def pairs_for_interval(a: float) -> int:
-    """The fewest pairs with a bounded signed-rank interval at level ``1 - a`` (two-sided): with
-    fewer, even pairs that all agree leave it open, and the metric cannot be decided."""
-    n = 1
-    while _trim(n, a) < 0:
-        n += 1
-    return n
-
-
-def _walsh_intervals(rows: Any,
-                     levels: Sequence[float]) -> list[tuple[float, list[tuple[float, float]]]]:
-    """For each row of a 2-d array, its Hodges-Lehmann estimate and its interval (low, high) at
-    each level ``1 - a`` of ``levels``, from one sort of its Walsh averages."""
-    import numpy as np  # here, not at import: the plugin loads this module without numpy
-
-    n = rows.shape[1]
-    total = n * (n + 1) // 2
-    trims = [_trim(n, a) for a in levels]
-    first, second = np.triu_indices(n)
-    kth = sorted({(total - 1) // 2, total // 2}
-                 | {i for d in trims if d >= 0 for i in (d, total - 1 - d)})
-    values = np.asarray(rows, dtype=np.float64)
-    out: list[tuple[float, list[tuple[float, float]]]] = []
-    step = max(1, _CHUNK // total)
-    for start in range(0, len(values), step):
-        block = values[start:start + step]
-        walsh = (block[:, first] + block[:, second]) * 0.5
-        # a full sort is faster than a multi-kth partition on short rows
-        walsh = np.sort(walsh, axis=1) if total <= 5000 else np.partition(walsh, kth, axis=1)
-        centre = (walsh[:, (total - 1) // 2] + walsh[:, total // 2]) * 0.5
-        ends = [list(zip(walsh[:, d].tolist(), walsh[:, total - 1 - d].tolist(), strict=True))
-                if d >= 0 else [(-math.inf, math.inf)] * len(block) for d in trims]
-        out.extend((c, [e[i] for e in ends]) for i, c in enumerate(centre.tolist()))
-    return out
-
-
-def walsh_interval(x: Sequence[float], a: float) -> tuple[float, float, float]:
-    """The Hodges-Lehmann estimate of the centre of ``x`` and its Wilcoxon signed-rank
-    interval at level ``1 - a``: ``(estimate, low, high)``, unbounded when ``x`` is too short."""
-    if not x:
-        raise ValueError("the signed-rank interval needs at least one value")
-    if not 0 < a < 1:
-        raise ValueError(f"the error rate must be in (0, 1), got {a!r}")
-    import numpy as np
-
-    centre, [(low, high)] = _walsh_intervals(np.asarray([x], dtype=np.float64), [a])[0]
-    return centre, low, high
 
 
 # --- decisions -------------------------------------------------------------------------
@@ -398,10 +312,10 @@ def decide(samples: Sequence[Paired], settings: CompareSettings,
         if not usable:
             continue
         x = _worse([samples[members[r]].kind for r in usable], base[usable], head[usable])
-        method = "exact" if n <= EXACT_MAX_PAIRS else "normal approximation"
+        method = "exact" if n <= signedrank.EXACT_MAX_PAIRS else "normal approximation"
         test = (f"Wilcoxon signed-rank {_level(a)} CI ({correction}; {method}); unchanged on "
                 f"the one-sided {_level(settings.beta)} bound, not corrected")
-        rows = _walsh_intervals(x, [a, 2 * settings.beta])
+        rows = walsh_intervals(x, [a, 2 * settings.beta])
         for row, (centre, [(lo, hi), (blo, bhi)]) in zip(usable, rows, strict=True):
             p = samples[members[row]]
             ms = settings.for_metric(p.key)
