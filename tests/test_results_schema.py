@@ -360,8 +360,9 @@ def test_the_schema_has_the_keys_the_writers_write():
     assert set(cost["required"]) == set(cost["properties"]) == set(compare.to_dict()["cost"][0])
     assert set(DEFS["compare"]["properties"]["verdicts"]["required"]) == set(compare.counts())
     decision = set(compare.decisions[0].to_dict())
-    # inconclusive: absent from files of older writers
-    assert props("decision") == set(DEFS["decision"]["required"]) | {"inconclusive"} == decision
+    # optional: inconclusive (older writers), the bounds of unchanged (not for counts)
+    assert props("decision") == set(DEFS["decision"]["required"]) | {
+        "inconclusive", "beta_low", "beta_high"} == decision
     assert set(machine_info()) <= props("machine")
 
 
