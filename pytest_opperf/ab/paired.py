@@ -40,7 +40,6 @@ ABVerdict = Literal["regressed", "improved", "unchanged", "undecided"]
 VERDICTS: tuple[str, ...] = ("regressed", "undecided", "improved", "unchanged")
 
 
-
 # --- x: one pair's change ------------------------------------------------------------
 
 # x = sign * log(head/base) for the ratios (a rate's drop is worse: -1), head - base otherwise
