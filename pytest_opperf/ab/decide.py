@@ -332,10 +332,10 @@ def _one_sided(d: Decision, samples: SessionPairs) -> bool:
     """Whether ``d`` is unchanged on the pairs of one start order alone with the interval it is
     ruled on (:meth:`.paired.Decision.beta_x`), widened for a spread between process pairs that
     one of them cannot show (``ONE_PAIR_DESIGN_EFFECT``, :mod:`.tuning`), reaching a change that
-    counts either way (``-c`` or ``c``): one process
-    pair's bias, which can be as large as a change (0.815 head/base of a whole generation, one busy
-    loop beside it; a 3 % slower conv2d at 1.001-1.013 in one process pair), may be what hides a
-    change there, and the pairs of that process pair cannot rule it out."""
+    counts either way (``-c`` or ``c``): one process pair's bias, which can be as large as a
+    change (0.815 head/base of a whole generation, one busy loop beside it; a 3 % slower conv2d
+    at 1.001-1.013 in one process pair), may be what hides a change there, and the pairs of that
+    process pair cannot rule it out."""
     if d.verdict != "unchanged" or d.kind == "count" or _orders(d.key, samples) >= 2:
         return False
     estimate, _, _, c = d.in_x()
