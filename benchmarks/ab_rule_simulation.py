@@ -17,7 +17,8 @@ import statistics
 
 import numpy as np
 
-from pytest_opperf.ab.paired import rule, walsh_interval
+from pytest_opperf.ab.paired import rule
+from pytest_opperf.ab.signedrank import walsh_intervals
 
 
 def lo_above_zero(low: float, high: float, c: float, bound: float) -> str:
@@ -33,8 +34,7 @@ def session(x: np.ndarray, a: float, beta: float, c: float, decide, start: int,
             block: int) -> tuple[str, int]:
     n = start
     while n <= len(x):
-        _, low, high = walsh_interval(list(x[:n]), a)
-        _, _, bound = walsh_interval(list(x[:n]), 2 * beta)
+        _, [(low, high), (_, bound)] = walsh_intervals(x[None, :n], [a, 2 * beta])[0]
         verdict = decide(low, high, c, bound)
         if verdict != "undecided":
             return verdict, n

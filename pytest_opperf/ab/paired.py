@@ -25,12 +25,17 @@ from ..comparison.thresholds import CompareSettings
 from ..core.stats import most_common
 from ..records.checks import is_num
 from ..workcounts.workcount import COUNTERS
-from . import signedrank
 from .cost import Cost
 from .extras import need as _need
 from .extras import read_extras
 from .family import Family
-from .signedrank import pairs_for_interval, signed_rank_cdf, walsh_interval, walsh_intervals
+from .signedrank import (
+    EXACT_MAX_PAIRS,
+    pairs_for_interval,
+    signed_rank_cdf,
+    walsh_interval,
+    walsh_intervals,
+)
 
 __all__ = ["ABVerdict", "CompareResult", "Decision", "Paired", "decide", "from_x", "pair_x",
            "pairs_for_interval", "rule", "signed_rank_cdf", "to_x", "walsh_interval"]
@@ -311,7 +316,7 @@ def decide(samples: Sequence[Paired], settings: CompareSettings,
         if not usable:
             continue
         x = _worse([samples[members[r]].kind for r in usable], base[usable], head[usable])
-        method = "exact" if n <= signedrank.EXACT_MAX_PAIRS else "normal approximation"
+        method = "exact" if n <= EXACT_MAX_PAIRS else "normal approximation"
         test = (f"Wilcoxon signed-rank {_level(a)} CI ({correction}; {method}); unchanged on "
                 f"the one-sided {_level(settings.beta)} bound, not corrected")
         rows = walsh_intervals(x, [a, 2 * settings.beta])
