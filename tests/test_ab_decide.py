@@ -287,7 +287,7 @@ def test_each_generations_bias_is_the_geometric_mean_of_its_metrics_median_ratio
                                               ("python_share", "share"),
                                               ("step_ms:conv2d", "time"),
                                               ("step_ms:ExecutorRunTimer", "time")])
-def test_an_undecided_headline_metric_keeps_its_test_running_in_every_tier(metric, kind):
+def test_an_undecided_metric_of_an_e2e_run_keeps_its_test_running_in_every_tier(metric, kind):
     # wide noise around no change: undecided, its estimate short of the threshold, leaning nowhere
     key = MetricKey("t::e2e", metric)
     samples = SessionPairs()
@@ -300,10 +300,26 @@ def test_an_undecided_headline_metric_keeps_its_test_running_in_every_tier(metri
     (d,) = decide.final_decisions(samples, CompareSettings())
     assert d.verdict == "undecided" and not d.past_threshold
     wanted = decide.wanting_pairs(samples, CompareSettings(), keep="changes")
-    # the step is headline in the correction only: kept, it ran an A/A session to the ceiling
-    assert wanted == ([(key, "decide")] if metric in decide.HEADLINE else [])
+    assert wanted == [(key, "decide")]
     # --opperf-compare-undecided=warn: only changes to confirm, as before
     assert decide.wanting_pairs(samples, CompareSettings(), keep="changes", undecided="warn") == []
+    # the same pairs of a per-op benchmark's metric: past the tiers that keep every undecided
+    # metric, it waits for the others
+    op = SessionPairs()
+    for i, (b, h) in enumerate(zip(samples.paired[key].base, samples.paired[key].head,
+                                   strict=True)):
+        op.add(MetricKey("t::op", metric), kind, b, h, ("base", "head")[i % 2])
+    assert decide.wanting_pairs(op, CompareSettings(), keep="changes") == []
+    assert decide.wanting_pairs(op, CompareSettings()) == [(MetricKey("t::op", metric), "decide")]
+
+
+def test_a_metric_is_an_e2e_runs_when_its_run_has_steps_or_a_step_stat():
+    samples = SessionPairs()
+    samples.add_steps("t::e2e", [10.0, 11.0])
+    samples.add_step_stat("t::other", "ExecutorRunTimer")
+    assert samples.e2e(MetricKey("t::e2e", "step_ms:conv2d"))
+    assert samples.e2e(MetricKey("t::other", "examples_per_sec"))
+    assert not samples.e2e(MetricKey("t::op", "call_ms:conv2d"))
 
 
 def test_the_final_decisions_correct_the_step_as_a_headline_metric():

@@ -42,12 +42,10 @@ from ..comparison.metrics import STEP, Kind, MetricKey, metric
 from ..comparison.thresholds import CompareSettings
 from ..core.stats import median, student_t_quantile
 from . import paired, tuning
-from .family import HEADLINE, Family
+from .family import Family
 from .paired import ABVerdict, Decision, Paired
 
-# HEADLINE: an e2e run's headline metrics that, undecided, keep their test running again
-# (wanting_pairs).
-__all__ = ["HEADLINE", "Keep", "SessionPairs", "Want", "final_decisions", "leans",
+__all__ = ["Keep", "SessionPairs", "Want", "final_decisions", "leans",
            "may_regress", "order_verdict", "unbounded", "wanting_pairs"]
 
 # Which metrics want more pairs (wanting_pairs): every undecided one; only a leaning one or a
@@ -74,6 +72,10 @@ class SessionPairs:
         or only ``keys`` of them; the e2e runs' steps among them are headline metrics."""
         chosen = self.paired.values() if keys is None else (self.paired[k] for k in keys)
         return Family.of(((p.key, p.kind) for p in chosen), self.step_keys)
+
+    def e2e(self, key: MetricKey) -> bool:
+        """Whether ``key`` is a metric of an e2e run (one with steps or a step stat)."""
+        return key.run in self.steps or any(k.run == key.run for k in self.step_keys)
 
     def add_step_stat(self, run: str, stat: str) -> None:
         """``stat`` is the e2e run ``run``'s executor stat: its ``step_ms`` is the step, a headline
@@ -459,11 +461,11 @@ def wanting_pairs(samples: SessionPairs, settings: CompareSettings, keep: Keep =
     change that counts (:func:`_one_sided`: the other order has its say on both); ``"decide"``, an
     undecided metric. A metric whose undecided verdict could fail the gate (``undecided``,
     ``--opperf-compare-undecided``: every one with ``fail``; by default one whose estimate is past
-    the threshold, which may end inconclusive) always counts, and so, by default, do an e2e run's
-    undecided examples/sec and Python share (:data:`HEADLINE`; not the step, a headline metric of
-    the correction only: it has examples/sec's noise and sometimes more, and kept so it ran an A/A
-    session's faithful run to the ceiling, 270 s, with examples/sec decided) and a metric undecided
-    for want of pairs alone (:func:`unbounded`). Of the others, only those changes, the undecided
+    the threshold, which may end inconclusive) always counts, and so, by default, do every
+    undecided metric of an e2e run (its headline metrics, :data:`.family.HEADLINE`, its step and its
+    stats: a training step is what the pull request is about, and its test is one visit per
+    generation whatever it has undecided) and a metric undecided for want of pairs alone
+    (:func:`unbounded`). Of the others, only those changes, the undecided
     metrics with the pairs of one start order only (:func:`_one_order`) and the metrics that lean
     towards a regression (:func:`leans`) count with ``keep="leaning"``, only the changes and those
     of one start order with ``keep="changes"``, and with ``final`` (the start order whose pairs get
@@ -473,10 +475,10 @@ def wanting_pairs(samples: SessionPairs, settings: CompareSettings, keep: Keep =
         change = _unconfirmed(d, samples, settings) or _one_sided(d, samples)
         # kept in every tier: an undecided metric that would fail the gate (every one with
         # "fail"; by default one past the threshold, which may end inconclusive, final_decisions)
-        # and, by default, an undecided HEADLINE metric and one that lacks the pairs for any
+        # and, by default, an undecided metric of an e2e run and one that lacks the pairs for any
         # verdict
         always = undecided == "fail" or (undecided == "inconclusive" and (
-            d.past_threshold or d.key.metric in HEADLINE or unbounded(d, settings)))
+            d.past_threshold or samples.e2e(d.key) or unbounded(d, settings)))
         kept = always or (
             (keep == "undecided" or change or _one_order(d, samples)
              or (keep == "leaning" and leans(d)))
