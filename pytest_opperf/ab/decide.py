@@ -461,7 +461,7 @@ def wanting_pairs(samples: SessionPairs, settings: CompareSettings, keep: Keep =
     change that counts (:func:`_one_sided`: the other order has its say on both); ``"decide"``, an
     undecided metric. A metric whose undecided verdict could fail the gate (``undecided``,
     ``--opperf-compare-undecided``: every one with ``fail``; by default one whose estimate is past
-    the threshold, which may end inconclusive) always counts, and so, by default, do every
+    the threshold, which may end inconclusive) always counts, and so, by default, does every
     undecided metric of an e2e run (its headline metrics, :data:`.family.HEADLINE`, its step and its
     stats: a training step is what the pull request is about, and its test is one visit per
     generation whatever it has undecided) and a metric undecided for want of pairs alone
