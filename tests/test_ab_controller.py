@@ -20,7 +20,7 @@ import pytest
 
 from pytest_opperf import measure
 from pytest_opperf.ab import controller as controller_module
-from pytest_opperf.ab import decide, family, paired, processes, tuning
+from pytest_opperf.ab import decide, family, paired, processes, signedrank, tuning
 from pytest_opperf.ab.controller import Controller, rerun_budget
 from pytest_opperf.ab.pairs import e2e_samples
 from pytest_opperf.ab.processes import SideFailure, SideSpec
@@ -551,7 +551,7 @@ def test_a_visit_past_its_share_of_the_budget_still_takes_the_pairs_an_interval_
     run_session(c)
     blocks = _blocks(tmp_path)
     assert len(blocks) == 2 * (1 + pairs)  # one warm-up pair, one generation
-    assert paired.pairs_for_interval(0.05 / 300) + tuning.VISIT_MARGIN_PAIRS == 16
+    assert signedrank.pairs_for_interval(0.05 / 300) + tuning.VISIT_MARGIN_PAIRS == 16
 
 
 def test_the_reruns_budget_is_a_share_of_the_first_pass_and_the_budget_a_ceiling():

@@ -11,15 +11,8 @@ import numpy as np
 import pytest
 
 from pytest_opperf.ab import family, paired, signedrank
-from pytest_opperf.ab.paired import (
-    CompareResult,
-    Decision,
-    Paired,
-    decide,
-    rule,
-    signed_rank_cdf,
-    walsh_interval,
-)
+from pytest_opperf.ab.paired import CompareResult, Decision, Paired, decide, rule
+from pytest_opperf.ab.signedrank import pairs_for_interval, signed_rank_cdf, walsh_interval
 from pytest_opperf.comparison.gate import add_compare
 from pytest_opperf.comparison.keys import keys as table_keys
 from pytest_opperf.comparison.metrics import MetricKey
@@ -187,11 +180,11 @@ def test_aa_sessions_raise_no_more_false_alarms_than_alpha():
 @pytest.mark.parametrize("metrics", [1, 12, 239, 5000])
 def test_the_fewest_pairs_for_an_interval_bound_it_and_one_fewer_does_not(metrics):
     a = 0.05 / metrics
-    n = paired.pairs_for_interval(a)
+    n = pairs_for_interval(a)
     agree = [0.01 * (i + 1) for i in range(n)]  # every pair says "slower": the tightest case
     assert math.isfinite(walsh_interval(agree, a)[1])
     assert walsh_interval(agree[:-1], a)[1:] == (-math.inf, math.inf)
-    assert paired.pairs_for_interval(0.05) == 6 and paired.pairs_for_interval(0.05 / 239) == 14
+    assert pairs_for_interval(0.05) == 6 and pairs_for_interval(0.05 / 239) == 14
 
 
 def test_few_pairs_are_undecided():

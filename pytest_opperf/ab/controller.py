@@ -74,7 +74,7 @@ from typing import Any
 from ..comparison.metrics import steady_steps
 from ..records.handback import Envelope, HandBackError
 from ..results import RunResult
-from . import cost, decide, extensions, family, paired, tuning
+from . import cost, decide, extensions, family, paired, signedrank, tuning
 from .decide import Keep, SessionPairs
 from .pairs import e2e_samples
 from .processes import LAYOUT_ENV, Side, SideFailure, Sides, SideSpec, layout_pad, usable_cpus
@@ -488,7 +488,7 @@ class Controller:
         interval with fewer, those and ``VISIT_MARGIN_PAIRS`` more (fewer could never decide
         the metric: time spent for nothing)."""
         level = max(self._family().level(self.settings.alpha, key), 2 * self.settings.beta)
-        fewest = paired.pairs_for_interval(level) + tuning.VISIT_MARGIN_PAIRS
+        fewest = signedrank.pairs_for_interval(level) + tuning.VISIT_MARGIN_PAIRS
         return min(tuning.MAX_VISIT_PAIRS, max(tuning.MIN_PAIRS, fewest))
 
     def _bench_alone(self, nodeid: str, side: Side) -> None:

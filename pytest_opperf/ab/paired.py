@@ -29,16 +29,10 @@ from .cost import Cost
 from .extras import need as _need
 from .extras import read_extras
 from .family import Family
-from .signedrank import (
-    EXACT_MAX_PAIRS,
-    pairs_for_interval,
-    signed_rank_cdf,
-    walsh_interval,
-    walsh_intervals,
-)
+from .signedrank import EXACT_MAX_PAIRS, walsh_intervals
 
 __all__ = ["ABVerdict", "CompareResult", "Decision", "Paired", "decide", "from_x", "pair_x",
-           "pairs_for_interval", "rule", "signed_rank_cdf", "to_x", "walsh_interval"]
+           "rule", "to_x"]
 
 ABVerdict = Literal["regressed", "improved", "unchanged", "undecided"]
 # the report's order
