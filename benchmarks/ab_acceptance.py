@@ -211,7 +211,7 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
                  ("examples_per_sec",)),
     # for the e2e threshold lowered to 3 %, where the layout cases' cost depends on the memory
     # placement (on AMD EPYC layout-3 gave 0.982-1.009): collections every 5 net new objects
-    # gave 0.961-0.967, every 10 0.974-0.977 (AMD EPYC, A/B of the faithful run, 2 sessions each)
+    # read 0.951-0.989 in 15 sessions (AMD EPYC), every 10 0.974-0.977 in 2
     "gc-3": (GC_PRESSURE.replace("@N@", "5"), ("examples_per_sec",)),
     "null": (NULL_CHANGE, ()),
     "aa": ("", ()),
