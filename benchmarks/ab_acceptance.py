@@ -22,8 +22,9 @@ expected metric regressed. Cases:
 * ``gc-3``: a slowdown only time can see whatever the memory placement: the interpreter's cyclic
   garbage collector collects its youngest generation every 5 net new container objects instead
   of every 700 (the same Python calls; the collections are C code of the interpreter, inside the
-  step, and the work counts run with the collector off); about 3.5 % more time per step of the
-  faithful run, for the e2e threshold lowered to 3 %;
+  step, and the work counts run with the collector off); about 4 % more time per example in the
+  faithful run on AMD EPYC (examples/sec 0.962 at the median of 15 sessions), for the e2e
+  threshold lowered to 3 %;
 * ``null``: the head's code differs and no op's work does (an unused function appended): every
   regressed (or inconclusive) metric is a false alarm of the two sides' different code, such as
   its memory layout;
