@@ -75,15 +75,35 @@ class RegionLog:
         return self.states[i] if i >= 0 else (None, None, 0)
 
 
+# A marker made in more than the narrowest marker's time plus this was interrupted (a garbage
+# collection, a preemption): when its event was stamped within its span is unknown.
+MARK_SLACK_NS = 20_000
+
+
 def alignment(marks: Sequence[Mark], mark_starts: Sequence[int]
               ) -> tuple[list[int], list[tuple[int, int]], list[int]]:
     """From the markers made and their events read: each marker's clock offset (profiler time minus
-    ``perf_counter_ns``), the (profiler time, step) of the step markers, and those times alone."""
+    ``perf_counter_ns``), the (profiler time, step) of the step markers, and those times alone.
+
+    A marker's offset is its event's time minus the middle of its span, except for a marker whose
+    making was interrupted (its span more than :data:`MARK_SLACK_NS` above the narrowest's): it
+    takes the offset of the nearest marker that was not. Its own middle could be milliseconds off
+    (a collection of a big heap inside it), and every op of its step with it, filed outside the
+    module call or region it ran in."""
     if len(marks) != len(mark_starts) or len(marks) < 2:
         raise ValueError(f"profile(): {len(mark_starts)} marker events read for {len(marks)} "
                          "markers made (at least the window's start and end are needed)")
     offsets = [start - (m.before + m.after) // 2 for m, start in zip(marks, mark_starts,
                                                                      strict=True)]
+    limit = min(m.after - m.before for m in marks) + MARK_SLACK_NS
+    trusted = [i for i, m in enumerate(marks) if m.after - m.before <= limit]
+    at = [marks[i].before for i in trusted]  # markers are made in order: sorted
+    for i, m in enumerate(marks):
+        if m.after - m.before > limit:
+            k = bisect.bisect_left(at, m.before)
+            near = min((j for j in (k - 1, k) if 0 <= j < len(trusted)),
+                       key=lambda j: abs(at[j] - m.before))
+            offsets[i] = offsets[trusted[near]]
     step_at = [(start, m.step) for m, start in zip(marks, mark_starts, strict=True)
                if m.step is not None]
     return offsets, step_at, [t for t, _ in step_at]
