@@ -95,11 +95,12 @@ def alignment(marks: Sequence[Mark], mark_starts: Sequence[int]
                          "markers made (at least the window's start and end are needed)")
     offsets = [start - (m.before + m.after) // 2 for m, start in zip(marks, mark_starts,
                                                                      strict=True)]
-    limit = min(m.after - m.before for m in marks) + MARK_SLACK_NS
-    trusted = [i for i, m in enumerate(marks) if m.after - m.before <= limit]
+    spans = [m.after - m.before for m in marks]
+    limit = min(spans) + MARK_SLACK_NS
+    trusted = [i for i, span in enumerate(spans) if span <= limit]
     at = [marks[i].before for i in trusted]  # markers are made in order: sorted
     for i, m in enumerate(marks):
-        if m.after - m.before > limit:
+        if spans[i] > limit:
             k = bisect.bisect_left(at, m.before)
             near = min((j for j in (k - 1, k) if 0 <= j < len(trusted)),
                        key=lambda j: abs(at[j] - m.before))

@@ -40,7 +40,8 @@ def test_an_interrupted_marker_takes_the_offset_of_the_nearest_uninterrupted_one
 
 
 def test_interrupted_markers_in_a_row_and_at_the_ends() -> None:
-    slow = MARK_SLACK_NS + 2_000 + 1  # just past the limit: the narrowest's span plus the slack
+    # past the limit: the narrowest span (1 us, the last marker's) plus the slack
+    slow = MARK_SLACK_NS + 2_000 + 1
     got = offsets_of(made(1_000_000, span=slow, stamped=1_000_000), made(2_000_000),
                      made(3_000_000, span=slow, stamped=3_000_000),
                      made(4_000_000, span=slow, stamped=4_000_000),
