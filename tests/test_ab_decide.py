@@ -471,3 +471,68 @@ def test_the_generations_interval_is_at_the_sessions_corrected_level():
     assert (mean - low) == pytest.approx(student_t_quantile(1 - 0.05 / 51 / 2, 3) * sd / 2)
     assert low < 0 < mean < high
     assert not decide._across_generations(d, shard, settings)
+
+
+def _rate_generations(ratios: list[float], n: int = 12) -> SessionPairs:
+    """An e2e run's examples/sec, ``n`` pairs per generation with the step ``ratios`` times as
+    long on the head (+-2 % within a generation), in alternating start orders."""
+    samples = SessionPairs()
+    for g, ratio in enumerate(ratios):
+        for i in range(n):
+            slower = ratio * (1 + 0.01 * ((i * 7) % 5 - 2))
+            samples.add(RATE, "rate", 20.0, 20.0 / slower, ("base", "head")[g % 2], g)
+    return samples
+
+
+RATE = MetricKey("t::e2e", "examples_per_sec")
+# six process pairs of a step about 3.4 % slower, each with its own bias: the interval lies above
+# no change and reaches c (0.95), the estimate (0.967) is not past it, and c/2 is not shown
+SLOWER = [1.0, 1.07, 1.01, 1.06, 1.02, 1.055]
+
+
+def test_an_undecided_slowdown_whose_interval_reaches_c_is_inconclusive_with_its_estimate_short():
+    settings = CompareSettings()
+    samples = _rate_generations(SLOWER)
+    (d,) = decide.final_decisions(samples, settings)
+    estimate, low, high, c = d.in_x()
+    assert d.verdict == "undecided" and not d.past_threshold, d
+    assert 0 < low < c / 2 and high >= c
+    assert d.inconclusive
+    low, _, g = decide.generations_interval(RATE, samples, settings)
+    assert g == 6 and low > 0
+    # its test runs again in every tier, as one past the threshold does
+    assert decide.points_to_regression(d)
+    assert decide.wanting_pairs(samples, settings, keep="changes") == [(RATE, "decide")]
+    assert decide.wanting_pairs(samples, settings, keep="changes", undecided="warn") == []
+
+
+def test_a_slowdown_short_of_c_is_not_inconclusive_on_fewer_than_three_process_pairs():
+    # two process pairs, the interval above no change and reaching c, the estimate short of it:
+    # two process pairs that agree cannot show that their bias is a draw
+    settings = CompareSettings()
+    (d,) = decide.final_decisions(_rate_generations([1.02, 1.05]), settings)
+    _, low, high, c = d.in_x()
+    assert d.verdict == "undecided" and not d.past_threshold and low > 0 and high >= c, d
+    assert not d.inconclusive
+
+
+def test_a_slowdown_short_of_c_whose_process_pairs_disagree_is_not_inconclusive():
+    settings = CompareSettings()
+    samples = _generations([0.99, 1.08, 1.0, 1.07, 1.02, 1.06])
+    (d,) = decide.final_decisions(samples, settings)
+    _, low, high, c = d.in_x()
+    assert d.verdict == "undecided" and not d.past_threshold and low > 0 and high >= c, d
+    assert decide.generations_interval(KEY, samples, settings)[0] < 0
+    assert not d.inconclusive
+
+
+def test_an_undecided_metric_whose_interval_holds_no_change_or_misses_c_does_not_point_anywhere():
+    settings = CompareSettings()
+    (holds,) = decide.final_decisions(_rate_generations([1.015, 1.055]), settings)
+    assert holds.in_x()[1] < 0 and not decide.points_to_regression(holds)
+    assert not holds.inconclusive
+    (short,) = decide.final_decisions(_generations([1.0, 1.065, 1.01, 1.055, 1.02, 1.05]),
+                                      settings)
+    _, low, high, c = short.in_x()
+    assert short.verdict == "undecided" and low > 0 and high < c, short
+    assert not decide.points_to_regression(short) and not short.inconclusive

@@ -46,10 +46,11 @@ session ends: what is left undecided cannot fail the gate. A generation of a tie
 the last, takes along the other undecided tests that fit in ``TAKE_ALONG_SHARE`` of its seconds
 (:func:`.cost.take_along`): the sides start anyway. Whatever the tier, and in the last
 generation too, a test runs again (up to the ceiling) while it has an undecided metric whose
-estimate is past the threshold (it may end inconclusive, which fails the gate), an undecided
-metric of an e2e run (examples/sec, the Python share, the step or a stat of it) or a metric
-undecided for want of pairs alone (:func:`.decide.unbounded`: a benchmark visited before
-the session knew its size took too few); ``--opperf-compare-undecided=fail`` keeps every undecided
+pairs point to a regression (:func:`.decide.points_to_regression`: its estimate past the
+threshold, or its interval above no change and reaching it; it may end inconclusive, which fails
+the gate), an undecided metric of an e2e run (examples/sec, the Python share, the step or a stat
+of it) or a metric undecided for want of pairs alone (:func:`.decide.unbounded`: a benchmark
+visited before the session knew its size took too few); ``--opperf-compare-undecided=fail`` keeps every undecided
 test, as an undecided metric fails the gate then, and ``warn`` none of these. The constants named
 here are :mod:`.tuning`'s. The head's results of each test's first visit are the session's results.
 Every visit is timed, and its seconds are its test's: the result's ``cost`` gives each test's

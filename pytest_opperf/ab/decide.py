@@ -19,9 +19,11 @@ that drags the estimate of all the pairs past ``c/2`` is not confirmed by an ord
 pairs rule a change that counts out, while the size of the change is ruled on all the pairs (each
 order's pairs on their own would need twice as many). Else it is undecided
 (:func:`final_decisions`; docs/contract-additions.md, A/B). An undecided metric whose pairs point
-to a regression (estimate past the threshold, interval above no change at the level of the
-undecided metrics, and its generations' process pairs not disagreeing) is *inconclusive*, which
-fails the gate by default.
+to a regression is *inconclusive*, which fails the gate by default: its estimate past the
+threshold, its interval above no change at the level of the undecided metrics and its
+generations' process pairs not disagreeing; or its interval at the session's level above no
+change and reaching the threshold, and the process pairs of at least three generations showing
+the slowdown too (:func:`_inconclusive`).
 
 The controller only collects the pairs and asks here: for the final decisions, whether the pairs
 of one start order decide on their own (:func:`order_verdict`, a visit's sequential stop), and
@@ -46,7 +48,7 @@ from .family import Family
 from .paired import ABVerdict, Decision, Paired
 
 __all__ = ["Keep", "SessionPairs", "Want", "final_decisions", "leans",
-           "may_regress", "order_verdict", "unbounded", "wanting_pairs"]
+           "may_regress", "order_verdict", "points_to_regression", "unbounded", "wanting_pairs"]
 
 # Which metrics want more pairs (wanting_pairs): every undecided one; only a leaning one or a
 # change seen in one start order; only the changes.
@@ -384,33 +386,64 @@ def final_decisions(samples: SessionPairs, settings: CompareSettings) -> list[De
     return _inconclusive(decisions, samples, settings)
 
 
+def points_to_regression(d: Decision) -> bool:
+    """Whether ``d``'s pairs point to a regression they may not show past ``c/2``: its estimate
+    past the threshold ``c`` (:attr:`.paired.Decision.past_threshold`), or its interval above no
+    change (``low > 0``) and reaching ``c``. What an undecided metric needs to be a candidate for
+    inconclusive (:func:`_inconclusive`, which asks more of each)."""
+    if d.kind == "count" or not math.isfinite(d.estimate):
+        return False
+    _, low, high, c = d.in_x()
+    return d.past_threshold or (math.isfinite(c) and low > 0 and high >= c)
+
+
 def _inconclusive(decisions: list[Decision], samples: SessionPairs,
                   settings: CompareSettings) -> list[Decision]:
-    """``decisions`` with the inconclusive ones marked: undecided, the estimate past the
-    threshold ``c`` (:attr:`.paired.Decision.past_threshold`), and the interval of all its pairs
-    above no change (``low > 0``) at the level corrected for the session's undecided metrics
-    only. The estimate alone would not do: an A/A metric too noisy to decide lies past ``c`` by
-    chance often (here, one of a session's 20 undecided e2e stats at 1.08x [0.94, 1.24]); the
-    interval keeps the chance that an unchanged session has any inconclusive metric at about
-    ``alpha / 2``, as :func:`.paired.decide` does for its regressions. Nor is a metric whose
-    process pairs disagree: at least ``MIN_CHANGE_GENERATIONS`` generations whose t interval
-    (:func:`generations_interval`) reaches no change (an A/A relu_grad that two process pairs ran
-    10 % slower and a third did not)."""
+    """``decisions`` with the inconclusive ones marked: undecided, and either
+
+    * its estimate past the threshold ``c`` (:attr:`.paired.Decision.past_threshold`) and the
+      interval of all its pairs above no change (``low > 0``) at the level corrected for the
+      session's undecided metrics only, its generations' process pairs not disagreeing (fewer
+      than ``MIN_CHANGE_GENERATIONS`` generations, or their t interval at that level above no
+      change); or
+    * its own interval, at the session's level, above no change and reaching ``c``, and the t
+      interval of at least ``MIN_CHANGE_GENERATIONS`` generations' estimates, at the session's
+      level too (:func:`generations_interval`), above no change: a slowdown shown by the pairs
+      and by the process pairs alike, as a change is, that may be as large as ``c``, where only
+      the ``c/2`` margin of a regression is not shown. A slowdown just past ``c`` has its
+      estimate below ``c`` about as often as above it (a 3 % slower step at a 3 % threshold,
+      one busy loop beside it: 0.977 [0.957, 0.997] examples/sec after 17 process pairs), and
+      was a warning.
+
+    The estimate alone would not do: an A/A metric too noisy to decide lies past ``c`` by chance
+    often (here, one of a session's 20 undecided e2e stats at 1.08x [0.94, 1.24]); the interval
+    keeps the chance that an unchanged session has any inconclusive metric at about
+    ``alpha / 2`` for each rule, as :func:`.paired.decide` does for its regressions. Nor is a
+    metric whose process pairs disagree (an A/A relu_grad that two process pairs ran 10 % slower
+    and a third did not)."""
     undecided = [i for i, d in enumerate(decisions)
-                 if d.verdict == "undecided" and d.kind != "count" and d.pairs]
-    if not any(decisions[i].past_threshold for i in undecided):
+                 if d.verdict == "undecided" and points_to_regression(d) and d.pairs]
+    if not undecided:
         return decisions
     # corrected for the number of metrics it is given: the undecided ones
-    looks = session_decide(samples, settings, [decisions[i].key for i in undecided])
-    family = samples.family(decisions[i].key for i in undecided)
+    everyone = [i for i, d in enumerate(decisions)
+                if d.verdict == "undecided" and d.kind != "count" and d.pairs]
+    keys = [decisions[i].key for i in everyone]
+    looks = dict(zip(everyone, session_decide(samples, settings, keys), strict=True))
+    family = samples.family(keys)
     out = list(decisions)
-    for i, look in zip(undecided, looks, strict=True):
-        _, low, _, _ = look.in_x()
-        if not (decisions[i].past_threshold and low > 0):
-            continue
-        generations_low, _, g = generations_interval(decisions[i].key, samples, settings, family)
-        if g < tuning.MIN_CHANGE_GENERATIONS or generations_low > 0:  # its pairs do not disagree
-            out[i] = dataclasses.replace(decisions[i], inconclusive=True)
+    for i in undecided:
+        d = decisions[i]
+        if d.past_threshold and looks[i].in_x()[1] > 0:
+            generations_low, _, g = generations_interval(d.key, samples, settings, family)
+            if g < tuning.MIN_CHANGE_GENERATIONS or generations_low > 0:  # pairs agree
+                out[i] = dataclasses.replace(d, inconclusive=True)
+                continue
+        _, low, high, c = d.in_x()
+        if low > 0 and high >= c:
+            generations_low, _, g = generations_interval(d.key, samples, settings)
+            if g >= tuning.MIN_CHANGE_GENERATIONS and generations_low > 0:
+                out[i] = dataclasses.replace(d, inconclusive=True)
     return out
 
 
@@ -460,25 +493,25 @@ def wanting_pairs(samples: SessionPairs, settings: CompareSettings, keep: Keep =
     :func:`_unconfirmed`), or unchanged on one start order's pairs whose widened interval reaches a
     change that counts (:func:`_one_sided`: the other order has its say on both); ``"decide"``, an
     undecided metric. A metric whose undecided verdict could fail the gate (``undecided``,
-    ``--opperf-compare-undecided``: every one with ``fail``; by default one whose estimate is past
-    the threshold, which may end inconclusive) always counts, and so, by default, does every
-    undecided metric of an e2e run (its headline metrics, :data:`.family.HEADLINE`, its step and its
-    stats: a training step is what the pull request is about, and its test is one visit per
-    generation whatever it has undecided) and a metric undecided for want of pairs alone
-    (:func:`unbounded`). Of the others, only those changes, the undecided
-    metrics with the pairs of one start order only (:func:`_one_order`) and the metrics that lean
-    towards a regression (:func:`leans`) count with ``keep="leaning"``, only the changes and those
+    ``--opperf-compare-undecided``: every one with ``fail``; by default one whose pairs point to
+    a regression, :func:`points_to_regression`, which may end inconclusive) always counts, and
+    so, by default, does every undecided metric of an e2e run (its headline metrics,
+    :data:`.family.HEADLINE`, its step and its stats: a training step is what the pull request
+    is about, and its test is one visit per generation whatever it has undecided) and a metric
+    undecided for want of pairs alone (:func:`unbounded`). Of the others, only those changes, the
+    undecided metrics with the pairs of one start order only (:func:`_one_order`) and the metrics
+    that lean towards a regression (:func:`leans`) count with ``keep="leaning"``, only the changes and those
     of one start order with ``keep="changes"``, and with ``final`` (the start order whose pairs get
     no more pairs) only those that may still end regressed (:func:`may_regress`)."""
     wanted: list[tuple[MetricKey, Want]] = []
     for d in session_decide(samples, settings):
         change = _unconfirmed(d, samples, settings) or _one_sided(d, samples)
         # kept in every tier: an undecided metric that would fail the gate (every one with
-        # "fail"; by default one past the threshold, which may end inconclusive, final_decisions)
-        # and, by default, an undecided metric of an e2e run and one that lacks the pairs for any
-        # verdict
+        # "fail"; by default one pointing to a regression, which may end inconclusive,
+        # final_decisions) and, by default, an undecided metric of an e2e run and one that lacks
+        # the pairs for any verdict
         always = undecided == "fail" or (undecided == "inconclusive" and (
-            d.past_threshold or samples.e2e(d.key) or unbounded(d, settings)))
+            points_to_regression(d) or samples.e2e(d.key) or unbounded(d, settings)))
         kept = always or (
             (keep == "undecided" or change or _one_order(d, samples)
              or (keep == "leaning" and leans(d)))
