@@ -50,13 +50,13 @@ pairs point to a regression (:func:`.decide.points_to_regression`: its estimate 
 threshold, or its interval above no change and reaching it; it may end inconclusive, which fails
 the gate), an undecided metric of an e2e run (examples/sec, the Python share, the step or a stat
 of it) or a metric undecided for want of pairs alone (:func:`.decide.unbounded`: a benchmark
-visited before the session knew its size took too few); ``--opperf-compare-undecided=fail`` keeps every undecided
-test, as an undecided metric fails the gate then, and ``warn`` none of these. The constants named
-here are :mod:`.tuning`'s. The head's results of each test's first visit are the session's results.
-Every visit is timed, and its seconds are its test's: the result's ``cost`` gives each test's
-metrics, pairs, visits and seconds (:mod:`.cost`). At the start the compiled extension modules the
-two sides loaded are compared (:mod:`.extensions`): those that differ outside the checkouts are a
-warning (:attr:`Controller.warnings`) and the first note. No pytest import: the glue
+visited before the session knew its size took too few); ``--opperf-compare-undecided=fail`` keeps
+every undecided test, as an undecided metric fails the gate then, and ``warn`` none of these. The
+constants named here are :mod:`.tuning`'s. The head's results of each test's first visit are the
+session's results. Every visit is timed, and its seconds are its test's: the result's ``cost`` gives
+each test's metrics, pairs, visits and seconds (:mod:`.cost`). At the start the compiled extension
+modules the two sides loaded are compared (:mod:`.extensions`): those that differ outside the
+checkouts are a warning (:attr:`Controller.warnings`) and the first note. No pytest import: the glue
 (``session.py``) passes callbacks.
 """
 

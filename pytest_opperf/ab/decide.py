@@ -500,9 +500,9 @@ def wanting_pairs(samples: SessionPairs, settings: CompareSettings, keep: Keep =
     is about, and its test is one visit per generation whatever it has undecided) and a metric
     undecided for want of pairs alone (:func:`unbounded`). Of the others, only those changes, the
     undecided metrics with the pairs of one start order only (:func:`_one_order`) and the metrics
-    that lean towards a regression (:func:`leans`) count with ``keep="leaning"``, only the changes and those
-    of one start order with ``keep="changes"``, and with ``final`` (the start order whose pairs get
-    no more pairs) only those that may still end regressed (:func:`may_regress`)."""
+    that lean towards a regression (:func:`leans`) count with ``keep="leaning"``, only the changes
+    and those of one start order with ``keep="changes"``, and with ``final`` (the start order whose
+    pairs get no more pairs) only those that may still end regressed (:func:`may_regress`)."""
     wanted: list[tuple[MetricKey, Want]] = []
     for d in session_decide(samples, settings):
         change = _unconfirmed(d, samples, settings) or _one_sided(d, samples)
