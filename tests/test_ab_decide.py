@@ -536,3 +536,49 @@ def test_an_undecided_metric_whose_interval_holds_no_change_or_misses_c_does_not
     _, low, high, c = short.in_x()
     assert short.verdict == "undecided" and low > 0 and high < c, short
     assert not decide.points_to_regression(short) and not short.inconclusive
+
+
+def test_a_headline_metric_unchanged_on_two_process_pairs_is_not_unchanged_yet():
+    # examples/sec of two process pairs that agree on no change: its pairs rule 5 % out, but two
+    # process pairs cannot show their own bias (a 4 % slower step read 0.994 so)
+    settings = CompareSettings()
+    samples = _rate_generations([1.005, 1.0])
+    (pooled,) = decide.session_decide(samples, settings)
+    assert pooled.verdict == "unchanged"
+    (d,) = decide.final_decisions(samples, settings)
+    assert d.verdict == "undecided" and not d.inconclusive
+    assert d.statistic.endswith("unchanged, but a headline metric is unchanged on the process "
+                                "pairs of 3 generations, and it has 2")
+    assert decide.wanting_pairs(samples, settings, keep="changes") == [(RATE, "confirm")]
+    # the same pairs of a per-op metric are unchanged
+    per_op = SessionPairs()
+    for base, head, first, g in zip(samples.paired[RATE].base, samples.paired[RATE].head,
+                                    samples.firsts[RATE], samples.generations[RATE], strict=True):
+        per_op.add(KEY, "time", head, base, first, g)  # the step's time: base/head of the rate
+    assert decide.final_decisions(per_op, settings)[0].verdict == "unchanged"
+
+
+def test_a_headline_metric_is_unchanged_once_its_process_pairs_bound_rules_the_threshold_out():
+    settings = CompareSettings()
+    samples = _rate_generations([1.005, 1.0, 0.998])
+    bound, g = decide.generations_bound(RATE, samples, settings)
+    x = [-math.log(1 / r) for r in (1.005, 1.0, 0.998)]  # x of a rate: log(base/head)
+    mean = sum(x) / 3
+    sd = math.sqrt(sum((v - mean) ** 2 for v in x) / 2)
+    assert g == 3 and bound == pytest.approx(mean + student_t_quantile(0.99, 2) * sd / math.sqrt(3))
+    (d,) = decide.final_decisions(samples, settings)
+    assert d.verdict == "unchanged", d.statistic
+    assert decide.wanting_pairs(samples, settings) == []
+
+
+def test_a_headline_metric_whose_process_pairs_spread_past_the_threshold_is_not_unchanged():
+    # three process pairs 0.99-1.03 apart: the pairs' interval, widened for their spread, still
+    # rules 5 % out, but the t bound of three estimates (2 degrees of freedom) does not
+    settings = CompareSettings()
+    samples = _rate_generations([1.0, 1.03, 0.99])
+    (pooled,) = decide.session_decide(samples, settings)
+    assert pooled.verdict == "unchanged"
+    (d,) = decide.final_decisions(samples, settings)
+    assert d.verdict == "undecided"
+    assert "t bound of its 3 generations' estimates, 0.91" in d.statistic
+    assert "reaches the threshold" in d.statistic

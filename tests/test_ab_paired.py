@@ -671,7 +671,15 @@ def test_violations_one_per_regressed_metric_and_one_per_inconclusive_unless_war
     add_compare(verdict, r)
     assert [(x.run, x.metric) for x in verdict.violations] == [*regressed, (RUN, "call_ms:mul")]
     assert "A/B inconclusive after 4 pair(s): head/base 1.3" in verdict.violations[-1].message
+    assert "(its estimate is past the threshold, its interval" in verdict.violations[-1].message
     assert verdict.inconclusive == 1 and verdict.undecided_metrics[0] == f"{RUN}::call_ms:mul"
+    # inconclusive with its estimate short of the threshold: the message says what showed it
+    short = dataclasses.replace(mul, estimate=1.03, low=1.004, high=1.07, inconclusive=True)
+    verdict = Verdict()
+    add_compare(verdict, dataclasses.replace(r, decisions=[short]))
+    (v,) = verdict.violations
+    assert "(its interval shows a slowdown and reaches the threshold, its interval too wide" in (
+        v.message)
     json.dumps(verdict.to_dict(), allow_nan=False)
     empty = paired.Paired(paired.MetricKey(RUN, "call_ms:add"), "time")  # no pairs: no numbers
     r.decisions.append(paired.decide([empty], paired.CompareSettings())[0])

@@ -1,9 +1,9 @@
 """The A/B section of the reports: terminal lines and markdown, from a CompareResult (pure).
 
 Both list every metric with base, head, the ratio (or difference) with its corrected interval and
-the verdict, regressed first, then undecided (inconclusive ones first, named so: their estimate is
-past the threshold), improved and unchanged; unchanged metrics show their interval too, so the
-reader sees how fine the check was (``+-1.2%``: half the interval's width), and each metric the
+the verdict, regressed first, then undecided (inconclusive ones first, named so: their slowdown
+may be past the threshold), improved and unchanged; unchanged metrics show their interval too, so
+the reader sees how fine the check was (``+-1.2%``: half the interval's width), and each metric the
 one-sided bound on the regression's side that "unchanged" is ruled on (``bound 1.011``). What the
 tests cost (:mod:`.cost`): one line in the terminal (the costliest tests), a short table in the
 markdown.

@@ -29,7 +29,7 @@ from .verdict import Verdict, Violation
 __all__ = ["UNDECIDED_MODES", "add_compare", "evaluate"]
 
 # What an A/B metric left undecided does (--opperf-compare-undecided): an inconclusive one (its
-# estimate past the threshold, its pairs showing a slowdown) fails and the others warn (the
+# pairs showing a slowdown that may be past the threshold) fails and the others warn (the
 # default); every one warns; every one fails.
 UNDECIDED_MODES = ("inconclusive", "warn", "fail")
 
@@ -158,9 +158,13 @@ def _undecided_violation(d: Decision, mode: str) -> Violation:
         where = f"head/base {d.estimate:.4g} [{d.low:.4g}, {d.high:.4g}], counts from {d.limit:.4g}"
     else:
         where = f"{d.estimate:+.4g} [{d.low:+.4g}, {d.high:+.4g}], counts from {d.limit:+.4g}"
-    why = ("its estimate is past the threshold, its interval too wide to decide; "
-           "--opperf-compare-undecided=warn only warns" if mode == "inconclusive"
-           else "--opperf-compare-undecided=fail")
+    if mode != "inconclusive":
+        why = "--opperf-compare-undecided=fail"
+    else:
+        shown = ("its estimate is past the threshold" if d.past_threshold
+                 else "its interval shows a slowdown and reaches the threshold")
+        why = (f"{shown}, its interval too wide to decide; "
+               "--opperf-compare-undecided=warn only warns")
     value, limit, base = (v if math.isfinite(v) else 0.0  # a metric without pairs has none
                           for v in (d.head, _limit_value(d), d.base))
     return Violation(d.key.run, d.key.metric, value, limit, base,

@@ -122,7 +122,7 @@ class Verdict:
     # why the session did not run to its end (interrupted, -x): such a verdict never passes
     incomplete: str | None = None
     undecided: int = 0  # A/B metrics that neither passed nor failed (shown in the verdict line)
-    inconclusive: int = 0  # of those, the ones whose estimate is past the threshold
+    inconclusive: int = 0  # of those, the ones whose slowdown may be past the threshold
     undecided_metrics: list[str] = field(default_factory=list)  # "run::metric", inconclusive first
     drift: Drift | None = None  # time against a stored baseline (advisory unless time = "gate")
 

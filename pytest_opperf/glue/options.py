@@ -104,9 +104,9 @@ OPTIONS: tuple[tuple[str, Policy, str, Callable[[str], str] | None, str | None, 
      "the longest a run's counting pass may take (past it the run has no work counts)"),
     ("compare-undecided", "stripped", "MODE", _choice("compare-undecided", UNDECIDED_MODES),
      "inconclusive",
-     "A/B: what a metric left undecided does: inconclusive (its estimate is past the threshold) "
-     "fails and the others warn; warn: every one only warns (shown in the gate line); fail: "
-     "every one fails: inconclusive|warn|fail"),
+     "A/B: what a metric left undecided does: inconclusive (a slowdown shown that may be past "
+     "the threshold) fails and the others warn; warn: every one only warns (shown in the gate "
+     "line); fail: every one fails: inconclusive|warn|fail"),
     # a child gets no shard: an A/B side collects every test and runs what the controller, which
     # applies the shard to both sides' tests, sends it; the valgrind child runs one given test
     ("shard", "stripped", "K/N", _shard, None,
