@@ -20,12 +20,12 @@ hand-over point, and then:
   turn, the order drawn per step; pair i is step i (from the RunResults);
 * otherwise (one side ahead, or the test on one side only) the side alone.
 
-Every pair is tagged with the side started first (:class:`.decide.SessionPairs`), and the decisions
-are :mod:`.decide`'s: after the first pass every metric is decided together; tests with
-undecided metrics are run again on both sides (more pairs) while the budget lasts, and so are
-tests with a metric regressed or improved in one start order only (a change counts only when the
-pairs of each start order show it on their own). Each pass after the first runs in two fresh
-processes started in the other order (a *generation*, :meth:`.processes.Sides.restart`).
+Every pair is tagged with the side started first (:class:`.samples.SessionPairs`), and the decisions
+are :mod:`.decide`'s: after the first pass every metric is decided together; tests with undecided
+metrics are run again on both sides (more pairs) while the budget lasts, and so are tests with a
+metric regressed or improved in one start order only (a change counts only when the pairs of each
+start order show it on their own). Each pass after the first runs in two fresh processes started in
+the other order (a *generation*, :meth:`.processes.Sides.restart`).
 
 The budget of the passes after the first scales with what the selection costs: ``RERUN_SHARE`` of
 the first pass's wall time, at least ``RERUN_MIN_S``, never past ``[compare] budget_s`` from the
@@ -46,12 +46,10 @@ session ends: what is left undecided cannot fail the gate. A generation of a tie
 the last, takes along the other undecided tests that fit in ``TAKE_ALONG_SHARE`` of its seconds
 (:func:`.cost.take_along`): the sides start anyway. Whatever the tier, and in the last
 generation too, a test runs again (up to the ceiling) while it has an undecided metric whose
-pairs point to a regression (:func:`.decide.points_to_regression`: its estimate past the
-threshold, or its interval above no change and reaching it; it may end inconclusive, which fails
-the gate), an undecided metric of an e2e run (examples/sec, the Python share, the step or a stat
-of it) or a metric undecided for want of pairs alone (:func:`.decide.unbounded`: a benchmark
-visited before the session knew its size took too few); ``--opperf-compare-undecided=fail`` keeps
-every undecided test, as an undecided metric fails the gate then, and ``warn`` none of these. The
+pairs point to a regression (:func:`.decide.points_to_regression`; it may end inconclusive, which
+fails the gate), an undecided metric of an e2e run or one undecided for want of pairs alone
+(:func:`.decide.unbounded`); ``--opperf-compare-undecided=fail`` keeps every undecided test,
+and ``warn`` none of these. The
 constants named here are :mod:`.tuning`'s. The head's results of each test's first visit are the
 session's results. Every visit is timed, and its seconds are its test's: the result's ``cost`` gives
 each test's metrics, pairs, visits and seconds (:mod:`.cost`). At the start the compiled extension
@@ -76,9 +74,10 @@ from ..comparison.metrics import steady_steps
 from ..records.handback import Envelope, HandBackError
 from ..results import RunResult
 from . import cost, decide, extensions, family, paired, signedrank, tuning
-from .decide import Keep, SessionPairs
+from .decide import Keep
 from .pairs import e2e_samples
 from .processes import LAYOUT_ENV, Side, SideFailure, Sides, SideSpec, layout_pad, usable_cpus
+from .samples import SessionPairs
 
 __all__ = ["Controller", "Plan", "TestOutcome", "rerun_budget"]
 

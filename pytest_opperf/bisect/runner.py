@@ -36,9 +36,9 @@ from pathlib import Path
 from ..ab import decide
 from ..ab.checkout import side_environment
 from ..ab.controller import Controller, TestOutcome
-from ..ab.decide import SessionPairs
 from ..ab.paired import Decision, Paired
 from ..ab.processes import SideFailure, SideSpec
+from ..ab.samples import SessionPairs
 from ..comparison.metrics import MetricKey
 from ..comparison.thresholds import CompareSettings
 from ..glue import child
