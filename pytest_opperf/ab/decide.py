@@ -1,33 +1,31 @@
 """The A/B session's final decisions: the statistics of :mod:`.paired` and the start-order rule.
 
 Which side's process starts first is not neutral (A/A here: 5-9 % on memory-bound e2e stats), so
-every pass after the first runs in two fresh processes started in the other order, and every pair
-is tagged with the side started first when it was measured (:class:`.samples.SessionPairs`,
-re-exported here). The verdict of a
-metric is :func:`pytest_opperf.ab.paired.decide`'s on all its pairs (its interval widened for the
-spread between the generations' process pairs), except that a change (regressed or improved;
-counts are exact and need nothing more) counts only when the pairs of each start order, on their
-own, show it: at least ``MIN_ORDER_PAIRS`` (:mod:`.tuning`) and ``min_pairs`` of them, their
-interval at the session's corrected level wholly on the change's side of no change and reaching a
-change that counts (``c``); that "unchanged" on the pairs of one start order alone needs an
-interval within ``c`` both ways once widened for the spread between process pairs that they
+every pass after the first runs in two fresh processes started in the other order, and every pair is
+tagged with the side started first when it was measured (:class:`.samples.SessionPairs`, re-exported
+here). The verdict of a metric is :func:`pytest_opperf.ab.paired.decide`'s on all its pairs (its
+interval widened for the spread between the generations' process pairs), except that a change
+(regressed or improved; counts are exact and need nothing more) counts only when the pairs of each
+start order, on their own, show it: at least ``MIN_ORDER_PAIRS`` (:mod:`.tuning`) and ``min_pairs``
+of them, their interval at the session's corrected level wholly on the change's side of no change
+and reaching a change that counts (``c``); that "unchanged" on the pairs of one start order alone
+needs an interval within ``c`` both ways once widened for the spread between process pairs that they
 cannot show (one process pair's bias can hide a change as well as make one); and that a headline
-metric of an e2e run (examples/sec, the Python share, the step) is unchanged only when the
-process pairs of at least ``MIN_CHANGE_GENERATIONS`` generations rule a change that counts out
-too (:func:`generations_bound`). A change in time
-also needs the process pairs of at least ``MIN_CHANGE_GENERATIONS`` generations, the t interval
-of their estimates wholly on its side of no change (:func:`generations_interval`): two process
-pairs that happen to agree show no spread between them, which the design effect would read as
-none. A false alarm then needs independent significant ones, and a fluke of one process pair
-that drags the estimate of all the pairs past ``c/2`` is not confirmed by an order whose own
-pairs rule a change that counts out, while the size of the change is ruled on all the pairs (each
-order's pairs on their own would need twice as many). Else it is undecided
-(:func:`final_decisions`; docs/contract-additions.md, A/B). An undecided metric whose pairs point
-to a regression is *inconclusive*, which fails the gate by default: its estimate past the
-threshold, its interval above no change at the level of the undecided metrics and its
-generations' process pairs not disagreeing; or its interval at the session's level above no
-change and reaching the threshold, and the process pairs of at least three generations showing
-the slowdown too (:func:`_inconclusive`).
+metric of an e2e run (examples/sec, the Python share, the step) is unchanged only when the process
+pairs of at least ``MIN_CHANGE_GENERATIONS`` generations rule a change that counts out too
+(:func:`generations_bound`). A change in time also needs the process pairs of at least
+``MIN_CHANGE_GENERATIONS`` generations, the t interval of their estimates wholly on its side of no
+change (:func:`generations_interval`): two process pairs that happen to agree show no spread between
+them, which the design effect would read as none. A false alarm then needs independent significant
+ones, and a fluke of one process pair that drags the estimate of all the pairs past ``c/2`` is not
+confirmed by an order whose own pairs rule a change that counts out, while the size of the change is
+ruled on all the pairs (each order's pairs on their own would need twice as many). Else it is
+undecided (:func:`final_decisions`; docs/contract-additions.md, A/B). An undecided metric whose
+pairs point to a regression is *inconclusive*, which fails the gate by default: its estimate past
+the threshold, its interval above no change at the level of the undecided metrics and its
+generations' process pairs not disagreeing; or its interval at the session's level above no change
+and reaching the threshold, and the process pairs of at least three generations showing the slowdown
+too (:func:`_inconclusive`).
 
 The controller only collects the pairs and asks here: for the final decisions, whether the pairs
 of one start order decide on their own (:func:`order_verdict`, a visit's sequential stop), and
@@ -208,20 +206,28 @@ def generation_estimates(samples: SessionPairs, key: MetricKey) -> list[float]:
     return [median(by[g]) for g in sorted(by)]
 
 
+def _generations_mean(samples: SessionPairs, key: MetricKey) -> tuple[float, float, int]:
+    """The mean of :func:`generation_estimates` of ``key``, its standard error and the number of
+    generations; nan for both with fewer than ``MIN_CHANGE_GENERATIONS`` (:mod:`.tuning`)."""
+    estimates = generation_estimates(samples, key)
+    g = len(estimates)
+    if g < max(2, tuning.MIN_CHANGE_GENERATIONS):
+        return math.nan, math.nan, g
+    mean = math.fsum(estimates) / g
+    return mean, math.sqrt(math.fsum((e - mean) ** 2 for e in estimates) / (g - 1) / g), g
+
+
 def generations_interval(key: MetricKey, samples: SessionPairs, settings: CompareSettings,
                          family: Family | None = None) -> tuple[float, float, int]:
     """The t interval (``generations - 1`` degrees of freedom) of the mean of
     :func:`generation_estimates` of ``key``, in ``x``, at the level of ``family`` (default:
     the session's, as every interval of its pairs), and the number of generations; an unbounded
     interval with fewer than ``MIN_CHANGE_GENERATIONS`` (:mod:`.tuning`)."""
-    estimates = generation_estimates(samples, key)
-    g = len(estimates)
-    if g < max(2, tuning.MIN_CHANGE_GENERATIONS):
+    mean, se, g = _generations_mean(samples, key)
+    if math.isnan(mean):
         return -math.inf, math.inf, g
     a = (family or samples.family()).level(settings.for_metric(key).alpha, key)
-    mean = math.fsum(estimates) / g
-    sd = math.sqrt(math.fsum((e - mean) ** 2 for e in estimates) / (g - 1))
-    half = student_t_quantile(1 - a / 2, g - 1) * sd / math.sqrt(g)
+    half = student_t_quantile(1 - a / 2, g - 1) * se
     return mean - half, mean + half, g
 
 
@@ -231,14 +237,10 @@ def generations_bound(key: MetricKey, samples: SessionPairs,
     as the bound "unchanged" is ruled on) of the mean of :func:`generation_estimates` of ``key``
     on the regression's side, in ``x``, and the number of generations; inf with fewer than
     ``MIN_CHANGE_GENERATIONS`` (:mod:`.tuning`)."""
-    estimates = generation_estimates(samples, key)
-    g = len(estimates)
-    if g < max(2, tuning.MIN_CHANGE_GENERATIONS):
+    mean, se, g = _generations_mean(samples, key)
+    if math.isnan(mean):
         return math.inf, g
-    mean = math.fsum(estimates) / g
-    sd = math.sqrt(math.fsum((e - mean) ** 2 for e in estimates) / (g - 1))
-    beta = settings.for_metric(key).beta
-    return mean + student_t_quantile(1 - beta, g - 1) * sd / math.sqrt(g), g
+    return mean + student_t_quantile(1 - settings.for_metric(key).beta, g - 1) * se, g
 
 
 def _unshown_unchanged_why(d: Decision, samples: SessionPairs,
@@ -247,12 +249,10 @@ def _unshown_unchanged_why(d: Decision, samples: SessionPairs,
     metric of an e2e run (:func:`.family.headline`: examples/sec, the Python share, the step):
     such a metric is unchanged only when the process pairs of at least
     ``MIN_CHANGE_GENERATIONS`` generations rule a change that counts out too, the one-sided
-    ``1 - beta`` t bound of their estimates (:func:`generations_bound`) below ``c``. A visit of
-    an e2e test gives a few step pairs, so its metrics rest on few process pairs, each with a
-    bias of its own that the design effect estimated from two or three of them can miss: a step
-    4 % slower (`gc-3`, examples/sec 0.962 at the median of its sessions) was called unchanged at
-    0.994 after two process pairs and at 0.989 after four, at a threshold of 3 %. ``None``:
-    shown, or ``d`` is no such metric."""
+    ``1 - beta`` t bound of their estimates (:func:`generations_bound`) below ``c``: a visit of
+    an e2e test gives a few step pairs, so its metrics rest on few process pairs, whose spread
+    the design effect estimated from two or three of them can miss (:mod:`.tuning`,
+    ``MIN_CHANGE_GENERATIONS``). ``None``: shown, or ``d`` is no such metric."""
     if d.verdict != "unchanged" or d.kind == "count" or not headline(d.key, samples.step_keys):
         return None
     bound, g = generations_bound(d.key, samples, settings)
