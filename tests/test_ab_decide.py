@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from pytest_opperf.ab import decide, paired
+from pytest_opperf.ab import decide, generations, paired
 from pytest_opperf.ab.decide import SessionPairs
 from pytest_opperf.ab.tuning import MIN_ORDER_PAIRS
 from pytest_opperf.comparison.metrics import MetricKey
@@ -215,14 +215,14 @@ def test_inconclusive_is_judged_at_the_level_of_the_undecided_metrics_only():
 
 def test_the_design_effect_is_one_without_spread_between_generations_and_grows_with_it():
     same = [0.01 * ((i * 7) % 5 - 2) for i in range(40)]
-    assert decide.design_effect(same, [0] * 40) == 1.0  # one generation: nothing to estimate
-    assert decide.design_effect(same, [i % 4 for i in range(40)]) == 1.0  # no spread between
+    assert generations.design_effect(same, [0] * 40) == 1.0  # one generation: nothing to estimate
+    assert generations.design_effect(same, [i % 4 for i in range(40)]) == 1.0  # no spread between
     # four generations of 10 pairs, each off by its own bias of +-5 %: most of the variance
     # lies between them, so the mean of 40 pairs is worth about 4 independent ones
     biased = [x + 0.05 * (-1) ** (i // 10) for i, x in enumerate(same)]
-    effect = decide.design_effect(biased, [i // 10 for i in range(40)])
+    effect = generations.design_effect(biased, [i // 10 for i in range(40)])
     assert 8.0 < effect <= 10.0
-    assert decide.design_effect([math.nan, 0.1, 0.2], [0, 0, 1]) == 1.0  # nan left out
+    assert generations.design_effect([math.nan, 0.1, 0.2], [0, 0, 1]) == 1.0  # nan left out
 
 
 def test_a_bias_of_each_process_pair_widens_the_interval_and_takes_a_false_change_away():
@@ -258,7 +258,8 @@ def test_the_bound_of_unchanged_is_widened_with_the_interval_for_the_spread_betw
     (pooled,) = paired.decide(list(samples.paired.values()), settings)
     (d,) = decide.final_decisions(samples, settings)
     assert pooled.verdict == "unchanged" and pooled.beta_high < 1.045
-    effect = decide.design_effect(paired.pair_x(samples.paired[KEY]), samples.generations_of(KEY))
+    effect = generations.design_effect(paired.pair_x(samples.paired[KEY]),
+                                       samples.generations_of(KEY))
     estimate = math.log(d.estimate)
     for widened, raw in zip(d.beta_x(), pooled.beta_x(), strict=True):
         assert widened - estimate == pytest.approx((raw - estimate) * math.sqrt(effect))
@@ -272,7 +273,7 @@ def test_each_generations_bias_is_the_geometric_mean_of_its_metrics_median_ratio
         for i in range(5):
             samples.add(KEY, "time", 2.0, 2.0 * ratio * (1 + 0.01 * (i - 2)), first, g)
         samples.add(other, "count", 3.0, 3.0, first, g)  # counts are not time: left out
-    rows = decide.generation_bias(samples)
+    rows = generations.generation_bias(samples)
     assert [(r["generation"], r["first"], r["pairs"], r["metrics"]) for r in rows] == [
         (0, "base", 6, 1), (1, "head", 6, 1)]
     assert [r["geometric_mean"] for r in rows] == pytest.approx([1.10, 0.95])
@@ -418,23 +419,40 @@ def test_a_third_process_pair_that_agrees_confirms_the_change():
     samples = _generations([1.10, 1.11, 1.09])
     (d,) = decide.final_decisions(samples, settings)
     assert d.verdict == "regressed", d.statistic
-    low, high, g = decide.generations_interval(d.key, samples, settings)
+    low, high, g = generations.generations_interval(d.key, samples, settings)
     assert g == 3 and 0 < low < math.log(1.10) < high
     assert decide.wanting_pairs(samples, settings) == []
 
 
-def test_the_generations_interval_is_a_t_interval_of_their_medians():
+def _hodges_lehmann(x: list[float]) -> float:
+    """The median of the Walsh averages of ``x``, by hand."""
+    walsh = sorted((a + b) / 2 for i, a in enumerate(x) for b in x[i:])
+    return (walsh[(len(walsh) - 1) // 2] + walsh[len(walsh) // 2]) / 2
+
+
+def test_the_generations_interval_is_a_t_interval_of_their_hodges_lehmann_estimates():
     settings = CompareSettings()
     samples = _generations([1.10, 1.12, 0.98, 1.04])
     (d,) = paired.decide(list(samples.paired.values()), settings)
-    x = [math.log(r) for r in (1.10, 1.12, 0.98, 1.04)]  # _around's median is the ratio itself
+    x = [_hodges_lehmann([math.log(r) for r in _around(ratio, 12)])
+         for ratio in (1.10, 1.12, 0.98, 1.04)]
     mean = sum(x) / 4
     sd = math.sqrt(sum((v - mean) ** 2 for v in x) / 3)
     half = 3.182446305284263 * sd / 2  # t(0.975, 3 degrees of freedom)
-    low, high, g = decide.generations_interval(d.key, samples, settings)
+    low, high, g = generations.generations_interval(d.key, samples, settings)
     assert g == 4 and low == pytest.approx(mean - half) and high == pytest.approx(mean + half)
     assert low < 0  # the third process pair's 0.98 leaves no change in the interval
     assert not decide._across_generations(d, samples, settings)
+
+
+def test_each_process_pairs_estimate_is_its_hodges_lehmann_estimate_not_its_median():
+    # a generation whose pairs' median (no change) and Hodges-Lehmann estimate (+0.025) differ
+    samples = SessionPairs()
+    for g, xs in enumerate([[0.0, 0.0, 0.0, 0.05, 0.06], [0.01] * 5]):
+        for x in xs:
+            samples.add(KEY, "time", 1.0, math.exp(x), "base", g)
+    first, second = generations.generation_estimates(samples, KEY)
+    assert first == pytest.approx(0.025) and second == pytest.approx(0.01)
 
 
 def test_a_metric_whose_process_pairs_disagree_is_not_inconclusive():
@@ -459,15 +477,15 @@ def test_the_generations_interval_is_at_the_sessions_corrected_level():
     alone = _generations(ratios)
     settings = CompareSettings()
     (d,) = paired.decide(list(alone.paired.values()), settings)
-    assert decide.generations_interval(d.key, alone, settings)[0] > 0
+    assert generations.generations_interval(d.key, alone, settings)[0] > 0
     shard = _generations(ratios)
     for i in range(50):
         for _ in range(12):
             shard.add(MetricKey("t::b", f"call_ms:op{i}"), "time", 1.0, 1.0, "base")
-    x = [math.log(r) for r in ratios]
+    x = [_hodges_lehmann([math.log(r) for r in _around(ratio, 12)]) for ratio in ratios]
     mean = sum(x) / 4
     sd = math.sqrt(sum((v - mean) ** 2 for v in x) / 3)
-    low, high, _ = decide.generations_interval(d.key, shard, settings)
+    low, high, _ = generations.generations_interval(d.key, shard, settings)
     assert (mean - low) == pytest.approx(student_t_quantile(1 - 0.05 / 51 / 2, 3) * sd / 2)
     assert low < 0 < mean < high
     assert not decide._across_generations(d, shard, settings)
@@ -498,7 +516,7 @@ def test_an_undecided_slowdown_whose_interval_reaches_c_is_inconclusive_with_its
     assert d.verdict == "undecided" and not d.past_threshold, d
     assert 0 < low < c / 2 and high >= c
     assert d.inconclusive
-    low, _, g = decide.generations_interval(RATE, samples, settings)
+    low, _, g = generations.generations_interval(RATE, samples, settings)
     assert g == 6 and low > 0
     # its test runs again in every tier, as one past the threshold does
     assert decide.points_to_regression(d)
@@ -522,7 +540,7 @@ def test_a_slowdown_short_of_c_whose_process_pairs_disagree_is_not_inconclusive(
     (d,) = decide.final_decisions(samples, settings)
     _, low, high, c = d.in_x()
     assert d.verdict == "undecided" and not d.past_threshold and low > 0 and high >= c, d
-    assert decide.generations_interval(KEY, samples, settings)[0] < 0
+    assert generations.generations_interval(KEY, samples, settings)[0] < 0
     assert not d.inconclusive
 
 
@@ -561,8 +579,9 @@ def test_a_headline_metric_unchanged_on_two_process_pairs_is_not_unchanged_yet()
 def test_a_headline_metric_is_unchanged_once_its_process_pairs_bound_rules_the_threshold_out():
     settings = CompareSettings()
     samples = _rate_generations([1.005, 1.0, 0.998])
-    bound, g = decide.generations_bound(RATE, samples, settings)
-    x = [-math.log(1 / r) for r in (1.005, 1.0, 0.998)]  # x of a rate: log(base/head)
+    bound, g = generations.generations_bound(RATE, samples, settings)
+    x = [_hodges_lehmann([math.log(r * (1 + 0.01 * ((i * 7) % 5 - 2))) for i in range(12)])
+         for r in (1.005, 1.0, 0.998)]  # x of a rate: log(base/head), the step's log ratio
     mean = sum(x) / 3
     sd = math.sqrt(sum((v - mean) ** 2 for v in x) / 2)
     assert g == 3 and bound == pytest.approx(mean + student_t_quantile(0.99, 2) * sd / math.sqrt(3))

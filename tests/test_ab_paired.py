@@ -12,7 +12,12 @@ import pytest
 
 from pytest_opperf.ab import family, paired, signedrank
 from pytest_opperf.ab.paired import CompareResult, Decision, Paired, decide, rule
-from pytest_opperf.ab.signedrank import pairs_for_interval, signed_rank_cdf, walsh_interval
+from pytest_opperf.ab.signedrank import (
+    hodges_lehmann,
+    pairs_for_interval,
+    signed_rank_cdf,
+    walsh_interval,
+)
 from pytest_opperf.comparison.gate import add_compare
 from pytest_opperf.comparison.keys import keys as table_keys
 from pytest_opperf.comparison.metrics import MetricKey
@@ -766,3 +771,12 @@ def test_the_sequential_loop_decides_and_keeps_its_error_rates():
     assert five.count("regressed") >= 38
     ten, _ = sequential_sessions(1.10, 20)
     assert ten.count("regressed") == 20
+
+
+def test_hodges_lehmann_by_hand():
+    # the Walsh averages of (0, 0, 0, 0.05, 0.06): six 0s, three 0.025s, three 0.03s, 0.05,
+    # 0.055 and 0.06; their median, the 8th of 15, is 0.025 (the median of the values is 0)
+    assert hodges_lehmann([0.0, 0.0, 0.0, 0.05, 0.06]) == pytest.approx(0.025)
+    assert hodges_lehmann([3.0, 1.0]) == 2.0  # the Walsh averages 1, 2, 3
+    with pytest.raises(ValueError, match="at least one value"):
+        hodges_lehmann([])

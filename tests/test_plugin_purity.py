@@ -143,7 +143,7 @@ def test_the_ab_layers_import_downwards_only():
     ab = "pytest_opperf.ab."
     upper = {ab + m for m in ("session", "controller", "processes", "side", "checkout")}
     for pure in ("paired", "signedrank", "decide", "tuning", "pairs", "cost", "extensions",
-                 "extras", "samples"):
+                 "extras", "samples", "generations"):
         assert not _reaches(graph, ab + pure) & upper, pure
     assert not _reaches(graph, ab + "processes") & {ab + "controller", ab + "decide",
                                                     ab + "paired"}
@@ -166,8 +166,8 @@ LAYERS = [
         "records", "gpu", "workcounts"}),
     ("comparison and reports", {"comparison", "reports", "ab.paired", "ab.signedrank",
                                 "ab.pairs", "ab.decide", "ab.family", "ab.samples",
-                                "ab.tuning", "ab.render", "ab.protocol", "ab.cost",
-                                "ab.extensions", "ab.extras", "history"}),
+                                "ab.generations", "ab.tuning", "ab.render", "ab.protocol",
+                                "ab.cost", "ab.extensions", "ab.extras", "history"}),
     ("processes and commands", {"ab", "bisect", "cli", "__main__", "torch", "paddle"}),
     ("pytest glue", {"glue", "plugin", "ab.session", "ab.side"}),
 ]

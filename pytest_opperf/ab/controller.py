@@ -73,7 +73,7 @@ from typing import Any
 from ..comparison.metrics import steady_steps
 from ..records.handback import Envelope, HandBackError
 from ..results import RunResult
-from . import cost, decide, extensions, family, paired, signedrank, tuning
+from . import cost, decide, extensions, family, generations, paired, signedrank, tuning
 from .decide import Keep
 from .pairs import e2e_samples
 from .processes import LAYOUT_ENV, Side, SideFailure, Sides, SideSpec, layout_pad, usable_cpus
@@ -214,9 +214,9 @@ class Controller:
                           f"{max(0.0, rerun_s):.0f} s for running tests again")
         shared = ("the size of" if "PYTHONHASHSEED" in self.head_spec.env
                   else "its PYTHONHASHSEED and the size of")
-        generations = [{**g, "layout": layout_pad(self.sides.seed, g["generation"])}
-                       for g in decide.generation_bias(self.samples)]
-        means = [f"{g['geometric_mean']:.3f}" for g in generations
+        bias = [{**g, "layout": layout_pad(self.sides.seed, g["generation"])}
+                for g in generations.generation_bias(self.samples)]
+        means = [f"{g['geometric_mean']:.3f}" for g in bias
                  if g["geometric_mean"] is not None]
         if means:
             self.notes.append("process pairs' bias: geometric mean head/base of each "
@@ -227,7 +227,7 @@ class Controller:
         return paired.CompareResult(
             base=self.base_label, head=self.head_label, decisions=decisions, added=list(plan.added),
             removed=list(plan.removed), pairs=self.pairs, elapsed_s=self.clock() - self._started,
-            budget_exhausted=budget_exhausted, notes=list(self.notes), generations=generations,
+            budget_exhausted=budget_exhausted, notes=list(self.notes), generations=bias,
             cost=cost.costs(decisions, self._test_s, self._visits))
 
     def _rerun(self, common: set[str], leaning_end: float, ceiling: float) -> bool:

@@ -13,19 +13,19 @@ needs an interval within ``c`` both ways once widened for the spread between pro
 cannot show (one process pair's bias can hide a change as well as make one); and that a headline
 metric of an e2e run (examples/sec, the Python share, the step) is unchanged only when the process
 pairs of at least ``MIN_CHANGE_GENERATIONS`` generations rule a change that counts out too
-(:func:`generations_bound`). A change in time also needs the process pairs of at least
-``MIN_CHANGE_GENERATIONS`` generations, the t interval of their estimates wholly on its side of no
-change (:func:`generations_interval`): two process pairs that happen to agree show no spread between
-them, which the design effect would read as none. A false alarm then needs independent significant
-ones, and a fluke of one process pair that drags the estimate of all the pairs past ``c/2`` is not
-confirmed by an order whose own pairs rule a change that counts out, while the size of the change is
-ruled on all the pairs (each order's pairs on their own would need twice as many). Else it is
-undecided (:func:`final_decisions`; docs/contract-additions.md, A/B). An undecided metric whose
-pairs point to a regression is *inconclusive*, which fails the gate by default: its estimate past
-the threshold, its interval above no change at the level of the undecided metrics and its
-generations' process pairs not disagreeing; or its interval at the session's level above no change
-and reaching the threshold, and the process pairs of at least three generations showing the slowdown
-too (:func:`_inconclusive`).
+(:func:`.generations.generations_bound`). A change in time also needs the process pairs of at
+least ``MIN_CHANGE_GENERATIONS`` generations, the t interval of their estimates wholly on its side
+of no change (:func:`.generations.generations_interval`): two process pairs that happen to agree
+show no spread between them, which the design effect would read as none. A false alarm then needs
+independent significant ones, and a fluke of one process pair that drags the estimate of all the
+pairs past ``c/2`` is not confirmed by an order whose own pairs rule a change that counts out, while
+the size of the change is ruled on all the pairs (each order's pairs on their own would need twice
+as many). Else it is undecided (:func:`final_decisions`; docs/contract-additions.md, A/B). An
+undecided metric whose pairs point to a regression is *inconclusive*, which fails the gate by
+default: its estimate past the threshold, its interval above no change at the level of the undecided
+metrics and its generations' process pairs not disagreeing; or its interval at the session's level
+above no change and reaching the threshold, and the process pairs of at least three generations
+showing the slowdown too (:func:`_inconclusive`).
 
 The controller only collects the pairs and asks here: for the final decisions, whether the pairs
 of one start order decide on their own (:func:`order_verdict`, a visit's sequential stop), and
@@ -39,13 +39,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Literal
 
 from ..comparison.metrics import MetricKey
 from ..comparison.thresholds import CompareSettings
-from ..core.stats import median, student_t_quantile
 from . import paired, tuning
 from .family import Family, headline
+from .generations import design_effect, generations_bound, generations_interval
 from .paired import ABVerdict, Decision, Paired
 from .samples import SessionPairs
 
@@ -58,66 +58,6 @@ Keep = Literal["undecided", "leaning", "changes"]
 # Why a metric wants more pairs: a change seen in one start order only, to confirm in the other;
 # an undecided metric.
 Want = Literal["confirm", "decide"]
-
-
-def generation_bias(samples: SessionPairs) -> list[dict[str, Any]]:
-    """The session's own estimate of the process pairs' bias: for each generation, the side
-    started first, its pairs, its time metrics, and the geometric mean over them of each metric's
-    median head/base in that generation (an A/A session's would all be 1; their spread is what
-    one process pair adds on its own, which :func:`design_effect` allows for)."""
-    logs: dict[int, list[float]] = {}
-    pairs: dict[int, int] = {}
-    firsts: dict[int, str] = {}
-    for key, p in samples.paired.items():
-        generations, order = samples.generations.get(key, []), samples.firsts.get(key, [])
-        by: dict[int, list[float]] = {}
-        for b, h, g, first in zip(p.base, p.head, generations, order, strict=True):
-            pairs[g] = pairs.get(g, 0) + 1
-            firsts.setdefault(g, first)
-            if p.kind == "time" and b > 0 and h > 0:
-                by.setdefault(g, []).append(math.log(h / b))
-        for g, xs in by.items():
-            logs.setdefault(g, []).append(median(xs))
-    out = []
-    for g in sorted(pairs):
-        mean = math.exp(math.fsum(logs[g]) / len(logs[g])) if logs.get(g) else None
-        out.append({"generation": g, "first": firsts[g], "pairs": pairs[g],
-                    "metrics": len(logs.get(g, [])), "geometric_mean": mean})
-    return out
-
-
-def _by_generation(x: Sequence[float], groups: Sequence[int]) -> dict[int, list[float]]:
-    """The finite values of ``x`` grouped by their generation (``groups``)."""
-    by: dict[int, list[float]] = {}
-    for value, group in zip(x, groups, strict=True):
-        if math.isfinite(value):
-            by.setdefault(group, []).append(value)
-    return by
-
-
-def design_effect(x: Sequence[float], groups: Sequence[int]) -> float:
-    """How many times the variance of the mean of the pairs ``x`` grows because they come from
-    several process pairs (``groups``: each pair's generation) that each add a bias of their own:
-    the design effect of a clustered sample, ``1 + (m - 1) * icc``, where ``m`` is the effective
-    number of pairs per generation (``sum(n_g**2) / N``) and ``icc`` the share of the variance
-    between generations, from a one-way random-effects ANOVA (its estimate of the between-groups
-    variance clipped at 0). 1 with fewer than two generations: there is nothing to estimate the
-    spread between process pairs from, and so one generation cannot show it."""
-    by = _by_generation(x, groups)
-    sizes = [len(v) for v in by.values()]
-    n, g = sum(sizes), len(by)
-    if g < 2 or n <= g:
-        return 1.0
-    mean = math.fsum(v for vs in by.values() for v in vs) / n
-    means = {k: math.fsum(vs) / len(vs) for k, vs in by.items()}
-    between = math.fsum(len(vs) * (means[k] - mean) ** 2 for k, vs in by.items()) / (g - 1)
-    within = math.fsum((v - means[k]) ** 2 for k, vs in by.items() for v in vs) / (n - g)
-    n0 = (n - math.fsum(s * s for s in sizes) / n) / (g - 1)
-    spread = max(0.0, (between - within) / n0) if n0 > 0 else 0.0
-    if spread == 0.0:
-        return 1.0
-    icc = spread / (spread + within)
-    return 1.0 + (math.fsum(s * s for s in sizes) / n - 1.0) * icc
 
 
 def _wider(estimate: float, low: float, high: float, factor: float) -> tuple[float, float]:
@@ -197,50 +137,6 @@ def _both_orders(d: Decision, samples: SessionPairs, settings: CompareSettings) 
         if not (low > 0 and high >= c if d.verdict == "regressed" else high < 0 and low <= -c):
             return False
     return True
-
-
-def generation_estimates(samples: SessionPairs, key: MetricKey) -> list[float]:
-    """The median of each generation's pairs of ``key`` in ``x`` units (finite ones), in the order
-    of the generations: what each process pair, on its own, says of the change."""
-    by = _by_generation(paired.pair_x(samples.paired[key]), samples.generations_of(key))
-    return [median(by[g]) for g in sorted(by)]
-
-
-def _generations_mean(samples: SessionPairs, key: MetricKey) -> tuple[float, float, int]:
-    """The mean of :func:`generation_estimates` of ``key``, its standard error and the number of
-    generations; nan for both with fewer than ``MIN_CHANGE_GENERATIONS`` (:mod:`.tuning`)."""
-    estimates = generation_estimates(samples, key)
-    g = len(estimates)
-    if g < max(2, tuning.MIN_CHANGE_GENERATIONS):
-        return math.nan, math.nan, g
-    mean = math.fsum(estimates) / g
-    return mean, math.sqrt(math.fsum((e - mean) ** 2 for e in estimates) / (g - 1) / g), g
-
-
-def generations_interval(key: MetricKey, samples: SessionPairs, settings: CompareSettings,
-                         family: Family | None = None) -> tuple[float, float, int]:
-    """The t interval (``generations - 1`` degrees of freedom) of the mean of
-    :func:`generation_estimates` of ``key``, in ``x``, at the level of ``family`` (default:
-    the session's, as every interval of its pairs), and the number of generations; an unbounded
-    interval with fewer than ``MIN_CHANGE_GENERATIONS`` (:mod:`.tuning`)."""
-    mean, se, g = _generations_mean(samples, key)
-    if math.isnan(mean):
-        return -math.inf, math.inf, g
-    a = (family or samples.family()).level(settings.for_metric(key).alpha, key)
-    half = student_t_quantile(1 - a / 2, g - 1) * se
-    return mean - half, mean + half, g
-
-
-def generations_bound(key: MetricKey, samples: SessionPairs,
-                      settings: CompareSettings) -> tuple[float, int]:
-    """The one-sided ``1 - beta`` t bound (``generations - 1`` degrees of freedom, not corrected,
-    as the bound "unchanged" is ruled on) of the mean of :func:`generation_estimates` of ``key``
-    on the regression's side, in ``x``, and the number of generations; inf with fewer than
-    ``MIN_CHANGE_GENERATIONS`` (:mod:`.tuning`)."""
-    mean, se, g = _generations_mean(samples, key)
-    if math.isnan(mean):
-        return math.inf, g
-    return mean + student_t_quantile(1 - settings.for_metric(key).beta, g - 1) * se, g
 
 
 def _unshown_unchanged_why(d: Decision, samples: SessionPairs,

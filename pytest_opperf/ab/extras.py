@@ -2,8 +2,8 @@
 
 Each is absent in files of older writers, which read as before: ``interpreters`` (each side's
 interpreter), ``generations`` (per generation of side processes: its pairs and bias,
-:func:`pytest_opperf.ab.decide.generation_bias`, and its draw of the layout, absent before there
-was one) and ``cost`` (per test: its metrics, pairs,
+:func:`pytest_opperf.ab.generations.generation_bias`, and its draw of the layout, absent before
+there was one) and ``cost`` (per test: its metrics, pairs,
 visits and seconds, :mod:`.cost`). :meth:`pytest_opperf.ab.paired.CompareResult.from_dict` reads
 the rest; fields in docs/contract-additions.md.
 """

@@ -389,7 +389,7 @@ class CompareResult:
     # {"base": {...}, "head": {...}}: each side's interpreter (executable, python, numpy)
     interpreters: dict[str, dict[str, Any]] | None = None
     # per generation of side processes: generation, first, pairs, metrics, geometric_mean
-    # (:func:`pytest_opperf.ab.decide.generation_bias`)
+    # (:func:`pytest_opperf.ab.generations.generation_bias`)
     generations: list[dict[str, Any]] = field(default_factory=list)
     # per test with a decided metric: its metrics, pairs, visits, seconds (:mod:`.cost`)
     cost: list[Cost] = field(default_factory=list)

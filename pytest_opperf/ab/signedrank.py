@@ -16,8 +16,8 @@ from functools import cache, lru_cache
 from statistics import NormalDist
 from typing import Any
 
-__all__ = ["EXACT_MAX_PAIRS", "pairs_for_interval", "signed_rank_cdf", "walsh_interval",
-           "walsh_intervals"]
+__all__ = ["EXACT_MAX_PAIRS", "hodges_lehmann", "pairs_for_interval", "signed_rank_cdf",
+           "walsh_interval", "walsh_intervals"]
 
 EXACT_MAX_PAIRS = 300  # the signed-rank distribution is counted exactly up to this many pairs
 _CHUNK = 2_000_000  # Walsh averages held at once (16 MB)
@@ -102,3 +102,14 @@ def walsh_interval(x: Sequence[float], a: float) -> tuple[float, float, float]:
 
     centre, [(low, high)] = walsh_intervals(np.asarray([x], dtype=np.float64), [a])[0]
     return centre, low, high
+
+
+def hodges_lehmann(x: Sequence[float]) -> float:
+    """The Hodges-Lehmann estimate of the centre of ``x``: the median of its Walsh averages. Of
+    a handful of values it is nearly as efficient as their mean under normal noise (95 %, the
+    median 64 %), and it shrugs off a stray value as the median does."""
+    if not x:
+        raise ValueError("the Hodges-Lehmann estimate needs at least one value")
+    import numpy as np
+
+    return walsh_intervals(np.asarray([x], dtype=np.float64), [])[0][0]

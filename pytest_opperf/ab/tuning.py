@@ -83,9 +83,9 @@ MIN_ORDER_PAIRS = 4  # pairs of each start order a regressed or improved metric 
 # With two, 2 of 7 A/A pull-request runs failed here (one busy loop beside it): small
 # memory-bound calls (relu_grad of 0.03-0.06 ms) at 1.08-1.14 head/base in both process pairs,
 # whose agreement the design effect reads as no spread between them. An e2e run's headline
-# metric (examples/sec, the Python share, the step) is unchanged on as many, the one-sided t bound
-# of their estimates below the threshold (decide.generations_bound): a step 4 % slower was called
-# unchanged on two process pairs at 0.994 examples/sec, its threshold 3 %.
+# metric (examples/sec, the Python share, the step) is unchanged on as many, the one-sided t
+# bound of their estimates below the threshold (generations.generations_bound): a step 4 % slower
+# was called unchanged on two process pairs at 0.994 examples/sec, its threshold 3 %.
 MIN_CHANGE_GENERATIONS = 3
 # The design effect assumed for the pairs of one start order alone (one process pair, or
 # process pairs started in one order) before "unchanged" counts on them (decide._one_sided):
