@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -42,9 +43,8 @@ def generation(rng: np.random.Generator, shift: float, args: argparse.Namespace)
 
 
 def mean_se(estimates: Sequence[float]) -> tuple[float, float]:
-    g = len(estimates)
-    mean = math.fsum(estimates) / g
-    return mean, math.sqrt(math.fsum((e - mean) ** 2 for e in estimates) / (g - 1) / g)
+    """The mean of the generations' estimates and its standard error."""
+    return statistics.fmean(estimates), statistics.stdev(estimates) / math.sqrt(len(estimates))
 
 
 def generations_to_unchanged(rng: np.random.Generator, estimate: Estimate,
