@@ -15,11 +15,11 @@ spread 3.2 times as much (the standard deviation of their log median step, 0.035
 :func:`apply`, called when this module is imported (with the framework), fixes both
 thresholds with glibc's ``mallopt``: arrays up to :data:`MMAP_THRESHOLD` come from the heap and
 the heap is not trimmed below :data:`TRIM_THRESHOLD` free, so a step reuses the memory the step
-before it freed.
-``REFERENCE_FRAMEWORK_HOST_MEMORY=system`` leaves the C library's defaults alone (the behaviour
-before); any other value than ``retain`` (the default) or ``system`` is an error. Without a ``mallopt``
-(macOS) the mode is ``system`` and :data:`MODE` says why; a C library whose ``mallopt`` refuses
-the thresholds (musl's) leaves it ``system`` too, with a warning.
+before it freed. ``REFERENCE_FRAMEWORK_HOST_MEMORY=system`` leaves the C library's defaults
+alone (the behaviour before); any other value than ``retain`` (the default) or ``system`` is an
+error. Without a ``mallopt`` (macOS) the mode is ``system`` and :data:`MODE` says why; a C
+library whose ``mallopt`` refuses the thresholds (musl's) leaves it ``system`` too, with a
+warning.
 """
 
 from __future__ import annotations
