@@ -5,6 +5,7 @@ interpreter: mallopt's thresholds are the whole process's."""
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
 
@@ -13,7 +14,7 @@ import pytest
 from reference_framework import host_memory
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or
-                                os.confstr("CS_GNU_LIBC_VERSION") is None,
+                                platform.libc_ver()[0] != "glibc",
                                 reason="mallopt's thresholds are glibc's")
 
 # Touches a 16 MB array, frees it, and prints the mode and how many MB of it the process kept.
