@@ -33,8 +33,8 @@ __all__ = ["ENV", "MMAP_THRESHOLD", "MODE", "TRIM_THRESHOLD", "apply"]
 
 ENV = "REFERENCE_FRAMEWORK_HOST_MEMORY"
 
-# glibc's largest mmap threshold on 64-bit systems (DEFAULT_MMAP_THRESHOLD_MAX): the small
-# workload's largest activation, 8 x 64 x 32 x 32 float32 im2col columns of a 3x3 conv, is 4.7 MB.
+# glibc's largest mmap threshold on 64-bit systems (DEFAULT_MMAP_THRESHOLD_MAX); larger arrays
+# are still mapped, and unmapped when freed, one by one.
 MMAP_THRESHOLD = 32 << 20
 TRIM_THRESHOLD = 1 << 30
 
