@@ -17,8 +17,10 @@ expected metric regressed. Cases:
 * ``extra-op``: one more op per training step (a ``fill_zeros_like``);
 * ``layout-5``: a slowdown only time can see: two of the six ``[256, 256, 3, 3]`` conv weights
   start column-major, so each step copies them inside numpy (same Python calls; momentum's work
-  counts even fall); about 5.5 % fewer examples/sec; ``layout-3``: one of them and one of the
-  four ``[128, 128, 3, 3]``, for the e2e threshold lowered to 3 %;
+  counts even fall); about 5.5 % fewer examples/sec before the framework kept its host memory,
+  3.5-3.7 % since (the copies land in memory the heap holds: docs/ab-statistics.md, "Host memory
+  kept"); ``layout-3``: one of them and one of the four ``[128, 128, 3, 3]``, for the e2e
+  threshold lowered to 3 %;
 * ``gc-3``: a slowdown only time can see whatever the memory placement: the interpreter's cyclic
   garbage collector collects its youngest generation every 5 net new container objects instead
   of every 700 (the same Python calls; the collections are C code of the interpreter, inside the
