@@ -1,6 +1,7 @@
 """Wall time and exit status of ``ci.yml``'s opperf jobs, their ``run:`` lines run verbatim.
 
-    python benchmarks/workflow_figures.py [--event push|pull_request] [--one-job] [--dir DIR]
+    python benchmarks/workflow_figures.py [--event push|pull_request] [--one-job] [--inject CASE]
+                                          [--dir DIR]
 
 Each opperf job of ``ci.yml`` for the event (the per-op shards of the matrix, the e2e job, then
 the job that merges and gates what they uploaded) runs as a runner runs it, one after another:
@@ -15,7 +16,9 @@ Prints, per job: the install time, the opperf step's wall time and exit status, 
 line; then the sum of the parts and the longest part (the matrix's wall time before the merging
 job). ``--one-job`` also runs the whole main job as one command (the e2e step's command over all
 of ``suites/``, as ``ci.yml`` ran it before the matrix), for the figure of one job against the
-shards.
+shards. ``--inject CASE`` appends one of ``ab_acceptance.py``'s injected regressions to every
+clone's ``reference_framework/__init__.py``, uncommitted: the head of the pull request then
+differs from its base (``HEAD``) by that regression, as a pull request that brings it would.
 """
 
 from __future__ import annotations
@@ -38,6 +41,17 @@ sys.path.insert(0, str(ROOT))
 # the workflow test's reader of the steps (imported by name: the tests are not type-checked)
 _steps = importlib.import_module("tests.test_workflow_commands")
 PARTS, fresh_clone, opperf_steps = _steps.PARTS, _steps.fresh_clone, _steps.opperf_steps
+# the injected regressions of the acceptance benchmark, beside this file
+_acceptance = importlib.import_module("benchmarks.ab_acceptance")
+
+
+def _clone(dest: Path, inject: str | None) -> Path:
+    """A fresh clone of HEAD with the working tree's changes, and the injected case if any."""
+    clone = fresh_clone(dest)
+    if inject:
+        with open(clone / "reference_framework" / "__init__.py", "a", encoding="utf-8") as f:
+            f.write(_acceptance.CASES[inject][0])
+    return clone
 
 
 def _install(clone: Path) -> tuple[dict[str, str], float]:
@@ -74,6 +88,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--event", choices=("push", "pull_request"), default="push")
     parser.add_argument("--one-job", action="store_true", help="also the main job as one command")
+    parser.add_argument("--inject", choices=sorted(_acceptance.CASES),
+                        help="an injected regression of ab_acceptance.py in every clone's head")
     parser.add_argument("--dir", help="where the clones go (default: a temporary directory)")
     args = parser.parse_args()
     where = Path(args.dir or tempfile.mkdtemp(prefix="opperf-workflow-"))
@@ -81,9 +97,10 @@ def main() -> None:
     parts = [s for s in steps if not s.needs]
     clones: dict[str, Path] = {}
     walls: dict[str, float] = {}
-    print(f"ci.yml, {args.event}: {len(parts)} part(s) then the merging job, in {where}")
+    injected = f", {args.inject} injected" if args.inject else ""
+    print(f"ci.yml, {args.event}{injected}: {len(parts)} part(s) then the merging job, in {where}")
     for step in parts + [s for s in steps if s.needs]:
-        clone = fresh_clone(where / step.id.replace(":", "-").replace("/", "-"))
+        clone = _clone(where / step.id.replace(":", "-").replace("/", "-"), args.inject)
         if step.needs:
             for part in parts:
                 for upload, name in part.artifacts.items():
@@ -99,7 +116,7 @@ def main() -> None:
     if args.one_job:
         e2e = next(s for s in parts if "--ignore=suites/test_ops.py" in s.script)
         script = re.sub(r"\s*--ignore=suites/test_ops\.py", "", e2e.script)
-        clone = fresh_clone(where / "one-job")
+        clone = _clone(where / "one-job", args.inject)
         env, install_s = _install(clone)
         rc, wall, gate = _run(e2e, clone, env, where / "one-job-summary.md", script)
         print(f"one job (pytest suites/ with the e2e job's options): exit {rc} in {wall:.0f} s; "
