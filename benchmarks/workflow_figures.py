@@ -1,7 +1,7 @@
 """Wall time and exit status of ``ci.yml``'s opperf jobs, their ``run:`` lines run verbatim.
 
     python benchmarks/workflow_figures.py [--event push|pull_request] [--one-job] [--inject CASE]
-                                          [--dir DIR]
+                                          [--job NAME] [--dir DIR]
 
 Each opperf job of ``ci.yml`` for the event (the per-op shards of the matrix, the e2e job, then
 the job that merges and gates what they uploaded) runs as a runner runs it, one after another:
@@ -19,6 +19,8 @@ of ``suites/``, as ``ci.yml`` ran it before the matrix), for the figure of one j
 shards. ``--inject CASE`` appends one of ``ab_acceptance.py``'s injected regressions to every
 clone's ``reference_framework/__init__.py``, uncommitted: the head of the pull request then
 differs from its base (``HEAD``) by that regression, as a pull request that brings it would.
+``--job NAME`` runs only that job of the matrix (``opperf-e2e``, or ``opperf-ops``'s shards) and
+no merging job: on GitHub each job has a runner of its own, so one job alone is its figure.
 """
 
 from __future__ import annotations
@@ -90,16 +92,25 @@ def main() -> None:
     parser.add_argument("--one-job", action="store_true", help="also the main job as one command")
     parser.add_argument("--inject", choices=sorted(_acceptance.CASES),
                         help="an injected regression of ab_acceptance.py in every clone's head")
+    parser.add_argument("--job", help="only this job of the matrix, without the merging job")
     parser.add_argument("--dir", help="where the clones go (default: a temporary directory)")
     args = parser.parse_args()
     where = Path(args.dir or tempfile.mkdtemp(prefix="opperf-workflow-"))
     steps = [s for s in opperf_steps() if s.workflow == "ci.yml" and s.event == args.event]
     parts = [s for s in steps if not s.needs]
+    merging = [s for s in steps if s.needs]
+    if args.job:
+        names = sorted({s.job for s in parts})
+        parts, merging = [s for s in parts if s.job == args.job], []
+        if not parts:
+            parser.error(f"ci.yml's {args.event} matrix has no job {args.job!r}: it has "
+                         + ", ".join(names))
     clones: dict[str, Path] = {}
     walls: dict[str, float] = {}
     injected = f", {args.inject} injected" if args.inject else ""
-    print(f"ci.yml, {args.event}{injected}: {len(parts)} part(s) then the merging job, in {where}")
-    for step in parts + [s for s in steps if s.needs]:
+    then = " then the merging job" if merging else ""
+    print(f"ci.yml, {args.event}{injected}: {len(parts)} part(s){then}, in {where}")
+    for step in parts + merging:
         clone = _clone(where / step.id.replace(":", "-").replace("/", "-"), args.inject)
         if step.needs:
             for part in parts:
@@ -111,8 +122,8 @@ def main() -> None:
         print(f"{step.id}: install {install_s:.0f} s; opperf step exit {rc} in {wall:.0f} s; "
               f"{gate}", flush=True)
     matrix = [walls[p.id] for p in parts]
-    print(f"parts: sum {sum(matrix):.0f} s, longest {max(matrix):.0f} s; "
-          f"with the merging job: {sum(walls.values()):.0f} s")
+    print(f"parts: sum {sum(matrix):.0f} s, longest {max(matrix):.0f} s"
+          + (f"; with the merging job: {sum(walls.values()):.0f} s" if merging else ""))
     if args.one_job:
         e2e = next(s for s in parts if "--ignore=suites/test_ops.py" in s.script)
         script = re.sub(r"\s*--ignore=suites/test_ops\.py", "", e2e.script)
