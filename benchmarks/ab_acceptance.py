@@ -17,9 +17,10 @@ expected metric regressed. Cases:
 * ``extra-op``: one more op per training step (a ``fill_zeros_like``);
 * ``layout-5``: a slowdown only time can see: three of the six ``[256, 256, 3, 3]`` conv weights
   and the four ``[128, 128, 3, 3]`` start column-major, so each step copies them inside numpy
-  (same Python calls; momentum's work counts even fall); about 5.3 % fewer examples/sec with the
-  framework keeping its host memory (two of the six alone gave about 5.5 % before it did, 3.5-3.7 %
-  since: the copies land in memory the heap holds, docs/ab-statistics.md, "Host memory kept");
+  (same Python calls; momentum's work counts even fall); about 5 % fewer examples/sec with the
+  framework keeping its host memory, 0.946-0.958 in ten pull requests (two of the six alone gave
+  about 5.5 % before it kept it, 3.5-3.7 % since: the copies land in memory the heap holds,
+  docs/ab-statistics.md, "Host memory kept");
   ``layout-3``: one of the six and one of the four, for the e2e threshold lowered to 3 %;
 * ``gc-3``: a slowdown only time can see whatever the memory placement: the interpreter's cyclic
   garbage collector collects its youngest generation every 5 net new container objects instead
@@ -204,9 +205,9 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "throughput-5": (STEP_WORK.format(work='_spin((now - last["t"]) * 0.0526)'),
                      ("examples_per_sec",)),
     "extra-op": (EXTRA_OP, ("count:fill_zeros_like",)),
-    # about 5.3 % fewer examples/sec in the faithful and the no-overheads run (A/B, AMD EPYC,
-    # host memory kept); of the [256, 256, 3, 3] weights alone, every third: 3.5-3.7 %, every
-    # second: 3.4-4.3 %, all six: 6.6-7 %
+    # about 5 % fewer examples/sec in the faithful and the no-overheads run (0.946-0.958 in ten
+    # pull requests, AMD EPYC, host memory kept); of the [256, 256, 3, 3] weights alone, every
+    # third: 3.5-3.7 %, every second: 3.4-4.3 %, all six: 6.6-7 %
     "layout-5": (FORTRAN_WEIGHTS.replace("@EVERY@", "{(256, 256, 3, 3): 2, (128, 128, 3, 3): 1}"),
                  ("examples_per_sec",)),
     # for the e2e threshold lowered to 3 %: one of the six [256, 256, 3, 3] weights alone made

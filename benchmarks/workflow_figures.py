@@ -99,6 +99,8 @@ def main() -> None:
     steps = [s for s in opperf_steps() if s.workflow == "ci.yml" and s.event == args.event]
     parts = [s for s in steps if not s.needs]
     merging = [s for s in steps if s.needs]
+    if args.job and args.one_job:
+        parser.error("--one-job runs the whole main job as one command: it takes no --job")
     if args.job:
         names = sorted({s.job for s in parts})
         parts, merging = [s for s in parts if s.job == args.job], []
