@@ -18,10 +18,8 @@ expected metric regressed. Cases:
 * ``layout-5``: a slowdown only time can see: three of the six ``[256, 256, 3, 3]`` conv weights
   and the four ``[128, 128, 3, 3]`` start column-major, so each step copies them inside numpy
   (same Python calls; momentum's work counts even fall); about 5 % fewer examples/sec with the
-  framework keeping its host memory, 0.946-0.958 in ten pull requests (two of the six alone gave
-  about 5.5 % before it kept it, 3.5-3.7 % since: the copies land in memory the heap holds,
-  docs/ab-statistics.md, "Host memory kept");
-  ``layout-3``: one of the six and one of the four, for the e2e threshold lowered to 3 %;
+  framework keeping its host memory (its sizing: the comment at ``CASES``); ``layout-3``: one
+  of the six and one of the four, for the e2e threshold lowered to 3 %;
 * ``gc-3``: a slowdown only time can see whatever the memory placement: the interpreter's cyclic
   garbage collector collects its youngest generation every 5 net new container objects instead
   of every 700 (the same Python calls; the collections are C code of the interpreter, inside the
@@ -207,7 +205,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "extra-op": (EXTRA_OP, ("count:fill_zeros_like",)),
     # about 5 % fewer examples/sec in the faithful and the no-overheads run (0.946-0.958 in ten
     # pull requests, AMD EPYC, host memory kept); of the [256, 256, 3, 3] weights alone, every
-    # third: 3.5-3.7 %, every second: 3.4-4.3 %, all six: 6.6-7 %
+    # third: 3.5-3.7 % (about 5.5 % before the framework kept its host memory: the copies now
+    # land in memory the heap holds), every second: 3.4-4.3 %, all six: 6.6-7 %
     "layout-5": (FORTRAN_WEIGHTS.replace("@EVERY@", "{(256, 256, 3, 3): 2, (128, 128, 3, 3): 1}"),
                  ("examples_per_sec",)),
     # for the e2e threshold lowered to 3 %: one of the six [256, 256, 3, 3] weights alone made
@@ -230,12 +229,17 @@ def git(*args: str, cwd: Path = ROOT) -> str:
                           text=True).stdout.strip()
 
 
+def inject(tree: Path, patch: str) -> None:
+    """``patch`` appended to the reference framework of the checkout at ``tree``, uncommitted."""
+    if patch:
+        with open(tree / "reference_framework" / "__init__.py", "a", encoding="utf-8") as f:
+            f.write(patch)
+
+
 def copy(where: Path, name: str, patch: str) -> Path:
     target = where / name
     git("worktree", "add", "--detach", "--quiet", str(target), "HEAD")
-    if patch:
-        with open(target / "reference_framework" / "__init__.py", "a", encoding="utf-8") as f:
-            f.write(patch)
+    inject(target, patch)
     return target
 
 

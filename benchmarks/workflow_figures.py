@@ -51,8 +51,7 @@ def _clone(dest: Path, inject: str | None) -> Path:
     """A fresh clone of HEAD with the working tree's changes, and the injected case if any."""
     clone = fresh_clone(dest)
     if inject:
-        with open(clone / "reference_framework" / "__init__.py", "a", encoding="utf-8") as f:
-            f.write(_acceptance.CASES[inject][0])
+        _acceptance.inject(clone, _acceptance.CASES[inject][0])
     return clone
 
 
