@@ -27,6 +27,7 @@ from pytest_opperf.core.machine import machine_info
 from pytest_opperf.records.checks import results_from_dict
 from pytest_opperf.reports import report
 from pytest_opperf.results import ResultsError, ResultSet, RunResult, StatResult, dumps_results
+from pytest_opperf.workcounts.functions import FunctionCounts
 from pytest_opperf.workcounts.workcount import WorkCounts
 from tests.opperf_factories import e2e_run, results
 from tests.opperf_suites import e2e, inner_run_env  # noqa: F401
@@ -174,7 +175,9 @@ def rich_document() -> dict[str, Any]:
     run.stats = [executor, replace(conv, parent="ExecutorRunTimer", flops=1e6, host_ms=0.5)]
     run.executor_stat, run.notes = "ExecutorRunTimer", ["a note"]
     run.work = WorkCounts({"conv2d": {"bytecodes": 50, "py_calls": 4}}, 3, 0.5,
-                          {"python": "3.11.7"}, ["x"], 1000, "cpu")
+                          {"python": "3.11.7"}, ["x"], 1000, "cpu",
+                          {"conv2d": [FunctionCounts("ops/conv.py", 3, "conv2d", 50, 4, 1,
+                                                     {"len": 1})]})
     relu = StatResult("relu", None, 2, 2.0, 1.0, 0.9, 1.1, [0.9, 1.1])
     op = RunResult("ops.py::test_relu", "op", {"benchmark": {"rounds": 2, "iterations": 1}}, "cpu",
                    "host", 0.002, 2, 2, 1000.0, 0.001, 0.0, [relu], {})
@@ -335,7 +338,7 @@ def test_the_schema_has_the_keys_the_writers_write():
     assert "warmup_steps" not in DEFS["run"]["required"]
     run.trace = {}
     run.work = WorkCounts({"conv2d": {"bytecodes": 5}}, 3, 0.5, {"python": "3.11.7"}, ["x"], 10,
-                          "cpu")
+                          "cpu", {"conv2d": [FunctionCounts("ops/conv.py", 3, "conv2d", 5)]})
     assert props("run") == {f.name for f in fields(RunResult)} == set(run.to_dict(with_trace=True))
     assert props("work") == set(run.work.to_dict())
     assert set(DEFS["work"]["required"]) == set(WorkCounts({}, 1, 0.0).to_dict())

@@ -1,0 +1,121 @@
+"""What per-function work counts cost: the counting pass's time and the results file's size.
+
+    python benchmarks/explain_overhead.py --rounds 5                 # against the parent commit
+    python benchmarks/explain_overhead.py --rounds 5 --before main   # against another revision
+
+One process: the reference framework's training step of a workload (``--workload``, default
+``small``) on the CPU is counted ``--rounds`` times by each of two counters, interleaved (before,
+after, before, after...): the counter of the ``--before`` revision's
+``pytest_opperf/workcounts/workcount.py`` (the counts per stat only) and this checkout's (per stat
+and per function). Each round counts ``--steps`` steps (the pass's default, 2) and is timed with
+``perf_counter``, the garbage collector held off as the pass holds it. It prints the median time
+of each and their ratio (the acceptance bound: 1.3), and checks that both give the same counts
+per stat.
+
+The size: a results file of both ``test_train`` runs is written with ``--json-before`` and
+``--json-after`` (two sessions' ``--opperf-json`` files, made by the caller); given, their sizes
+and ratio are printed (the bound: 1.10).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pytest_opperf import timers  # noqa: E402
+from pytest_opperf.workcounts import workcount  # noqa: E402
+
+
+def before_module(rev: str) -> Any:
+    """The ``rev`` revision's workcount module, loaded inside this checkout's package (its
+    relative imports resolve to this checkout's timers and core.stats)."""
+    source = subprocess.run(["git", "-C", str(ROOT), "show",
+                             f"{rev}:pytest_opperf/workcounts/workcount.py"],
+                            check=True, capture_output=True, text=True).stdout
+    name = "pytest_opperf.workcounts._workcount_before"
+    spec = importlib.util.spec_from_loader(name, loader=None)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    module.__package__ = "pytest_opperf.workcounts"
+    module.__file__ = workcount.__file__  # its own frames are skipped as this one's are
+    sys.modules[name] = module
+    exec(compile(source, workcount.__file__, "exec"), module.__dict__)
+    return module
+
+
+def counted(module: Any, step: Any, steps: int) -> tuple[float, dict[str, dict[str, int]]]:
+    """One pass of ``steps`` steps with ``module``'s counter, as the plugin's pass does it (the
+    steps, each step's take, the kept counts: :meth:`WorkCounts.of_steps`, with the functions'
+    rows where the module has them): its seconds and the counts per stat."""
+    with timers.recording() as table:
+        counter = module.Counter(table)
+        start = time.perf_counter()
+        per_step, functions = [], []
+        for _ in range(steps):
+            counter.start()
+            try:
+                step()
+            finally:
+                counter.stop()
+            if hasattr(counter, "functions"):
+                per_step.append(counter.take(str(ROOT)))
+                functions.append(counter.functions)
+            else:
+                per_step.append(counter.take())
+        seconds = time.perf_counter() - start
+        if functions:
+            work = module.WorkCounts.of_steps(per_step, seconds, functions)
+            work.to_dict()  # the packed rows, as the results file gets them
+        else:
+            work = module.WorkCounts.of_steps(per_step, seconds)
+        return time.perf_counter() - start, work.stats
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--workload", default="small")
+    parser.add_argument("--before", default="HEAD~1", help="the revision to compare with")
+    parser.add_argument("--json-before", type=Path)
+    parser.add_argument("--json-after", type=Path)
+    args = parser.parse_args()
+    from reference_framework.benchmark import WORKLOADS, run_benchmark
+
+    config = WORKLOADS[args.workload].replace(device="CPU", iterations=2)
+    result = run_benchmark(config)
+    step = result.extra_step
+    assert step is not None
+    old = before_module(args.before)
+    times: dict[str, list[float]] = {"before": [], "after": []}
+    for _ in range(args.rounds):
+        for name, module in (("before", old), ("after", workcount)):
+            seconds, counts = counted(module, step, args.steps)
+            times[name].append(seconds)
+            if name == "before":
+                expected = counts
+            elif counts != expected:
+                raise SystemExit("the two counters gave other counts per stat: "
+                                 f"{sorted(set(counts) ^ set(expected))[:5]}")
+    b, a = statistics.median(times["before"]), statistics.median(times["after"])
+    print(f"counting pass, {args.workload} workload, {args.steps} steps, {args.rounds} rounds "
+          f"interleaved: before ({args.before}) median {b:.3f} s "
+          f"{[round(t, 3) for t in times['before']]}; after median {a:.3f} s "
+          f"{[round(t, 3) for t in times['after']]}; ratio {a / b:.3f} (bound 1.3)")
+    if args.json_before and args.json_after:
+        sb, sa = args.json_before.stat().st_size, args.json_after.stat().st_size
+        print(f"results file: before {sb} bytes, after {sa} bytes, ratio {sa / sb:.3f} "
+              "(bound 1.10)")
+
+
+if __name__ == "__main__":
+    main()
