@@ -83,8 +83,7 @@ __all__ = ["Controller", "Plan", "TestOutcome", "rerun_budget"]
 
 
 def rerun_budget(first_pass_s: float) -> float:
-    """The seconds the passes after the first may take, after a first pass of ``first_pass_s``:
-    ``tuning.RERUN_SHARE`` of it, at least ``tuning.RERUN_MIN_S``."""
+    """The reruns' seconds: ``tuning.RERUN_SHARE`` of ``first_pass_s``, at least RERUN_MIN_S."""
     return max(tuning.RERUN_MIN_S, tuning.RERUN_SHARE * first_pass_s)
 
 
@@ -130,6 +129,7 @@ class Controller:
     samples: SessionPairs = field(default_factory=SessionPairs)  # pairs tagged by start order
     notes: list[str] = field(default_factory=list)
     pairs: int = 0
+    counted: dict[str, tuple[RunResult, RunResult]] = field(default_factory=dict)  # e2e, 1st visit
 
     def __post_init__(self) -> None:
         if self.seed is None:
@@ -372,6 +372,7 @@ class Controller:
         for head in head_runs:
             if head.kind != "e2e" or head.id not in base:
                 continue
+            self.counted.setdefault(head.id, (base[head.id], head))
             self.samples.add_steps(head.id, steady_steps(base[head.id]))
             if head.executor_stat:
                 self.samples.add_step_stat(head.id, head.executor_stat)

@@ -251,6 +251,7 @@ class ABSession:
                               f"{len(plan.removed)} on the base only")
             try:
                 self.compare = self._with_interpreters(controller.run())
+                self._explain(controller)
                 self.lines += [f"A/B: {warning}" for warning in controller.warnings]
                 finished = True
             except SideFailure as exc:
@@ -259,6 +260,21 @@ class ABSession:
             # a broken or interrupted session ends now
             controller.close(grace_s=10.0 if finished else 1.0)
         return True
+
+    def _explain(self, controller: Controller) -> None:
+        """Why each regressed or inconclusive metric got slower, and the differential profile
+        beside the results JSON (else in ``opperf-results/``): :mod:`pytest_opperf.explain`."""
+        from ..explain.session import explain_ab, rerun_command
+
+        assert self.compare is not None
+        json_path = self.settings.paths.get("json")
+        out_dir = json_path.parent if json_path else Path(self.config.rootpath) / "opperf-results"
+        args = self.config.invocation_params.args
+        options = [a for a in args if a.startswith(("--opperf-device", "--opperf-workload",
+                                                    "--opperf-timing", "--opperf-count"))]
+        explain_ab(self.compare, controller.counted, Path(self.config.rootpath),
+                   self.base.commit if self.base.mode == "rev" else None, self.base.label,
+                   out_dir, lambda test: rerun_command(test, self.base.given, options))
 
     def _with_interpreters(self, result: CompareResult) -> CompareResult:
         """Each side's interpreter in the result, and a note first when they differ."""

@@ -1,0 +1,131 @@
+"""An A/B session's explanations and differential profile, from the runs both sides measured.
+
+:func:`explain_compare` gives every regressed or inconclusive metric of a
+:class:`~pytest_opperf.ab.paired.CompareResult` its :class:`~.diff.Explanation` (a metric of a
+run without work counts on both sides, such as a per-op benchmark, is "not in the counted code"),
+the changed lines its added work runs through (:mod:`.changes`) and the command that reruns its
+test's A/B. :func:`profile_files` makes ``explain.pb.gz`` and the folded stacks of the runs with
+an explanation (:mod:`.profile`); :func:`write_files` writes them. No pytest.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from ..ab.paired import CompareResult, Decision
+from ..results import RunResult
+from ..workcounts.workcount import COUNTERS
+from .changes import Changes, ChangesError
+from .diff import MORE, NOT_COUNTED, Explanation, explain
+from .profile import BASE_LABEL, ProfileRow, folded, profile_bytes, rows_of
+
+__all__ = ["PROFILE", "explain_ab", "explain_compare", "explained", "profile_files",
+           "rerun_command", "test_of", "write_files"]
+
+PROFILE = "explain.pb.gz"
+
+
+def explained(d: Decision) -> bool:
+    """Whether ``d`` gets an explanation: regressed, or inconclusive."""
+    return d.verdict == "regressed" or d.inconclusive
+
+
+def test_of(run: str) -> str:
+    """The test of a run id (the node id it was recorded under: ``suites/x.py::test_y[a]``)."""
+    return run
+
+
+def explain_compare(result: CompareResult, runs: Mapping[str, tuple[RunResult, RunResult]],
+                    changes: Changes | None = None, changes_note: str | None = None,
+                    command: Callable[[str], str] | None = None) -> None:
+    """Fill ``result.explain``: each regressed or inconclusive metric's explanation from
+    ``runs`` (run id -> the base's and the head's run of its first visit); with more work, the
+    hunks of ``changes`` it runs through (or ``changes_note``: why there are none to read);
+    ``command(test)``, the command that reruns a test's A/B."""
+    for d in result.decisions:
+        if not explained(d):
+            continue
+        pair = runs.get(d.key.run)
+        e = (explain(d.key.metric, *pair) if pair is not None else Explanation(
+            NOT_COUNTED, "the run has no work counts on both sides (a per-op benchmark runs no "
+            "counting pass)"))
+        if e.cls == MORE and e.functions:
+            if changes is not None:
+                changes.apply(e)
+            else:
+                e.changed_note = changes_note
+        if command is not None:
+            e.command = command(test_of(d.key.run))
+        result.explain[d.key] = e
+
+
+def profile_files(result: CompareResult, runs: Mapping[str, tuple[RunResult, RunResult]]
+                  ) -> dict[str, bytes]:
+    """``explain.pb.gz`` and ``explain-<count>.folded`` of the runs with an explanation whose
+    two sides have per-function counts; none when there are no such runs."""
+    rows: list[ProfileRow] = []
+    for run in dict.fromkeys(k.run for k in result.explain):
+        pair = runs.get(run)
+        if pair is None or pair[0].work is None or pair[1].work is None:
+            continue
+        rows += rows_of(run, "base", pair[0].work.functions)
+        rows += rows_of(run, "head", pair[1].work.functions)
+    if not rows:
+        return {}
+    files = {PROFILE: profile_bytes(rows)}
+    for counter in COUNTERS:
+        files[f"explain-{counter}.folded"] = folded(rows, counter).encode()
+    return files
+
+
+def write_files(directory: Path, files: Mapping[str, bytes]) -> list[Path]:
+    """Write ``files`` into ``directory`` (made when missing), each atomically; their paths."""
+    directory.mkdir(parents=True, exist_ok=True)
+    out = []
+    for name, data in files.items():
+        path = directory / name
+        temp = directory / f".{name}.{os.getpid()}.tmp"
+        temp.write_bytes(data)
+        os.replace(temp, path)
+        out.append(path)
+    return out
+
+
+def rerun_command(test: str, base: str, options: Sequence[str] = ()) -> str:
+    """The one command that reruns ``test``'s A/B against ``base`` with the session's
+    ``options`` (device, workload...): its report explains what got slower."""
+    return shlex.join(["python", "-m", "pytest", test, "--opperf", f"--opperf-compare={base}",
+                       *options])
+
+
+def explain_ab(result: CompareResult, runs: Mapping[str, tuple[RunResult, RunResult]],
+               root: Path, base_commit: str | None, base_label: str, out_dir: Path,
+               command: Callable[[str], str] | None = None) -> None:
+    """An A/B session's explanations (:func:`explain_compare`; the changed lines from the
+    working tree ``root``'s diff against ``base_commit``, the base's revision, None when the base
+    is a directory) and, with any, the differential profile written into ``out_dir``
+    (:func:`profile_files`); notes in ``result.notes`` say what was written or why not."""
+    changes, note = None, None
+    if base_commit is None:
+        note = f"the base {base_label} is a directory, not a revision of this checkout"
+    else:
+        try:
+            changes = Changes.from_git(root, base_commit)
+        except ChangesError as exc:
+            note = f"the diff against the base could not be read: {exc}"
+    explain_compare(result, runs, changes, note, command)
+    files = profile_files(result, runs)
+    if not files:
+        return
+    try:
+        paths = write_files(out_dir, files)
+    except OSError as exc:
+        result.notes.append(f"explain: the differential profile was not written into {out_dir}: "
+                            f"{exc}")
+        return
+    result.notes.append(f"explain: differential profile {paths[0]} (pprof: base negated, "
+                        f"labelled {BASE_LABEL}=true) and folded stacks "
+                        f"{', '.join(p.name for p in paths[1:])} beside it")
