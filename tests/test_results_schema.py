@@ -24,6 +24,7 @@ from pytest_opperf.cli import main
 from pytest_opperf.comparison.gate import add_compare, evaluate
 from pytest_opperf.comparison.verdict import Drift, DriftRow, Verdict, Violation
 from pytest_opperf.core.machine import machine_info
+from pytest_opperf.explain.diff import Explanation
 from pytest_opperf.records.checks import results_from_dict
 from pytest_opperf.reports import report
 from pytest_opperf.results import ResultsError, ResultSet, RunResult, StatResult, dumps_results
@@ -364,10 +365,13 @@ def test_the_schema_has_the_keys_the_writers_write():
     cost = DEFS["compare"]["properties"]["cost"]["items"]
     assert set(cost["required"]) == set(cost["properties"]) == set(compare.to_dict()["cost"][0])
     assert set(DEFS["compare"]["properties"]["verdicts"]["required"]) == set(compare.counts())
-    decision = set(compare.decisions[0].to_dict())
-    # optional: inconclusive (older writers), the bounds of unchanged (not for counts)
+    first = compare.decisions[0]
+    compare.explain[first.key] = Explanation("same work, slower", "x")
+    decision = set(compare.to_dict()["decisions"][0])
+    # optional: inconclusive (older writers), the bounds of unchanged (not for counts), the
+    # explanation (only of a regressed or inconclusive metric)
     assert props("decision") == set(DEFS["decision"]["required"]) | {
-        "inconclusive", "beta_low", "beta_high"} == decision
+        "inconclusive", "beta_low", "beta_high", "explain"} == decision
     assert set(machine_info()) <= props("machine")
 
 
