@@ -6,6 +6,8 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -231,3 +233,16 @@ def test_an_explanation_reads_back_and_a_malformed_one_is_refused():
     with pytest.raises(ValueError, match="w: explain: class must be one of"):
         diff.Explanation.from_dict({"class": "faster", "why": ""}, "w")
     assert math.isfinite(len(e.lines()))
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="needs Go's pprof (go tool pprof)")
+def test_pprof_itself_reads_the_profile_and_puts_the_helper_on_top(sides, tmp_path):
+    base, _, head = sides
+    result = CompareResult("REV abc1234", "working tree", [_decision(head.id,
+                                                                     "step_ms:batch_norm")])
+    explain_ab(result, {head.id: (base, head)}, tmp_path, None, "DIR x", tmp_path / "out")
+    top = subprocess.run(["go", "tool", "pprof", "-top", "-sample_index=bytecodes",
+                          str(tmp_path / "out" / "explain.pb.gz")], check=True,
+                         capture_output=True, text=True, cwd=tmp_path).stdout.splitlines()
+    at = next(i for i, x in enumerate(top) if x.split()[:1] == ["flat"])
+    assert top[at + 1].split()[-1] == "_normalise", top
