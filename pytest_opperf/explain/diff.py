@@ -217,12 +217,32 @@ def _summed(work: WorkCounts, stats: Iterable[str] | None) -> dict[tuple[str, in
     return out
 
 
+def _moved(was: dict[tuple[str, int, str], FunctionCounts],
+           now: dict[tuple[str, int, str], FunctionCounts]
+           ) -> dict[tuple[str, int, str], FunctionCounts]:
+    """``was`` with each function that only one side has at its line, and that is the one
+    function of its file and name on each side, keyed by the head's line (lines added above a
+    function move it without changing its work)."""
+    def single(keys: Iterable[tuple[str, int, str]]) -> dict[tuple[str, str], tuple[str, int, str]]:
+        found: dict[tuple[str, str], list[tuple[str, int, str]]] = {}
+        for k in keys:
+            found.setdefault((k[0], k[2]), []).append(k)
+        return {fn: ks[0] for fn, ks in found.items() if len(ks) == 1}
+    old, new = single(was), single(now)
+    moved = {old[fn]: new[fn] for fn in set(old) & set(new)
+             if old[fn] != new[fn] and old[fn] not in now and new[fn] not in was}
+    return {moved.get(k, k): v for k, v in was.items()}
+
+
 def function_deltas(base: WorkCounts, head: WorkCounts,
                     stats: Sequence[str] | None = None) -> list[FunctionDelta]:
     """Every function of ``stats`` (default: all) whose counts differ between the sides, those
     that grew most first (by bytecodes, then C calls, then Python calls), then those that fell
-    (the most first). An empty list: every function's delta is 0."""
+    (the most first). An empty list: every function's delta is 0. A function that only moved
+    (its first line differs, its file and name are those of one function on each side) is
+    compared with itself, under the head's line."""
     was, now = _summed(base, stats), _summed(head, stats)
+    was = _moved(was, now)
     out = []
     for key in set(was) | set(now):
         b = was.get(key, FunctionCounts(*key))
