@@ -17,7 +17,7 @@ import pytest
 from pytest_opperf import measure
 from pytest_opperf.ab import render
 from pytest_opperf.ab.paired import CompareResult, Decision
-from pytest_opperf.comparison.gate import add_compare
+from pytest_opperf.comparison.gate import add_compare, evaluate
 from pytest_opperf.comparison.metrics import MetricKey
 from pytest_opperf.comparison.verdict import Verdict
 from pytest_opperf.core.port import Window
@@ -27,7 +27,11 @@ from pytest_opperf.explain.changes import Changes, function_lines, parse_hunks
 from pytest_opperf.explain.profile import BASE_LABEL, profile_class
 from pytest_opperf.explain.session import explain_ab, explain_compare, rerun_command
 from pytest_opperf.reports.comment import render_comment
+from pytest_opperf.reports.report import gate_lines
+from pytest_opperf.reports.report import markdown as report_markdown
 from pytest_opperf.results import ResultSet, RunResult
+from pytest_opperf.workcounts.functions import FunctionCounts
+from pytest_opperf.workcounts.workcount import WorkCounts
 from tests.ab_suites import git
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -246,3 +250,33 @@ def test_pprof_itself_reads_the_profile_and_puts_the_helper_on_top(sides, tmp_pa
                          capture_output=True, text=True, cwd=tmp_path).stdout.splitlines()
     at = next(i for i, x in enumerate(top) if x.split()[:1] == ["flat"])
     assert top[at + 1].split()[-1] == "_normalise", top
+
+
+def test_against_a_stored_baseline_the_failed_work_count_names_the_helper(sides):
+    base, _, head = sides
+    verdict = evaluate(ResultSet(runs=[head], session={"device_class": "cpu"}), None,
+                       ResultSet(runs=[base], session={"device_class": "cpu"}), "base.json")
+    v = next(v for v in verdict.violations if v.metric == "bytecodes:batch_norm")
+    assert v.explain is not None and v.explain["class"] == diff.MORE
+    # the nested functions that moved a line down are not named: only the loop's function
+    assert [f["name"] for f in v.explain["functions"]] == ["_normalise"]
+    lines = gate_lines(verdict, 200)
+    at = lines.index("     why it got slower: more work")
+    assert "in _normalise (reference_framework/ops/batch_norm.py:81)" in lines[at + 1]
+    assert f"_normalise ({BATCH_NORM}:{NORMALISE_LINE})" in report_markdown(
+        ResultSet(runs=[head]), verdict)
+    row = next(x for x in render_comment(ResultSet(runs=[head]), verdict).splitlines()
+               if "bytecodes:batch_norm" in x)
+    assert "more work;<br> +" in row and "_normalise (" in row
+    # an A/A baseline: no violation, nothing to explain
+    again = evaluate(ResultSet(runs=[base]), None, ResultSet(runs=[base]), "base.json")
+    assert not again.violations
+
+
+def test_a_function_that_only_moved_is_compared_with_itself():
+    def work(line: int, bytecodes: int) -> WorkCounts:
+        return WorkCounts({"op": {"bytecodes": bytecodes + 5}}, 2, 0.1, functions={"op": [
+            FunctionCounts("a.py", line, "f", bytecodes), FunctionCounts("a.py", 1, "g", 5)]})
+    assert diff.function_deltas(work(10, 7), work(12, 7)) == []
+    (moved,) = diff.function_deltas(work(10, 7), work(12, 9))
+    assert (moved.line, moved.base[0], moved.head[0]) == (12, 7, 9)
