@@ -25,7 +25,12 @@ from pytest_opperf.device import CPU_HOST
 from pytest_opperf.explain import diff
 from pytest_opperf.explain.changes import Changes, function_lines, parse_hunks
 from pytest_opperf.explain.profile import BASE_LABEL, profile_class
-from pytest_opperf.explain.session import explain_ab, explain_compare, rerun_command
+from pytest_opperf.explain.session import (
+    explain_ab,
+    explain_compare,
+    rerun_command,
+    rerun_options,
+)
 from pytest_opperf.reports.comment import render_comment
 from pytest_opperf.reports.report import gate_lines
 from pytest_opperf.reports.report import markdown as report_markdown
@@ -280,3 +285,14 @@ def test_a_function_that_only_moved_is_compared_with_itself():
     assert diff.function_deltas(work(10, 7), work(12, 7)) == []
     (moved,) = diff.function_deltas(work(10, 7), work(12, 9))
     assert (moved.line, moved.base[0], moved.head[0]) == (12, 7, 9)
+
+
+def test_the_rerun_command_keeps_what_the_session_measured_in_either_spelling():
+    args = ["suites", "--opperf", "--opperf-compare", "main", "--opperf-device", "cpu",
+            "--opperf-workload=small", "--opperf-instructions", "-q", "--opperf-count-steps", "3"]
+    options = rerun_options(args)
+    assert options == ["--opperf-device=cpu", "--opperf-workload=small", "--opperf-instructions",
+                       "--opperf-count-steps=3"]
+    assert rerun_command("t.py::test_a[x y]", "main", options) == (
+        "python -m pytest 't.py::test_a[x y]' --opperf --opperf-compare=main --opperf-device=cpu "
+        "--opperf-workload=small --opperf-instructions --opperf-count-steps=3")

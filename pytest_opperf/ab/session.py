@@ -264,14 +264,12 @@ class ABSession:
     def _explain(self, controller: Controller) -> None:
         """Why each regressed or inconclusive metric got slower, and the differential profile
         beside the results JSON (else in ``opperf-results/``): :mod:`pytest_opperf.explain`."""
-        from ..explain.session import explain_ab, rerun_command
+        from ..explain.session import explain_ab, rerun_command, rerun_options
 
         assert self.compare is not None
         json_path = self.settings.paths.get("json")
         out_dir = json_path.parent if json_path else Path(self.config.rootpath) / "opperf-results"
-        args = self.config.invocation_params.args
-        options = [a for a in args if a.startswith(("--opperf-device", "--opperf-workload",
-                                                    "--opperf-timing", "--opperf-count"))]
+        options = rerun_options(self.config.invocation_params.args)
         explain_ab(self.compare, controller.counted, Path(self.config.rootpath),
                    self.base.commit if self.base.mode == "rev" else None, self.base.label,
                    out_dir, lambda test: rerun_command(test, self.base.given, options))

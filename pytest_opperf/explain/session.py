@@ -22,8 +22,8 @@ from .changes import Changes, ChangesError
 from .diff import MORE, NOT_COUNTED, Explanation, explain
 from .profile import BASE_LABEL, ProfileRow, folded, profile_bytes, rows_of
 
-__all__ = ["PROFILE", "explain_ab", "explain_compare", "explained", "profile_files",
-           "rerun_command", "test_of", "write_files"]
+__all__ = ["PROFILE", "RERUN_FLAGS", "RERUN_OPTIONS", "explain_ab", "explain_compare", "explained",
+           "profile_files", "rerun_command", "rerun_options", "test_of", "write_files"]
 
 PROFILE = "explain.pb.gz"
 
@@ -91,6 +91,29 @@ def write_files(directory: Path, files: Mapping[str, bytes]) -> list[Path]:
         temp.write_bytes(data)
         os.replace(temp, path)
         out.append(path)
+    return out
+
+
+RERUN_OPTIONS = ("--opperf-device", "--opperf-workload", "--opperf-timing",
+                 "--opperf-count-steps", "--opperf-count-timeout")
+RERUN_FLAGS = ("--opperf-instructions",)
+
+
+def rerun_options(args: Sequence[str]) -> list[str]:
+    """The options of a session's command line ``args`` that its rerun keeps (what it measured
+    and how: :data:`RERUN_OPTIONS`, given as ``--name=value`` or ``--name value``, and
+    :data:`RERUN_FLAGS`), each as ``--name=value``."""
+    out, it = [], iter(args)
+    for a in it:
+        name, eq, value = a.partition("=")
+        if name in RERUN_FLAGS and not eq:
+            out.append(a)
+        elif name in RERUN_OPTIONS:
+            if not eq:
+                value = next(it, "")
+                if not value:
+                    continue
+            out.append(f"{name}={value}")
     return out
 
 
