@@ -10,6 +10,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,6 +18,9 @@ import pytest
 from pytest_opperf import measure
 from pytest_opperf.ab import render
 from pytest_opperf.ab.paired import CompareResult, Decision
+from pytest_opperf.bisect.core import Culprit, Estimate, Outcome
+from pytest_opperf.bisect.repo import BisectCommit
+from pytest_opperf.bisect.runner import explain_culprits
 from pytest_opperf.comparison.gate import add_compare, evaluate
 from pytest_opperf.comparison.metrics import MetricKey
 from pytest_opperf.comparison.verdict import Verdict
@@ -296,3 +300,34 @@ def test_the_rerun_command_keeps_what_the_session_measured_in_either_spelling():
     assert rerun_command("t.py::test_a[x y]", "main", options) == (
         "python -m pytest 't.py::test_a[x y]' --opperf --opperf-compare=main --opperf-device=cpu "
         "--opperf-workload=small --opperf-instructions --opperf-count-steps=3")
+
+
+def test_bisects_culprit_is_explained_against_its_parent_with_its_changed_lines(sides,
+                                                                               tmp_path):
+    base, _, head = sides
+    repo = tmp_path / "repo"
+    target = repo / BATCH_NORM
+    target.parent.mkdir(parents=True)
+    source = (ROOT / BATCH_NORM).read_text()
+    target.write_text(source)
+    git(repo, "init", "-q", ".")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "good")
+    target.write_text(source.replace(LOOP_AFTER, LOOP, 1))
+    git(repo, "commit", "-q", "-am", "the loop")
+    shas = git(repo, "rev-list", "--reverse", "HEAD").split()
+    commits = [BisectCommit(sha, f"c{i}", "A", "2026-01-01") for i, sha in enumerate(shas)]
+    metric = f"{head.id} step_ms:batch_norm"
+    estimate = Estimate("different", 0.26, 0.18, 0.34, 1.3, 1.2, 1.4, 20)
+    outcome = Outcome("culprit", "", culprits=[Culprit(1, 0, True, {metric: estimate}, {})])
+    oracle = SimpleNamespace(commits=commits, counted={(0, 1): {head.id: (base, head)}},
+                             worktrees=SimpleNamespace(checkout=lambda sha: repo))
+    explained, notes = explain_culprits(oracle, outcome)  # type: ignore[arg-type]
+    e = explained[(1, metric)]
+    assert e.cls == diff.MORE and e.functions[0].name == "_normalise" and notes == []
+    added = source.splitlines().index(LOOP_AFTER.rstrip("\n")) + 1
+    assert e.changed == [f"{BATCH_NORM}:{added}-{added + 1}"]
+    # a culprit whose comparison kept no runs: not in the counted code
+    oracle.counted = {}
+    explained, _ = explain_culprits(oracle, outcome)  # type: ignore[arg-type]
+    assert explained[(1, metric)].cls == diff.NOT_COUNTED

@@ -230,6 +230,7 @@ def run_command(args: argparse.Namespace, out: TextIO, err: TextIO,
         try:
             core.bisect(len(commits), oracle, args.max_attempts, time_left, on_step=on_step,
                         into=outcome)
+            explained, explain_notes = runner.explain_culprits(oracle, outcome)
         except KeyboardInterrupt:
             err.write("bisect: interrupted: the side processes ended, the worktrees go now\n")
             return EXIT_INTERRUPTED
@@ -239,7 +240,7 @@ def run_command(args: argparse.Namespace, out: TextIO, err: TextIO,
                 err.write(f"bisect: {problem}\n")
     code = EXIT_CULPRIT if outcome.status == "culprit" else EXIT_NONE
     run = report.BisectRun(commits, selection, args.budget, clock() - started, code,
-                           [runner.plugin_note(), *oracle.warnings])
+                           [runner.plugin_note(), *oracle.warnings, *explain_notes], explained)
     width = shutil.get_terminal_size().columns
     for line in report.terminal(run, outcome, width):
         out.write(line + "\n")

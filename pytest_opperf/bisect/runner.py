@@ -41,11 +41,14 @@ from ..ab.processes import SideFailure, SideSpec
 from ..ab.samples import SessionPairs
 from ..comparison.metrics import MetricKey
 from ..comparison.thresholds import CompareSettings
+from ..explain.changes import Changes, ChangesError
+from ..explain.diff import MORE, NOT_COUNTED, Explanation, explain
 from ..glue import child
-from .core import Estimate, StepComparison, Three
+from ..results import RunResult
+from .core import Estimate, Outcome, StepComparison, Three
 from .repo import BisectCommit, Worktrees
 
-__all__ = ["ABOracle", "label", "plugin_note", "pool", "three"]
+__all__ = ["ABOracle", "explain_culprits", "label", "plugin_note", "pool", "three"]
 
 MIN_SESSION_S = 20.0  # a session's budget is never below this (the first pass runs regardless)
 
@@ -128,6 +131,9 @@ class ABOracle:
     # what a session found that biases its comparison (other compiled extensions outside the
     # checkouts: pytest_opperf.ab.extensions), each said once, with the commits it was seen on
     warnings: list[str] = field(default_factory=list, init=False)
+    # the e2e runs both sides measured (with their work counts), per compared pair of positions
+    counted: dict[tuple[int, int], dict[str, tuple[RunResult, RunResult]]] = field(
+        default_factory=dict, init=False)
 
     def _spec(self, name: str, commit: BisectCommit) -> SideSpec:
         root = self.worktrees.checkout(commit.sha)
@@ -173,6 +179,8 @@ class ABOracle:
                     broken.setdefault(index[name], "it collects no test of the selection")
             if not broken:
                 controller.run()
+                for run, pair in controller.counted.items():
+                    self.counted.setdefault((a, b), {}).setdefault(run, pair)
             finished = True
         except SideFailure as exc:
             named = _side(str(exc))
@@ -200,3 +208,37 @@ def plugin_note() -> str:
     here = Path(__file__).resolve().parent.parent
     return (f"both sides run this pytest_opperf ({here}) against each commit's own framework "
             "code, suites and conftest")
+
+
+def explain_culprits(oracle: ABOracle, outcome: Outcome) -> tuple[dict[tuple[int, str],
+                                                                       Explanation], list[str]]:
+    """Each culprit's metrics explained between the culprit and the commit it was verified
+    against (:func:`pytest_opperf.explain.diff.explain`, from the runs of that comparison), with
+    more work the culprit's changed lines it runs through; by (culprit position, metric label).
+    Call it while the worktrees are there. The notes say what could not be read."""
+    out: dict[tuple[int, str], Explanation] = {}
+    notes: list[str] = []
+    for c in outcome.culprits:
+        runs = oracle.counted.get((c.parent, c.commit), {})
+        parent, commit = oracle.commits[c.parent], oracle.commits[c.commit]
+        changes: Changes | None = None
+        note = None
+        try:
+            changes = Changes.from_git(oracle.worktrees.checkout(commit.sha), parent.sha,
+                                       commit.sha)
+        except ChangesError as exc:
+            note = f"the culprit's diff could not be read: {exc}"
+            notes.append(f"explain: {commit.short}: {note}")
+        for m in c.metrics:
+            run, _, metric = m.rpartition(" ")
+            pair = runs.get(run)
+            e = (explain(metric, *pair) if pair is not None else Explanation(
+                NOT_COUNTED, "the run has no work counts on both sides (a per-op benchmark runs "
+                "no counting pass)"))
+            if e.cls == MORE and e.functions:
+                if changes is not None:
+                    changes.apply(e)
+                else:
+                    e.changed_note = note
+            out[(c.commit, m)] = e
+    return out, notes
