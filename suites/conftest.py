@@ -47,7 +47,7 @@ def quiet_benchmark_table(option: Any) -> None:
 
 
 # What ``pytest suites/ --opperf`` gates against unless an option or ini key says otherwise: the CI
-# gate's files (docs/usage.md, "The main job").
+# gate's files (docs/reference/options.md).
 GATE_DEFAULTS = {"thresholds": ROOT / "ci" / "thresholds.toml",
                  "baseline": ROOT / "ci" / "baselines"}
 

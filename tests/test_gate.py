@@ -2,16 +2,13 @@
 
 import random
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from pytest_opperf.comparison.baseline_checks import ALWAYS_RECORDED
 from pytest_opperf.comparison.gate import evaluate
-from pytest_opperf.comparison.keys import keys as table_keys
 from pytest_opperf.comparison.regression import compare_slower
 from pytest_opperf.comparison.thresholds import (
-    Limit,
     Regression,
     Thresholds,
     ThresholdsError,
@@ -111,17 +108,6 @@ def test_bad_thresholds_name_key_and_file(doc, message):
         parse_thresholds(doc, "ci/t.toml")
     assert message in str(info.value)
     assert str(info.value).startswith("ci/t.toml: ")
-
-
-def test_the_docs_list_every_key_with_its_default_range_and_meaning():
-    docs = (Path(__file__).parent.parent / "docs" / "contract-additions.md").read_text()
-    for table in (Regression, Limit):
-        for spec in table_keys(table).values():
-            default = ("unset" if spec.default is None else f'`"{spec.default}"`'
-                       if isinstance(spec.default, str) else f"{spec.default:g}")
-            values = (" or ".join(f'`"{c}"`' for c in spec.choices) if spec.choices
-                      else "a glob" if spec.type is str else spec.range)
-            assert f"| `{spec.name}` | {default} | {values} | {spec.doc} |" in docs, spec.name
 
 
 def test_unreadable_thresholds_files(tmp_path):

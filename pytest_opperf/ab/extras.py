@@ -5,7 +5,7 @@ interpreter), ``generations`` (per generation of side processes: its pairs and b
 :func:`pytest_opperf.ab.generations.generation_bias`, and its draw of the layout, absent before
 there was one) and ``cost`` (per test: its metrics, pairs,
 visits and seconds, :mod:`.cost`). :meth:`pytest_opperf.ab.paired.CompareResult.from_dict` reads
-the rest; fields in docs/contract-additions.md.
+the rest; fields in docs/reference/results.md.
 """
 
 from __future__ import annotations

@@ -412,7 +412,7 @@ class CompareResult:
         return text + (f"; geometric mean head/base {mean:.3f}" if mean is not None else "")
 
     def to_dict(self) -> dict[str, Any]:
-        """The results JSON's ``compare`` object (fields in docs/contract-additions.md)."""
+        """The results JSON's ``compare`` object (fields in docs/reference/results.md)."""
         return {"base": self.base, "head": self.head, "summary": self.summary(),
                 "verdicts": self.counts(), "geometric_mean": self.geometric_mean(),
                 "pairs": self.pairs, "elapsed_s": self.elapsed_s,

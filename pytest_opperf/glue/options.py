@@ -115,7 +115,7 @@ OPTIONS: tuple[tuple[str, Policy, str, Callable[[str], str] | None, str | None, 
      "merge"),
 )
 # switches (name, child policy, help; each also an ini key); the GPU ones: see
-# docs/contract-additions.md
+# docs/reference/options.md
 FLAGS: tuple[tuple[str, Policy, str], ...] = (
     ("record_benchmarks", "fixed",
      "also record tests using pytest-benchmark's plain `benchmark` fixture as per-op runs, timed "
