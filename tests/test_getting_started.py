@@ -131,3 +131,17 @@ def test_the_workflows_of_the_pages_are_valid_and_pass_the_audit(page, tmp_path)
             done = subprocess.run([*command, str(path)], capture_output=True, text=True,
                                   timeout=120)
             assert done.returncode == 0, f"{page.name}: {command}\n{done.stdout}{done.stderr}"
+
+def test_the_readme_example_runs_in_an_empty_project(tmp_path):
+    readme = (ROOT / "README.md").read_text("utf-8")
+    files = [b for b in blocks(readme) if b.file]
+    assert {b.file for b in files} == {"tests/test_train.py", "tests/test_ops.py"}
+    for block in files:
+        (tmp_path / block.file).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / block.file).write_text(block.text, "utf-8")
+    done = subprocess.run([sys.executable, "-m", "pytest", "--opperf", "-p", "no:cacheprovider",
+                           "--benchmark-max-time=0.05"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "tests/test_train.py::test_train" in done.stdout and "test_matmul" in done.stdout
+    assert "work per step" in done.stdout and "gate: PASSED" in done.stdout
