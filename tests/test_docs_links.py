@@ -122,7 +122,7 @@ def tracked_files() -> list[Path]:
 
 def test_no_file_cites_a_page_or_design_the_project_does_not_have():
     design = "ARCHI" + "TECTURE"  # spelled apart: this file names it only to forbid it
-    section = re.compile(r"\b[Ss]ection \d")  # "section 6" of a design the project lacks
+    section = re.compile(r"\b[Ss]ection \d")  # a numbered section of a design the project lacks
     for path in tracked_files():
         if path.suffix not in (".py", ".md", ".toml", ".yml", ".yaml", ".sh", ".cfg", ".txt"):
             continue
