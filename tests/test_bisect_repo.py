@@ -229,3 +229,17 @@ def test_a_session_s_environment_warning_reaches_the_report_once(tmp_path, monke
     oracle(0, 2, None, None)
     oracle(0, 1, None, None)
     assert oracle.warnings == [f"{'a' * 10} -> {'c' * 10}: {warning}"]
+
+
+def test_a_shallow_clone_is_said_with_what_to_do(repo, tmp_path):
+    r, (c0, *_) = repo
+    shallow = tmp_path / "shallow"
+    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{r}", str(shallow)],
+                   check=True, capture_output=True)
+    for good in ("HEAD~1", c0):
+        with pytest.raises(BisectUsage, match=r"is no revision of the repository .*shallow clone"
+                                              r".*fetch-depth: 0.*git fetch --unshallow"):
+            history(shallow, good, "HEAD")
+    with pytest.raises(BisectUsage) as full:
+        history(r, "nosuchrev", "main")
+    assert "shallow clone" not in str(full.value)

@@ -24,7 +24,7 @@ from pathlib import Path
 from ..results import is_sha
 
 __all__ = ["Base", "CompareError", "PythonInfo", "Workspace", "check_python", "git_toplevel",
-           "interpreter_note", "resolve_base", "this_python"]
+           "interpreter_note", "resolve_base", "shallow_hint", "this_python"]
 
 GIT_TIMEOUT_S = 120
 
@@ -60,6 +60,20 @@ def git_toplevel(path: Path) -> Path | None:
     return Path(out).resolve() if done.returncode == 0 and out else None
 
 
+def shallow_hint(toplevel: Path) -> str:
+    """When the repository is a shallow clone (actions/checkout's default depth 1), what to do
+    to have the commits it lacks: a revision that does not resolve may simply not be fetched."""
+    try:
+        done = _git(["rev-parse", "--is-shallow-repository"], toplevel)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    if done.returncode != 0 or done.stdout.strip() != "true":
+        return ""
+    return ("; the repository is a shallow clone, which lacks older commits: fetch them (with "
+            "actions/checkout `fetch-depth: 0`, or `git fetch --unshallow`), or fetch the base "
+            "(`git fetch --depth=1 origin <base>`)")
+
+
 def resolve_base(given: str, rootdir: Path, invocation_dir: Path, required: list[str]) -> Base:
     """``given`` as an existing directory (relative to ``invocation_dir``) or a revision of the
     rootdir's repository. ``required`` are rootdir-relative paths a checkout must hold
@@ -90,7 +104,7 @@ def resolve_base(given: str, rootdir: Path, invocation_dir: Path, required: list
     sha = done.stdout.strip()
     if done.returncode != 0 or not is_sha(sha):
         raise CompareError(f"{given!r} is neither a directory nor a revision of the repository "
-                           f"{toplevel}")
+                           f"{toplevel}{shallow_hint(toplevel)}")
     subdir = rootdir.resolve().relative_to(toplevel).as_posix()
     label = f"REV {sha[:10]}" + (f" ({given})" if not sha.startswith(given) else "")
     return Base("rev", given, label, commit=sha, toplevel=toplevel,
