@@ -3,10 +3,12 @@
 ``--opperf-compare=REV`` makes ``git worktree add --detach <tmp>/base <rev>`` of the repository the
 rootdir lives in; :meth:`Workspace.close` always removes it again (``git worktree remove --force``,
 then ``git worktree prune``), and the controller calls it on every way out: the end of the session,
-Ctrl-C, SIGTERM, SIGHUP, a crashed side. ``--opperf-compare=DIR`` uses a checkout as it is. The
-workspace also holds the side logs and the import shim: a directory with only a ``pytest_opperf``
-link to the head's package, put first on each side's ``PYTHONPATH``, so the head's plugin drives a
-base older than A/B. No pytest import: errors are :class:`CompareError` with a one-line message.
+Ctrl-C, SIGTERM, SIGHUP, a crashed side; the directory is marked with its owner (:mod:`.reclaim`):
+what a SIGKILL leaves, the next session reclaims. ``--opperf-compare=DIR`` uses a checkout as it
+is. The workspace also holds the side logs and the import shim: a directory with only a
+``pytest_opperf`` link to the head's package, put first on each side's ``PYTHONPATH``, so the
+head's plugin drives a base older than A/B. No pytest import: errors are :class:`CompareError`
+with a one-line message.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..results import is_sha
+from .reclaim import mark
 
 __all__ = ["Base", "CompareError", "PythonInfo", "Workspace", "check_python", "git_toplevel",
            "interpreter_note", "resolve_base", "shallow_hint", "this_python"]
@@ -188,6 +191,10 @@ class Workspace:
     path: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="opperf-ab-")))
     worktree: Path | None = None
     closed: bool = False
+
+    def __post_init__(self) -> None:
+        if self.base.toplevel is not None:  # a killed session's worktree: the next one reclaims
+            mark(self.path, self.base.toplevel)
 
     @property
     def shim(self) -> Path:

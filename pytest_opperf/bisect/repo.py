@@ -20,6 +20,7 @@ from pathlib import Path
 from types import TracebackType
 
 from ..ab.checkout import GIT_TIMEOUT_S, shallow_hint
+from ..ab.reclaim import mark
 
 __all__ = ["BisectCommit", "BisectUsage", "Worktrees", "dirty", "history", "selected_paths",
            "toplevel"]
@@ -134,6 +135,9 @@ class Worktrees:
     path: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="opperf-bisect-")))
     made: dict[str, Path] = field(default_factory=dict)
     closed: bool = False
+
+    def __post_init__(self) -> None:
+        mark(self.path, self.top)  # a killed bisection's worktrees: the next run reclaims them
 
     def __enter__(self) -> Worktrees:
         return self
