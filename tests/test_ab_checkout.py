@@ -162,8 +162,12 @@ def test_a_revision_missing_from_a_shallow_clone_says_so(repo, tmp_path):
     git(tmp_path, "clone", "-q", "--depth", "1", f"file://{root}", str(shallow))
     with pytest.raises(CompareError, match=r"'HEAD~1' is neither a directory nor a revision of "
                                            r"the repository .*; the repository is a shallow clone"
-                                           r".*fetch-depth: 0.*git fetch --unshallow"):
+                                           r".*fetch-depth: 0.*git fetch --unshallow.*"
+                                           r"git fetch --deepen=N` for HEAD~N.*"
+                                           r"--opperf-compare=FETCH_HEAD"):
         resolve_base("HEAD~1", shallow, shallow, [])
+    git(shallow, "fetch", "-q", "--deepen=1")  # what the message says to do: then it resolves
+    assert resolve_base("HEAD~1", shallow, shallow, []).commit == git(root, "rev-parse", "HEAD~1")
     assert resolve_base("HEAD~1", root, root, []).mode == "rev"  # the full clone has it
     with pytest.raises(CompareError) as full:
         resolve_base("nosuch", root, root, [])

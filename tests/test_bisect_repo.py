@@ -237,9 +237,14 @@ def test_a_shallow_clone_is_said_with_what_to_do(repo, tmp_path):
     subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{r}", str(shallow)],
                    check=True, capture_output=True)
     for good in ("HEAD~1", c0):
-        with pytest.raises(BisectUsage, match=r"is no revision of the repository .*shallow clone"
-                                              r".*fetch-depth: 0.*git fetch --unshallow"):
+        with pytest.raises(BisectUsage, match=r"is no revision of the repository .*shallow clone.*"
+                                              r": a bisection needs every commit from GOOD to "
+                                              r"BAD: fetch them .*fetch-depth: 0.*git fetch "
+                                              r"--unshallow`\)$"):
             history(shallow, good, "HEAD")
+    subprocess.run(["git", "fetch", "-q", "--unshallow"], cwd=shallow, check=True,
+                   capture_output=True)  # what the message says to do: then it bisects
+    assert [c.sha for c in history(shallow, c0, "HEAD")] == [c.sha for c in history(r, c0, "HEAD")]
     with pytest.raises(BisectUsage) as full:
         history(r, "nosuchrev", "main")
     assert "shallow clone" not in str(full.value)

@@ -63,18 +63,23 @@ def git_toplevel(path: Path) -> Path | None:
     return Path(out).resolve() if done.returncode == 0 and out else None
 
 
-def shallow_hint(toplevel: Path) -> str:
+def shallow_hint(toplevel: Path, history: bool = False) -> str:
     """When the repository is a shallow clone (actions/checkout's default depth 1), what to do
-    to have the commits it lacks: a revision that does not resolve may simply not be fetched."""
+    to have the commits it lacks: a revision that does not resolve may simply not be fetched.
+    ``history``: every commit between two is needed (a bisection), not one base."""
     try:
         done = _git(["rev-parse", "--is-shallow-repository"], toplevel)
     except (OSError, subprocess.SubprocessError):
         return ""
     if done.returncode != 0 or done.stdout.strip() != "true":
         return ""
-    return ("; the repository is a shallow clone, which lacks older commits: fetch them (with "
-            "actions/checkout `fetch-depth: 0`, or `git fetch --unshallow`), or fetch the base "
-            "(`git fetch --depth=1 origin <base>`)")
+    fetch = ("fetch them (with actions/checkout `fetch-depth: 0`, or `git fetch --unshallow`)")
+    if history:
+        return (f"; the repository is a shallow clone, which lacks older commits: a bisection "
+                f"needs every commit from GOOD to BAD: {fetch}")
+    return (f"; the repository is a shallow clone, which lacks older commits: {fetch}, or only "
+            "the base: `git fetch --deepen=N` for HEAD~N, or `git fetch --depth=1 origin <branch "
+            "or full sha>` and then `--opperf-compare=FETCH_HEAD`")
 
 
 def resolve_base(given: str, rootdir: Path, invocation_dir: Path, required: list[str]) -> Base:

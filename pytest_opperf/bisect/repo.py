@@ -73,7 +73,7 @@ def _resolve(rev: str, top: Path, what: str) -> str:
     sha = done.stdout.strip()
     if done.returncode != 0 or len(sha) != 40:
         raise BisectUsage(f"{what} {rev!r} is no revision of the repository {top}"
-                          f"{shallow_hint(top)}")
+                          f"{shallow_hint(top, history=True)}")
     return sha
 
 
@@ -94,13 +94,13 @@ def history(top: Path, good: str, bad: str) -> list[BisectCommit]:
         raise BisectUsage(f"GOOD {good!r} and BAD {bad!r} are the same commit {good_sha[:10]}")
     if _git(["merge-base", "--is-ancestor", good_sha, bad_sha], top).returncode != 0:
         raise BisectUsage(f"GOOD {good!r} ({good_sha[:10]}) is not an ancestor of BAD {bad!r} "
-                          f"({bad_sha[:10]}){shallow_hint(top)}")
+                          f"({bad_sha[:10]}){shallow_hint(top, history=True)}")
     after = _commits(top, ["--first-parent", "--reverse", f"{good_sha}..{bad_sha}"])
     parent = _git(["rev-parse", f"{after[0].sha}^1"], top).stdout.strip() if after else ""
     if parent != good_sha:
         raise BisectUsage(f"GOOD {good!r} ({good_sha[:10]}) is not on the first-parent line of "
                           f"BAD {bad!r}: name a commit of that line (e.g. the merge's parent)"
-                          f"{shallow_hint(top)}")
+                          f"{shallow_hint(top, history=True)}")
     return _commits(top, ["-1", good_sha]) + after
 
 
