@@ -1,10 +1,11 @@
 """Worktrees that killed runs left (pytest_opperf.ab.reclaim): ours whose owner is gone are
-removed; one not ours, or whose owner runs, stays."""
+removed; one not ours, whose owner runs, or of another machine, stays."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -29,7 +30,8 @@ def _checkout(root: Path, temp: Path, name: str, owner: dict | None) -> Path:
     directory = temp / name
     directory.mkdir()
     if owner is not None:
-        (directory / OWNER).write_text(json.dumps({"toplevel": str(root), **owner}))
+        (directory / OWNER).write_text(json.dumps({"toplevel": str(root),
+                                                   "host": socket.gethostname(), **owner}))
     git(root, "worktree", "add", "--detach", str(directory / "base"), "HEAD")
     return directory
 
@@ -54,8 +56,13 @@ def test_only_ours_whose_owner_is_gone_are_reclaimed(repo):
             other = _checkout(root, temp, "elsewhere", {"pid": dead, "start": "1"})
             before = mark_dir = temp / "opperf-ab-nothing-added"  # killed before worktree add
             mark_dir.mkdir()
-            (mark_dir / OWNER).write_text(json.dumps({"toplevel": str(root), "pid": dead}))
-            assert len(worktrees(root)) == 6
+            (mark_dir / OWNER).write_text(json.dumps({"toplevel": str(root), "pid": dead,
+                                                      "host": socket.gethostname()}))
+            # a shared temporary directory: another machine's pid says nothing here
+            remote = _checkout(root, temp, "opperf-ab-remote",
+                               {"pid": dead, "start": "1", "host": socket.gethostname() + "-x"})
+            hostless = _checkout(root, temp, "opperf-ab-hostless", {"pid": dead, "host": None})
+            assert len(worktrees(root)) == 8
             done = reclaim(root, temp)
             assert done.problems == []
             assert sorted(done.directories) == sorted([killed, reused, before])
@@ -65,9 +72,9 @@ def test_only_ours_whose_owner_is_gone_are_reclaimed(repo):
                                                         "repository left (pid ")
             assert "2 git worktree(s) removed" in line and str(killed) in line
             assert not killed.exists() and not reused.exists() and not before.exists()
-            assert running.exists() and unmarked.exists() and other.exists()
+            assert running.exists() and unmarked.exists() and other.exists() and remote.exists()
             left = {Path(w.split(" ", 1)[1]).parent for w in worktrees(root)[1:]}
-            assert left == {running, unmarked, other}
+            assert left == {running, unmarked, other, remote, hostless}
             assert reclaim(root, temp).line() is None  # nothing more
         finally:
             live.kill()
@@ -83,6 +90,7 @@ def test_another_repositorys_and_our_own_are_left_alone(repo, tmp_path):
     mine.mkdir()
     mark(mine, root)
     assert json.loads((mine / OWNER).read_text())["pid"] == os.getpid()
+    assert json.loads((mine / OWNER).read_text())["host"] == socket.gethostname()
     assert not owner_gone(json.loads((mine / OWNER).read_text()))
     assert reclaim(root, temp).directories == []
     assert theirs.exists() and mine.exists() and len(worktrees(other)) == 2

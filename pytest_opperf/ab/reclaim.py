@@ -3,12 +3,14 @@
 An A/B session (``opperf-ab-XXXX/base``) and a bisection (``opperf-bisect-XXXX/<sha>``) check
 revisions out as git worktrees in a temporary directory and remove them on every way out they
 can see; a SIGKILL (an OOM kill, a CI cancellation, ``kill -9``) leaves them, and each is a full
-copy of the tree. :func:`mark` writes :data:`OWNER` into the temporary directory before any
-worktree is added: the owning process's pid, its start time (so that a reused pid is not taken
-for the owner) and the repository. :func:`reclaim`, at the next A/B session or bisection of the
-same repository, removes the worktrees and directories whose owner is gone (``git worktree remove
---force``, ``git worktree prune``, the directory); a worktree without the marker is not ours and
-one whose owner runs is in use: both are left alone. No pytest import.
+copy of the tree. :func:`mark` writes :data:`OWNER` into the temporary directory before any worktree
+is added: the owning process's pid, its start time (so that a reused pid is not taken for the
+owner), the machine's name (a pid is only known on its machine: a temporary directory shared with
+another machine or container is never judged from here) and the repository. :func:`reclaim`, at the
+next A/B session or bisection of the same repository, removes the worktrees and directories whose
+owner is gone (``git worktree remove --force``, ``git worktree prune``, the directory); a worktree
+without the marker is not ours and one whose owner runs is in use: both are left alone. No pytest
+import.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -50,7 +53,8 @@ def _zombie(pid: int) -> bool:
 
 def mark(directory: Path, toplevel: Path) -> None:
     """Write the owner marker of this process into ``directory`` (before any worktree there)."""
-    owner = {"pid": os.getpid(), "start": process_start(os.getpid()), "toplevel": str(toplevel)}
+    owner = {"pid": os.getpid(), "start": process_start(os.getpid()), "host": socket.gethostname(),
+             "toplevel": str(toplevel)}
     (directory / OWNER).write_text(json.dumps(owner) + "\n", encoding="utf-8")
 
 
@@ -66,10 +70,11 @@ def _owner(directory: Path) -> dict[str, object] | None:
 
 def owner_gone(owner: dict[str, object]) -> bool:
     """Whether the process a marker names has ended: no such pid, a zombie, or a pid that now
-    belongs to a process started at another time."""
+    belongs to a process started at another time. A marker of another machine (or of none) is
+    never taken for gone: its pid says nothing here."""
     pid = owner["pid"]
     assert isinstance(pid, int)
-    if pid == os.getpid():
+    if pid == os.getpid() or owner.get("host") != socket.gethostname():
         return False
     try:
         os.kill(pid, 0)
