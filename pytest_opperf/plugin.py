@@ -144,6 +144,10 @@ def pytest_configure(config: pytest.Config) -> None:
         from .glue import shard_hook
 
         shard_hook.register(config, settings)
+    if settings.enabled:  # the opperf report shows the per-op runs: one table of them
+        from .glue.benchmark_adapter import quiet_benchmark_table
+
+        quiet_benchmark_table(config.option)
     if settings.enabled or settings.gpu_workers:  # else no role has anything to do
         from .glue import roles  # heavy (gate, report): the sessions load with it
 

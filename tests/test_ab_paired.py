@@ -647,6 +647,15 @@ def test_to_dict_is_strict_json_and_round_trips():
             r"compare.decisions\[1\].beta_high is not a number or null",
         ),
         (
+            lambda d: d["decisions"][1].update(low=1.5, high=1.2),
+            r"compare.decisions\[1\].low must not be above compare.decisions\[1\].high, "
+            r"got 1.5 > 1.2",
+        ),
+        (
+            lambda d: d["decisions"][1].update(beta_low=2.0, beta_high=1.0),
+            r"compare.decisions\[1\].beta_low must not be above",
+        ),
+        (
             lambda d: d["decisions"][0].update(inconclusive="yes"),
             r"compare.decisions\[0\].inconclusive is not a boolean",
         ),

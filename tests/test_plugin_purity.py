@@ -10,6 +10,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_opperf"
 PURE = ["timers", "stattree", "core.stats", "results", "records.checks", "records.reader",
+        "records.strict_json",
         "records.atomic", "core.machine", "records.handback", "core.port", "comparison.gate",
         "comparison.regression", "comparison.baseline_checks", "reports.report", "measure",
         "device", "cli", "comparison.thresholds", "comparison.metrics",

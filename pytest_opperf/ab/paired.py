@@ -23,7 +23,7 @@ from typing import Any, Literal
 from ..comparison.metrics import CALL, METRIC_KINDS, STEP, Kind, MetricKey
 from ..comparison.thresholds import CompareSettings
 from ..core.stats import most_common
-from ..records.checks import is_num
+from ..records.checks import is_num, shown
 from ..workcounts.workcount import COUNTERS
 from .cost import Cost
 from .extras import need as _need
@@ -367,6 +367,10 @@ def _decision_from_dict(d: Any, where: str, source: str) -> Decision:
         v = d.get(key)
         _need(v is None or is_num(v), source, f"{where}.{key} is not a number or null")
         values[key] = float(v) if v is not None else unbounded.get(key, math.nan)
+    for low, high in (("low", "high"), ("beta_low", "beta_high")):
+        if values[low] > values[high]:  # an impossible interval: no gate may read it
+            _need(False, source, f"{where}.{low} must not be above {where}.{high}, got "
+                                 f"{shown(d[low])} > {shown(d[high])}")
     return Decision(MetricKey(d["run"], d["metric"]), d["kind"], d["verdict"], values["base"],
                     values["head"], values["estimate"], values["low"], values["high"], d["pairs"],
                     d["statistic"], values["limit"], inconclusive, values["beta_low"],

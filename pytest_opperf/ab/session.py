@@ -34,6 +34,7 @@ from .checkout import (
     PythonInfo,
     Workspace,
     check_python,
+    git_toplevel,
     interpreter_note,
     resolve_base,
     side_environment,
@@ -42,6 +43,7 @@ from .checkout import (
 from .controller import Controller, Plan, TestOutcome
 from .paired import CompareResult
 from .processes import SideFailure, SideSpec
+from .reclaim import reclaim
 
 AB_PLUGIN_NAME = "opperf-ab"
 # signals that end an A/B session as Ctrl-C does (SIGHUP: not on Windows); SIGINT is Ctrl-C
@@ -111,6 +113,16 @@ def side_args(config: pytest.Config) -> tuple[list[str], list[str]]:
             [p.partition("::")[0] for p in positional])
 
 
+def _reclaim(top: Path | None) -> None:
+    """The worktrees and temporary directories that killed sessions of this repository left:
+    removed now, in one line (:mod:`.reclaim`)."""
+    if top is None:
+        return
+    reclaimed = reclaim(top)
+    for line in filter(None, [reclaimed.line(), *reclaimed.problems]):
+        sys.stderr.write(f"opperf: A/B: {line}\n")
+
+
 class ABSession:
     """Registered as ``opperf-ab`` in the main process while an A/B session runs."""
 
@@ -158,6 +170,7 @@ class ABSession:
         python = settings.compare_python or sys.executable
         with usage_errors(settings.label("compare_python"), CompareError):
             info = check_python(python, config.rootpath)
+        _reclaim(base.toplevel or git_toplevel(config.rootpath))
         trap_signals(config)  # from here on: its restore is the cleanup after the workspace's
         workspace = Workspace(base)
         def close_workspace() -> None:  # at the very end: the terminal report is written by then

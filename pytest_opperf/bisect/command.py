@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..ab.reclaim import reclaim
 from ..comparison.thresholds import Thresholds, ThresholdsError, load_thresholds
 from ..glue import child
 from ..glue.options import (
@@ -185,6 +186,9 @@ def run_command(args: argparse.Namespace, out: TextIO, err: TextIO,
     try:
         selection, fixed, thresholds = _inputs(args)
         top = toplevel(invocation)
+        reclaimed = reclaim(top)  # what killed runs of this repository left
+        for line in filter(None, [reclaimed.line(), *reclaimed.problems]):
+            err.write(f"bisect: {line}\n")
         commits = history(top, args.good, args.bad)
         changed = dirty(top, selected_paths(selection, invocation), invocation)
         if changed:
