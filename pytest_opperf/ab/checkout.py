@@ -24,12 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..results import is_sha
-from .reclaim import mark
+from .reclaim import GIT_TIMEOUT_S, mark
 
 __all__ = ["Base", "CompareError", "PythonInfo", "Workspace", "check_python", "git_toplevel",
            "interpreter_note", "resolve_base", "shallow_hint", "this_python"]
-
-GIT_TIMEOUT_S = 120
 
 
 class CompareError(Exception):

@@ -28,7 +28,7 @@ __all__ = ["OWNER", "PREFIXES", "Reclaimed", "mark", "owner_gone", "process_star
 
 OWNER = "opperf-owner.json"  # in the temporary directory that holds the worktrees
 PREFIXES = ("opperf-ab-", "opperf-bisect-")  # the temporary directories' names (mkdtemp)
-GIT_TIMEOUT_S = 120
+GIT_TIMEOUT_S = 120  # the longest a git command may take (worktree, rev-parse)
 
 
 def process_start(pid: int) -> str | None:
