@@ -144,6 +144,16 @@ class _Document:
     def space(self, pos: int) -> int:
         return SPACE.match(self.text, pos).end()  # type: ignore[union-attr]
 
+    def decode(self, pos: int) -> tuple[Any, int]:
+        """The value the window holds at ``pos`` and its end; end -1 when the window's end cuts
+        it off (or it is wrong: reading on, or the whole file's read, says which)."""
+        try:
+            return DECODER.raw_decode(self.text, pos)
+        except json.JSONDecodeError:
+            return None, -1
+        except (Duplicate, ValueError, RecursionError):
+            raise _Whole from None
+
     def value(self, pos: int, where: str) -> tuple[Any, int]:
         """The JSON value at ``pos`` and the position after it."""
         try:
@@ -320,12 +330,7 @@ class _Window(_Document):
         number goes on with (a number at the window's end may go on in the file: ``0.`` reads
         as 0, cut from ``0.5``)."""
         while True:
-            try:
-                value, end = DECODER.raw_decode(self.text, pos)
-            except json.JSONDecodeError:  # cut off by the window's end, or wrong
-                end = -1
-            except (Duplicate, ValueError, RecursionError):
-                raise _Whole from None
+            value, end = self.decode(pos)
             if end >= 0 and (self.eof or (end < len(self.text) and not (
                     type(value) in (int, float) and self.text[end] in ".eE+-0123456789"))):
                 return value, end
@@ -337,12 +342,7 @@ class _Window(_Document):
         samples) member by member, each stat's samples packed a part of the window at a time
         (:meth:`samples`), the text read dropped as it goes: neither the run's text nor its
         samples as a list of floats (32 bytes a sample) ever exist whole."""
-        try:
-            value, end = DECODER.raw_decode(self.text, pos)
-        except json.JSONDecodeError:  # cut off by the window's end, or wrong
-            end = -1
-        except (Duplicate, ValueError, RecursionError):
-            raise _Whole from None
+        value, end = self.decode(pos)
         if 0 <= end < len(self.text) or (end >= 0 and self.eof):
             return value, end
         return self.members(pos, where, run=True)
