@@ -48,6 +48,8 @@ _SKIPPED_DIRS = ("__pycache__", ".git")
 class TestsFromError(Exception):
     """The tests cannot be taken from where they were asked for; one line naming the input."""
 
+    __test__ = False  # no test class, for pytest
+
 
 @dataclass(frozen=True)
 class Source:
@@ -97,6 +99,7 @@ def resolve_source(given: str, top: Path, head_is_worktree: bool = False) -> Sou
 class TestFile:
     """One file every side gets."""
 
+    __test__ = False  # no test class, for pytest
     dest: str  # where, relative to a checkout's toplevel (posix)
     origin: str  # where it was taken from: a path, or REV:path
     data: bytes
@@ -259,6 +262,8 @@ def stage(args: Sequence[str], invocation: Path, top: Path, source: Source) -> S
         for i, absolute, rest in outside:
             for file in _disk_files(absolute):
                 relative = file.relative_to(common)
+                if relative.as_posix() == "__init__.py":
+                    continue  # the common directory is no package in a checkout
                 add((prefix / relative.as_posix()).as_posix(), str(file), file.read_bytes(),
                     outside=True)
                 # the conftest.py files from the common directory down; the __init__.py files
