@@ -155,6 +155,15 @@ def test_imported_names_leave_out_the_standard_library_relative_imports_and_the_
     assert imported_names(files) == ["fastsum", "lazy", "numpy"]
 
 
+def test_the_plugins_own_package_is_not_code_under_test():
+    """A conftest.py of the project that imports pytest_opperf (suites/conftest.py does): both
+    sides run the controller's pytest_opperf by design, which is no reason to refuse the session."""
+    files = [TestFile("suites/conftest.py", "", b"from pytest_opperf import plugin\n"
+                      b"from pytest_opperf.device import DeviceInfo\n"
+                      b"from reference_framework import backend\n")]
+    assert imported_names(files) == ["reference_framework"]
+
+
 def test_origin_of_a_package_a_module_and_a_missing_one(tmp_path, monkeypatch):
     write(tmp_path, {"pkg_tf56/__init__.py": "", "mod_tf56.py": ""})
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -33,15 +33,18 @@ from typing import Any
 
 from .checkout import GIT_TIMEOUT_S
 
-__all__ = ["OUTSIDE_DIR", "PROBE_ENV", "Judgement", "Source", "Staged", "TestFile",
-           "TestsFromError", "imported_names", "judge", "missing", "origin_of", "origins",
-           "project_has", "resolve_source", "stage"]
+__all__ = ["OUTSIDE_DIR", "PLUGIN_PACKAGE", "PROBE_ENV", "Judgement", "Source", "Staged",
+           "TestFile", "TestsFromError", "imported_names", "judge", "missing", "origin_of",
+           "origins", "project_has", "resolve_source", "stage"]
 
 WORKTREE, HEAD = "worktree", "head"
 # where the test files from outside the repository go, under the directory the session started in
 OUTSIDE_DIR = ".opperf-tests"
 # the top-level modules a side looks up after its collection, comma-separated
 PROBE_ENV = "OPPERF_AB_PROBE"
+# this plugin's package: both sides run the controller's own (a conftest.py importing it is no
+# code under test), so it is neither probed nor judged
+PLUGIN_PACKAGE = __name__.partition(".")[0]
 _SKIPPED_DIRS = ("__pycache__", ".git")
 
 
@@ -293,7 +296,8 @@ def _module_names(files: Sequence[TestFile]) -> set[str]:
 
 def imported_names(files: Sequence[TestFile]) -> list[str]:
     """The top-level modules the staged Python files import (absolute imports, at any depth),
-    neither the standard library's nor the staged files' own."""
+    neither the standard library's, the staged files' own nor this plugin's
+    (:data:`PLUGIN_PACKAGE`)."""
     found: set[str] = set()
     for f in files:
         if not f.dest.endswith(".py"):
@@ -309,7 +313,7 @@ def imported_names(files: Sequence[TestFile]) -> list[str]:
                 found.add(node.module.partition(".")[0])
     own = _module_names(files)
     return sorted(n for n in found if n not in sys.stdlib_module_names and n != "__future__"
-                  and n not in own)
+                  and n not in own and n != PLUGIN_PACKAGE)
 
 
 # --- in the side process ------------------------------------------------------------------------
