@@ -114,3 +114,17 @@ def test_the_ini_key_is_read_and_checked(pull_request):
               if line.startswith("ERROR:")]
     assert done.returncode == 4 and len(errors) == 1
     assert errors[0].startswith("ERROR: opperf: ini opperf_tests_from = nope: ")
+
+
+def test_a_test_file_outside_the_repository_is_refused(pull_request, tmp_path):
+    """The head side runs the working tree in place, which is never written to: a file from
+    outside would run from two places under two ids, and compare nothing (bisect takes one)."""
+    (tmp_path / "test_bench.py").write_text(bench())
+    done = run(pull_request, "--opperf-compare=HEAD~1", "--opperf-tests-from=worktree",
+               f"--rootdir={pull_request}", str(tmp_path / "test_bench.py"))
+    text = done.stdout + done.stderr
+    errors = [line for line in text.splitlines() if line.startswith("ERROR:")]
+    assert done.returncode == 4 and len(errors) == 1, text
+    assert errors[0].startswith("ERROR: opperf: --opperf-compare=HEAD~1: test path ")
+    assert "is outside the rootdir" in errors[0]
+    assert "Traceback" not in text
