@@ -16,7 +16,7 @@ PURE = ["timers", "stattree", "core.stats", "results", "records.checks", "record
         "device", "cli", "comparison.thresholds", "comparison.metrics",
         "comparison.verdict", "comparison.keys", "ab.paired", "ab.signedrank", "ab.pairs",
         "ab.decide", "ab.family", "ab.tuning", "ab.cost", "ab.extensions", "ab.extras",
-        "ab.processes", "ab.controller",
+        "ab.processes", "ab.controller", "ab.tests_from",
         "history.suspects", "history.trends",
         "workcounts.workcount", "workcounts.valgrind", "workcounts.callgrind",
         "workcounts.callgrind_dumps", "workcounts.valgrind_run", "workcounts.instructions"]
