@@ -1,7 +1,7 @@
 """The collected heap frozen or not: the training step's time and its noise, with a big heap.
 
 An ``--opperf`` session freezes its heap once collected (``gc.freeze()``,
-docs/contract-additions.md, section 8), so that the collector's full collections skip the
+docs/ab-statistics.md), so that the collector's full collections skip the
 modules every suite imported. This script shows why: it trains the small ResNet-50 workload in
 child processes that first import ``--imports`` (default: torch and paddle, when installed, as
 the suites' collection does), with the heap frozen and not, in turn, and prints per process the

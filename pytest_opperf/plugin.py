@@ -112,6 +112,10 @@ def _settings(config: pytest.Config) -> Settings:
             origins[key] = base
             if given:
                 labels[key] = f"{label}{'=' if label.startswith('--') else ' = '}{given}"
+        elif name == "tests-from":
+            values[key] = given
+            if given:
+                labels[key] = f"{label}{'=' if label.startswith('--') else ' = '}{given}"
         else:
             values[name] = given or default
     enabled = config.getoption("opperf") if fixed is None else True
@@ -119,6 +123,9 @@ def _settings(config: pytest.Config) -> Settings:
         enabled = bool(config.getini("opperf_enabled"))
     executor_stat = config.getini("opperf_executor_stat") or "ExecutorRunTimer"
     save_dir = labels.get("save", "").endswith(("/", os.sep))
+    if config.getoption("opperf_tests_from", None) and not values.get("compare"):
+        raise pytest.UsageError("opperf: --opperf-tests-from needs --opperf-compare (the base "
+                                "side that runs the tests too)")
     if values.get("compare") and not enabled and config.getoption("opperf_compare"):
         raise pytest.UsageError("opperf: --opperf-compare needs --opperf (or ini opperf_enabled)")
     values.update({name: _flag(config, name) if fixed is None
@@ -144,6 +151,10 @@ def pytest_configure(config: pytest.Config) -> None:
         from .glue import shard_hook
 
         shard_hook.register(config, settings)
+    if settings.enabled:  # the opperf report shows the per-op runs: one table of them
+        from .glue.benchmark_adapter import quiet_benchmark_table
+
+        quiet_benchmark_table(config.option)
     if settings.enabled or settings.gpu_workers:  # else no role has anything to do
         from .glue import roles  # heavy (gate, report): the sessions load with it
 

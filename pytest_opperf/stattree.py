@@ -3,8 +3,8 @@
 Built from a live :class:`pytest_opperf.timers.Table` or a results file's stats and checked
 once (names unique, every parent a stat of the tree, no cycle), it answers what the report,
 the gate, the trace and the reference framework's benchmark ask: kernel ancestors, display
-order, executor membership, kernel time, trace categories. :class:`Shares` splits wall time
-(ARCHITECTURE.md section 3). Standard library only: ``reference_framework`` may import it.
+order, executor membership, kernel time, trace categories. :class:`Shares` splits wall time.
+Standard library only: ``reference_framework`` may import it.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class StatTreeError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class StatResult:
-    """One stat of a run (section 6 plus additions): ``samples_ms`` are per-step totals (e2e)
+    """One stat of a run (docs/reference/results.md): ``samples_ms`` are per-step totals (e2e)
     or per-call times of each round (op runs); ``flops``/``bytes`` are work over the run."""
 
     name: str

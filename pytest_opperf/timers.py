@@ -9,9 +9,9 @@ children are kept apart, never summed into each other, so nothing is counted twi
 with ``kernel=True`` is operator work (the others are framework overhead timers, such as
 ``ExecutorRunTimer``); a region inside a kernel region is qualified by it (``conv2d/GemmTimer``,
 ``conv2d_grad/GemmTimer``), so each kernel's children add up to no more than the kernel. The naming
-rules are in docs/contract-additions.md ("Results JSON"); what is not recorded but counted
+rules are in docs/timers.md; what is not recorded but counted
 (:func:`other_thread_regions`, ``Table.misnested``) and the cost of a region are in
-docs/instrumenting.md. What a finished table means (kernel time, display order) is read from its
+docs/timers.md. What a finished table means (kernel time, display order) is read from its
 :class:`~pytest_opperf.stattree.StatTree`.
 
 Clocks: the host clock is ``time.perf_counter_ns``. A recording may be given a :class:`DeviceClock`

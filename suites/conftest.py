@@ -27,27 +27,19 @@ from suites.torch.peer import peer_lines
 ROOT = Path(__file__).resolve().parent.parent  # the project's checkout
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-benchmark's (trylast) and the plugin's read options
+@pytest.hookimpl(tryfirst=True)  # before the plugin reads its options
 def pytest_configure(config: pytest.Config) -> None:
-    """The benchmark table left out, the CI gate's files as defaults; without the opperf plugin
-    (``-p no:opperf``) the suites' fixtures come from :mod:`suites.plain`: plain tests."""
-    quiet_benchmark_table(config.option)
+    """The CI gate's files as defaults; without the opperf plugin (``-p no:opperf``) the suites'
+    fixtures come from :mod:`suites.plain`: plain tests. (Under ``--opperf`` the plugin leaves
+    pytest-benchmark's table out.)"""
     if config.pluginmanager.is_registered(plugin):
         _gate_defaults(config)
     else:
         config.pluginmanager.register(plain, plain.NAME)
 
 
-def quiet_benchmark_table(option: Any) -> None:
-    """pytest-benchmark's own table (one wide line per per-op benchmark) is left out, as with
-    ``--benchmark-quiet``: the opperf report shows the same runs. ``--benchmark-columns=...``
-    or ``--benchmark-verbose`` (which overrides quiet) brings it back."""
-    if hasattr(option, "benchmark_quiet") and getattr(option, "benchmark_columns", None) is None:
-        option.benchmark_quiet = True
-
-
 # What ``pytest suites/ --opperf`` gates against unless an option or ini key says otherwise: the CI
-# gate's files (docs/usage.md, "The main job").
+# gate's files (docs/reference/options.md).
 GATE_DEFAULTS = {"thresholds": ROOT / "ci" / "thresholds.toml",
                  "baseline": ROOT / "ci" / "baselines"}
 

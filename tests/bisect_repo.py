@@ -59,7 +59,7 @@ def set_slowdown(repo: Path, factor: float) -> None:
 
 
 def unrelated(repo: Path, i: int) -> None:
-    with open(repo / "docs" / "usage.md", "a", encoding="utf-8") as f:
+    with open(repo / "docs" / "index.md", "a", encoding="utf-8") as f:
         f.write(f"\n<!-- unrelated change {i} -->\n")
 
 

@@ -151,3 +151,24 @@ def test_the_probe_reads_the_numpy_an_interpreter_has(tmp_path):
     info = check_python(sys.executable, tmp_path)
     assert (info.version, info.numpy) == (this_python().version, this_python().numpy)
     assert info.numpy is not None
+
+
+def test_a_revision_missing_from_a_shallow_clone_says_so(repo, tmp_path):
+    root, _ = repo
+    (root / "b.txt").write_text("b\n")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "second")
+    shallow = tmp_path / "shallow"
+    git(tmp_path, "clone", "-q", "--depth", "1", f"file://{root}", str(shallow))
+    with pytest.raises(CompareError, match=r"'HEAD~1' is neither a directory nor a revision of "
+                                           r"the repository .*; the repository is a shallow clone"
+                                           r".*fetch-depth: 0.*git fetch --unshallow.*"
+                                           r"git fetch --deepen=N` for HEAD~N.*"
+                                           r"--opperf-compare=FETCH_HEAD"):
+        resolve_base("HEAD~1", shallow, shallow, [])
+    git(shallow, "fetch", "-q", "--deepen=1")  # what the message says to do: then it resolves
+    assert resolve_base("HEAD~1", shallow, shallow, []).commit == git(root, "rev-parse", "HEAD~1")
+    assert resolve_base("HEAD~1", root, root, []).mode == "rev"  # the full clone has it
+    with pytest.raises(CompareError) as full:
+        resolve_base("nosuch", root, root, [])
+    assert "shallow clone" not in str(full.value)

@@ -218,3 +218,38 @@ def test_three_way_over_the_focus():
     assert three_way({"a": same, "b": diff}, frozenset({"a"})) == "same"
     assert three_way({"a": same}, frozenset({"a", "missing"})) == "unknown"
     assert three_way({}, None) == "unknown"
+
+
+class OffsetConfirmation(FakeOracle):
+    """Intervals of a fixed half-width; the confirmation reads ``offset`` above the true step,
+    within its noise (the offset under the two half-widths added in quadrature)."""
+
+    def __init__(self, levels, half: float, offset: float) -> None:
+        super().__init__(levels)
+        self.half = half
+        self.offset = offset
+
+    def __call__(self, a, b, so_far, focus):
+        self.calls.append((a, b, so_far is not None))
+        n = len(next(iter(self.levels.values())))
+        metrics = {}
+        for name, level in self.levels.items():
+            x = level[b] - level[a] + (self.offset if (a, b) == (0, n - 1) else 0.0)
+            lo, hi = x - self.half, x + self.half
+            metrics[name] = Estimate(_verdict(lo, hi), x, lo, hi, math.exp(x), math.exp(lo),
+                                     math.exp(hi), self.pairs)
+        return StepComparison(a, b, metrics, pairs=self.pairs, sessions=1)
+
+
+def test_a_confirmation_within_noise_above_the_culprit_compares_no_rest_of_the_range():
+    n, culprit = 41, 34
+    levels = {METRIC: step_at(n, culprit, 1.5)}
+    # the culprit's upper bound is under the confirmation's estimate, yet the difference (0.02)
+    # is within the two intervals' noise (0.015 each: 0.021 together)
+    out = bisect(n, OffsetConfirmation(levels, half=0.015, offset=0.02))
+    assert [c.commit for c in out.culprits] == [culprit] and out.culprits[0].verified
+    assert "rest" not in [s.kind for s in out.steps]
+    assert len(out.steps) <= math.log2(n - 1) + 3
+    # a difference beyond that noise is part of the step elsewhere: the rest is compared
+    out = bisect(n, OffsetConfirmation(levels, half=0.015, offset=0.03))
+    assert [s.kind for s in out.steps][-1] == "rest"

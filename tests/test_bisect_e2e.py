@@ -97,3 +97,48 @@ def test_sigterm_in_a_step_leaves_no_worktree_and_no_process(tmp_path):
     assert "interrupted" in (proc.stderr.read() if proc.stderr else "")
     assert _running_in(scratch) == [] and list(scratch.iterdir()) == []
     assert git(repo, "worktree", "list").count("\n") == 0
+
+
+def test_a_killed_bisections_worktrees_are_reclaimed_by_the_next_run(tmp_path):
+    """SIGKILL leaves a bisection's two worktrees and their directory; the next bisection of the
+    repository removes them and says so in one line."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    shas = make(repo, ["-", 4.0])
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_", "GITHUB_", "OPPERF_"))}
+    env.update(PYTHONPATH=str(ROOT), TMPDIR=str(scratch))
+    command = [sys.executable, "-m", "pytest_opperf", "bisect"]
+    proc = subprocess.Popen([*command, shas[0], shas[-1], "--", *SELECTION], cwd=repo, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        while " starts: " not in (line := proc.stdout.readline()):
+            assert line, "the bisection ended before its first step"
+        deadline = time.monotonic() + 60
+        while len(_running_in(scratch)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        proc.kill()  # SIGKILL: no cleanup runs
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    deadline = time.monotonic() + 60
+    while _running_in(scratch) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the sides end when their controller's socket closes
+    for pid in _running_in(scratch):
+        os.kill(pid, signal.SIGKILL)
+    (killed,) = scratch.glob("opperf-bisect-*")
+    assert git(repo, "worktree", "list").count("\n") == 2  # the main one and two left behind
+    # the next bisection (here one that stops at its input: BAD before GOOD) reclaims them
+    done = subprocess.run([*command, shas[-1], shas[0], "--", *SELECTION], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 4, done.stdout + done.stderr
+    first, *rest = done.stderr.splitlines()
+    assert first == (f"bisect: reclaimed what 1 killed run(s) of this repository left (pid "
+                     f"{proc.pid}, gone): 2 git worktree(s) removed, and {killed}")
+    assert rest and "is not an ancestor of BAD" in rest[-1]
+    assert git(repo, "worktree", "list").count("\n") == 0
+    assert not killed.exists() and list(scratch.iterdir()) == []

@@ -229,3 +229,22 @@ def test_a_session_s_environment_warning_reaches_the_report_once(tmp_path, monke
     oracle(0, 2, None, None)
     oracle(0, 1, None, None)
     assert oracle.warnings == [f"{'a' * 10} -> {'c' * 10}: {warning}"]
+
+
+def test_a_shallow_clone_is_said_with_what_to_do(repo, tmp_path):
+    r, (c0, *_) = repo
+    shallow = tmp_path / "shallow"
+    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{r}", str(shallow)],
+                   check=True, capture_output=True)
+    for good in ("HEAD~1", c0):
+        with pytest.raises(BisectUsage, match=r"is no revision of the repository .*shallow clone.*"
+                                              r": a bisection needs every commit from GOOD to "
+                                              r"BAD: fetch them .*fetch-depth: 0.*git fetch "
+                                              r"--unshallow`\)$"):
+            history(shallow, good, "HEAD")
+    subprocess.run(["git", "fetch", "-q", "--unshallow"], cwd=shallow, check=True,
+                   capture_output=True)  # what the message says to do: then it bisects
+    assert [c.sha for c in history(shallow, c0, "HEAD")] == [c.sha for c in history(r, c0, "HEAD")]
+    with pytest.raises(BisectUsage) as full:
+        history(r, "nosuchrev", "main")
+    assert "shallow clone" not in str(full.value)

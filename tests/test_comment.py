@@ -4,6 +4,7 @@ kept."""
 from __future__ import annotations
 
 import math
+import re
 
 from pytest_opperf.ab.paired import CompareResult, Decision, MetricKey
 from pytest_opperf.comparison.gate import add_compare, evaluate
@@ -145,3 +146,31 @@ def test_explanations_name_at_most_three_functions_and_the_comment_stays_under_t
     results, verdict, compare = _explained(1000, range(1000))
     text = render_comment(results, verdict, compare)
     assert len(text) < LIMIT and "### Failed checks (1000)" in text
+
+
+def _outside_code_spans(text: str) -> str:
+    return re.sub(r"(`+)(?:(?!\1).)*?\1", "", text)
+
+
+def test_nothing_from_ids_or_messages_is_live_markdown():
+    results, verdict, compare = _session(runs=3, regressed=[0])
+    run = "t.py::test_x[@octocat-#123]"
+    verdict.violations[0].run = run
+    verdict.violations[0].message = (
+        f"{run} by @octocat (@org/team, fixes #123, GH-45): *bold* _it_ ~~gone~~ `code` "
+        "[link](https://evil.example) ![img](x.png) <b>tag</b> &lt; www.evil.example | a@b.io")
+    verdict.warnings.append("# heading @octocat")
+    verdict.warnings.append("1. a list")
+    verdict.warnings.append("[ref]: https://evil.example")
+    text = render_comment(results, verdict, compare)
+    live = _outside_code_spans(text)
+    for found in ("@octocat", "@org", "#123", "GH-45", "@b.io", "https://", "www.", "*bold*",
+                  "_it_", "~~gone~~", "`code`", "<b>", "&lt; "):
+        assert found not in live, found
+    assert not re.search(r"(?<!\\)\]\(", live)  # no link, no image
+    assert "`t.py::test_x[@octocat-#123]`" in text  # the run itself: a code span, as it is
+    row = next(line for line in text.splitlines() if "*bold" in line)
+    assert row.replace("\\|", "").count("|") == 6  # five cells: the message's | breaks none
+    assert "\\*bold\\*" in row and "@\u200doctocat" in row and "#\u200d123" in row
+    assert "- \\# heading @\u200doctocat" in text and "- 1\\. a list" in text
+    assert "- \\[ref\\]" not in text and "- \\[ref]: https\u200d://" in text

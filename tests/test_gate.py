@@ -2,16 +2,13 @@
 
 import random
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from pytest_opperf.comparison.baseline_checks import ALWAYS_RECORDED
 from pytest_opperf.comparison.gate import evaluate
-from pytest_opperf.comparison.keys import keys as table_keys
 from pytest_opperf.comparison.regression import compare_slower
 from pytest_opperf.comparison.thresholds import (
-    Limit,
     Regression,
     Thresholds,
     ThresholdsError,
@@ -111,17 +108,6 @@ def test_bad_thresholds_name_key_and_file(doc, message):
         parse_thresholds(doc, "ci/t.toml")
     assert message in str(info.value)
     assert str(info.value).startswith("ci/t.toml: ")
-
-
-def test_the_docs_list_every_key_with_its_default_range_and_meaning():
-    docs = (Path(__file__).parent.parent / "docs" / "contract-additions.md").read_text()
-    for table in (Regression, Limit):
-        for spec in table_keys(table).values():
-            default = ("unset" if spec.default is None else f'`"{spec.default}"`'
-                       if isinstance(spec.default, str) else f"{spec.default:g}")
-            values = (" or ".join(f'`"{c}"`' for c in spec.choices) if spec.choices
-                      else "a glob" if spec.type is str else spec.range)
-            assert f"| `{spec.name}` | {default} | {values} | {spec.doc} |" in docs, spec.name
 
 
 def test_unreadable_thresholds_files(tmp_path):
@@ -358,6 +344,12 @@ def test_throughput_needs_the_steps_to_agree():
     assert evaluate(results(new), GATE, results(base)).passed
 
 
+def others(verdict: Verdict) -> list[str]:
+    """The warnings but the one for runs without work counts on both sides (these runs have
+    none)."""
+    return [w for w in verdict.warnings if "work counts not compared" not in w]
+
+
 def test_other_hardware_makes_gated_time_advisory_with_one_warning():
     base = results(
         e2e_run(stats={"conv2d": noisy(1.0)}), machine={"cpu": "A", "device_class": "cpu"}
@@ -366,7 +358,7 @@ def test_other_hardware_makes_gated_time_advisory_with_one_warning():
         e2e_run(stats={"conv2d": noisy(3.0, seed=1)}), machine={"cpu": "B", "device_class": "cpu"}
     )
     v = evaluate(new, GATE, base, "b.json")
-    (warning,) = v.warnings
+    (warning,) = others(v)
     assert "baseline b.json is from other hardware (cpu 'A' vs 'B'): time is advisory" in warning
     assert v.passed and v.drift is not None and not v.drift.gating
     assert [r.metric for r in v.drift.beyond] == ["step_ms:conv2d"]
@@ -550,7 +542,7 @@ def test_another_workload_makes_gated_time_advisory():
     new.session = {"workload": "small"}
     v = evaluate(new, GATE, base, "b.json")
     assert v.passed
-    assert v.warnings == ['baseline b.json is from another workload (small vs baseline full): '
+    assert others(v) == ['baseline b.json is from another workload (small vs baseline full): '
                           'time is advisory drift, not gated (time = "gate" needs the same '
                           'hardware and workload); counts and limits still gate']
 
@@ -625,11 +617,11 @@ def test_unknown_hardware_makes_gated_time_advisory_with_one_warning(machine, sa
     v = evaluate(new, GATE, base, "b.json")
     assert v.passed and v.drift is not None and not v.drift.gating
     assert [r.metric for r in v.drift.beyond] == ["step_ms:conv2d"]
-    assert v.warnings == [f'baseline b.json is from unknown hardware ({said}): time is advisory '
+    assert others(v) == [f'baseline b.json is from unknown hardware ({said}): time is advisory '
                           'drift, not gated (time = "gate" needs the same hardware and workload); '
                           'counts and limits still gate']
     advisory = evaluate(new, None, base, "b.json")
-    assert advisory.passed and not advisory.warnings
+    assert advisory.passed and not others(advisory)
     assert f"baseline b.json is from unknown hardware ({said}): its times are drift only, " \
            "as always" in advisory.notes
 
@@ -638,4 +630,4 @@ def test_a_fact_that_neither_side_records_is_no_unknown_hardware():
     base = results(e2e_run(stats={"conv2d": noisy(1.0)}), machine={"device_class": "cpu"})
     new = results(e2e_run(stats={"conv2d": noisy(3.0, seed=1)}), machine={"device_class": "cpu"})
     v = evaluate(new, GATE, base, "b.json")
-    assert [x.metric for x in v.violations] == ["step_ms:conv2d"] and not v.warnings
+    assert [x.metric for x in v.violations] == ["step_ms:conv2d"] and not others(v)

@@ -256,3 +256,18 @@ def test_gate_usage_errors_exit_4(tmp_path):
     assert code == 4 and "unknown results schema" in err
     code, out, _ = _cli("gate", names[0], "--baseline", str(tmp_path))  # a directory without it
     assert code == 1 and "warning: no baseline" in out
+
+
+@pytest.mark.parametrize(("low", "high"), [("low", "high"), ("beta_low", "beta_high")])
+def test_an_impossible_interval_is_refused_naming_the_file_and_the_field(tmp_path, low, high):
+    """A decision whose low is above its high was read and gated (exit 0)."""
+    (name,) = _write(tmp_path, _split(_ab_results(), [[0, 1, 2, 3, 4, 5]]))
+    assert _cli("gate", name)[0] in (0, 1)
+    data = json.loads(Path(name).read_text())
+    decision = data["compare"]["decisions"][0]
+    decision[low], decision[high] = 1.5, 1.2
+    Path(name).write_text(json.dumps(data))
+    code, out, err = _cli("gate", name)
+    assert code == 4 and err == (
+        f"error: {name}: malformed compare object: compare.decisions[0].{low} must not be above "
+        f"compare.decisions[0].{high}, got 1.5 > 1.2\n"), out + err

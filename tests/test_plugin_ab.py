@@ -478,3 +478,49 @@ def test_both_sides_freeze_their_collected_heap(pytester):
     result = ab(pytester, "--opperf-compare=HEAD")
     assert result.ret == 0, result.stdout.str()  # a failure on the base side would be ab:base
     result.assert_outcomes(passed=1)
+
+
+def test_a_killed_sessions_worktree_is_reclaimed_by_the_next_session(pytester, traces):
+    """SIGKILL (an OOM kill, a CI cancellation) leaves the base worktree and its directory: the
+    next A/B session of the repository removes them and says so in one line."""
+    quick = "def test_q():\n    pass\n"
+    make_repo(pytester.path, {"test_s.py": suite(n=200, steps=10 ** 6), "test_q.py": quick})
+    tmp = pytester.path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    main = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "--opperf", "--opperf-compare=HEAD", "-p",
+         "no:cacheprovider", "test_s.py::test_e2e"],
+        cwd=pytester.path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(traces["pids"].iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(list(traces["pids"].iterdir())) == 2, "the sides did not start"
+        main.kill()  # SIGKILL: no cleanup runs
+        main.wait(timeout=60)
+    finally:
+        if main.poll() is None:
+            main.kill()
+    sides = [int(p.name) for p in traces["pids"].iterdir()]
+    deadline = time.monotonic() + 60
+    while any(alive(pid) for pid in sides) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the sides end when their controller's socket closes
+    for pid in sides:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    (killed,) = tmp.glob("opperf-ab-*")
+    assert len(worktrees(pytester.path)) == 2 and (killed / "base").is_dir()  # left behind
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    try:
+        result = ab(pytester, "--opperf-compare=HEAD", "test_q.py")
+    finally:
+        monkeypatch.undo()
+    out = result.stdout.str() + "\n" + result.stderr.str()
+    assert result.ret == 0, out
+    (line,) = [line for line in out.splitlines() if " A/B: reclaimed " in line]
+    assert line.startswith(f"opperf: A/B: reclaimed what 1 killed run(s) of this repository "
+                           f"left (pid {main.pid}, gone): 1 git worktree(s) removed, and {killed}")
+    assert worktrees(pytester.path) == [f"worktree {pytester.path.resolve()}"]
+    assert not killed.exists() and not list(tmp.glob("opperf-ab-*"))

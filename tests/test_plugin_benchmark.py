@@ -69,11 +69,26 @@ def test_benchmarks_become_op_runs(pytester):
             "  test_clone * 6 *",
         ]
     )
-    result.stdout.fnmatch_lines(
-        ["*benchmark: 2 tests*"]
-    )  # pytest-benchmark still reports its own table
+    assert "benchmark: 2 tests" not in result.stdout.str()  # one table of the runs: opperf's
+
+
+@pytest.mark.parametrize(("args", "table"), [
+    ((), False),
+    (("--benchmark-columns=min,max",), True),
+    (("--benchmark-verbose",), True),
+])
+def test_a_projects_own_benchmarks_print_pytest_benchmarks_table_only_when_asked(
+        pytester, args, table):
+    """In a project of one's own (no conftest quieting anything) ``--opperf`` prints one table of
+    the per-op runs, the opperf report's; the options of pytest-benchmark's bring its back."""
+    result, _ = results_of(pytester, *args)
+    result.assert_outcomes(passed=2)
     out = result.stdout.str()
-    assert out.index("benchmark: 2 tests") < out.index("= opperf =")  # and the verdict comes last
+    assert ("benchmark: 2 tests" in out) is table and "per-op benchmarks (device=cpu" in out
+    if table:
+        assert out.index("benchmark: 2 tests") < out.index("= opperf =")  # the verdict last
+    plain = pytester.runpytest("-p", "no:cacheprovider")  # without --opperf: untouched
+    assert plain.ret == 0
 
 
 def test_a_slower_op_is_drift_and_fails_with_time_gated(pytester):

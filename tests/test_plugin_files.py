@@ -3,6 +3,7 @@ trace."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -252,3 +253,21 @@ def test_collecting_the_suites_only_is_one_line_and_exit_0(tmp_path, args):
         "written"], done.stdout[-3000:]
     assert "suites/test_resnet50.py::test_train[" in done.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_non_ascii_run_id_is_the_same_bytes_in_every_locale(pytester, monkeypatch):
+    """Under LC_ALL=C with PYTHONUTF8=0 Python decodes ``test_é.py`` with surrogate escapes;
+    the run id was written as ``test_\\udcc3\\udca9.py::...``, another id than a UTF-8
+    session's, which matched no baseline run. Both sessions write the same bytes."""
+    pytester.makepyfile(**{"test_\u00e9t\u00e9": e2e(steps=3)})
+    written = {}
+    for name, env in (("utf8", {"LC_ALL": "C.UTF-8", "LANG": "C.UTF-8", "PYTHONUTF8": "1"}),
+                      ("c", {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0",
+                             "PYTHONCOERCECLOCALE": "0", "PYTHONIOENCODING": "ascii"})):
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        result = pytester.runpytest_subprocess("--opperf", f"--opperf-json={name}.json",
+                                               "-p", "no:cacheprovider")
+        assert result.ret == 0, result.stdout.str() + result.stderr.str()
+        written[name] = re.findall(rb'"id": "[^"]*"', (pytester.path / f"{name}.json").read_bytes())
+    assert written["utf8"] == written["c"] == [b'"id": "test_\\u00e9t\\u00e9.py::test_train"']

@@ -10,12 +10,13 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_opperf"
 PURE = ["timers", "stattree", "core.stats", "results", "records.checks", "records.reader",
+        "records.strict_json",
         "records.atomic", "core.machine", "records.handback", "core.port", "comparison.gate",
         "comparison.regression", "comparison.baseline_checks", "reports.report", "measure",
         "device", "cli", "comparison.thresholds", "comparison.metrics",
         "comparison.verdict", "comparison.keys", "ab.paired", "ab.signedrank", "ab.pairs",
         "ab.decide", "ab.family", "ab.tuning", "ab.cost", "ab.extensions", "ab.extras",
-        "ab.processes", "ab.controller",
+        "ab.processes", "ab.controller", "ab.tests_from",
         "history.suspects", "history.trends",
         "workcounts.workcount", "workcounts.valgrind", "workcounts.callgrind",
         "workcounts.callgrind_dumps", "workcounts.valgrind_run", "workcounts.instructions"]

@@ -19,7 +19,16 @@ def _good() -> str:
     return dumps_results(results(*runs))
 
 
+def _many() -> str:
+    """A run one of whose stats holds many samples: longer than the windows below."""
+    run = e2e_run(run_id="suite.py::test_long", stats={"conv2d": [0.5 + (i % 97) / 8 for i in
+                                                                  range(3000)], "relu": [1.0]})
+    return dumps_results(results(e2e_run(), run, e2e_run(run_id="suite.py::test_last")))
+
+
 GOOD = _good()
+MANY = _many()
+SAMPLES = MANY.index('"samples_ms": [') + len('"samples_ms": [')
 HEAD, _, REST = GOOD.partition('"runs": [\n')
 FIRST_RUN = REST.split("\n")[0]
 
@@ -46,6 +55,27 @@ DOCUMENTS = {
     "empty": "",
     "runs not a list": HEAD + '"runs": 3}\n',
     "runs missing": HEAD[:-2] + "}\n",
+    "good, a stat of many samples": MANY,
+    "good, many samples spaced": MANY[:SAMPLES] + MANY[SAMPLES:].replace(", ", " ,\n ", 2000),
+    "good, many samples, integers and exponents": MANY[:SAMPLES] + "7, 0, 1e-05, 2.5E+2, 0e0, 10, "
+                                                  + MANY[SAMPLES:],
+    "good, many samples, minus zeros": MANY[:SAMPLES] + "-0, -0.0, " + MANY[SAMPLES:],
+    "many samples, a leading zero": MANY[:SAMPLES] + "01, " + MANY[SAMPLES:],
+    "many samples, a plus": MANY[:SAMPLES] + "+1, " + MANY[SAMPLES:],
+    "many samples, no digit before the point": MANY[:SAMPLES] + ".5, " + MANY[SAMPLES:],
+    "many samples, two numbers in one item": MANY[:SAMPLES] + "1 2, " + MANY[SAMPLES:],
+    "many samples, an empty item": MANY[:SAMPLES] + "1,, " + MANY[SAMPLES:],
+    "many samples, a nested list": MANY[:SAMPLES] + "[1], " + MANY[SAMPLES:],
+    "many samples, a null": MANY[:SAMPLES] + MANY[SAMPLES:].replace(", ", ", null, ", 1500)
+                            .replace(", null, ", ", ", 1499),
+    "many samples, a string": MANY[:SAMPLES] + '"1", ' + MANY[SAMPLES:],
+    "many samples, NaN": MANY[:SAMPLES] + "NaN, " + MANY[SAMPLES:],
+    "many samples, a negative": MANY[:SAMPLES] + "-1.5, " + MANY[SAMPLES:],
+    "many samples, a trailing comma": MANY.replace("]", ",]", MANY.count("]", 0, SAMPLES) + 1)
+                                          .replace(",]", "]", MANY.count("]", 0, SAMPLES)),
+    "many samples, a key twice in the stat": MANY.replace('"samples_ms"', '"count": 1, '
+                                                          '"samples_ms"', 1),
+    "many samples, cut inside them": MANY[:SAMPLES + 5000],
 }
 
 
@@ -56,7 +86,7 @@ def _outcome(read):
         return f"refused: {exc}"
 
 
-@pytest.mark.parametrize("window", [1, 2, 7, 64, 1 << 22])
+@pytest.mark.parametrize("window", [1, 2, 7, 64, 3000, 1 << 22])
 @pytest.mark.parametrize("name", sorted(DOCUMENTS))
 def test_a_window_of_any_size_reads_as_the_whole_document_does(tmp_path, monkeypatch, name,
                                                                window):
@@ -115,3 +145,43 @@ def test_the_documents_above_are_what_they_say():
             json.loads(text)
         else:
             assert text != GOOD, name
+
+
+def test_a_stat_of_many_samples_never_exists_as_a_list(tmp_path, monkeypatch):
+    """A stat of millions of samples (22 million took a `compare` of two such files to 2.47
+    GB, six times their size): the run is read member by member, its samples packed a part of
+    the window at a time. Peak Python memory stays near the file's size (a list of floats
+    takes 32 bytes a sample and the text about 8, where the packed samples take 8)."""
+    import tracemalloc
+
+    run = e2e_run(run_id="suite.py::test_long", step_ms=[], wall_s=1.0,
+                  stats={"conv2d": [0.5 + (i % 997) / 1000 for i in range(300_000)]})
+    path = tmp_path / "r.json"
+    path.write_text(dumps_results(results(run)), encoding="utf-8")
+    size = path.stat().st_size
+    monkeypatch.setattr(_Window, "WINDOW", 1 << 16)
+    monkeypatch.setattr(results_reader, "read_text", lambda *a: pytest.fail("read whole"))
+    tracemalloc.start()
+    try:
+        back = read_results(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    (stat,) = back.runs[0].stats
+    assert len(stat.samples_ms) == 300_000 and stat.samples_ms[996] == 1.496
+    assert peak < 1.5 * size, (peak, size)
+
+
+@pytest.mark.parametrize("window", [1, 2, 7, 64, 3000])
+@pytest.mark.parametrize("name", ["good, a stat of many samples", "good, many samples spaced",
+                                  "good, many samples, integers and exponents"])
+def test_a_run_larger_than_the_window_is_streamed_wherever_the_edges_fall(tmp_path, monkeypatch,
+                                                                          name, window):
+    """Never read whole, even where the window's edge cuts a number of the run (``0.`` of
+    ``0.5`` reads as a number: the window reads on until a character no number goes on with)."""
+    path = tmp_path / "r.json"
+    path.write_text(DOCUMENTS[name], encoding="utf-8")
+    whole = _Document(DOCUMENTS[name], str(path)).read().to_dict()
+    monkeypatch.setattr(_Window, "WINDOW", window)
+    monkeypatch.setattr(results_reader, "read_text", lambda *a: pytest.fail("read whole"))
+    assert read_results(path).to_dict() == whole

@@ -1,4 +1,5 @@
-"""The suites leave pytest-benchmark's own table out unless asked for (suites/conftest.py)."""
+"""Under --opperf pytest-benchmark's own table is left out unless asked for (the plugin's rule,
+glue/benchmark_adapter.py), in the suites too."""
 
 import os
 import subprocess
@@ -8,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from suites.conftest import quiet_benchmark_table
+from pytest_opperf.glue.benchmark_adapter import quiet_benchmark_table
 
 ROOT = Path(__file__).parents[1]
 TABLE = "benchmark: 1 tests"  # the heading of pytest-benchmark's table

@@ -437,6 +437,17 @@ def test_a_baseline_without_work_counts_is_a_note_and_a_lost_count_a_warning():
     assert any("have no work counts but their baseline runs have" in w for w in verdict.warnings)
 
 
+def test_work_counts_on_neither_side_are_a_warning_naming_the_runs():
+    verdict = evaluate(e2e_run(), e2e_run())
+    assert verdict.passed
+    assert [w for w in verdict.warnings if "work counts" in w] == [
+        "1 run(s) have no work counts and neither have their baseline runs: work counts not "
+        "compared (a run has them from run.counting_pass(); see the run's notes): "
+        "suite.py::test_train"]
+    assert not [w for w in evaluate(with_work(BASE), with_work(BASE)).warnings
+                if "work counts" in w]
+
+
 def test_instructions_compare_on_the_same_cpu_within_the_tolerance():
     assert evaluate(with_work(BASE, instructions=1_000_500),
                     with_work(BASE, instructions=1_000_000)).passed

@@ -52,6 +52,7 @@ EXPRESSIONS = {
                      "github.event.pull_request.number": "7", **RUN},
     "workflow_dispatch": {"github.event_name": "workflow_dispatch", "inputs.good": "HEAD~1",
                           "inputs.bad": "HEAD", "inputs.budget": "30",
+                          "inputs.tests_from": "worktree",
                           "inputs.selection": "suites/test_ops.py -k 'relu and N4xC64x8x8 and "
                                               "not grad' --opperf-workload=tiny "
                                               "--opperf-device=cpu",
@@ -321,6 +322,9 @@ def test_the_workflow_command_runs_as_written(tmp_path, step):
             assert expected_files <= files
     summary = tmp_path / "own" / "step-summary.md"
     assert summary.is_file() and word in summary.read_text().lower()
+    if step.workflow == "opperf-bisect.yml":  # the tests_from input reached the bisection
+        doc = json.loads((clone / "opperf-results" / "bisect.json").read_text())
+        assert doc["tests_from"]["source"] == EXPRESSIONS[step.event]["inputs.tests_from"]
 
 
 def test_the_merged_parts_are_the_whole_selection(tmp_path):

@@ -166,5 +166,22 @@ def test_the_bisect_workflow_is_started_by_hand_and_reads_only():
     script = text.split("run: |")[1]
     assert "${{" not in script.split("- name: Keep")[0]
     assert "GOOD: ${{ inputs.good }}" in text and '"$GOOD" "$BAD" --selection "$SELECTION"' in text
+    # where the tests come from: each commit's own unless the input is given
+    assert re.search(r"^      tests_from:\n(        .*\n)*        required: false\n", text, re.M)
+    assert "TESTS_FROM: ${{ inputs.tests_from }}" in text
+    assert '${TESTS_FROM:+"--tests-from=$TESTS_FROM"}' in script
     assert "fetch-depth: 0" in text and "permissions:\n  contents: read\n" in text
     assert text.count("permissions:") == 1
+
+
+@pytest.mark.parametrize("given, args", [("", []), ("worktree", ["--tests-from=worktree"]),
+                                         ("v1.2 x", ["--tests-from=v1.2 x"])])
+def test_the_bisect_workflows_tests_from_input_is_one_option_or_none(given, args):
+    """As bash expands the script's word: no option for an empty input, one word otherwise."""
+    text = next(p for p in WORKFLOWS if p.name == BISECT).read_text()
+    [word] = re.findall(r"\$\{TESTS_FROM:\+[^}]*\}", text)
+    done = subprocess.run(["bash", "--noprofile", "--norc", "-c",
+                           f'for a in {word}; do printf "%s\\n" "$a"; done'],
+                          env={"TESTS_FROM": given, "PATH": "/usr/bin:/bin"}, capture_output=True,
+                          text=True, check=True)
+    assert done.stdout.splitlines() == args

@@ -3,10 +3,12 @@
 ``--opperf-compare=REV`` makes ``git worktree add --detach <tmp>/base <rev>`` of the repository the
 rootdir lives in; :meth:`Workspace.close` always removes it again (``git worktree remove --force``,
 then ``git worktree prune``), and the controller calls it on every way out: the end of the session,
-Ctrl-C, SIGTERM, SIGHUP, a crashed side. ``--opperf-compare=DIR`` uses a checkout as it is. The
-workspace also holds the side logs and the import shim: a directory with only a ``pytest_opperf``
-link to the head's package, put first on each side's ``PYTHONPATH``, so the head's plugin drives a
-base older than A/B. No pytest import: errors are :class:`CompareError` with a one-line message.
+Ctrl-C, SIGTERM, SIGHUP, a crashed side; the directory is marked with its owner (:mod:`.reclaim`):
+what a SIGKILL leaves, the next session reclaims. ``--opperf-compare=DIR`` uses a checkout as it
+is. The workspace also holds the side logs and the import shim: a directory with only a
+``pytest_opperf`` link to the head's package, put first on each side's ``PYTHONPATH``, so the
+head's plugin drives a base older than A/B. No pytest import: errors are :class:`CompareError`
+with a one-line message.
 """
 
 from __future__ import annotations
@@ -22,11 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..results import is_sha
+from .reclaim import GIT_TIMEOUT_S, mark
 
 __all__ = ["Base", "CompareError", "PythonInfo", "Workspace", "check_python", "git_toplevel",
-           "interpreter_note", "resolve_base", "this_python"]
-
-GIT_TIMEOUT_S = 120
+           "interpreter_note", "resolve_base", "shallow_hint", "this_python"]
 
 
 class CompareError(Exception):
@@ -60,6 +61,25 @@ def git_toplevel(path: Path) -> Path | None:
     return Path(out).resolve() if done.returncode == 0 and out else None
 
 
+def shallow_hint(toplevel: Path, history: bool = False) -> str:
+    """When the repository is a shallow clone (actions/checkout's default depth 1), what to do
+    to have the commits it lacks: a revision that does not resolve may simply not be fetched.
+    ``history``: every commit between two is needed (a bisection), not one base."""
+    try:
+        done = _git(["rev-parse", "--is-shallow-repository"], toplevel)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    if done.returncode != 0 or done.stdout.strip() != "true":
+        return ""
+    fetch = ("fetch them (with actions/checkout `fetch-depth: 0`, or `git fetch --unshallow`)")
+    if history:
+        return (f"; the repository is a shallow clone, which lacks older commits: a bisection "
+                f"needs every commit from GOOD to BAD: {fetch}")
+    return (f"; the repository is a shallow clone, which lacks older commits: {fetch}, or only "
+            "the base: `git fetch --deepen=N` for HEAD~N, or `git fetch --depth=1 origin <branch "
+            "or full sha>` and then `--opperf-compare=FETCH_HEAD`")
+
+
 def resolve_base(given: str, rootdir: Path, invocation_dir: Path, required: list[str]) -> Base:
     """``given`` as an existing directory (relative to ``invocation_dir``) or a revision of the
     rootdir's repository. ``required`` are rootdir-relative paths a checkout must hold
@@ -90,7 +110,7 @@ def resolve_base(given: str, rootdir: Path, invocation_dir: Path, required: list
     sha = done.stdout.strip()
     if done.returncode != 0 or not is_sha(sha):
         raise CompareError(f"{given!r} is neither a directory nor a revision of the repository "
-                           f"{toplevel}")
+                           f"{toplevel}{shallow_hint(toplevel)}")
     subdir = rootdir.resolve().relative_to(toplevel).as_posix()
     label = f"REV {sha[:10]}" + (f" ({given})" if not sha.startswith(given) else "")
     return Base("rev", given, label, commit=sha, toplevel=toplevel,
@@ -174,6 +194,10 @@ class Workspace:
     path: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="opperf-ab-")))
     worktree: Path | None = None
     closed: bool = False
+
+    def __post_init__(self) -> None:
+        if self.base.toplevel is not None:  # a killed session's worktree: the next one reclaims
+            mark(self.path, self.base.toplevel)
 
     @property
     def shim(self) -> Path:

@@ -153,7 +153,7 @@ class Controller:
         """Spawn both sides and wait for their collection. Returns the plan and each side's
         collection errors (serialised reports); the glue decides what they mean."""
         self._started = self.clock()
-        collected = self.sides.spawn()
+        collected = self.collected = self.sides.spawn()  # each side's "collected" message
         base_ids, head_ids = self.sides.ids["base"], self.sides.ids["head"]
         base_set, head_set = set(base_ids), set(head_ids)
         plan = Plan(common=[i for i in head_ids if i in base_set],

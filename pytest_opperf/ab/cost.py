@@ -6,7 +6,7 @@ test's; the start of the side processes belongs to no test. A test's metrics are
 its runs (a run id is the test's node id, or ``<node id>#<window>`` for its extra windows), and
 a metric's seconds are its test's: the pairs of all its metrics came from those visits.
 :func:`costs` makes the rows (one per test with a decided metric, the most expensive first) that
-the compare object keeps (``cost``, docs/contract-additions.md) and the A/B section shows
+the compare object keeps (``cost``, docs/reference/results.md) and the A/B section shows
 (:mod:`.render`). :func:`fill` picks the tests a generation has room for from those costs, and
 :func:`take_along` the cheap ones that go beside a generation the budget's tiers run anyway.
 """

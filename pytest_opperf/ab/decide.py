@@ -20,7 +20,7 @@ show no spread between them, which the design effect would read as none. A false
 independent significant ones, and a fluke of one process pair that drags the estimate of all the
 pairs past ``c/2`` is not confirmed by an order whose own pairs rule a change that counts out, while
 the size of the change is ruled on all the pairs (each order's pairs on their own would need twice
-as many). Else it is undecided (:func:`final_decisions`; docs/contract-additions.md, A/B). An
+as many). Else it is undecided (:func:`final_decisions`; docs/ab-statistics.md). An
 undecided metric whose pairs point to a regression is *inconclusive*, which fails the gate by
 default: its estimate past the threshold, its interval above no change at the level of the undecided
 metrics and its generations' process pairs not disagreeing; or its interval at the session's level

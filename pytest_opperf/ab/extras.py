@@ -7,7 +7,7 @@ there was one) and ``cost`` (per test: its metrics, pairs,
 visits and seconds, :mod:`.cost`), and each decision's ``explain`` (why a regressed or
 inconclusive metric got slower, :mod:`pytest_opperf.explain.diff`).
 :meth:`pytest_opperf.ab.paired.CompareResult.from_dict` reads the rest; fields in
-docs/contract-additions.md.
+docs/reference/results.md.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from ..comparison.metrics import CALL, METRIC_KINDS, STEP, Kind, MetricKey
 from ..comparison.thresholds import CompareSettings
 from ..core.stats import most_common
 from ..explain.diff import Explanation
-from ..records.checks import is_num
+from ..records.checks import is_num, shown
 from ..workcounts.workcount import COUNTERS
 from .cost import Cost
 from .extras import need as _need
@@ -368,6 +368,10 @@ def _decision_from_dict(d: Any, where: str, source: str) -> Decision:
         v = d.get(key)
         _need(v is None or is_num(v), source, f"{where}.{key} is not a number or null")
         values[key] = float(v) if v is not None else unbounded.get(key, math.nan)
+    for low, high in (("low", "high"), ("beta_low", "beta_high")):
+        if values[low] > values[high]:  # an impossible interval: no gate may read it
+            _need(False, source, f"{where}.{low} must not be above {where}.{high}, got "
+                                 f"{shown(d[low])} > {shown(d[high])}")
     return Decision(MetricKey(d["run"], d["metric"]), d["kind"], d["verdict"], values["base"],
                     values["head"], values["estimate"], values["low"], values["high"], d["pairs"],
                     d["statistic"], values["limit"], inconclusive, values["beta_low"],
@@ -415,7 +419,7 @@ class CompareResult:
         return text + (f"; geometric mean head/base {mean:.3f}" if mean is not None else "")
 
     def to_dict(self) -> dict[str, Any]:
-        """The results JSON's ``compare`` object (fields in docs/contract-additions.md)."""
+        """The results JSON's ``compare`` object (fields in docs/reference/results.md)."""
         return {"base": self.base, "head": self.head, "summary": self.summary(),
                 "verdicts": self.counts(), "geometric_mean": self.geometric_mean(),
                 "pairs": self.pairs, "elapsed_s": self.elapsed_s,

@@ -34,6 +34,7 @@ from .checkout import (
     PythonInfo,
     Workspace,
     check_python,
+    git_toplevel,
     interpreter_note,
     resolve_base,
     side_environment,
@@ -42,6 +43,8 @@ from .checkout import (
 from .controller import Controller, Plan, TestOutcome
 from .paired import CompareResult
 from .processes import SideFailure, SideSpec
+from .reclaim import reclaim
+from .tests_from import PROBE_ENV, Staged, TestsFromError, judge, missing, resolve_source, stage
 
 AB_PLUGIN_NAME = "opperf-ab"
 # signals that end an A/B session as Ctrl-C does (SIGHUP: not on Windows); SIGINT is Ctrl-C
@@ -111,6 +114,16 @@ def side_args(config: pytest.Config) -> tuple[list[str], list[str]]:
             [p.partition("::")[0] for p in positional])
 
 
+def _reclaim(top: Path | None) -> None:
+    """The worktrees and temporary directories that killed sessions of this repository left:
+    removed now, in one line (:mod:`.reclaim`)."""
+    if top is None:
+        return
+    reclaimed = reclaim(top)
+    for line in filter(None, [reclaimed.line(), *reclaimed.problems]):
+        sys.stderr.write(f"opperf: A/B: {line}\n")
+
+
 class ABSession:
     """Registered as ``opperf-ab`` in the main process while an A/B session runs."""
 
@@ -133,6 +146,8 @@ class ABSession:
         self.problems: list[tuple[str, str, str]] = []
         self.lines: list[str] = []  # shown in red after the report
         self.base_python: PythonInfo | None = None  # the base interpreter, as probed
+        self.tests: Staged | None = None  # --opperf-tests-from: the files both sides run
+        self.import_lines: list[str] = []  # where each side imported the code under test from
 
     # --- start: before any test runs, every bad input is a usage error ---------------------------
 
@@ -155,9 +170,11 @@ class ABSession:
         with usage_errors(label, CompareError):
             base = resolve_base(settings.compare or "", config.rootpath,
                                 settings.origin("compare", config.invocation_params.dir), required)
+        tests = _staged(config, settings, base) if settings.tests_from else None
         python = settings.compare_python or sys.executable
         with usage_errors(settings.label("compare_python"), CompareError):
             info = check_python(python, config.rootpath)
+        _reclaim(base.toplevel or git_toplevel(config.rootpath))
         trap_signals(config)  # from here on: its restore is the cleanup after the workspace's
         workspace = Workspace(base)
         def close_workspace() -> None:  # at the very end: the terminal report is written by then
@@ -168,13 +185,17 @@ class ABSession:
         with usage_errors(label, CompareError):
             base_root = workspace.prepare(Path(__file__).resolve().parent.parent,
                                           config.rootpath)
-        missing = [p for p in required if not (base_root / p).exists()]
-        if missing:
+        if tests is not None:  # the base gets the head's files of the selection
+            assert workspace.worktree is not None
+            tests.lay_out(workspace.worktree)
+        absent = [p for p in required if not (base_root / p).exists()]
+        if absent:
             raise pytest.UsageError(f"opperf: {label}: the base {base.label} has no "
-                                    f"{', '.join(missing)}")
+                                    f"{', '.join(absent)}")
         session = cls(config, settings, thresholds, add_runs, base, workspace, base_root, python,
                       not info.has_plugin_entry_point)
         session.base_python = info
+        session.tests = tests
         config.pluginmanager.register(session, AB_PLUGIN_NAME)
         return session
 
@@ -202,7 +223,10 @@ class ABSession:
             command = [python, "-m", "pytest", "-p", "pytest_opperf.ab.side"]
             command += ["-p", "pytest_opperf.plugin"] if plugin else []
             command += ["--opperf", *fixed, *args]
+            command += ["--rootdir=."] if self.tests is not None else []  # ids alike
             env = child.environment(options, side_environment(self.workspace.shim, root))
+            if self.tests is not None:
+                env[PROBE_ENV] = ",".join(self.tests.imports)
             specs.append(SideSpec(name, command, Path(root), env, self.workspace.log(name)))
         return specs[0], specs[1]
 
@@ -242,6 +266,8 @@ class ABSession:
                 for data in errors["head"]:
                     self.config.hook.pytest_collectreport(report=self._report(data))
                 raise session.Interrupted(f"{len(errors['head'])} error(s) during collection")
+            if self.tests is not None:
+                self._judge(controller, errors)
             plan = self._shard(controller, plan)
             session.testscollected = len(plan.order)
             if tr is not None:
@@ -249,6 +275,10 @@ class ABSession:
                               f"{len(plan.common)} test(s) on both sides, "
                               f"{len(plan.added)} on the head only, "
                               f"{len(plan.removed)} on the base only")
+            if tr is not None and self.tests is not None:
+                tr.write_line(f"opperf A/B: {self.tests.describe()}")
+                for line in self.import_lines:
+                    tr.write_line(f"opperf A/B: imports: {line}")
             try:
                 self.compare = self._with_interpreters(controller.run())
                 self._explain(controller)
@@ -260,6 +290,24 @@ class ABSession:
             # a broken or interrupted session ends now
             controller.close(grace_s=10.0 if finished else 1.0)
         return True
+
+    def _judge(self, controller: Controller, errors: dict[str, list[Any]]) -> None:
+        """--opperf-tests-from: each side must import the code under test from its own checkout
+        (:func:`.tests_from.judge`); a module neither side has is named."""
+        label = self.settings.label("tests_from")
+        found = {n: m.get("origins") or {} for n, m in controller.collected.items()}
+        absent = missing(found, {"base": self.base.label, "head": "the working tree"})
+        if absent is not None and errors["base"] and errors["head"]:
+            self.aborted = absent
+            raise pytest.UsageError(f"opperf: {label}: {absent}")
+        if errors["base"] or errors["head"]:
+            return  # said as without --opperf-tests-from
+        assert self.workspace.worktree is not None and self.base.toplevel is not None
+        judgement = judge({"base": self.workspace.worktree, "head": self.base.toplevel}, found)
+        if judgement.problem is not None:
+            self.aborted = judgement.problem
+            raise pytest.UsageError(f"opperf: {label}: {judgement.problem}")
+        self.import_lines = judgement.lines
 
     def _explain(self, controller: Controller) -> None:
         """Why each regressed or inconclusive metric got slower, and the differential profile
@@ -282,6 +330,9 @@ class ABSession:
         note = interpreter_note(base, head)
         if note is not None:
             result.notes.insert(0, note)
+        if self.tests is not None:
+            result.notes += [self.tests.describe(),
+                             *(f"imports: {line}" for line in self.import_lines)]
         return result
 
     def _abort(self, session: pytest.Session, exc: SideFailure) -> None:
@@ -319,6 +370,23 @@ class ABSession:
             hook.pytest_runtest_logfinish(nodeid=outcome.nodeid, location=reports[0].location)
         self.add_runs(outcome.runs)
 
+
+
+def _staged(config: pytest.Config, settings: Settings, base: Base) -> Staged:
+    """--opperf-tests-from: the head's files of the selection, for the base's worktree."""
+    label = settings.label("tests_from")
+    given = settings.tests_from or ""
+    with usage_errors(label, TestsFromError):
+        if base.mode != "rev" or base.toplevel is None:
+            raise TestsFromError(f"the base {base.label} is a checkout of yours, whose files are "
+                                 "not overwritten: give --opperf-compare a revision")
+        source = resolve_source(given, base.toplevel, head_is_worktree=True)
+        if source.commit is not None:
+            raise TestsFromError(f"expected worktree or head (the head side runs the working "
+                                 f"tree in place), got {given!r}")
+        _, paths = side_args(config)  # the selection's paths (not the ini file: the base's own)
+        return stage(paths, config.rootpath, base.toplevel, source)
+    raise AssertionError("unreachable")  # usage_errors raised
 
 
 def _last_line(report: Any) -> str:

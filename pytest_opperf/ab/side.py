@@ -46,6 +46,7 @@ from ..records.handback import Envelope
 from .arena import ARENA_FD_ENV, SharedArena, eligible
 from .extensions import Extension
 from .protocol import Channel, ProtocolError, child_fd
+from .tests_from import origins
 
 PLUGIN_NAME = "opperf-ab-side"
 MAX_CALIBRATE_ITERATIONS = 1 << 20
@@ -110,9 +111,11 @@ class SidePlugin:
         # under it the session was started in (an extension elsewhere in the checkout then reads
         # as outside it)
         loaded = loaded_extensions(session.config.invocation_params.dir)
+        # where the modules the controller names (tests from elsewhere: .tests_from) came from
         self.send({"ev": "collected", "ids": [item.nodeid for item in session.items],
                    "errors": self.errors, "extensions": [e.to_dict() for e in loaded],
-                   "arena": self.arena_why})
+                   "arena": self.arena_why, "origins": origins(),
+                   "rootdir": str(session.config.rootpath)})
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool:

@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..ab.reclaim import reclaim
+from ..ab.tests_from import Staged, TestsFromError, resolve_source, stage
 from ..comparison.thresholds import Thresholds, ThresholdsError, load_thresholds
 from ..glue import child
 from ..glue.options import (
@@ -51,7 +53,8 @@ DEFAULT_BUDGET_S = 1800.0
 # opperf options of PYTEST_ARGS that mean nothing in a bisection, and what replaces them: these,
 # and every option a child pytest does not get (pytest_opperf.glue.options), but the thresholds
 _REFUSED = {"json": "--json", "markdown": "--markdown", "compare": "the bisection's own A/B",
-            "compare-python": "--python", "compare-timeout": "--timeout", "trace": None}
+            "compare-python": "--python", "compare-timeout": "--timeout", "trace": None,
+            "tests-from": "--tests-from"}
 
 
 def add_command(commands: argparse._SubParsersAction) -> None:
@@ -74,6 +77,11 @@ def add_command(commands: argparse._SubParsersAction) -> None:
                    help="the sides' interpreter (default: this one)")
     p.add_argument("--timeout", metavar="SECONDS", type=_seconds, default=600.0,
                    help="the longest a side may take to answer (default 600)")
+    p.add_argument("--tests-from", metavar="SOURCE", dest="tests_from",
+                   help="run the selection's test files (and their conftest.py) from worktree "
+                        "(the working tree, committed or not; files outside the repository too), "
+                        "head (the HEAD commit) or a revision, against each commit's own code "
+                        "(default: each commit's own tests)")
 
 
 def _seconds(value: str) -> float:
@@ -170,6 +178,28 @@ def _trapped() -> Iterator[None]:
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
+def _staged(given: str | None, selection: list[str], invocation: Path,
+            top: Path) -> Staged | None:
+    """``--tests-from``: the selection's files as the source has them (None: each commit's own)."""
+    if given is None:
+        return None
+    try:
+        return stage(selection, invocation, top, resolve_source(given, top))
+    except TestsFromError as exc:
+        raise BisectUsage(f"--tests-from={given}: {exc}") from None
+
+
+def _tests_from(staged: Staged | None, oracle: runner.ABOracle) -> dict[str, Any]:
+    """Where the tests came from, for the report (and which path each side imported the code
+    under test from, as the first step that measured found it)."""
+    if staged is None:
+        return {"source": "commit", "label": "each commit's own", "files": [], "imports": []}
+    found = oracle.imports
+    return {**staged.to_dict(), "summary": staged.describe(),
+            "imports": list(found.imports) if found is not None else [],
+            "import_lines": list(found.lines) if found is not None else []}
+
+
 def _write(path: str, text: str) -> None:
     from ..records.atomic import write_text_atomic
 
@@ -185,12 +215,17 @@ def run_command(args: argparse.Namespace, out: TextIO, err: TextIO,
     try:
         selection, fixed, thresholds = _inputs(args)
         top = toplevel(invocation)
+        reclaimed = reclaim(top)  # what killed runs of this repository left
+        for line in filter(None, [reclaimed.line(), *reclaimed.problems]):
+            err.write(f"bisect: {line}\n")
         commits = history(top, args.good, args.bad)
-        changed = dirty(top, selected_paths(selection, invocation), invocation)
+        staged = _staged(args.tests_from, selection, invocation, top)
+        changed = [] if staged else dirty(top, selected_paths(selection, invocation), invocation)
         if changed:
             raise BisectUsage(f"the selection has changes not committed ({', '.join(changed[:3])}"
                               f"{' ...' if len(changed) > 3 else ''}): each commit's own are "
-                              "measured; commit or stash them")
+                              "measured; commit or stash them, or run them from the working "
+                              "tree on every commit: --tests-from=worktree")
         from ..ab.checkout import CompareError, check_python
 
         try:
@@ -214,7 +249,8 @@ def run_command(args: argparse.Namespace, out: TextIO, err: TextIO,
         oracle = runner.ABOracle(commits, trees, "" if subdir == "." else subdir, selection,
                                  fixed, thresholds.compare, shim, trees.path / "logs",
                                  python=args.python, with_plugin=not info.has_plugin_entry_point,
-                                 timeout_s=args.timeout, time_left=time_left, clock=clock)
+                                 timeout_s=args.timeout, time_left=time_left, clock=clock,
+                                 tests=staged)
         run = report.BisectRun(commits, selection, args.budget, 0.0, EXIT_NONE)
         outcome = core.Outcome("undecided", "")
 
@@ -226,7 +262,9 @@ def run_command(args: argparse.Namespace, out: TextIO, err: TextIO,
 
         out.write(f"bisect: {commits[0].short}..{commits[-1].short}: {len(commits) - 1} "
                   f"commit(s) after GOOD on the first-parent line; budget {args.budget:.0f} s; "
-                  f"{runner.plugin_note()}\n")
+                  f"{runner.plugin_note(staged is not None)}\n")
+        if staged is not None:
+            out.write(f"bisect: {staged.describe()}\n")
         try:
             core.bisect(len(commits), oracle, args.max_attempts, time_left, on_step=on_step,
                         into=outcome)
@@ -234,13 +272,17 @@ def run_command(args: argparse.Namespace, out: TextIO, err: TextIO,
         except KeyboardInterrupt:
             err.write("bisect: interrupted: the side processes ended, the worktrees go now\n")
             return EXIT_INTERRUPTED
+        except TestsFromError as exc:
+            err.write(f"error: --tests-from={args.tests_from}: {exc}\n")
+            return EXIT_USAGE
         finally:
             problems = trees.close()
             for problem in problems:
                 err.write(f"bisect: {problem}\n")
     code = EXIT_CULPRIT if outcome.status == "culprit" else EXIT_NONE
     run = report.BisectRun(commits, selection, args.budget, clock() - started, code,
-                           [runner.plugin_note(), *oracle.warnings, *explain_notes], explained)
+                           [runner.plugin_note(staged is not None), *oracle.warnings,
+                            *explain_notes], explained, tests_from=_tests_from(staged, oracle))
     width = shutil.get_terminal_size().columns
     for line in report.terminal(run, outcome, width):
         out.write(line + "\n")

@@ -19,9 +19,10 @@ to ``max_attempts`` times.
    ``git bisect skip`` and another one of the range is taken.
 3. **Verify** the candidate ``c`` against the last commit before it that was measured, in a fresh
    comparison (new pairs): only a ``different`` verdict names a culprit.
-4. When the culprit's interval lies below the confirmation's estimate, part of the step is
-   elsewhere: the range after the culprit is compared (``rest``) and, when it regressed,
-   bisected too (a step spread over several commits names each, with its share of the step).
+4. When the culprit's change is shown smaller than the confirmation's (their difference beyond
+   its own interval), part of the step is elsewhere: the range after the culprit is compared
+   (``rest``) and, when it regressed, bisected too (a step spread over several commits names
+   each, with its share of the step).
 
 Each comparison is one *step*; :class:`Outcome` holds every step, the culprits, the ranges that
 stayed open and the skipped commits; its messages name commits by their position (``3``: the
@@ -303,14 +304,25 @@ def _confirm_and_search(run: _Bisection, out: Outcome, n: int) -> None:
         share = {m: e.x / whole[m].x for m, e in metrics.items()
                  if m in whole and whole[m].x > 0 and math.isfinite(e.x)}
         out.culprits.append(Culprit(c, a, verify.verdict == "different", metrics, share))
-        # part of the step elsewhere: the confirmation's estimate above the culprit's interval
-        rest = any(e.x_high < whole[m].x for m, e in metrics.items() if m in whole)
+        rest = any(_shown_smaller(e, whole[m]) for m, e in metrics.items() if m in whole)
         if c < hi and (rest or verify.verdict != "different"):
             after = run.step("rest", c, hi)
             if not run.broken(after) and after.verdict == "different":
                 todo.append((c, hi))
             elif after.verdict == "unknown":
                 out.ranges.append(Range(c, hi, "undecided whether the rest regressed too"))
+
+
+def _shown_smaller(part: Estimate, whole: Estimate) -> bool:
+    """Whether a culprit's change is shown smaller than the whole step's: the difference of the
+    two estimates (independent sessions) above zero by more than its own half-width, the two
+    half-widths added in quadrature. The culprit's interval against the confirmation's point
+    estimate alone would ignore the confirmation's own noise, and compare the rest of the range
+    by chance in bisections whose whole step is one commit."""
+    if not all(map(math.isfinite, (part.x, part.x_high, whole.x, whole.x_low))):
+        return False
+    half = math.hypot(part.x_high - part.x, whole.x - whole.x_low)
+    return whole.x - part.x > half
 
 
 def _conclude(out: Outcome, n: int) -> None:

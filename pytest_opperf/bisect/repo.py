@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from ..ab.checkout import GIT_TIMEOUT_S
+from ..ab.checkout import GIT_TIMEOUT_S, shallow_hint
+from ..ab.reclaim import mark
 
 __all__ = ["BisectCommit", "BisectUsage", "Worktrees", "dirty", "history", "selected_paths",
            "toplevel"]
@@ -71,7 +72,8 @@ def _resolve(rev: str, top: Path, what: str) -> str:
     done = _git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"], top)
     sha = done.stdout.strip()
     if done.returncode != 0 or len(sha) != 40:
-        raise BisectUsage(f"{what} {rev!r} is no revision of the repository {top}")
+        raise BisectUsage(f"{what} {rev!r} is no revision of the repository {top}"
+                          f"{shallow_hint(top, history=True)}")
     return sha
 
 
@@ -92,12 +94,13 @@ def history(top: Path, good: str, bad: str) -> list[BisectCommit]:
         raise BisectUsage(f"GOOD {good!r} and BAD {bad!r} are the same commit {good_sha[:10]}")
     if _git(["merge-base", "--is-ancestor", good_sha, bad_sha], top).returncode != 0:
         raise BisectUsage(f"GOOD {good!r} ({good_sha[:10]}) is not an ancestor of BAD {bad!r} "
-                          f"({bad_sha[:10]})")
+                          f"({bad_sha[:10]}){shallow_hint(top, history=True)}")
     after = _commits(top, ["--first-parent", "--reverse", f"{good_sha}..{bad_sha}"])
     parent = _git(["rev-parse", f"{after[0].sha}^1"], top).stdout.strip() if after else ""
     if parent != good_sha:
         raise BisectUsage(f"GOOD {good!r} ({good_sha[:10]}) is not on the first-parent line of "
-                          f"BAD {bad!r}: name a commit of that line (e.g. the merge's parent)")
+                          f"BAD {bad!r}: name a commit of that line (e.g. the merge's parent)"
+                          f"{shallow_hint(top, history=True)}")
     return _commits(top, ["-1", good_sha]) + after
 
 
@@ -132,6 +135,9 @@ class Worktrees:
     path: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="opperf-bisect-")))
     made: dict[str, Path] = field(default_factory=dict)
     closed: bool = False
+
+    def __post_init__(self) -> None:
+        mark(self.path, self.top)  # a killed bisection's worktrees: the next run reclaims them
 
     def __enter__(self) -> Worktrees:
         return self

@@ -9,7 +9,7 @@ is ``pytest_opperf/schema/opperf-bisect-1.schema.json``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +18,8 @@ from ..reports.layout import clean, md_code, md_text, table
 from .core import Estimate, Outcome, Step, StepComparison
 from .repo import BisectCommit
 
-__all__ = ["FORMAT", "BisectRun", "as_json", "markdown", "progress", "shown", "terminal"]
+__all__ = ["FORMAT", "BisectRun", "as_json", "markdown", "progress", "shown", "terminal",
+           "tests_lines"]
 
 FORMAT = "opperf-bisect/1"
 BAR = 40  # the plot's widest bar, in characters
@@ -36,6 +37,17 @@ class BisectRun:
     notes: Sequence[str] = ()
     # why each culprit's metric got slower, by (culprit position, metric): bisect.runner
     explain: dict[tuple[int, str], Explanation] = field(default_factory=dict)
+    # where the tests came from (--tests-from): source, label, files, imports, import_lines
+    tests_from: Mapping[str, Any] | None = None
+
+
+def tests_lines(run: BisectRun) -> list[str]:
+    """Where the tests came from, and where each side imported the code under test from."""
+    tf = run.tests_from or {}
+    if tf.get("source", "commit") == "commit":
+        return ["tests: each commit's own"]
+    return [str(tf.get("summary") or f"tests from {tf.get('label')}"),
+            *(f"imports: {line}" for line in tf.get("import_lines", []))]
 
 
 def shown(kind: str, x: float) -> float:
@@ -172,6 +184,7 @@ def terminal(run: BisectRun, outcome: Outcome, width: int = 100) -> list[str]:
                        ["pos", "commit", "", "vs GOOD", "subject"],
                        ("right", "left", "left", "right", "left"), width,
                        droppable=["subject"])
+    lines += [f"bisect: {line}" for line in tests_lines(run)]
     lines.append(f"bisect: {_figures(run, outcome)}")
     lines += [f"note: {n}" for n in run.notes]
     return [clean(line) for line in lines]
@@ -213,6 +226,7 @@ def markdown(run: BisectRun, outcome: Outcome) -> str:
                 "|---:|---|---|---:|---|"]
         out += ["| " + " | ".join(md_text(cell) for cell in row) + " |" for row in rows]
     out += ["", md_text(_figures(run, outcome)) + "."]
+    out += [f"- {md_text(line)}" for line in tests_lines(run)]
     out += [f"- {md_text(n)}" for n in run.notes]
     return "\n".join(out) + "\n"
 
@@ -257,4 +271,12 @@ def as_json(run: BisectRun, outcome: Outcome) -> dict[str, Any]:
         "steps": [_step_json(run, s) for s in outcome.steps],
         "ab_steps": len(outcome.steps), "sessions": outcome.sessions, "pairs": outcome.pairs,
         "elapsed_s": run.elapsed_s, "budget_s": run.budget_s, "notes": list(run.notes),
+        "tests_from": _tests_json(run),
     }
+
+
+def _tests_json(run: BisectRun) -> dict[str, Any]:
+    tf = dict(run.tests_from or {"source": "commit", "label": "each commit's own"})
+    return {"source": tf.get("source", "commit"), "commit": tf.get("commit"),
+            "label": tf.get("label", ""), "files": list(tf.get("files", [])),
+            "imports": list(tf.get("imports", []))}

@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..ab import decide
 from ..ab.checkout import side_environment
@@ -39,6 +40,7 @@ from ..ab.controller import Controller, TestOutcome
 from ..ab.paired import Decision, Paired
 from ..ab.processes import SideFailure, SideSpec
 from ..ab.samples import SessionPairs
+from ..ab.tests_from import PROBE_ENV, Judgement, Staged, TestsFromError, judge, missing
 from ..comparison.metrics import MetricKey
 from ..comparison.thresholds import CompareSettings
 from ..explain.changes import Changes, ChangesError
@@ -134,14 +136,26 @@ class ABOracle:
     # the e2e runs both sides measured (with their work counts), per compared pair of positions
     counted: dict[tuple[int, int], dict[str, tuple[RunResult, RunResult]]] = field(
         default_factory=dict, init=False)
+    # --tests-from: the selection's files, written into every checkout (pytest_opperf.ab.tests_from)
+    tests: Staged | None = None
+    imports: Judgement | None = field(default=None, init=False)  # the first step's origins
+    _laid_out: set[str] = field(default_factory=set, init=False)
 
     def _spec(self, name: str, commit: BisectCommit) -> SideSpec:
         root = self.worktrees.checkout(commit.sha)
         cwd = root / self.subdir if self.subdir else root
+        args = list(self.pytest_args)
+        if self.tests is not None:
+            if commit.sha not in self._laid_out:
+                self.tests.lay_out(root)
+                self._laid_out.add(commit.sha)
+            args = [*self.tests.args, "--rootdir=."]  # the same ids on both sides
         command = [self.python, "-m", "pytest", "-p", "pytest_opperf.ab.side"]
         command += ["-p", "pytest_opperf.plugin"] if self.with_plugin else []
-        command += ["--opperf", *child.argv_options(self.fixed), *self.pytest_args]
+        command += ["--opperf", *child.argv_options(self.fixed), *args]
         env = child.environment(self.fixed, side_environment(self.shim, cwd))
+        if self.tests is not None:
+            env[PROBE_ENV] = ",".join(self.tests.imports)
         self.logs.mkdir(parents=True, exist_ok=True)
         log = self.logs / f"{self.sessions:03d}-{name}-{commit.short}.log"
         return SideSpec(name, command, cwd, env, log)
@@ -166,6 +180,8 @@ class ABOracle:
         finished = False
         try:
             plan, errors = controller.start()
+            if self.tests is not None:
+                self._judge(controller, a, b, errors)
             for warning in controller.warnings:
                 said = f"{self.commits[a].short} -> {self.commits[b].short}: {warning}"
                 if not any(w.endswith(warning) for w in self.warnings):
@@ -203,11 +219,35 @@ class ABOracle:
                           broken=broken, state=samples)
 
 
-def plugin_note() -> str:
-    """Where each side's plugin comes from, for the report."""
+    def _judge(self, controller: Controller, a: int, b: int,
+               errors: dict[str, list[Any]]) -> None:
+        """Where each side imported the selection's modules from. A module neither side has (and
+        neither collects), or one a side that collected takes from outside its checkout, ends
+        the bisection (:class:`TestsFromError`); the first such check is kept for the report."""
+        found = {n: m.get("origins") or {} for n, m in controller.collected.items()}
+        labels = {"base": self.commits[a].short, "head": self.commits[b].short}
+        broken = {n for n, e in errors.items() if e or not controller.sides.ids.get(n)}
+        absent = missing(found, labels)
+        if absent is not None and broken == {"base", "head"}:
+            raise TestsFromError(absent)
+        if broken:
+            return  # a commit that cannot be measured is skipped, as without --tests-from
+        roots = {"base": self.worktrees.checkout(self.commits[a].sha),
+                 "head": self.worktrees.checkout(self.commits[b].sha)}
+        judgement = judge(roots, found)
+        if judgement.problem is not None:
+            raise TestsFromError(f"{labels['base']} -> {labels['head']}: {judgement.problem}")
+        if self.imports is None:
+            self.imports = judgement
+
+
+def plugin_note(tests_from: bool = False) -> str:
+    """Where each side's plugin comes from, for the report (``tests_from``: the tests are not
+    each commit's own)."""
     here = Path(__file__).resolve().parent.parent
-    return (f"both sides run this pytest_opperf ({here}) against each commit's own framework "
-            "code, suites and conftest")
+    what = ("framework code, ini file and conftest (the tests: --tests-from)" if tests_from
+            else "framework code, suites and conftest")
+    return f"both sides run this pytest_opperf ({here}) against each commit's own {what}"
 
 
 def explain_culprits(oracle: ABOracle, outcome: Outcome) -> tuple[dict[tuple[int, str],

@@ -88,20 +88,27 @@ class _Baseline:
         self.verdict = verdict
         self.drift: list[DriftRow] = []
         # runs whose work counts could not be compared, by why; changes that did not fail
-        self.uncounted: dict[str, list[str]] = {"lost": [], "new": [], "versions": [],
-                                                "unversioned": [], "cpu": []}
+        self.uncounted: dict[str, list[str]] = {"lost": [], "new": [], "neither": [],
+                                                "versions": [], "unversioned": [], "cpu": []}
         self.work_changes: list[str] = []
 
     def work_notes(self, label: str) -> None:
         """One line per reason work counts were not compared, and one for the changes that
         did not fail (improvements, advisory ones)."""
-        lost, new, versions, unversioned, cpu = (
-            self.uncounted[k] for k in ("lost", "new", "versions", "unversioned", "cpu"))
+        lost, new, neither, versions, unversioned, cpu = (
+            self.uncounted[k] for k in ("lost", "new", "neither", "versions", "unversioned",
+                                        "cpu"))
         if lost:
             self.verdict.warnings.append(
                 f"{len(lost)} run(s) have no work counts but their baseline runs have: not "
                 f"compared (their counting pass failed or did not run; see the run's notes): "
                 f"{listing(lost)}")
+        if neither:
+            # a work regression of these runs passes unseen: the verdict must say so
+            self.verdict.warnings.append(
+                f"{len(neither)} run(s) have no work counts and neither have their baseline runs: "
+                f"work counts not compared (a run has them from run.counting_pass(); see the "
+                f"run's notes): {listing(neither)}")
         if versions:
             self.verdict.warnings.append(
                 f"work counts of {len(versions)} run(s) are advisory: the library versions differ "
@@ -155,6 +162,8 @@ class _Baseline:
                 self.uncounted["lost"].append(new.id)
             elif nw is not None:
                 self.uncounted["new"].append(new.id)
+            else:
+                self.uncounted["neither"].append(new.id)
             return
         versions = _version_difference(bw, nw)
         unknown = None if versions else _versions_unknown(bw, nw)

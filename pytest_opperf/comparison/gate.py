@@ -1,6 +1,6 @@
 """The gate: one place that turns checks into a verdict's violations (limits, counts, time, A/B).
 
-The policy (ARCHITECTURE section 10) is stated once, in docs/gate.md: time fails only in A/B
+The policy is stated once, in docs/gate.md: time fails only in A/B
 (decisions by :mod:`pytest_opperf.ab.paired`); against a stored baseline op counts, work counts
 and ``[[limit]]``s are hard and time is a :class:`~pytest_opperf.comparison.verdict.Drift` table, a
 gate only under ``[regression] time = "gate"`` and then not against other or unknown hardware or

@@ -81,17 +81,18 @@ def _baseline(path: str | None, results: ResultSet,
 
 def verdict_of(results: ResultSet, thresholds: Thresholds | None = None,
                baseline: ResultSet | None = None, baseline_name: str | None = None,
-               undecided: str = "inconclusive") -> Verdict:
+               undecided: str = "inconclusive", source: str = "compare") -> Verdict:
     """The session's verdict on stored ``results``: the same gate functions on the same inputs
     (runs, limits, baseline, the A/B decisions), with the tests the A/B could not compare and
-    the incompleteness that the stored verdict records."""
+    the incompleteness that the stored verdict records. ``source`` names the results file in
+    a refusal of its A/B decisions."""
     verdict = evaluate(results, thresholds, baseline, baseline_name)
     stored = Verdict.from_dict(results.gate) if results.gate is not None else None
     if stored is not None and stored.incomplete is not None:
         verdict.incomplete = stored.incomplete
     problems = [(v.run, v.metric, v.message) for v in (stored.violations if stored else [])
                 if v.metric in AB_PROBLEMS]
-    compare = (CompareResult.from_dict(results.compare, "compare")
+    compare = (CompareResult.from_dict(results.compare, source)
                if results.compare is not None else None)
     if compare is not None or problems:
         add_compare(verdict, compare, problems, undecided)
@@ -121,7 +122,8 @@ def _gate(args: argparse.Namespace, out: TextIO) -> int:
     thresholds = load_thresholds(Path(args.thresholds).absolute()) if args.thresholds else None
     warnings: list[str] = []
     baseline, name = _baseline(args.baseline, results, warnings)
-    verdict = verdict_of(results, thresholds, baseline, name, args.compare_undecided)
+    verdict = verdict_of(results, thresholds, baseline, name, args.compare_undecided,
+                         args.results)
     verdict.warnings[:0] = warnings
     width = shutil.get_terminal_size().columns  # COLUMNS when set
     out.write(f"opperf gate: {args.results}\n")

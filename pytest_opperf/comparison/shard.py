@@ -110,6 +110,6 @@ def selection_id(ids: Iterable[str]) -> str:
 
 def record(shard: Shard, selected: int, of: int, selection: str, balanced_by: str
            ) -> dict[str, Any]:
-    """The results file's ``session.shard`` object (docs/results-format.md)."""
+    """The results file's ``session.shard`` object (docs/reference/results.md)."""
     return {"index": shard.index, "count": shard.count, "tests": selected, "of": of,
             "selection": selection, "balanced_by": balanced_by}

@@ -1,11 +1,12 @@
-"""The thresholds file (TOML, ARCHITECTURE section 7): every table and key, parsed once.
+"""The thresholds file (TOML): every table and key, parsed once.
 
 ``[regression]`` (what a stored baseline gates, and the time tolerances when it does), ``[[limit]]``
 (absolute limits matched to runs and stats by glob) and ``[compare]`` with its
-``[[compare.override]]`` tables (the A/B decision). Each key is declared once, as a field made
-with :func:`pytest_opperf.comparison.keys.table_key`, and checked by
-:mod:`pytest_opperf.comparison.keys`, so that every error is one line naming the file, the table and
-the key; docs/contract-additions.md lists them.
+``[[compare.override]]`` tables (the A/B decision). Each table is named once, in :data:`TABLES`;
+each key is declared once, as a field made with :func:`pytest_opperf.comparison.keys.table_key`,
+and checked by :mod:`pytest_opperf.comparison.keys`, so that every error is one line naming the
+file, the table and the key. docs/reference/thresholds.md documents them
+(tests/test_docs_reference.py checks it against :func:`table_keys`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from ..records.reader import read_text
 from .keys import (
+    Key,
     ThresholdsError,
     keys,
     parse,
@@ -28,8 +30,9 @@ from .keys import (
 )
 from .metrics import MetricKey
 
-__all__ = ["PER_METRIC", "CompareSettings", "Limit", "Override", "Regression", "Thresholds",
-           "ThresholdsError", "load_thresholds", "parse_compare", "parse_thresholds"]
+__all__ = ["PER_METRIC", "TABLES", "CompareSettings", "Limit", "Override", "Regression",
+           "Thresholds", "ThresholdsError", "load_thresholds", "parse_compare", "parse_thresholds",
+           "table_keys"]
 
 
 # --- [compare]: the A/B decision -------------------------------------------------------
@@ -98,8 +101,7 @@ class CompareSettings:
 
 def _parse_override(table: Any, index: int, source: str) -> Override:
     where = f"[[compare.override]] #{index}"
-    specs = {**keys(Override), **{name: keys(CompareSettings)[name] for name in PER_METRIC}}
-    values = parse(specs, table, where, source)
+    values = parse(table_keys("compare.override"), table, where, source)
     if not any(k in values for k in PER_METRIC):
         raise ThresholdsError(f"{source}: {where} sets nothing "
                               f"(give one of {', '.join(PER_METRIC)})")
@@ -108,7 +110,8 @@ def _parse_override(table: Any, index: int, source: str) -> Override:
 
 def parse_compare(table: Mapping[str, Any], source: str = "<thresholds>") -> CompareSettings:
     """``[compare]`` from a parsed TOML table (raises :class:`ThresholdsError`)."""
-    values = parse(keys(CompareSettings), table, "[compare]", source, ["override"])
+    subtables = [name.split(".", 1)[1] for name in TABLES if name.startswith("compare.")]
+    values = parse(table_keys("compare"), table, "[compare]", source, subtables)
     overrides = table.get("override", [])
     if not isinstance(overrides, list):
         raise ThresholdsError(f"{source}: compare.override must be an array of tables "
@@ -179,13 +182,28 @@ class Thresholds:
     compare: CompareSettings = CompareSettings()  # [compare]: the A/B decision
 
 
+# Every table of the file, by its TOML name, with the dataclass that declares its keys: the
+# parsers take exactly these tables.
+TABLES: dict[str, type] = {"regression": Regression, "limit": Limit, "compare": CompareSettings,
+                           "compare.override": Override}
+
+
+def table_keys(table: str) -> dict[str, Key]:
+    """The keys a table of :data:`TABLES` takes, each with its type, default, range and meaning
+    (an override's values are checked as the ``[compare]`` keys of their names)."""
+    specs = keys(TABLES[table])
+    if table == "compare.override":
+        specs = {**specs, **{name: keys(CompareSettings)[name] for name in PER_METRIC}}
+    return specs
+
+
 _STAT_LIMITS = ("max_avg_ms", "max_total_ms")
 _RUN_LIMITS = ("min_examples_per_sec", "max_python_share")
 
 
 def _parse_limit(table: Any, index: int, source: str) -> Limit:
     where = f"[[limit]] #{index}"
-    values = parse(keys(Limit), table, where, source)
+    values = parse(table_keys("limit"), table, where, source)
     if not any(k in values for k in _STAT_LIMITS + _RUN_LIMITS):
         raise ThresholdsError(f"{source}: {where} sets no limit "
                               f"(give one of {', '.join(_STAT_LIMITS + _RUN_LIMITS)})")
@@ -199,8 +217,9 @@ def _parse_limit(table: Any, index: int, source: str) -> Limit:
 
 def parse_thresholds(data: Mapping[str, Any], source: str = "<thresholds>") -> Thresholds:
     """Thresholds from a parsed TOML document (raises :class:`ThresholdsError`)."""
-    unknown(data, ["regression", "limit", "compare"], "the top level", source)
-    regression = parse(keys(Regression), data.get("regression", {}), "[regression]", source)
+    unknown(data, [name for name in TABLES if "." not in name], "the top level", source)
+    regression = parse(table_keys("regression"), data.get("regression", {}), "[regression]",
+                       source)
     limits = data.get("limit", [])
     if not isinstance(limits, list):
         raise ThresholdsError(f"{source}: limit must be an array of tables ([[limit]]), "

@@ -13,7 +13,8 @@ __all__ = ["Drift", "DriftRow", "Verdict", "Violation"]
 
 @dataclass
 class Violation:
-    """One failed check (ARCHITECTURE section 6 fields plus the statistic that decided it)."""
+    """One failed check: an item of the results file's ``gate.violations``, with the statistic
+    that decided it."""
 
     run: str
     metric: str

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..records.atomic import utf8_text
+
 __all__ = ["baseline_variant", "mismatch", "run_id_of", "run_identity"]
 
 
@@ -24,14 +26,17 @@ def run_id_of(node: Any) -> str:
 
     pytest names a file outside the rootdir relative to the argument it was
     collected from, so the same test would get another id when pytest is run
-    from another directory, and match no baseline run."""
+    from another directory, and match no baseline run. Under a locale that is not UTF-8
+    (``LC_ALL=C``) Python decodes a non-ASCII file name with surrogate escapes: the id is made
+    the UTF-8 the name is on disk (:func:`~pytest_opperf.records.atomic.utf8_text`), so that the
+    same test has the same id, and the same bytes in every file, in every locale."""
     nodeid = node.nodeid
     path = getattr(node, "path", None)
     if path is None:
-        return str(nodeid)
+        return utf8_text(str(nodeid))
     _, sep, rest = nodeid.partition("::")
     rel = Path(os.path.relpath(path, node.config.rootpath)).as_posix()
-    return f"{rel}::{rest}" if sep else rel
+    return utf8_text(f"{rel}::{rest}" if sep else rel)
 
 
 def baseline_variant(timing: str, l2_flush: bool = False) -> str:

@@ -26,6 +26,15 @@ ONLY_SKIP = "Skipping non-benchmark"  # how its --benchmark-only skip reason sta
 LOOP_DEFAULTS = {"min_rounds": 5.0, "max_time": 1.0, "min_time": 0.000005}  # its option defaults
 
 
+def quiet_benchmark_table(option: Any) -> None:
+    """Under ``--opperf`` pytest-benchmark's own table (one wide line per per-op benchmark) is
+    left out, as with ``--benchmark-quiet``: the opperf report shows the same runs. Given
+    ``--benchmark-columns=...``, or ``--benchmark-verbose`` (which pytest-benchmark lets override
+    quiet), the table is printed. Called before pytest-benchmark's (trylast) configure reads it."""
+    if hasattr(option, "benchmark_quiet") and getattr(option, "benchmark_columns", None) is None:
+        option.benchmark_quiet = True
+
+
 def supported_range() -> str:
     """:data:`SUPPORTED` as a requirement: ``>=4.0,<6.0``."""
     (a, b), (c, d) = SUPPORTED

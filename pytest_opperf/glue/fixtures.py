@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 
 class OpPerf:
-    """The ``opperf`` fixture: measured windows for e2e suites (see docs/usage.md)."""
+    """The ``opperf`` fixture: measured windows for e2e suites (see docs/reference/api.md)."""
 
     def __init__(self, request: pytest.FixtureRequest) -> None:
         self._request = request

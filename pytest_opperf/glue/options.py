@@ -97,6 +97,11 @@ OPTIONS: tuple[tuple[str, Policy, str, Callable[[str], str] | None, str | None, 
      "this one)"),
     ("compare-timeout", "stripped", "SECONDS", _seconds, "600",
      "A/B: the longest a side may take to answer (a hang ends both)"),
+    ("tests-from", "stripped", "SOURCE", _parser("tests-from", lambda v: bool(v.strip()),
+                                                 "worktree, head or a git revision"), None,
+     "A/B: both sides run the selection's test files (and their conftest.py) as the head's "
+     "working tree has them (worktree or head), each against its own code: a benchmark the "
+     "base lacks is compared (default: each side's own tests)"),
     ("count-steps", "fixed", "N", _steps, "2",
      "steps of the counting pass of each run that has one (run.counting_pass): work counts per "
      "step, counted after the timed window; 0: no counting pass"),
@@ -115,7 +120,7 @@ OPTIONS: tuple[tuple[str, Policy, str, Callable[[str], str] | None, str | None, 
      "merge"),
 )
 # switches (name, child policy, help; each also an ini key); the GPU ones: see
-# docs/contract-additions.md
+# docs/reference/options.md
 FLAGS: tuple[tuple[str, Policy, str], ...] = (
     ("record_benchmarks", "fixed",
      "also record tests using pytest-benchmark's plain `benchmark` fixture as per-op runs, timed "

@@ -37,6 +37,7 @@ class Settings:
     compare_python: str | None = None  # A/B: the base interpreter, resolved
     compare_timeout: float = 600.0
     compare_undecided: str = "inconclusive"  # UNDECIDED_MODES
+    tests_from: str | None = None  # A/B: worktree|head as given (pytest_opperf.ab.tests_from)
     count_steps: int = 2  # steps of a run's counting pass (0: none)
     count_timeout: float = 300.0  # the longest a counting pass may take (s)
     instructions: bool = False  # CPU instructions per counted step, under valgrind

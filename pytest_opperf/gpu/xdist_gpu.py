@@ -9,7 +9,7 @@ on the same GPU model. The controller passes its list of GPUs to its workers in 
 plugin or conftest can touch CUDA. The pure functions here have no pytest import; the glue is the
 plugin's hooks and the controller's and workers' roles (:mod:`pytest_opperf.glue.roles`: the
 controller shares the GPUs, a worker times per-op benchmarks with its own loop) (the contract:
-docs/contract-additions.md, "GPU")."""
+docs/gpu.md)."""
 
 from __future__ import annotations
 

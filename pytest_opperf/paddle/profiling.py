@@ -5,7 +5,7 @@ operator the static executor or dygraph runs, forward, backward and optimizer, o
 with no Python on the op's path. The events are read, and filed as stats, when the window has
 closed, after its wall clock stopped (:mod:`pytest_opperf.recorded`, shared with torch); which
 events are ops and their names are :mod:`pytest_opperf.paddle.events`'. What it lists and what it
-costs are in docs/contract-additions.md ("PaddlePaddle") and docs/adapters.md.
+costs are in docs/adapters.md and docs/reference/api.md.
 
 Accounting: the static executor's run (``StandaloneExecutor::run``) is the report's
 ``ExecutorRunTimer``, so the Python share is what runs outside it. A window with no executor run

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import stat
 from array import array
 from collections.abc import Iterator
@@ -20,6 +19,17 @@ from typing import Any, TextIO
 
 from ..results import ResultsError, ResultSet, RunResult
 from .checks import check_schema, finish, load_run, need, results_from_dict
+from .strict_json import (
+    DECODER,
+    NOT_JSON,
+    NUMBER_CHARS,
+    SPACE,
+    Duplicate,
+    loads_strict,
+    locate,
+    position,
+    strict_object,
+)
 
 __all__ = ["loads_strict", "read_results", "read_text"]
 
@@ -102,107 +112,6 @@ def read_results(path: str | os.PathLike[str]) -> ResultSet:
     return _Document(text, source).read()
 
 
-class _Duplicate(Exception):
-    """A key that appears twice in one object (raised while parsing; located afterwards)."""
-
-
-class _Constant(ValueError):
-    """NaN, Infinity or -Infinity: Python's json takes them, JSON has no such numbers."""
-
-
-def _no_constant(name: str) -> Any:
-    raise _Constant(f"{name} is not a number JSON allows")
-
-
-def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A parsed JSON object: a key given twice is refused (json would keep the last silently:
-    ``"passed": false, "passed": true`` would read as passed). A stat's samples are packed as an
-    ``array('d')`` (8 bytes a sample, where a list of floats takes 32), so a file's samples never
-    exist as lists all at once. Only lists of floats are packed; anything else is left for the
-    reader's checks to name."""
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _Duplicate(key)
-            seen.add(key)
-    samples = obj.get("samples_ms")
-    if type(samples) is list and all(type(x) is float for x in samples):
-        obj["samples_ms"] = array("d", samples)
-    return obj
-
-
-_DECODER = json.JSONDecoder(object_pairs_hook=_object, parse_constant=_no_constant)
-_SPACE = re.compile(r"[ \t\n\r]*")
-# the tokens of JSON text for the second look at a value that failed (_locate)
-_TOKEN = re.compile(r'[ \t\n\r]*(?:("[^"\\]*(?:\\.[^"\\]*)*")|([{}\[\]:,])|([^ \t\n\r{}\[\]:,"]+))',
-                    re.DOTALL)
-_MAX_DIGITS = 4300  # Python's limit for converting digits to an int (sys.get_int_max_str_digits)
-
-
-def _position(text: str, pos: int) -> str:
-    line = text.count("\n", 0, pos) + 1
-    return f"line {line} column {pos - text.rfind(chr(10), 0, pos)}"
-
-
-def _path(base: str, stack: list[list[Any]]) -> str:
-    parts = [base]
-    for _, _, at in stack[:-1]:
-        if isinstance(at, int):
-            parts.append(f"[{at}]")
-        elif at is not None:
-            parts.append(f".{at}" if at.isidentifier() else f"[{at!r:.60}]")
-    return "".join(parts).lstrip(".") or "the top level"
-
-
-def _locate(text: str, start: int, base: str) -> str | None:
-    """Where in the JSON value at ``start`` the parser's refusal lies, read a second time token
-    by token (only after a refusal: the first read is json's, in C): the first key given twice
-    in its object, NaN or Infinity, or an integer of more digits than Python reads. ``base``
-    names the value (``runs[3]``). None when none is found."""
-    stack: list[list[Any]] = []  # [is object, keys seen, the key or index now]
-    key_next = False
-    for m in _TOKEN.finditer(text, start):
-        string, mark, bare = m.groups()
-        if mark is not None:
-            if mark in "{[":
-                stack.append([mark == "{", set(), None if mark == "{" else 0])
-                key_next = mark == "{"
-            elif mark in "}]":
-                stack.pop()
-                if not stack:
-                    return None
-            elif mark == ",":
-                top = stack[-1] if stack else None
-                if top is not None and top[0]:
-                    key_next = True
-                elif top is not None:
-                    top[2] += 1
-            continue
-        pos = m.start(1 if string is not None else 3)
-        if string is not None:
-            if stack and stack[-1][0] and key_next:
-                key = json.loads(string)
-                top = stack[-1]
-                if key in top[1]:
-                    where = _path(base, stack)
-                    return (f"malformed results file: the key {key!r:.60} appears twice in "
-                            f"{where} at {_position(text, pos)} (a key may appear once in an "
-                            "object)")
-                top[1].add(key)
-                top[2] = key
-                key_next = False
-        elif bare in ("NaN", "Infinity", "-Infinity"):
-            return f"not valid JSON: {bare} is not a number JSON allows at {_position(text, pos)}"
-        elif len(bare.lstrip("-")) > _MAX_DIGITS and bare.lstrip("-").isdigit():
-            return (f"not valid JSON: an integer of {len(bare.lstrip('-'))} digits at "
-                    f"{_position(text, pos)} (Python reads at most {_MAX_DIGITS})")
-        if not stack:
-            return None
-    return None
-
-
 class _Whole(Exception):
     """The window cannot read this document (not an object at the top): read it whole."""
 
@@ -220,7 +129,7 @@ class _Document:
 
     def fail(self, message: str, pos: int) -> ResultsError:
         return ResultsError(f"{self.source}: not valid JSON: {message} at "
-                            f"{_position(self.text, pos)}")
+                            f"{position(self.text, pos)}")
 
     def mark(self, pos: int) -> int:
         """Nothing before ``pos`` is read again; the same place in :attr:`text`, returned."""
@@ -233,23 +142,37 @@ class _Document:
         return pos == len(self.text)
 
     def space(self, pos: int) -> int:
-        return _SPACE.match(self.text, pos).end()  # type: ignore[union-attr]
+        return SPACE.match(self.text, pos).end()  # type: ignore[union-attr]
+
+    def decode(self, pos: int) -> tuple[Any, int]:
+        """The value the window holds at ``pos`` and its end; end -1 when the window's end cuts
+        it off (or it is wrong: reading on, or the whole file's read, says which)."""
+        try:
+            return DECODER.raw_decode(self.text, pos)
+        except json.JSONDecodeError:
+            return None, -1
+        except (Duplicate, ValueError, RecursionError):
+            raise _Whole from None
 
     def value(self, pos: int, where: str) -> tuple[Any, int]:
         """The JSON value at ``pos`` and the position after it."""
         try:
-            return _DECODER.raw_decode(self.text, pos)
+            return DECODER.raw_decode(self.text, pos)
         except json.JSONDecodeError as exc:
             raise ResultsError(f"{self.source}: not valid JSON: {exc.msg} at line {exc.lineno} "
                                f"column {exc.colno}") from None
         except RecursionError:
             raise ResultsError(f"{self.source}: not a results file: nested too deeply") from None
-        except (_Duplicate, ValueError) as exc:  # a key twice, NaN, too many digits
-            found = _locate(self.text, pos, where)
+        except (Duplicate, ValueError) as exc:  # a key twice, NaN, too many digits
+            found = locate(self.text, pos, where)
             if found is None:
                 found = (f"malformed results file: the key {str(exc)!r:.60} appears twice in "
-                         f"{where}" if isinstance(exc, _Duplicate) else f"not valid JSON: {exc}")
+                         f"{where}" if isinstance(exc, Duplicate) else f"not valid JSON: {exc}")
             raise ResultsError(f"{self.source}: {found}") from None
+
+    def run_value(self, pos: int, where: str) -> tuple[Any, int]:
+        """The run at ``pos`` (:class:`_Window` streams one larger than its window)."""
+        return self.value(pos, where)
 
     def scan_key(self, pos: int) -> tuple[str, int]:
         """The string at ``pos`` (a key) and the position after it."""
@@ -310,7 +233,7 @@ class _Document:
         if key in head or (key == "runs" and runs_read):
             raise ResultsError(
                 f"{self.source}: malformed results file: the key {key!r:.60} appears twice in "
-                f"the top level at {_position(self.text, pos)} (a key may appear once in an "
+                f"the top level at {position(self.text, pos)} (a key may appear once in an "
                 "object)")
         end = self.space(end)
         if not self.at(end, ":"):
@@ -329,7 +252,7 @@ class _Document:
             return runs, pos + 1, None
         i = 0
         while True:
-            run, pos = self.value(self.mark(pos), f"runs[{i}]")
+            run, pos = self.run_value(self.mark(pos), f"runs[{i}]")
             if refusal is None:
                 try:
                     runs.append(load_run(run, i, self.source, self.memo))
@@ -403,19 +326,101 @@ class _Window(_Document):
         return end
 
     def value(self, pos: int, where: str) -> tuple[Any, int]:
-        """The value at ``pos``, once the window holds it and one character after it (a number
-        at the window's end may go on in the file)."""
+        """The value at ``pos``, once the window holds it and one character after it that no
+        number goes on with (a number at the window's end may go on in the file: ``0.`` reads
+        as 0, cut from ``0.5``)."""
         while True:
-            try:
-                value, end = _DECODER.raw_decode(self.text, pos)
-            except json.JSONDecodeError:  # cut off by the window's end, or wrong
-                end = -1
-            except (_Duplicate, ValueError, RecursionError):
-                raise _Whole from None
-            if 0 <= end < len(self.text) or (end >= 0 and self.eof):
+            value, end = self.decode(pos)
+            if end >= 0 and (self.eof or (end < len(self.text) and not (
+                    type(value) in (int, float) and self.text[end] in ".eE+-0123456789"))):
                 return value, end
             if not self.more(max(self.WINDOW, len(self.text) - pos)):  # double what it holds
                 raise _Whole
+
+    def run_value(self, pos: int, where: str) -> tuple[Any, int]:
+        """A run the window holds is parsed at once, in C; a larger one (a stat of millions of
+        samples) member by member, each stat's samples packed a part of the window at a time
+        (:meth:`samples`), the text read dropped as it goes: neither the run's text nor its
+        samples as a list of floats (32 bytes a sample) ever exist whole."""
+        value, end = self.decode(pos)
+        if 0 <= end < len(self.text) or (end >= 0 and self.eof):
+            return value, end
+        return self.members(pos, where, run=True)
+
+    def members(self, pos: int, where: str, run: bool) -> tuple[dict[str, Any], int]:
+        """The object at ``pos`` (a run, or one of its stats) and the position after it, its
+        ``stats`` (a run's) and ``samples_ms`` (a stat's) streamed; whatever is not the way
+        through a good file raises :class:`_Whole` (the whole file's read names it)."""
+        if not self.at(pos, "{"):
+            raise _Whole
+        pairs: list[tuple[str, Any]] = []
+        pos = self.space(pos + 1)
+        if self.at(pos, "}"):
+            return strict_object(pairs), pos + 1
+        while True:
+            if not self.at(pos, '"'):
+                raise _Whole
+            key, pos = self.scan_key(pos)
+            pos = self.space(pos)
+            if not self.at(pos, ":"):
+                raise _Whole
+            pos = self.mark(self.space(pos + 1))  # what was read is dropped
+            if run and key == "stats" and self.at(pos, "["):
+                stats: list[dict[str, Any]] = []
+                pos = self.space(pos + 1)
+                while not self.at(pos, "]") or stats:
+                    stat, pos = self.members(self.mark(pos), where, run=False)
+                    stats.append(stat)
+                    pos = self.space(pos)
+                    if self.at(pos, "]"):
+                        break
+                    if not self.at(pos, ","):
+                        raise _Whole
+                    pos = self.space(pos + 1)
+                pairs.append((key, stats))
+                pos += 1
+            elif not run and key == "samples_ms" and self.at(pos, "["):
+                samples, pos = self.samples(pos)
+                pairs.append((key, samples))
+            else:
+                value, pos = self.value(pos, where)
+                pairs.append((key, value))
+            pos = self.space(pos)
+            if self.at(pos, ","):
+                pos = self.space(pos + 1)
+            elif self.at(pos, "}"):
+                try:
+                    return strict_object(pairs), pos + 1
+                except Duplicate:  # a key twice: the whole file's read names it
+                    raise _Whole from None
+            else:
+                raise _Whole
+
+    def samples(self, pos: int) -> tuple[array[float], int]:
+        """The array of numbers at ``pos``, packed half a window at a time (each part checked
+        to hold JSON numbers only first)."""
+        out = array("d")
+        pos = self.space(pos + 1)
+        if self.at(pos, "]"):
+            return out, pos + 1
+        size = max(self.WINDOW // 2, 64)  # a few numbers at least
+        while True:
+            pos = self.mark(pos)
+            self.need(pos, size)
+            part = self.text[pos:pos + size]
+            close = part.find("]")
+            last = close >= 0
+            cut = close if last else part.rfind(",")
+            if (cut <= 0 or not NUMBER_CHARS.fullmatch(part, 0, cut)
+                    or NOT_JSON.search(part, 0, cut)):
+                raise _Whole  # not numbers only (null, a string, a nested list), or cut short
+            try:
+                out.extend(map(float, part[:cut].split(",")))
+            except ValueError:  # an empty item (1,,2), a space inside a number
+                raise _Whole from None
+            pos += cut + 1
+            if last:
+                return out, pos
 
     def scan_key(self, pos: int) -> tuple[str, int]:
         while True:
@@ -427,22 +432,3 @@ class _Window(_Document):
 
     def not_an_object(self) -> Any:
         raise _Whole
-
-
-def loads_strict(text: str, source: str) -> Any:
-    """Parse a results document: NaN and Infinity (which Python's json accepts) are errors, as
-    are keys given twice in an object and documents nested too deeply to check (each named
-    with its line). Samples are packed (:func:`_object`)."""
-    try:
-        return _DECODER.decode(text)
-    except json.JSONDecodeError as exc:
-        raise ResultsError(f"{source}: not valid JSON: {exc.msg} at line {exc.lineno} "
-                           f"column {exc.colno}") from None
-    except RecursionError:
-        raise ResultsError(f"{source}: not a results file: nested too deeply") from None
-    except (_Duplicate, ValueError) as exc:  # a key twice, NaN/Infinity, too many digits
-        found = _locate(text, _SPACE.match(text).end(), "")  # type: ignore[union-attr]
-        if found is None:
-            found = (f"malformed results file: the key {str(exc)!r:.60} appears twice"
-                     if isinstance(exc, _Duplicate) else f"not valid JSON: {exc}")
-        raise ResultsError(f"{source}: {found}") from None

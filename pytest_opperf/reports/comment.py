@@ -8,7 +8,9 @@ from the machine factor); links to the full report and the dashboard. GitHub ref
 over 65,536 characters (:data:`LIMIT`): the longest cuttable table loses rows first, and a line
 says how many and where they are; the failed checks are never cut: once the other tables are
 empty they are shortened (the message, then the run ids' common prefix left out; one line each;
-one line per metric), and only failed checks that do not fit even so go over the limit.
+one line per metric), and only failed checks that do not fit even so go over the limit. Run ids
+and metrics are code spans; every other text from ids and messages is made inert
+(:func:`~pytest_opperf.reports.layout.md_inert`): a ``@name`` in a test id notifies no one.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from ..ab.paired import CompareResult, Decision
 from ..ab.render import change, interval
 from ..comparison.verdict import DriftRow, Verdict, Violation
 from ..results import ResultSet
-from .layout import common_prefix, md_code, md_text
+from .layout import common_prefix, md_code, md_inert, md_text
 from .report import verdict_line
 
 __all__ = ["LIMIT", "MARKER", "render_comment"]
@@ -94,7 +96,7 @@ def _failed(violations: Sequence[Violation], decisions: dict[tuple[str, str], De
         else:
             bounds = interval(d) if d else f"limit {_num(v.limit)}, baseline {_num(v.baseline)}"
         rows.append([md_code(v.run[len(prefix):]), md_code(v.metric), md_text(estimate),
-                     md_text(bounds), md_text(v.message), _why(v)])
+                     md_text(bounds), md_inert(v.message), _why(v)])
     if level == 4:
         by_metric: dict[str, list[str]] = {}
         for run, metric, estimate, *_ in rows:
@@ -161,11 +163,11 @@ def _head(results: ResultSet, verdict: Verdict, compare: CompareResult | None,
           report_url: str | None, dashboard_url: str | None) -> list[str]:
     word = "PASSED" if verdict.passed else "INCOMPLETE" if verdict.incomplete else "FAILED"
     commit = (results.commit or {}).get("sha")
-    out = [MARKER, f"## opperf gate: {word}", "", md_text(verdict_line(verdict))]
+    out = [MARKER, f"## opperf gate: {word}", "", md_inert(verdict_line(verdict))]
     if commit:
         out += ["", f"Commit {md_code(str(commit)[:12])}, {len(results.runs)} run(s)."]
     if compare is not None:
-        out += ["", f"A/B against {md_text(compare.base)}: {md_text(compare.summary())}."]
+        out += ["", f"A/B against {md_inert(compare.base)}: {md_inert(compare.summary())}."]
     links = [f"[{name}]({url})" for name, url in (("full report", report_url),
                                                   ("dashboard", dashboard_url)) if url]
     if links:
@@ -186,7 +188,7 @@ def render_comment(results: ResultSet, verdict: Verdict, compare: CompareResult 
     cuttable = [_Table("Undecided A/B metrics (not a pass: see docs/ab.md)", _DECISION_HEADERS,
                        _decision_rows(undecided), len(undecided)),
                 _largest(compare, verdict)]
-    cuttable.append(_Table("Warnings", (), [[md_text(w)] for w in verdict.warnings],
+    cuttable.append(_Table("Warnings", (), [[md_inert(w)] for w in verdict.warnings],
                            len(verdict.warnings)))
     level = 0
 

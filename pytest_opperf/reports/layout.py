@@ -6,12 +6,14 @@ The width is a parameter: the plugin passes pytest's terminal width (``COLUMNS``
 from __future__ import annotations
 
 import os
+import re
 import textwrap
 from collections.abc import Iterable, Sequence
 
 from tabulate import tabulate
 
-__all__ = ["clean", "common_prefix", "fit", "listing", "md_code", "md_text", "middle",
+__all__ = ["clean", "common_prefix", "fit", "listing", "md_code", "md_inert", "md_text",
+           "middle",
            "run_group", "table", "wrap"]
 
 _ELLIPSIS = "..."
@@ -33,6 +35,32 @@ def md_text(text: str) -> str:
     """Text for a markdown line or table cell: control characters escaped, no
     HTML tags, no column breaks."""
     return clean(text).replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+
+
+_JOINER = "\u200d"  # zero width: shown as nothing, and it breaks what GitHub would make live
+_MD_ESCAPED = {ord(c): "\\" + c for c in "\\`*_~"}
+_LIVE = (
+    re.compile(r"([@#])(?=\w)"),  # a mention (@octocat, @org/team), a reference (#123)
+    re.compile(r"(?i)\b(gh-)(?=\d)"),  # a reference GH-123
+    re.compile(r"(?i)\b((?:https?|ftp)(?=:)|www(?=\.))"),  # an autolinked address
+)
+
+
+def md_inert(text: str) -> str:
+    """Text from a run id or a message for a markdown line or table cell that nothing in it can
+    make live: :func:`md_text`'s escapes; the emphasis and code marks and the ``](`` of a link
+    or an image escaped; an entity shown as written; a joiner after the ``@`` of a mention and
+    the ``#`` of an issue reference, and before the ``:`` or ``.`` of an address (GitHub would
+    notify, cross-reference or link them); a first character that would start a heading, a
+    list, a task or a link definition escaped."""
+    text = clean(text).replace("&", "&amp;").translate(_MD_ESCAPED)
+    text = text.replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+    text = text.replace("](", "\\](").replace("][", "\\][")  # a link or an image: none
+    for pattern in _LIVE:
+        text = pattern.sub(lambda m: m.group(1) + _JOINER, text)
+    if text[:1] in ("#", "-", "+", "=", "["):  # "[x]: url" defines a link, "[ ]" a task
+        text = "\\" + text
+    return re.sub(r"^(\d+)([.)])", r"\1\\\2", text)
 
 
 def md_code(text: str) -> str:

@@ -1,7 +1,7 @@
 """``profile()``: every aten operator that runs in a measured window becomes a kernel stat.
 
 What it lists, how it times and groups, and what each mechanism costs are written out in
-docs/contract-additions.md ("PyTorch: ``pytest_opperf.torch``") and docs/adapters.md. Two mechanisms
+docs/adapters.md and docs/reference/api.md. Two mechanisms
 (``profile(mechanism=...)``): ``"profiler"``, the default on the host clock, is
 :mod:`pytest_opperf.torch.recorded`; ``"dispatch"``, the default on CUDA (the only one that reads
 CUDA events), is this module's ``TorchDispatchMode``.

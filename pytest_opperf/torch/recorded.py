@@ -9,7 +9,7 @@ done when the measured window has closed, after its wall clock stopped
 (:meth:`pytest_opperf.measure.Run.defer`), or at the end of ``profile()`` where no window measures.
 
 Building the stats (:func:`op_samples`, :func:`file_samples`, :func:`file_module_samples`; pure,
-tested on synthetic events) follows docs/contract-additions.md ("PyTorch"): which events are ops
+tested on synthetic events) follows docs/adapters.md: which events are ops
 (:func:`op_kind`), the step an op belongs to, ``by="module"``'s attribution. Steps, regions and the
 clocks' alignment are :mod:`pytest_opperf.recorded`'s (shared with Paddle's); here:
 
