@@ -134,7 +134,7 @@ def test_more_work_in_one_helper_names_it_first_with_its_path_line_and_delta(sid
     decisions = CompareResult.from_dict(json.loads(json.dumps(result.to_dict()))).explain
     assert decisions == result.explain  # the gate JSON's compare reads back
     comment = render_comment(ResultSet(runs=[head]), verdict, result)
-    row = next(x for x in comment.splitlines() if "step_ms:batch_norm" in x)
+    row = next(x for x in comment.splitlines() if "step_ms:batch_norm" in x).replace("\\_", "_")
     assert "more work" in row and f"_normalise ({BATCH_NORM}:{line})" in row
     assert row.count(" in ") <= 4  # at most three functions per metric (and the message's)
 
@@ -185,6 +185,37 @@ def test_the_same_work_slower_names_no_function(sides):
     e = result.explain[MetricKey(again.id, "step_ms:conv2d")]
     assert (e.cls, e.functions) == (diff.SAME, [])
     assert "unchanged" in e.why and e.changed is None
+
+
+def test_same_work_slower_says_which_stats_inside_got_slower_or_changed_count(sides):
+    base, again, _ = sides
+    run = again.id
+    count = Decision(MetricKey(run, "count:relu"), "count", "regressed", 2.0, 3.0, 1.0, 1.0, 1.0,
+                     12, "exact", 0.0)
+    result = _result(base, again, [
+        _decision(run, "examples_per_sec", kind="rate"),
+        _decision(run, "step_ms:conv2d"),  # 1.3x [1.2, 1.4]
+        Decision(MetricKey(run, "step_ms:conv2d_grad"), "time", "undecided", 1.0, 1.1, 1.1,
+                 1.0, 1.2, 20, "test", 1.05, True),  # inconclusive
+        _decision(run, "step_ms:relu", "unchanged"), count,
+        _decision("other.py::test_x", "step_ms:pool2d")])
+    e = result.explain[MetricKey(run, "examples_per_sec")]
+    assert (e.cls, e.functions) == (diff.SAME, [])
+    # counts first, then the times that regressed or are inconclusive, the largest first; not
+    # the unchanged one, nor another run's
+    assert e.inside == ["relu count 3 per step, base 2", "conv2d 1.300x [1.200, 1.400]",
+                        "conv2d_grad 1.100x [1.000, 1.200]"]
+    assert "  inside: relu count 3 per step, base 2; conv2d 1.300x [1.200, 1.400]; " in "\n".join(
+        e.lines())
+    # a stat's metric lists the stats nested in it only: conv2d has none here
+    assert result.explain[MetricKey(run, "step_ms:conv2d")].inside == []
+    again_read = diff.Explanation.from_dict(json.loads(json.dumps(e.to_dict())), "x")
+    assert again_read == e
+    verdict = Verdict()
+    add_compare(verdict, result)
+    row = next(x for x in render_comment(ResultSet(runs=[again]), verdict, result).splitlines()
+               if "examples_per_sec" in x and "same work" in x)
+    assert "inside: relu count 3 per step" in row
 
 
 def test_less_work_slower_and_not_counted_are_said_as_such(sides):
@@ -275,7 +306,7 @@ def test_against_a_stored_baseline_the_failed_work_count_names_the_helper(sides)
     assert f"_normalise ({BATCH_NORM}:{NORMALISE_LINE})" in report_markdown(
         ResultSet(runs=[head]), verdict)
     row = next(x for x in render_comment(ResultSet(runs=[head]), verdict).splitlines()
-               if "bytecodes:batch_norm" in x)
+               if "bytecodes:batch_norm" in x).replace("\\_", "_")  # the comment's inert text
     assert "more work;<br> +" in row and "_normalise (" in row
     # an A/A baseline: no violation, nothing to explain
     again = evaluate(ResultSet(runs=[base]), None, ResultSet(runs=[base]), "base.json")

@@ -14,6 +14,10 @@ puts the metric in one of four classes (:data:`CLASSES`):
   environment), and no function is named;
 * ``less work, slower``: a count fell and none grew (the functions that do less are named);
 * ``not in the counted code``: a side has no work counts, or the scope has none on either side.
+
+Whatever the class, an A/B also lists the stats inside the scope whose count or time it found
+changed (:attr:`Explanation.inside`: the child ops and kernels of a torch or Paddle run, the ops
+of a step), so that "same work, slower" says where the time went.
 """
 
 from __future__ import annotations
@@ -118,6 +122,9 @@ class Explanation:
     changed: list[str] | None = None
     changed_note: str | None = None
     command: str | None = None
+    # the stats inside the scope whose count or time changed, as the A/B decided them (torch's
+    # and Paddle's child ops and kernels; the ops of a step): set by explain.session
+    inside: list[str] = field(default_factory=list)
 
     def top(self, limit: int = SHOWN) -> list[str]:
         """The first ``limit`` functions' lines."""
@@ -141,6 +148,10 @@ class Explanation:
         out += [f"  {t}" for t in self.top(limit)]
         if len(self.functions) > limit:
             out.append(f"  ... and {len(self.functions) - limit} more function(s)")
+        if self.inside:
+            more = len(self.inside) - limit
+            out.append("  inside: " + "; ".join(self.inside[:limit])
+                       + (f"; and {more} more" if more > 0 else ""))
         changed = self.changed_text()
         out += [f"  {changed}"] if changed else []
         out += [f"  rerun: {self.command}"] if self.command else []
@@ -149,7 +160,8 @@ class Explanation:
     def to_dict(self) -> dict[str, Any]:
         return {"class": self.cls, "why": self.why, "stats": list(self.stats),
                 "functions": [f.to_dict() for f in self.functions], "changed": self.changed,
-                "changed_note": self.changed_note, "command": self.command}
+                "changed_note": self.changed_note, "command": self.command,
+                "inside": list(self.inside)}
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> Explanation:
@@ -161,6 +173,9 @@ class Explanation:
                 raise ValueError(f"class must be one of {list(CLASSES)}, got {d.get('class')!r}")
             why, stats, functions = d.get("why"), d.get("stats", []), d.get("functions", [])
             changed, note, command = d.get("changed"), d.get("changed_note"), d.get("command")
+            inside = d.get("inside", [])
+            if not isinstance(inside, list) or not all(isinstance(i, str) for i in inside):
+                raise ValueError("inside must be a list of strings")
             if not isinstance(why, str):
                 raise ValueError(f"why must be a string, got {why!r:.60}")
             if not isinstance(stats, list) or not all(isinstance(s, str) for s in stats):
@@ -176,7 +191,7 @@ class Explanation:
                     raise ValueError(f"{name} must be null or a string, got {value!r:.60}")
             return cls(d["class"], why, list(stats),
                        [FunctionDelta.from_dict(f) for f in functions],
-                       None if changed is None else list(changed), note, command)
+                       None if changed is None else list(changed), note, command, list(inside))
         except ValueError as exc:
             raise ValueError(f"{where}: explain: {exc}") from None
 

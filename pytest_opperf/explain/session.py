@@ -10,6 +10,7 @@ an explanation (:mod:`.profile`); :func:`write_files` writes them. No pytest.
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 from collections.abc import Callable, Mapping, Sequence
@@ -19,11 +20,11 @@ from ..ab.paired import CompareResult, Decision
 from ..results import RunResult
 from ..workcounts.workcount import COUNTERS
 from .changes import Changes, ChangesError
-from .diff import MORE, NOT_COUNTED, Explanation, explain
+from .diff import KEPT, MORE, NOT_COUNTED, Explanation, explain
 from .profile import BASE_LABEL, ProfileRow, folded, profile_bytes, rows_of
 
 __all__ = ["PROFILE", "RERUN_FLAGS", "RERUN_OPTIONS", "explain_ab", "explain_compare", "explained",
-           "profile_files", "rerun_command", "rerun_options", "test_of", "write_files"]
+           "inside", "profile_files", "rerun_command", "rerun_options", "test_of", "write_files"]
 
 PROFILE = "explain.pb.gz"
 
@@ -59,7 +60,34 @@ def explain_compare(result: CompareResult, runs: Mapping[str, tuple[RunResult, R
                 e.changed_note = changes_note
         if command is not None:
             e.command = command(test_of(d.key.run))
+        e.inside = inside(d, e, result.decisions)
         result.explain[d.key] = e
+
+
+TIMES = ("step_ms", "call_ms", "avg_ms", "total_ms")  # a stat's time metrics
+
+
+def inside(d: Decision, e: Explanation, decisions: Sequence[Decision]) -> list[str]:
+    """The stats inside ``d``'s scope (the stats nested in its stat; every stat of the run for a
+    run-level metric) whose count changed, or whose time regressed or is inconclusive, by the
+    session's own decisions: counts first, then times, the largest first; at most
+    :data:`~.diff.KEPT`. ``aten::convolution 1.213x [1.150, 1.281]``, ``aten::add count 4 per
+    step, base 2``."""
+    _, sep, own = d.key.metric.partition(":")
+    scope = set(e.stats[1:]) if sep else None
+    counts, times = [], []
+    for o in decisions:
+        kind, sep, stat = o.key.metric.partition(":")
+        if (o.key.run != d.key.run or not sep or stat == own
+                or (scope is not None and stat not in scope)):
+            continue
+        if kind == "count" and o.base != o.head:
+            counts.append((-abs(o.head - o.base), f"{stat} count {o.head:g} per step, base "
+                                                  f"{o.base:g}"))
+        elif kind in TIMES and explained(o):
+            size = o.estimate if math.isfinite(o.estimate) else 0.0
+            times.append((-size, f"{stat} {o.estimate:.3f}x [{o.low:.3f}, {o.high:.3f}]"))
+    return [t for _, t in sorted(counts) + sorted(times)][:KEPT]
 
 
 def profile_files(result: CompareResult, runs: Mapping[str, tuple[RunResult, RunResult]]

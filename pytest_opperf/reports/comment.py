@@ -118,13 +118,16 @@ def _failed(violations: Sequence[Violation], decisions: dict[tuple[str, str], De
 
 def _why(v: Violation) -> str:
     """A failed check's explanation (:mod:`pytest_opperf.explain`): its class and at most
-    ``EXPLAINED`` functions, each with its delta and ``path:line``; empty when none."""
+    ``EXPLAINED`` functions, each with its delta and ``path:line`` (with none, as many stats
+    inside it that changed); empty when none."""
     e = v.explain
     if not isinstance(e, dict) or not isinstance(e.get("class"), str):
         return ""
     texts = [f["text"] for f in e.get("functions", []) if isinstance(f, dict)
              and isinstance(f.get("text"), str)][:EXPLAINED]
-    return md_text("; ".join([f"{e['class']}", *texts])).replace(";", ";<br>")
+    texts = texts or [f"inside: {t}" for t in e.get("inside", [])
+                      if isinstance(t, str)][:EXPLAINED]
+    return md_inert("; ".join([f"{e['class']}", *texts])).replace(";", ";<br>")
 
 
 def _decision_rows(decisions: Sequence[Decision]) -> list[list[str]]:

@@ -242,15 +242,17 @@ def gate_lines(verdict: Verdict, width: int = 100) -> list[str]:
 
 def why_texts(v: Violation, limit: int = 3) -> list[str]:
     """A violation's explanation (:mod:`pytest_opperf.explain`) in short: its class, then its
-    first ``limit`` functions, each with its delta per step and ``path:line``, then its changed
-    lines; none when it has none."""
+    first ``limit`` functions, each with its delta per step and ``path:line``, the first
+    ``limit`` stats inside it that changed, then its changed lines; none when it has none."""
     e = v.explain
     if not isinstance(e, dict) or not isinstance(e.get("class"), str):
         return []
     texts = [f["text"] for f in e.get("functions", []) if isinstance(f, dict)
              and isinstance(f.get("text"), str)]
     changed = e.get("changed")
+    inside = [t for t in e.get("inside", []) if isinstance(t, str)][:limit]
     return [f"why it got slower: {e['class']}", *texts[:limit],
+            *([f"inside: {'; '.join(inside)}"] if inside else []),
             *([f"changed lines: {', '.join(map(str, changed))}"] if isinstance(changed, list)
               and changed else [])]
 
