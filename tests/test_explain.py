@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from pytest_opperf import measure
 from pytest_opperf.ab import render
@@ -290,6 +291,54 @@ def test_pprof_itself_reads_the_profile_and_puts_the_helper_on_top(sides, tmp_pa
                          capture_output=True, text=True, cwd=tmp_path).stdout.splitlines()
     at = next(i for i, x in enumerate(top) if x.split()[:1] == ["flat"])
     assert top[at + 1].split()[-1] == "_normalise", top
+
+
+PPROF_PROTO = Path("/usr/share/gocode/src/github.com/google/pprof/proto/profile.proto")
+
+
+def _pprof_proto(tmp_path: Path) -> descriptor_pb2.FileDescriptorProto:
+    """pprof's own proto/profile.proto (Debian's golang-github-google-pprof-dev, which .ci/run
+    installs), compiled by protoc (grpcio-tools) into its descriptor."""
+    if not PPROF_PROTO.is_file():
+        pytest.skip(f"pprof's profile.proto is not installed ({PPROF_PROTO}: Debian's "
+                    "golang-github-google-pprof-dev)")
+    protoc = pytest.importorskip("grpc_tools.protoc", reason="protoc: pip install grpcio-tools")
+    out = tmp_path / "profile.desc"
+    assert protoc.main(["protoc", f"-I{PPROF_PROTO.parent}", f"--descriptor_set_out={out}",
+                        PPROF_PROTO.name]) == 0
+    return descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file[0]
+
+
+def test_the_profile_is_in_pprofs_own_schema_and_reads_back_with_it(sides, tmp_path):
+    proto = _pprof_proto(tmp_path)
+    ours = descriptor_pb2.FileDescriptorProto()
+    profile_class().DESCRIPTOR.file.CopyToProto(ours)
+
+    def fields(f: descriptor_pb2.FileDescriptorProto) -> dict[str, set[tuple[Any, ...]]]:
+        return {m.name: {(x.name, x.number, x.type, x.label, x.type_name) for x in m.field}
+                for m in f.message_type}
+    assert ours.package == proto.package == "perftools.profiles"
+    assert fields(ours) == fields(proto)  # every message and field as pprof's file has them
+    # what the session writes reads back with pprof's schema: the helper's delta on top
+    base, _, head = sides
+    result = CompareResult("REV abc1234", "working tree", [_decision(head.id,
+                                                                     "step_ms:batch_norm")])
+    explain_ab(result, {head.id: (base, head)}, tmp_path, None, "DIR x", tmp_path / "out")
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    profile = message_factory.GetMessageClass(
+        pool.FindMessageTypeByName("perftools.profiles.Profile"))()
+    profile.ParseFromString(gzip.decompress((tmp_path / "out" / "explain.pb.gz").read_bytes()))
+    strings = list(profile.string_table)
+    assert [strings[t.type] for t in profile.sample_type] == ["bytecodes", "py_calls", "c_calls"]
+    names = {f.id: strings[f.name] for f in profile.function}
+    leaf = {loc.id: names[loc.line[0].function_id] for loc in profile.location}
+    delta: dict[str, int] = {}
+    for sample in profile.sample:
+        name = leaf[sample.location_id[0]]
+        delta[name] = delta.get(name, 0) + sample.value[0]
+    assert max(delta, key=lambda n: delta[n]) == "_normalise" and delta["_normalise"] > 1000
+    assert sorted(set(delta.values()) - {delta["_normalise"]}) == [0]  # the rest nets 0
 
 
 def test_against_a_stored_baseline_the_failed_work_count_names_the_helper(sides):

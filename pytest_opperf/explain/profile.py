@@ -31,7 +31,9 @@ _I64, _U64, _BOOL, _STR, _MSG = (descriptor_pb2.FieldDescriptorProto.TYPE_INT64,
                                  descriptor_pb2.FieldDescriptorProto.TYPE_BOOL,
                                  descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
                                  descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE)
-# profile.proto's messages: (field name, number, type, repeated, message type)
+# profile.proto's messages: (field name, number, type, repeated, message type); the fields of
+# pprof's proto/profile.proto that every pprof reads (tests/test_explain_profile.py checks them
+# against that file); later additions (Line.column, Profile.doc_url) are never written here
 _SCHEMA: dict[str, list[tuple[str, int, int, bool, str | None]]] = {
     "Profile": [("sample_type", 1, _MSG, True, "ValueType"), ("sample", 2, _MSG, True, "Sample"),
                 ("mapping", 3, _MSG, True, "Mapping"), ("location", 4, _MSG, True, "Location"),
@@ -39,8 +41,7 @@ _SCHEMA: dict[str, list[tuple[str, int, int, bool, str | None]]] = {
                 ("drop_frames", 7, _I64, False, None), ("keep_frames", 8, _I64, False, None),
                 ("time_nanos", 9, _I64, False, None), ("duration_nanos", 10, _I64, False, None),
                 ("period_type", 11, _MSG, False, "ValueType"), ("period", 12, _I64, False, None),
-                ("comment", 13, _I64, True, None), ("default_sample_type", 14, _I64, False, None),
-                ("doc_url", 15, _I64, False, None)],
+                ("comment", 13, _I64, True, None), ("default_sample_type", 14, _I64, False, None)],
     "ValueType": [("type", 1, _I64, False, None), ("unit", 2, _I64, False, None)],
     "Sample": [("location_id", 1, _U64, True, None), ("value", 2, _I64, True, None),
                ("label", 3, _MSG, True, "Label")],
@@ -55,8 +56,7 @@ _SCHEMA: dict[str, list[tuple[str, int, int, bool, str | None]]] = {
     "Location": [("id", 1, _U64, False, None), ("mapping_id", 2, _U64, False, None),
                  ("address", 3, _U64, False, None), ("line", 4, _MSG, True, "Line"),
                  ("is_folded", 5, _BOOL, False, None)],
-    "Line": [("function_id", 1, _U64, False, None), ("line", 2, _I64, False, None),
-             ("column", 3, _I64, False, None)],
+    "Line": [("function_id", 1, _U64, False, None), ("line", 2, _I64, False, None)],
     "Function": [("id", 1, _U64, False, None), ("name", 2, _I64, False, None),
                  ("system_name", 3, _I64, False, None), ("filename", 4, _I64, False, None),
                  ("start_line", 5, _I64, False, None)],
