@@ -111,6 +111,7 @@ def bisect_run(case: str, n: int, seed: int, args: argparse.Namespace) -> dict[s
     row: dict[str, object] = {"case": case, "n": n, "seed": seed, "ok": ok,
                               "exit": done.returncode, "status": doc.get("status"),
                               "expected": expected, "named": named, "steps": steps,
+                              "kinds": [s.get("kind") for s in doc.get("steps", [])],
                               "sessions": doc.get("sessions"), "pairs": doc.get("pairs"),
                               "wall_s": round(wall, 1), "imports": imports}
     if not doc:
