@@ -17,7 +17,8 @@ expected metric regressed. Cases:
 * ``extra-op``: one more op per training step (a ``fill_zeros_like``);
 * ``layout-5``: a slowdown only time can see: three of the six ``[256, 256, 3, 3]`` conv weights
   and the four ``[128, 128, 3, 3]`` start column-major, so each step copies them inside numpy
-  (same Python calls; momentum's work counts even fall); about 5 % fewer examples/sec with the
+  (the conv ops' Python work unchanged; momentum's falls, a column-major array being split along
+  its first axis rather than flattened: "less work, slower"); about 5 % fewer examples/sec with the
   framework keeping its host memory (its sizing: the comment at ``CASES``); ``layout-3``: one
   of the six and one of the four, for the e2e threshold lowered to 3 %;
 * ``gc-3``: a slowdown only time can see whatever the memory placement: the interpreter's cyclic
