@@ -44,7 +44,8 @@ from ..ab.tests_from import PROBE_ENV, Judgement, Staged, TestsFromError, judge,
 from ..comparison.metrics import MetricKey
 from ..comparison.thresholds import CompareSettings
 from ..explain.changes import Changes, ChangesError
-from ..explain.diff import MORE, NOT_COUNTED, Explanation, explain
+from ..explain.diff import Explanation
+from ..explain.session import explain_metric
 from ..glue import child
 from ..results import RunResult
 from .core import Estimate, Outcome, StepComparison, Three
@@ -253,8 +254,9 @@ def plugin_note(tests_from: bool = False) -> str:
 def explain_culprits(oracle: ABOracle, outcome: Outcome) -> tuple[dict[tuple[int, str],
                                                                        Explanation], list[str]]:
     """Each culprit's metrics explained between the culprit and the commit it was verified
-    against (:func:`pytest_opperf.explain.diff.explain`, from the runs of that comparison), with
-    more work the culprit's changed lines it runs through; by (culprit position, metric label).
+    against (:func:`pytest_opperf.explain.session.explain_metric`, from the runs of that
+    comparison), with more work the culprit's changed lines it runs through; by (culprit
+    position, metric label).
     Call it while the worktrees are there. The notes say what could not be read."""
     out: dict[tuple[int, str], Explanation] = {}
     notes: list[str] = []
@@ -271,14 +273,5 @@ def explain_culprits(oracle: ABOracle, outcome: Outcome) -> tuple[dict[tuple[int
             notes.append(f"explain: {commit.short}: {note}")
         for m in c.metrics:
             run, _, metric = m.rpartition(" ")
-            pair = runs.get(run)
-            e = (explain(metric, *pair) if pair is not None else Explanation(
-                NOT_COUNTED, "the run has no work counts on both sides (a per-op benchmark runs "
-                "no counting pass)"))
-            if e.cls == MORE and e.functions:
-                if changes is not None:
-                    changes.apply(e)
-                else:
-                    e.changed_note = note
-            out[(c.commit, m)] = e
+            out[(c.commit, m)] = explain_metric(metric, runs.get(run), changes, note)
     return out, notes

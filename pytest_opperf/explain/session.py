@@ -23,8 +23,9 @@ from .changes import Changes, ChangesError
 from .diff import KEPT, MORE, NOT_COUNTED, Explanation, explain
 from .profile import BASE_LABEL, ProfileRow, folded, profile_bytes, rows_of
 
-__all__ = ["PROFILE", "RERUN_FLAGS", "RERUN_OPTIONS", "explain_ab", "explain_compare", "explained",
-           "inside", "profile_files", "rerun_command", "rerun_options", "test_of", "write_files"]
+__all__ = ["PROFILE", "RERUN_FLAGS", "RERUN_OPTIONS", "explain_ab", "explain_compare",
+           "explain_metric", "explained", "inside", "profile_files", "rerun_command",
+           "rerun_options", "test_of", "write_files"]
 
 PROFILE = "explain.pb.gz"
 
@@ -49,19 +50,28 @@ def explain_compare(result: CompareResult, runs: Mapping[str, tuple[RunResult, R
     for d in result.decisions:
         if not explained(d):
             continue
-        pair = runs.get(d.key.run)
-        e = (explain(d.key.metric, *pair) if pair is not None else Explanation(
-            NOT_COUNTED, "the run has no work counts on both sides (a per-op benchmark runs no "
-            "counting pass)"))
-        if e.cls == MORE and e.functions:
-            if changes is not None:
-                changes.apply(e)
-            else:
-                e.changed_note = changes_note
+        e = explain_metric(d.key.metric, runs.get(d.key.run), changes, changes_note)
         if command is not None:
             e.command = command(test_of(d.key.run))
         e.inside = inside(d, e, result.decisions)
         result.explain[d.key] = e
+
+
+def explain_metric(metric: str, pair: tuple[RunResult, RunResult] | None,
+                   changes: Changes | None, changes_note: str | None) -> Explanation:
+    """``metric``'s explanation between the base's and the head's run of ``pair`` (None: a run
+    without work counts on both sides); with more work, the hunks of ``changes`` it runs through,
+    or ``changes_note``, why there are none to read."""
+    if pair is None:
+        return Explanation(NOT_COUNTED, "the run has no work counts on both sides (a per-op "
+                           "benchmark runs no counting pass)")
+    e = explain(metric, *pair)
+    if e.cls == MORE and e.functions:
+        if changes is not None:
+            changes.apply(e)
+        else:
+            e.changed_note = changes_note
+    return e
 
 
 TIMES = ("step_ms", "call_ms", "avg_ms", "total_ms")  # a stat's time metrics
