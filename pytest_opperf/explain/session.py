@@ -11,12 +11,12 @@ an explanation (:mod:`.profile`); :func:`write_files` writes them. No pytest.
 from __future__ import annotations
 
 import math
-import os
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from ..ab.paired import CompareResult, Decision
+from ..records import atomic
 from ..results import RunResult
 from ..workcounts.workcount import COUNTERS
 from .changes import Changes, ChangesError
@@ -124,11 +124,8 @@ def write_files(directory: Path, files: Mapping[str, bytes]) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     out = []
     for name, data in files.items():
-        path = directory / name
-        temp = directory / f".{name}.{os.getpid()}.tmp"
-        temp.write_bytes(data)
-        os.replace(temp, path)
-        out.append(path)
+        atomic.write_bytes_atomic(directory / name, data)
+        out.append(directory / name)
     return out
 
 
