@@ -82,7 +82,7 @@ def test_functions_round_trip_through_a_results_file():
     run = e2e_run()
     run.work = work_of(Toy())
     data = ResultSet(runs=[run]).to_dict()
-    assert data["runs"][0]["work"]["functions"]["format"] == functions.FORMAT
+    assert data["runs"][0]["work"]["functions"]["format"] == functions.FUNCTIONS_FORMAT
     back = results_from_dict(json.loads(json.dumps(data))).runs[0]
     assert back.work == run.work
 
@@ -94,13 +94,13 @@ def _packed(doc: object) -> str:
 @pytest.mark.parametrize("obj, problem", [
     ([], "must be an object"),
     ({"format": "x", "data": ""}, "format must be"),
-    ({"format": functions.FORMAT, "data": "%%%"}, "not base64 of deflated JSON"),
-    ({"format": functions.FORMAT, "data": _packed({"files": [], "stats": {"a": [[0]]}})},
+    ({"format": functions.FUNCTIONS_FORMAT, "data": "%%%"}, "not base64 of deflated JSON"),
+    ({"format": functions.FUNCTIONS_FORMAT, "data": _packed({"files": [], "stats": {"a": [[0]]}})},
      r"stats\['a'\]\[0\] must be a list of 7"),
-    ({"format": functions.FORMAT,
+    ({"format": functions.FUNCTIONS_FORMAT,
       "data": _packed({"files": [], "stats": {"a": [[0, 1, "f", 1, 1, 1, []]]}})},
      "file index 0 is past the 0 files"),
-    ({"format": functions.FORMAT,
+    ({"format": functions.FUNCTIONS_FORMAT,
       "data": _packed({"files": ["a.py"], "stats": {"a": [[0, 1, "f", -1, 1, 1, []]]}})},
      "bytecodes must be an int"),
 ])

@@ -139,9 +139,8 @@ class Controller:
         self._started = 0.0
         self._visits: dict[str, int] = {}
         self._plan: Plan | None = None
-        first = self.rng.choice(["base", "head"])  # started first in generation 0
-        self.sides = Sides(self.base_spec, self.head_spec, first, self.timeout_s, self.clock,
-                           seed=self.seed)
+        self.sides = Sides(self.base_spec, self.head_spec, self.rng.choice(["base", "head"]),
+                           self.timeout_s, self.clock, seed=self.seed)  # generation 0's first
         self._unvisited = 0  # tests the first pass has not reached (for the family size)
         self._visit_s: dict[str, float] = {}  # how long each test's last visit took
         self._test_s: dict[str, float] = {}  # how long all the visits of each test took

@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..ab.reclaim import GIT_TIMEOUT_S
 from .diff import Explanation, FunctionDelta
 
 __all__ = ["Changes", "ChangesError", "function_lines", "parse_hunks"]
 
-GIT_TIMEOUT_S = 60
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
 
 

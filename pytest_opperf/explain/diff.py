@@ -36,7 +36,7 @@ __all__ = ["CLASSES", "MORE", "NOT_COUNTED", "SAME", "FEWER", "Explanation", "Fu
 MORE, SAME, FEWER, NOT_COUNTED = ("more work", "same work, slower", "less work, slower",
                                   "not in the counted code")
 CLASSES: tuple[str, ...] = (MORE, SAME, FEWER, NOT_COUNTED)
-SHOWN = 3  # functions named per metric in the short forms (the comment, the terminal)
+FUNCTIONS_SHOWN = 3  # functions named per metric in the short forms (the comment, the terminal)
 KEPT = 20  # functions kept per metric in an explanation (the gate JSON, the markdown)
 
 
@@ -126,7 +126,7 @@ class Explanation:
     # and Paddle's child ops and kernels; the ops of a step): set by explain.session
     inside: list[str] = field(default_factory=list)
 
-    def top(self, limit: int = SHOWN) -> list[str]:
+    def top(self, limit: int = FUNCTIONS_SHOWN) -> list[str]:
         """The first ``limit`` functions' lines."""
         return [f.text() for f in self.functions[:limit]]
 
@@ -142,7 +142,7 @@ class Explanation:
                     "dependency, the environment)")
         return "changed lines: " + ", ".join(self.changed)
 
-    def lines(self, limit: int = SHOWN) -> list[str]:
+    def lines(self, limit: int = FUNCTIONS_SHOWN) -> list[str]:
         """The class with its sentence, the top functions, the changed lines, the command."""
         out = [f"{self.cls}: {self.why}"]
         out += [f"  {t}" for t in self.top(limit)]

@@ -28,10 +28,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FORMAT", "KEPT_SHARE", "OTHER", "FunctionCounts", "bounded", "decode", "encode",
-           "merged", "relative_file"]
+__all__ = ["FUNCTIONS_FORMAT", "KEPT_SHARE", "OTHER", "FunctionCounts", "bounded", "decode",
+           "encode", "merged", "relative_file"]
 
-FORMAT = "opperf-functions/1"  # the packed rows' format name
+FUNCTIONS_FORMAT = "opperf-functions/1"  # the packed rows' format name
 KEPT_SHARE = 0.99  # the share of each of a stat's counts that its kept functions hold at least
 OTHER = "(other)"  # the row of the functions (or callees) past the kept ones
 COUNTS = ("bytecodes", "py_calls", "c_calls")
@@ -154,9 +154,10 @@ def bounded(rows: Iterable[FunctionCounts], share: float = KEPT_SHARE) -> list[F
 
 
 def encode(stats: Mapping[str, Sequence[FunctionCounts]]) -> dict[str, Any]:
-    """The results' ``work.functions`` object of one run: ``{"format": FORMAT, "data": ...}``, its
-    data the base64 of the deflated compact JSON ``{"files": [file, ...], "stats": {stat: [[file
-    index, line, name, bytecodes, py_calls, c_calls, [[callee, c_calls], ...]], ...]}}``."""
+    """The results' ``work.functions`` object of one run: ``{"format": FUNCTIONS_FORMAT, "data":
+    ...}``, its data the base64 of the deflated compact JSON ``{"files": [file, ...], "stats":
+    {stat: [[file index, line, name, bytecodes, py_calls, c_calls, [[callee, c_calls], ...]],
+    ...]}}``."""
     files: dict[str, int] = {}
     packed: dict[str, list[list[Any]]] = {}
     for stat, rows in stats.items():
@@ -165,7 +166,7 @@ def encode(stats: Mapping[str, Sequence[FunctionCounts]]) -> dict[str, Any]:
                         for r in rows]
     text = json.dumps({"files": list(files), "stats": packed}, separators=(",", ":"))
     data = base64.b64encode(zlib.compress(text.encode(), 9)).decode("ascii")
-    return {"format": FORMAT, "data": data}
+    return {"format": FUNCTIONS_FORMAT, "data": data}
 
 
 def _int(value: Any, what: str) -> int:
@@ -181,8 +182,8 @@ def decode(obj: Any, where: str) -> dict[str, list[FunctionCounts]]:
 
     if not isinstance(obj, Mapping):
         raise fail(f"must be an object, got {type(obj).__name__}")
-    if obj.get("format") != FORMAT:
-        raise fail(f"format must be {FORMAT!r}, got {obj.get('format')!r}")
+    if obj.get("format") != FUNCTIONS_FORMAT:
+        raise fail(f"format must be {FUNCTIONS_FORMAT!r}, got {obj.get('format')!r}")
     data = obj.get("data")
     if not isinstance(data, str):
         raise fail(f"data must be a base64 string, got {type(data).__name__}")
