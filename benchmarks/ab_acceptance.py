@@ -17,7 +17,8 @@ expected metric regressed. Cases:
 * ``extra-op``: one more op per training step (a ``fill_zeros_like``);
 * ``layout-5``: a slowdown only time can see: three of the six ``[256, 256, 3, 3]`` conv weights
   and the four ``[128, 128, 3, 3]`` start column-major, so each step copies them inside numpy
-  (same Python calls; momentum's work counts even fall); about 5 % fewer examples/sec with the
+  (the conv ops' Python work unchanged; momentum's falls, a column-major array being split along
+  its first axis rather than flattened: "less work, slower"); about 5 % fewer examples/sec with the
   framework keeping its host memory (its sizing: the comment at ``CASES``); ``layout-3``: one
   of the six and one of the four, for the e2e threshold lowered to 3 %;
 * ``gc-3``: a slowdown only time can see whatever the memory placement: the interpreter's cyclic
@@ -26,6 +27,8 @@ expected metric regressed. Cases:
   step, and the work counts run with the collector off); about 4 % more time per example in the
   faithful run on AMD EPYC (examples/sec 0.962 at the median of 15 sessions), for the e2e
   threshold lowered to 3 %;
+* ``gemm-unsplit``: GEMMs no longer split over the pool's threads (each runs on the one BLAS
+  thread the pool holds it to): less Python work, and slower conv2d kernels on two cores or more;
 * ``null``: the head's code differs and no op's work does (an unused function appended): every
   regressed (or inconclusive) metric is a false alarm of the two sides' different code, such as
   its memory layout;
@@ -37,7 +40,8 @@ expected metric regressed. Cases:
     python benchmarks/ab_acceptance.py --cases aa --sessions 20
     python benchmarks/ab_acceptance.py --cases conv2d-3,conv2d-5,conv2d-10 --sessions 10
 
-It prints one line per session and a summary per case; it asserts nothing.
+It prints one line per session (each failing metric with its explanation's class and first
+function, when it has one) and a summary per case; it asserts nothing.
 """
 
 from __future__ import annotations
@@ -183,6 +187,14 @@ import gc as _gc
 _gc.set_threshold(@N@, *_gc.get_threshold()[1:])
 '''
 
+UNSPLIT_GEMM = '''
+
+# --- injected by benchmarks/ab_acceptance.py: GEMMs stop splitting over the pool ----------------
+from reference_framework.ops import _parallel as _p
+
+_p.MIN_GEMM_FLOPS = float("inf")
+'''
+
 NULL_CHANGE = '''
 
 # --- injected by benchmarks/ab_acceptance.py: code that no step runs ---------------------------
@@ -218,6 +230,9 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     # placement (on AMD EPYC layout-3 gave 0.982-1.009): collections every 5 net new objects
     # read 0.951-0.989 in 15 sessions (AMD EPYC), every 10 0.974-0.977 in 2
     "gc-3": (GC_PRESSURE.replace("@N@", "5"), ("examples_per_sec",)),
+    # GEMMs no longer split over the pool (each runs on one BLAS thread): less Python work
+    # (no parts to hand out) and slower conv2d on a machine of two cores or more
+    "gemm-unsplit": (UNSPLIT_GEMM, (":conv2d",)),
     "null": (NULL_CHANGE, ()),
     "aa": ("", ()),
 }
@@ -263,8 +278,17 @@ def caught(compare: dict, expected: tuple[str, ...]) -> tuple[bool, list[str]]:
                if d["verdict"] == "regressed" or d.get("inconclusive")]
     names = [f"{d['run']} {d['metric']}" for d in failing]
     hit = any(r.endswith(e) for r in names for e in expected) if expected else not names
-    return hit, [f"{n} {d['estimate']:.3f}" if d.get("estimate") is not None else n
-                 for n, d in zip(names, failing, strict=True)]
+    return hit, [(f"{n} {d['estimate']:.3f}" if d.get("estimate") is not None else n)
+                 + _why(d) for n, d in zip(names, failing, strict=True)]
+
+
+def _why(decision: dict) -> str:
+    """A failing decision's explanation, as `` [class: first function]``; empty without one."""
+    e = decision.get("explain")
+    if not isinstance(e, dict):
+        return ""
+    first = (e.get("functions") or [{}])[0].get("text")
+    return f" [{e.get('class')}{': ' + first if first else ''}]"
 
 
 def shown(compare: dict, expected: tuple[str, ...]) -> str:

@@ -101,6 +101,7 @@ class Run:
         self.wall_s: float | None = None  # set when the window closes, before deferred callbacks
         self.count_steps = window.count_steps  # steps of the counting pass (0: none)
         self.count_timeout_s = window.count_timeout_s
+        self.count_root = window.count_root  # the checkout the counted functions' files are under
         self._counter = window.counter  # the valgrind child: callgrind counts the pass instead
         self._after_count = window.after_count  # --opperf-instructions: after the pass
         self._counted = False
@@ -190,6 +191,7 @@ class Run:
         start = self._count_clock()
         deadline = start + int(self.count_timeout_s * 1e9)
         per_step: list[dict[str, list[int]]] = []
+        functions: list[dict[str, list[workcount.FunctionCounts]]] = []
         with timers.recording() as table:  # the window's regions, recorded apart from its stats
             counter = workcount.Counter(table, deadline, CountingPassTimeout, self._count_clock)
             try:
@@ -206,7 +208,8 @@ class Run:
                                             f"{len(per_step) + 1} of {steps} changed the "
                                             f"tracing the counts come from: {counter.tampered}")
                         return
-                    per_step.append(counter.take())
+                    per_step.append(counter.take(self.count_root))
+                    functions.append(counter.functions)
             except CountingPassTimeout:
                 result.notes.append(f"counting pass: no work counts, it ran past the "
                                     f"{self.count_timeout_s:g} s limit (--opperf-count-timeout) "
@@ -217,7 +220,8 @@ class Run:
                 result.notes.append(f"counting pass: no work counts, step {len(per_step) + 1} of "
                                     f"{steps} raised {text[:300]}")
                 return
-        work = workcount.WorkCounts.of_steps(per_step, (self._count_clock() - start) / 1e9)
+        work = workcount.WorkCounts.of_steps(per_step, (self._count_clock() - start) / 1e9,
+                                             functions)
         if work.varies:
             shown = "; ".join(work.varies[:3]) + ("; ..." if len(work.varies) > 3 else "")
             result.notes.append(f"work counts vary across the {steps} counted steps (the most "

@@ -210,7 +210,7 @@ def test_a_session_s_environment_warning_reaches_the_report_once(tmp_path, monke
         def __init__(self, base, head, *args, **kwargs):
             self.warnings = [warning]
             self.sides = types.SimpleNamespace(ids={"base": ["t::a"], "head": ["t::a"]})
-            self.samples, self.pairs = SessionPairs(), 0
+            self.samples, self.pairs, self.counted = SessionPairs(), 0, {}
 
         def start(self):
             return None, {"base": [], "head": []}

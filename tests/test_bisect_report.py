@@ -11,6 +11,7 @@ import jsonschema
 
 from pytest_opperf.bisect import core, report
 from pytest_opperf.bisect.repo import BisectCommit
+from pytest_opperf.explain.diff import MORE, Explanation, FunctionDelta
 from tests.test_bisect_core import METRIC, FakeOracle, step_at
 
 SCHEMA = Path(__file__).parent.parent / "pytest_opperf" / "schema" / "opperf-bisect-1.schema.json"
@@ -119,3 +120,25 @@ def test_a_suspected_regression_prints_the_command_that_bisects_its_range():
     assert f"- `{command}`" in markdown_lines([s], 10)
     dirty = Suspect("cpu / small", "r", "m", "1a2b3c4d*", "5e6f7a8b", 1.0, 1.2, 3)
     assert bisect_command(dirty) is None and len(text_lines([dirty], 10)) == 1
+
+
+def test_a_culprits_metric_carries_its_explanation_in_the_terminal_and_the_json():
+    run, out, _ = _bisected()
+    culprit = out.culprits[0].commit
+    run.explain[(culprit, METRIC)] = Explanation(MORE, "conv2d does more work per step", [
+        "conv2d"], [FunctionDelta("reference_framework/ops/conv.py", 88, "_im2col", (10, 1, 0),
+                                  (51_109, 1, 0), ())], ["reference_framework/ops/conv.py:90-91"])
+    lines = report.terminal(run, out, width=200)
+    at = next(i for i, line in enumerate(lines) if line.startswith(f"  {METRIC}: "))
+    assert lines[at + 1:at + 4] == [
+        "    more work: conv2d does more work per step",
+        "      +51,099 bytecodes in _im2col (reference_framework/ops/conv.py:88)",
+        "      changed lines: reference_framework/ops/conv.py:90-91"]
+    assert "+51,099 bytecodes in _im2col" in report.markdown(run, out)
+    doc = report.as_json(run, out)
+    jsonschema.validate(doc, json.loads(SCHEMA.read_text()))
+    assert doc["culprits"][0]["explain"][METRIC]["functions"][0]["name"] == "_im2col"
+    # none known: no lines, an empty object
+    run.explain.clear()
+    assert not any("more work" in line for line in report.terminal(run, out, width=200))
+    assert report.as_json(run, out)["culprits"][0]["explain"] == {}

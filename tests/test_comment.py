@@ -8,6 +8,8 @@ import re
 
 from pytest_opperf.ab.paired import CompareResult, Decision, MetricKey
 from pytest_opperf.comparison.gate import add_compare, evaluate
+from pytest_opperf.comparison.verdict import Verdict
+from pytest_opperf.explain.diff import MORE, Explanation, FunctionDelta
 from pytest_opperf.reports.comment import LIMIT, MARKER, render_comment
 from pytest_opperf.results import ResultSet
 from tests.opperf_factories import e2e_run
@@ -114,6 +116,36 @@ def test_markup_in_ids_is_escaped():
     assert row.replace("\\|", "").count("|") == 6  # five cells: no column break from the id
     assert "``x.py::t[a\\|b`c]\\n<img src=x>``" in row  # in a code span: shown, not rendered
     assert "- &lt;script&gt;\\|" in text
+
+
+def _explained(runs: int, regressed) -> tuple[ResultSet, Verdict, CompareResult]:
+    """A session whose regressed metrics each have an explanation naming 20 functions."""
+    results, _, compare = _session(runs, regressed, _varied)
+    for d in compare.decisions:
+        if d.verdict == "regressed":
+            compare.explain[d.key] = Explanation(MORE, "x" * 300, ["conv2d"], [FunctionDelta(
+                f"reference_framework/ops/helpers_{i}/a_long_module_name.py", 10 + i,
+                f"_helper_{i}", (100, 2, 3), (100 + 1000 * (20 - i), 2, 3), ())
+                for i in range(20)])
+    verdict = evaluate(results)
+    add_compare(verdict, compare)
+    return results, verdict, compare
+
+
+def test_explanations_name_at_most_three_functions_and_the_comment_stays_under_the_limit():
+    results, verdict, compare = _explained(1000, range(0, 1000, 7))
+    text = render_comment(results, verdict, compare)
+    assert len(text) < LIMIT and "why it got slower" in text
+    failed = text.split("### Failed checks")[1].split("###")[0]
+    rows = [x for x in failed.splitlines() if "call_ms:conv2d" in x]
+    assert len(rows) == len(REGRESSED)
+    for row in rows:  # the first three functions, the largest first, and no fourth
+        assert "more work;<br> +20,000 bytecodes in \\_helper\\_0 (" in row  # inert: no emphasis
+        assert "\\_helper\\_2 (" in row and "\\_helper\\_3 (" not in row
+    # a thousand explained regressions: the failed checks shorten and still fit
+    results, verdict, compare = _explained(1000, range(1000))
+    text = render_comment(results, verdict, compare)
+    assert len(text) < LIMIT and "### Failed checks (1000)" in text
 
 
 def _outside_code_spans(text: str) -> str:

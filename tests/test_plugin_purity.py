@@ -168,8 +168,10 @@ LAYERS = [
     ("comparison and reports", {"comparison", "reports", "ab.paired", "ab.signedrank",
                                 "ab.pairs", "ab.decide", "ab.family", "ab.samples",
                                 "ab.generations", "ab.tuning", "ab.render", "ab.protocol",
-                                "ab.cost", "ab.extensions", "ab.extras", "history"}),
-    ("processes and commands", {"ab", "bisect", "cli", "__main__", "torch", "paddle"}),
+                                "ab.cost", "ab.extensions", "ab.extras", "history",
+                                "explain.diff", "explain.profile"}),
+    ("processes and commands", {"ab", "bisect", "cli", "__main__", "torch", "paddle",
+                                "explain.changes", "explain.session"}),
     ("pytest glue", {"glue", "plugin", "ab.session", "ab.side"}),
 ]
 PACKAGES = {_module(p) for p in MODULES if p.name == "__init__.py"}  # docstrings only: no layer

@@ -25,9 +25,11 @@ from pytest_opperf.cli import main
 from pytest_opperf.comparison.gate import add_compare, evaluate
 from pytest_opperf.comparison.verdict import Drift, DriftRow, Verdict, Violation
 from pytest_opperf.core.machine import machine_info
+from pytest_opperf.explain.diff import Explanation
 from pytest_opperf.records.checks import results_from_dict
 from pytest_opperf.reports import report
 from pytest_opperf.results import ResultsError, ResultSet, RunResult, StatResult, dumps_results
+from pytest_opperf.workcounts.functions import FunctionCounts
 from pytest_opperf.workcounts.workcount import WorkCounts
 from tests.opperf_factories import e2e_run, results
 from tests.opperf_suites import e2e, inner_run_env  # noqa: F401
@@ -175,7 +177,9 @@ def rich_document() -> dict[str, Any]:
     run.stats = [executor, replace(conv, parent="ExecutorRunTimer", flops=1e6, host_ms=0.5)]
     run.executor_stat, run.notes = "ExecutorRunTimer", ["a note"]
     run.work = WorkCounts({"conv2d": {"bytecodes": 50, "py_calls": 4}}, 3, 0.5,
-                          {"python": "3.11.7"}, ["x"], 1000, "cpu")
+                          {"python": "3.11.7"}, ["x"], 1000, "cpu",
+                          {"conv2d": [FunctionCounts("ops/conv.py", 3, "conv2d", 50, 4, 1,
+                                                     {"len": 1})]})
     relu = StatResult("relu", None, 2, 2.0, 1.0, 0.9, 1.1, [0.9, 1.1])
     op = RunResult("ops.py::test_relu", "op", {"benchmark": {"rounds": 2, "iterations": 1}}, "cpu",
                    "host", 0.002, 2, 2, 1000.0, 0.001, 0.0, [relu], {})
@@ -344,7 +348,7 @@ def test_the_schema_has_the_keys_the_writers_write():
     assert "warmup_steps" not in DEFS["run"]["required"]
     run.trace = {}
     run.work = WorkCounts({"conv2d": {"bytecodes": 5}}, 3, 0.5, {"python": "3.11.7"}, ["x"], 10,
-                          "cpu")
+                          "cpu", {"conv2d": [FunctionCounts("ops/conv.py", 3, "conv2d", 5)]})
     assert props("run") == {f.name for f in fields(RunResult)} == set(run.to_dict(with_trace=True))
     assert props("work") == set(run.work.to_dict())
     assert set(DEFS["work"]["required"]) == set(WorkCounts({}, 1, 0.0).to_dict())
@@ -358,7 +362,9 @@ def test_the_schema_has_the_keys_the_writers_write():
     assert set(DEFS["gate"]["required"]) == set(Verdict().to_dict()) - {
         "undecided", "inconclusive", "undecided_metrics"}
     violation = {f.name for f in fields(Violation)}
-    assert props("violation") == set(DEFS["violation"]["required"]) == violation
+    assert props("violation") == violation
+    # a violation has an explanation only where its metric got one (pytest_opperf.explain)
+    assert set(DEFS["violation"]["required"]) == violation - {"explain"}
     compare = compare_result()
     # files of writers before the interpreters were recorded have none
     assert props("compare") == set(compare.to_dict())
@@ -368,10 +374,13 @@ def test_the_schema_has_the_keys_the_writers_write():
     cost = DEFS["compare"]["properties"]["cost"]["items"]
     assert set(cost["required"]) == set(cost["properties"]) == set(compare.to_dict()["cost"][0])
     assert set(DEFS["compare"]["properties"]["verdicts"]["required"]) == set(compare.counts())
-    decision = set(compare.decisions[0].to_dict())
-    # optional: inconclusive (older writers), the bounds of unchanged (not for counts)
+    first = compare.decisions[0]
+    compare.explain[first.key] = Explanation("same work, slower", "x")
+    decision = set(compare.to_dict()["decisions"][0])
+    # optional: inconclusive (older writers), the bounds of unchanged (not for counts), the
+    # explanation (only of a regressed or inconclusive metric)
     assert props("decision") == set(DEFS["decision"]["required"]) | {
-        "inconclusive", "beta_low", "beta_high"} == decision
+        "inconclusive", "beta_low", "beta_high", "explain"} == decision
     assert set(machine_info()) <= props("machine")
 
 

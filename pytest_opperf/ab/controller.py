@@ -83,8 +83,7 @@ __all__ = ["Controller", "Plan", "TestOutcome", "rerun_budget"]
 
 
 def rerun_budget(first_pass_s: float) -> float:
-    """The seconds the passes after the first may take, after a first pass of ``first_pass_s``:
-    ``tuning.RERUN_SHARE`` of it, at least ``tuning.RERUN_MIN_S``."""
+    """The reruns' seconds: ``tuning.RERUN_SHARE`` of ``first_pass_s``, at least RERUN_MIN_S."""
     return max(tuning.RERUN_MIN_S, tuning.RERUN_SHARE * first_pass_s)
 
 
@@ -130,6 +129,7 @@ class Controller:
     samples: SessionPairs = field(default_factory=SessionPairs)  # pairs tagged by start order
     notes: list[str] = field(default_factory=list)
     pairs: int = 0
+    counted: dict[str, tuple[RunResult, RunResult]] = field(default_factory=dict)  # e2e, 1st visit
 
     def __post_init__(self) -> None:
         if self.seed is None:
@@ -139,9 +139,8 @@ class Controller:
         self._started = 0.0
         self._visits: dict[str, int] = {}
         self._plan: Plan | None = None
-        first = self.rng.choice(["base", "head"])  # started first in generation 0
-        self.sides = Sides(self.base_spec, self.head_spec, first, self.timeout_s, self.clock,
-                           seed=self.seed)
+        self.sides = Sides(self.base_spec, self.head_spec, self.rng.choice(["base", "head"]),
+                           self.timeout_s, self.clock, seed=self.seed)  # generation 0's first
         self._unvisited = 0  # tests the first pass has not reached (for the family size)
         self._visit_s: dict[str, float] = {}  # how long each test's last visit took
         self._test_s: dict[str, float] = {}  # how long all the visits of each test took
@@ -372,6 +371,7 @@ class Controller:
         for head in head_runs:
             if head.kind != "e2e" or head.id not in base:
                 continue
+            self.counted.setdefault(head.id, (base[head.id], head))
             self.samples.add_steps(head.id, steady_steps(base[head.id]))
             if head.executor_stat:
                 self.samples.add_step_stat(head.id, head.executor_stat)

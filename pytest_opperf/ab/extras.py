@@ -4,19 +4,23 @@ Each is absent in files of older writers, which read as before: ``interpreters``
 interpreter), ``generations`` (per generation of side processes: its pairs and bias,
 :func:`pytest_opperf.ab.generations.generation_bias`, and its draw of the layout, absent before
 there was one) and ``cost`` (per test: its metrics, pairs,
-visits and seconds, :mod:`.cost`). :meth:`pytest_opperf.ab.paired.CompareResult.from_dict` reads
-the rest; fields in docs/reference/results.md.
+visits and seconds, :mod:`.cost`), and each decision's ``explain`` (why a regressed or
+inconclusive metric got slower, :mod:`pytest_opperf.explain.diff`).
+:meth:`pytest_opperf.ab.paired.CompareResult.from_dict` reads the rest; fields in
+docs/reference/results.md.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..comparison.metrics import MetricKey
+from ..explain.diff import Explanation
 from ..records.checks import MAX_COUNT, MAX_TIME, is_num
 from ..results import ResultsError
 from .cost import Cost
 
-__all__ = ["need", "read_extras"]
+__all__ = ["need", "read_explain", "read_extras"]
 
 
 def need(cond: bool, source: str, what: str) -> None:
@@ -61,3 +65,16 @@ def read_extras(data: dict[str, Any], source: str) -> tuple[
     return (interpreters, [dict(g) for g in generations],
             [Cost(c["test"], c["metrics"], c["pairs"], c["visits"], float(c["seconds"]))
              for c in cost])
+
+
+def read_explain(data: dict[str, Any], source: str) -> dict[MetricKey, Explanation]:
+    """The explanations of ``data``'s decisions (those with an ``explain`` object), by metric."""
+    out = {}
+    for i, d in enumerate(data.get("decisions", [])):
+        if isinstance(d, dict) and d.get("explain") is not None:
+            try:
+                out[MetricKey(str(d.get("run")), str(d.get("metric")))] = Explanation.from_dict(
+                    d["explain"], f"compare.decisions[{i}]")
+            except ValueError as exc:
+                raise ResultsError(f"{source}: malformed compare object: {exc}") from None
+    return out

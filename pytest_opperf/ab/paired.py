@@ -23,11 +23,12 @@ from typing import Any, Literal
 from ..comparison.metrics import CALL, METRIC_KINDS, STEP, Kind, MetricKey
 from ..comparison.thresholds import CompareSettings
 from ..core.stats import most_common
+from ..explain.diff import Explanation
 from ..records.checks import is_num, shown
 from ..workcounts.workcount import COUNTERS
 from .cost import Cost
 from .extras import need as _need
-from .extras import read_extras
+from .extras import read_explain, read_extras
 from .family import Family
 from .signedrank import EXACT_MAX_PAIRS, walsh_intervals
 
@@ -397,6 +398,8 @@ class CompareResult:
     generations: list[dict[str, Any]] = field(default_factory=list)
     # per test with a decided metric: its metrics, pairs, visits, seconds (:mod:`.cost`)
     cost: list[Cost] = field(default_factory=list)
+    # why each regressed or inconclusive metric got slower (:mod:`pytest_opperf.explain`)
+    explain: dict[MetricKey, Explanation] = field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
         """How many metrics got each verdict, in the report's order."""
@@ -424,7 +427,9 @@ class CompareResult:
                 "removed": list(self.removed), "notes": list(self.notes),
                 "interpreters": self.interpreters, "generations": list(self.generations),
                 "cost": [c.to_dict() for c in self.cost],
-                "decisions": [d.to_dict() for d in self.decisions]}
+                "decisions": [{**d.to_dict(), **({"explain": self.explain[d.key].to_dict()}
+                                                 if d.key in self.explain else {})}
+                              for d in self.decisions]}
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "<data>") -> CompareResult:
@@ -450,4 +455,5 @@ class CompareResult:
         interpreters, generations, cost = read_extras(data, source)
         return cls(data["base"], data["head"], decisions, list(data["added"]),
                    list(data["removed"]), data["pairs"], float(data["elapsed_s"]),
-                   data["budget_exhausted"], list(data["notes"]), interpreters, generations, cost)
+                   data["budget_exhausted"], list(data["notes"]), interpreters, generations, cost,
+                   read_explain(data, source))

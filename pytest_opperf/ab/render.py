@@ -14,11 +14,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from ..explain.diff import KEPT, Explanation
 from ..reports.layout import clean, common_prefix, fit, md_code, md_text, middle, table
 from .cost import Cost
 from .paired import VERDICTS, CompareResult, Decision
 
-__all__ = ["cost_line", "cost_table", "markdown", "terminal_lines"]
+__all__ = ["cost_line", "cost_table", "explain_lines", "markdown", "terminal_lines"]
 
 COSTLIEST_SHOWN = 2  # tests the terminal's cost line names
 COST_ROWS = 5  # tests the markdown's cost table lists; the rest are counted
@@ -175,6 +176,7 @@ def terminal_lines(result: CompareResult, width: int = 100) -> list[str]:
     if rows:
         lines += table(rows, ["    metric", "base", "head", "head/base", "interval", "pairs"],
                        ("left", "right", "right", "right", "left", "right"), width, headings)
+    lines += explain_lines(result, prefix, width)
     for title, ids in (("added on the head side (not compared)", result.added),
                        ("removed on the head side (not compared)", result.removed)):
         if ids:
@@ -182,6 +184,27 @@ def terminal_lines(result: CompareResult, width: int = 100) -> list[str]:
             lines.extend("  " + middle(clean(i)[len(prefix):], width - 2) for i in ids)
     lines.extend(f"note: {clean(n)}" for n in result.notes)
     return [fit(line, width) for line in lines]  # cells and text cleaned before fitting
+
+
+def _explained(result: CompareResult) -> list[tuple[Decision, Explanation]]:
+    """The decisions with an explanation, in the report's order."""
+    return [(d, result.explain[d.key]) for _, groups in ordered(result.decisions)
+            for _, members in groups for d in members if d.key in result.explain]
+
+
+def explain_lines(result: CompareResult, prefix: str = "", width: int = 100) -> list[str]:
+    """``why it got slower:`` and, per regressed or inconclusive metric, its run and metric, its
+    class and sentence, its top functions, the changed lines and the command that reruns it
+    (:meth:`pytest_opperf.explain.diff.Explanation.lines`); none without explanations."""
+    found = _explained(result)
+    if not found:
+        return []
+    out = ["why it got slower (work counts per step, head - base):"]
+    for d, e in found:
+        out.append("  " + middle(f"{clean(d.key.run)[len(prefix):]} {clean(d.key.metric)}",
+                                 width - 2))
+        out += ["    " + clean(line) for line in e.lines()]
+    return out
 
 
 def markdown(result: CompareResult) -> str:
@@ -198,6 +221,15 @@ def markdown(result: CompareResult) -> str:
                     cells = [shown, md_code(run).replace("|", "\\|"), md_text(d.key.metric),
                              *_cells(d)]
                     out.append(f"| {' | '.join(cells)} |")
+        out.append("")
+    found = _explained(result)
+    if found:
+        out += ["#### Why it got slower", ""]
+        for d, e in found:
+            lines = e.lines(KEPT)
+            out.append(f"- {md_code(d.key.run)} {md_code(d.key.metric)}: **{md_text(e.cls)}**: "
+                       f"{md_text(lines[0].partition(': ')[2])}")
+            out += [f"  - {md_text(line.strip())}" for line in lines[1:]]
         out.append("")
     out += cost_table(result)
     for title, ids in (("Added on the head side (not compared)", result.added),

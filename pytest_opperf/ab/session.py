@@ -281,6 +281,7 @@ class ABSession:
                     tr.write_line(f"opperf A/B: imports: {line}")
             try:
                 self.compare = self._with_interpreters(controller.run())
+                self._explain(controller)
                 self.lines += [f"A/B: {warning}" for warning in controller.warnings]
                 finished = True
             except SideFailure as exc:
@@ -307,6 +308,19 @@ class ABSession:
             self.aborted = judgement.problem
             raise pytest.UsageError(f"opperf: {label}: {judgement.problem}")
         self.import_lines = judgement.lines
+
+    def _explain(self, controller: Controller) -> None:
+        """Why each regressed or inconclusive metric got slower, and the differential profile
+        beside the results JSON (else in ``opperf-results/``): :mod:`pytest_opperf.explain`."""
+        from ..explain.session import explain_ab, rerun_command, rerun_options
+
+        assert self.compare is not None
+        json_path = self.settings.paths.get("json")
+        out_dir = json_path.parent if json_path else Path(self.config.rootpath) / "opperf-results"
+        options = rerun_options(self.config.invocation_params.args)
+        explain_ab(self.compare, controller.counted, Path(self.config.rootpath),
+                   self.base.commit if self.base.mode == "rev" else None, self.base.label,
+                   out_dir, lambda test: rerun_command(test, self.base.given, options))
 
     def _with_interpreters(self, result: CompareResult) -> CompareResult:
         """Each side's interpreter in the result, and a note first when they differ."""

@@ -310,7 +310,8 @@ class SideSession(OpPerfSession):
     def window(self, test: str) -> Window:
         window = super().window(test)
         return Window(window.annotate, self.side.after_step,
-                      0 if self.side.revisit else window.count_steps, window.count_timeout_s)
+                      0 if self.side.revisit else window.count_steps, window.count_timeout_s,
+                      count_root=window.count_root)
 
 
 _FINGERPRINTS: dict[str, tuple[int, str] | None] = {}  # per real path, for the process's life

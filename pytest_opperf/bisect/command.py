@@ -268,6 +268,7 @@ def run_command(args: argparse.Namespace, out: TextIO, err: TextIO,
         try:
             core.bisect(len(commits), oracle, args.max_attempts, time_left, on_step=on_step,
                         into=outcome)
+            explained, explain_notes = runner.explain_culprits(oracle, outcome)
         except KeyboardInterrupt:
             err.write("bisect: interrupted: the side processes ended, the worktrees go now\n")
             return EXIT_INTERRUPTED
@@ -280,8 +281,8 @@ def run_command(args: argparse.Namespace, out: TextIO, err: TextIO,
                 err.write(f"bisect: {problem}\n")
     code = EXIT_CULPRIT if outcome.status == "culprit" else EXIT_NONE
     run = report.BisectRun(commits, selection, args.budget, clock() - started, code,
-                           [runner.plugin_note(staged is not None), *oracle.warnings],
-                           tests_from=_tests_from(staged, oracle))
+                           [runner.plugin_note(staged is not None), *oracle.warnings,
+                            *explain_notes], explained, tests_from=_tests_from(staged, oracle))
     width = shutil.get_terminal_size().columns
     for line in report.terminal(run, outcome, width):
         out.write(line + "\n")

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from ..explain.diff import Explanation
 from ..reports.layout import clean, md_code, md_text, table
 from .core import Estimate, Outcome, Step, StepComparison
 from .repo import BisectCommit
@@ -34,6 +35,8 @@ class BisectRun:
     elapsed_s: float
     exit_status: int
     notes: Sequence[str] = ()
+    # why each culprit's metric got slower, by (culprit position, metric): bisect.runner
+    explain: dict[tuple[int, str], Explanation] = field(default_factory=dict)
     # where the tests came from (--tests-from): source, label, files, imports, import_lines
     tests_from: Mapping[str, Any] | None = None
 
@@ -119,6 +122,8 @@ def _culprit_line(run: BisectRun, outcome: Outcome) -> list[str]:
                 outcome.culprits) > 1 else ""
             lines.append(f"  {m}: {_estimate(e)} against {run.commits[c.parent].short}, "
                          f"{e.pairs} pairs{part}")
+            found = run.explain.get((c.commit, m))
+            lines += [f"    {line}" for line in found.lines()] if found is not None else []
     for r in outcome.ranges:
         if r.lo >= 0:
             lines.append(f"range: {run.commits[r.lo].short}..{run.commits[r.hi].short} "
@@ -254,7 +259,9 @@ def as_json(run: BisectRun, outcome: Outcome) -> dict[str, Any]:
         "commits": [commit.to_dict() for commit in run.commits],
         "metrics": list(outcome.metrics),
         "culprits": [{"position": c.commit, "parent": c.parent, "verified": c.verified,
-                      "metrics": _metrics_json(c.metrics, c.share)} for c in outcome.culprits],
+                      "metrics": _metrics_json(c.metrics, c.share),
+                      "explain": {m: e.to_dict() for (at, m), e in sorted(run.explain.items())
+                                  if at == c.commit}} for c in outcome.culprits],
         "ranges": [{"from": r.lo, "to": r.hi, "why": r.why} for r in outcome.ranges
                    if r.lo >= 0],
         "skipped": [{"position": i, "why": why} for i, why in sorted(outcome.skipped.items())],

@@ -43,11 +43,15 @@ from ..ab.samples import SessionPairs
 from ..ab.tests_from import PROBE_ENV, Judgement, Staged, TestsFromError, judge, missing
 from ..comparison.metrics import MetricKey
 from ..comparison.thresholds import CompareSettings
+from ..explain.changes import Changes, ChangesError
+from ..explain.diff import Explanation
+from ..explain.session import explain_metric
 from ..glue import child
-from .core import Estimate, StepComparison, Three
+from ..results import RunResult
+from .core import Estimate, Outcome, StepComparison, Three
 from .repo import BisectCommit, Worktrees
 
-__all__ = ["ABOracle", "label", "plugin_note", "pool", "three"]
+__all__ = ["ABOracle", "explain_culprits", "label", "plugin_note", "pool", "three"]
 
 MIN_SESSION_S = 20.0  # a session's budget is never below this (the first pass runs regardless)
 
@@ -130,6 +134,9 @@ class ABOracle:
     # what a session found that biases its comparison (other compiled extensions outside the
     # checkouts: pytest_opperf.ab.extensions), each said once, with the commits it was seen on
     warnings: list[str] = field(default_factory=list, init=False)
+    # the e2e runs both sides measured (with their work counts), per compared pair of positions
+    counted: dict[tuple[int, int], dict[str, tuple[RunResult, RunResult]]] = field(
+        default_factory=dict, init=False)
     # --tests-from: the selection's files, written into every checkout (pytest_opperf.ab.tests_from)
     tests: Staged | None = None
     imports: Judgement | None = field(default=None, init=False)  # the first step's origins
@@ -189,6 +196,8 @@ class ABOracle:
                     broken.setdefault(index[name], "it collects no test of the selection")
             if not broken:
                 controller.run()
+                for run, pair in controller.counted.items():
+                    self.counted.setdefault((a, b), {}).setdefault(run, pair)
             finished = True
         except SideFailure as exc:
             named = _side(str(exc))
@@ -240,3 +249,29 @@ def plugin_note(tests_from: bool = False) -> str:
     what = ("framework code, ini file and conftest (the tests: --tests-from)" if tests_from
             else "framework code, suites and conftest")
     return f"both sides run this pytest_opperf ({here}) against each commit's own {what}"
+
+
+def explain_culprits(oracle: ABOracle, outcome: Outcome) -> tuple[dict[tuple[int, str],
+                                                                       Explanation], list[str]]:
+    """Each culprit's metrics explained between the culprit and the commit it was verified
+    against (:func:`pytest_opperf.explain.session.explain_metric`, from the runs of that
+    comparison), with more work the culprit's changed lines it runs through; by (culprit
+    position, metric label).
+    Call it while the worktrees are there. The notes say what could not be read."""
+    out: dict[tuple[int, str], Explanation] = {}
+    notes: list[str] = []
+    for c in outcome.culprits:
+        runs = oracle.counted.get((c.parent, c.commit), {})
+        parent, commit = oracle.commits[c.parent], oracle.commits[c.commit]
+        changes: Changes | None = None
+        note = None
+        try:
+            changes = Changes.from_git(oracle.worktrees.checkout(commit.sha), parent.sha,
+                                       commit.sha)
+        except ChangesError as exc:
+            note = f"the culprit's diff could not be read: {exc}"
+            notes.append(f"explain: {commit.short}: {note}")
+        for m in c.metrics:
+            run, _, metric = m.rpartition(" ")
+            out[(c.commit, m)] = explain_metric(metric, runs.get(run), changes, note)
+    return out, notes

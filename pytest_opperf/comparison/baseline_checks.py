@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from ..core.identity import mismatch
 from ..core.machine import hardware_facts, same_hardware
 from ..core.stats import Samples
+from ..explain.diff import explain
 from ..reports.layout import listing
 from ..results import ResultSet, RunResult
 from ..workcounts.workcount import LABELS, WorkCounts, compared
@@ -129,9 +130,15 @@ class _Baseline:
                                       f"{listing(self.work_changes)}")
 
     def fail(self, run: str, metric: str, value: float, limit: float, baseline: float | None,
-             message: str, statistic: str) -> None:
-        violation = Violation(run, metric, value, limit, baseline, message, statistic)
-        self.verdict.violations.append(violation)
+             message: str, statistic: str, pair: tuple[RunResult, RunResult] | None = None
+             ) -> None:
+        """A violation; with ``pair`` (the baseline's run and the session's), explained from
+        their work counts when both have them (:func:`pytest_opperf.explain.diff.explain`)."""
+        why = None
+        if pair is not None and pair[0].work is not None and pair[1].work is not None:
+            why = explain(metric, *pair).to_dict()
+        self.verdict.violations.append(Violation(run, metric, value, limit, baseline, message,
+                                                 statistic, why))
 
     def counts(self, base: RunResult, new: RunResult) -> None:
         if self.regression.counts != "exact" or not base.batches or not new.batches:
@@ -168,7 +175,7 @@ class _Baseline:
         tolerance = self.regression.max_work_increase
         for stat, counter, was, now in compared(bw, nw):
             self._work_check(new.id, metric(counter, stat), now, was, tolerance, gating,
-                             f"{LABELS[counter]} in {stat}", "work count per step")
+                             f"{LABELS[counter]} in {stat}", "work count per step", (base, new))
         if bw.instructions is not None and nw.instructions is not None:
             if bw.instructions_cpu != nw.instructions_cpu:
                 self.uncounted["cpu"].append(f"{new.id} ({nw.instructions_cpu!r} vs "
@@ -176,10 +183,12 @@ class _Baseline:
             else:
                 self._work_check(new.id, INSTRUCTIONS, nw.instructions, bw.instructions,
                                  self.regression.max_instructions_increase, True,
-                                 "CPU instructions per step", "CPU instructions (valgrind)")
+                                 "CPU instructions per step", "CPU instructions (valgrind)",
+                                 (base, new))
 
     def _work_check(self, run: str, name: str, now: int, was: int, tolerance: float,
-                    gating: bool, what: str, statistic: str) -> None:
+                    gating: bool, what: str, statistic: str,
+                    pair: tuple[RunResult, RunResult]) -> None:
         if gating:
             self.verdict.checks += 1
         if now == was:
@@ -189,7 +198,7 @@ class _Baseline:
         if now > was * (1 + tolerance) and gating:
             rule = f"tolerance +{tolerance:.1%}" if tolerance else "exact"
             self.fail(run, name, float(now), was * (1 + tolerance), float(was), f"{text} ({rule})",
-                      f"{statistic}, {rule}")
+                      f"{statistic}, {rule}", pair)
         else:
             self.work_changes.append(f"{run}: {text}")
 
@@ -212,7 +221,7 @@ class _Baseline:
                 if c.regressed:
                     limit = 1e3 / c.limit if n.kind == "rate" else c.limit
                     self.fail(new.id, name, value, limit, baseline, checked.message,
-                              checked.statistic)
+                              checked.statistic, (base, new))
 
     def _check(self, base: RunResult, new: RunResult, name: str, b: MetricSeries,
                n: MetricSeries) -> _Checked:

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from fnmatch import fnmatchcase
+from typing import Any
 
 from ..ab.paired import CompareResult, Decision
 from ..results import ResultSet, RunResult
@@ -137,18 +139,25 @@ def add_compare(verdict: Verdict, compare: CompareResult | None,
             if d.verdict == "regressed":
                 verdict.violations.append(Violation(d.key.run, d.key.metric, d.head,
                                                     _limit_value(d), d.base, _ab_message(d),
-                                                    d.statistic))
+                                                    d.statistic, _explain(compare, d)))
         left = sorted((d for d in compare.decisions if d.verdict == "undecided"),
                       key=lambda d: not d.inconclusive)
         verdict.undecided = len(left)
         verdict.inconclusive = sum(1 for d in left if d.inconclusive)
         verdict.undecided_metrics = [f"{d.key.run}::{d.key.metric}" for d in left]
-        verdict.violations += [_undecided_violation(d, undecided) for d in left
+        verdict.violations += [replace(_undecided_violation(d, undecided),
+                                       explain=_explain(compare, d)) for d in left
                                if undecided == "fail" or (undecided == "inconclusive"
                                                           and d.inconclusive)]
     verdict.violations += [Violation(test, metric, 0.0, 0.0, None, why,
                                      "A/B: a test must pass on both sides to be compared")
                            for test, metric, why in problems]
+
+
+def _explain(compare: CompareResult, d: Decision) -> dict[str, Any] | None:
+    """``d``'s explanation as the gate JSON keeps it, when the session has one."""
+    found = compare.explain.get(d.key)
+    return found.to_dict() if found is not None else None
 
 
 def _undecided_violation(d: Decision, mode: str) -> Violation:

@@ -23,9 +23,14 @@ class Violation:
     baseline: float | None
     message: str
     statistic: str
+    # why the metric got slower (pytest_opperf.explain.diff.Explanation.to_dict()), when known
+    explain: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if self.explain is None:
+            del d["explain"]
+        return d
 
 
 def _num(value: Any) -> float | None:
@@ -148,7 +153,9 @@ class Verdict:
         violations = [Violation(
             run=str(v.get("run", "")), metric=str(v.get("metric", "")), value=v.get("value"),
             limit=v.get("limit"), baseline=v.get("baseline"), message=str(v.get("message", "")),
-            statistic=str(v.get("statistic", ""))) for v in data.get("violations", [])
+            statistic=str(v.get("statistic", "")),
+            explain=v["explain"] if isinstance(v.get("explain"), dict) else None)
+            for v in data.get("violations", [])
             if isinstance(v, dict)]
         incomplete = data.get("incomplete")
         if incomplete is None and data.get("passed") is False and not violations:

@@ -33,7 +33,9 @@ class Window:
     takes is not the window's); ``count_steps`` and ``count_timeout_s``: the counting pass
     (``--opperf-count-steps``, ``--opperf-count-timeout``); ``counter``: what counts the pass
     instead of the Python tracer (the valgrind child: callgrind), or None; ``after_count``: what
-    runs after the tracer's pass (``--opperf-instructions``: the CPU instructions), or None."""
+    runs after the tracer's pass (``--opperf-instructions``: the CPU instructions), or None;
+    ``count_root``: the checkout that the counted functions' files are named relative to (the
+    session's root directory), or None (the current directory)."""
 
     annotate: Any = None
     after_step: Callable[[Any], None] | None = None
@@ -41,6 +43,7 @@ class Window:
     count_timeout_s: float = 300.0
     counter: CountStep | None = None
     after_count: CountStep | None = None
+    count_root: str | None = None
 
 
 class PerOpTimer(Protocol):

@@ -186,7 +186,8 @@ class ValgrindChild(OpPerfSession):
     def window(self, test: str) -> Window:
         window = super().window(test)
         return Window(window.annotate, window.after_step, window.count_steps,
-                      window.count_timeout_s, counter=self.counter)
+                      window.count_timeout_s, counter=self.counter,
+                      count_root=window.count_root)
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:

@@ -100,7 +100,8 @@ class OpPerfSession:
         """What a measured window of ``test`` gets; with ``--opperf-instructions``, each
         counted run's CPU instructions are counted after its pass, in a valgrind child."""
         return Window(annotate=self.nvtx, count_steps=self.settings.count_steps,
-                      count_timeout_s=self.settings.count_timeout, after_count=self.instructions)
+                      count_timeout_s=self.settings.count_timeout, after_count=self.instructions,
+                      count_root=str(self.config.rootpath))
 
     def _build_port(self) -> Port:
         # one timer per session: pytest-benchmark measures each new timer's precision (1 s)

@@ -14,7 +14,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
-__all__ = ["remove_stale_temps", "utf8_text", "write_json_atomic", "write_text_atomic"]
+__all__ = ["remove_stale_temps", "utf8_text", "write_bytes_atomic", "write_json_atomic",
+           "write_text_atomic"]
 
 
 def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
@@ -92,13 +93,17 @@ def utf8_text(text: str) -> str:
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` atomically (see :func:`write_json_atomic`).
+    """Write ``text`` to ``path`` atomically (:func:`write_bytes_atomic`). Text UTF-8 cannot
+    encode (file names under a non-UTF-8 locale) is written as :func:`utf8_text` gives it."""
+    write_bytes_atomic(path, utf8_text(text).encode("utf-8"))
+
+
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (see :func:`write_json_atomic`).
 
     A symbolic link is written through: its target is replaced and the link stays. A path that is
     not a regular file (``/dev/null``, a FIFO) is written to in place, as a shell redirection would,
-    never replaced by a file. Temp files of killed earlier writers are removed first. Text UTF-8
-    cannot encode (file names under a non-UTF-8 locale) is written as :func:`utf8_text` gives it."""
-    text = utf8_text(text)
+    never replaced by a file. Temp files of killed earlier writers are removed first."""
     target = Path(path)
     if os.path.islink(target):
         target = Path(os.path.realpath(target))
@@ -107,14 +112,14 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     except FileNotFoundError:
         mode = None
     if mode is not None and not stat.S_ISREG(mode):
-        with open(target, "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(target, "wb") as f:
+            f.write(data)
         return
     remove_stale_temps(target)
     fd, tmp = _temp_beside(target)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)

@@ -35,7 +35,7 @@ MAX_TIME = 1e12  # times, in ms or s: over 30 years either way
 MAX_NUMBER = 1e30  # the magnitude of any other number (rates, flops, bytes, the gate's values)
 # the keys of a run's work object and the counters of its stats this version reads
 _WORK_KEYS = frozenset(("steps", "pass_s", "versions", "stats", "varies", "instructions",
-                        "instructions_cpu"))
+                        "instructions_cpu", "functions"))
 
 
 def need(cond: bool, source: str, what: str) -> None:

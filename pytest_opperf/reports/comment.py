@@ -32,6 +32,7 @@ __all__ = ["LIMIT", "MARKER", "render_comment"]
 MARKER = "<!-- pytest-opperf gate comment -->"
 LIMIT = 65536  # GitHub's limit on an issue or pull request comment, in characters
 LARGEST = 15  # rows of the op table's largest changes
+EXPLAINED = 3  # functions a failed check's explanation names
 
 
 @dataclass
@@ -95,7 +96,7 @@ def _failed(violations: Sequence[Violation], decisions: dict[tuple[str, str], De
         else:
             bounds = interval(d) if d else f"limit {_num(v.limit)}, baseline {_num(v.baseline)}"
         rows.append([md_code(v.run[len(prefix):]), md_code(v.metric), md_text(estimate),
-                     md_text(bounds), md_inert(v.message)])
+                     md_text(bounds), md_inert(v.message), _why(v)])
     if level == 4:
         by_metric: dict[str, list[str]] = {}
         for run, metric, estimate, *_ in rows:
@@ -105,9 +106,28 @@ def _failed(violations: Sequence[Violation], decisions: dict[tuple[str, str], De
     if level == 3:
         return _Table(title, (), [row[:4] for row in rows], len(rows))
     headers = ["run", "metric", "value or head/base", "interval or limit"]
+    explained = any(v.explain for v in violations)  # a column only where there is one
     if level == 0:
-        return _Table(title, [*headers, "why"], rows, len(rows))
+        return _Table(title, [*headers, "why", *["why it got slower"][:explained]],
+                      [row[:5 + explained] for row in rows], len(rows))
+    if level == 1 and explained:  # the explanation is kept longer than the message
+        return _Table(title, [*headers, "why it got slower"], [row[:4] + row[5:] for row in rows],
+                      len(rows))
     return _Table(title, headers, [row[:4] for row in rows], len(rows))
+
+
+def _why(v: Violation) -> str:
+    """A failed check's explanation (:mod:`pytest_opperf.explain`): its class and at most
+    ``EXPLAINED`` functions, each with its delta and ``path:line`` (with none, as many stats
+    inside it that changed); empty when none."""
+    e = v.explain
+    if not isinstance(e, dict) or not isinstance(e.get("class"), str):
+        return ""
+    texts = [f["text"] for f in e.get("functions", []) if isinstance(f, dict)
+             and isinstance(f.get("text"), str)][:EXPLAINED]
+    texts = texts or [f"inside: {t}" for t in e.get("inside", [])
+                      if isinstance(t, str)][:EXPLAINED]
+    return md_inert("; ".join([f"{e['class']}", *texts])).replace(";", ";<br>")
 
 
 def _decision_rows(decisions: Sequence[Decision]) -> list[list[str]]:

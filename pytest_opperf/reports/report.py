@@ -16,7 +16,7 @@ from typing import Any
 from tabulate import tabulate
 
 from ..comparison.metrics import steady, steady_python_shares, steady_steps
-from ..comparison.verdict import Drift, DriftRow, Verdict
+from ..comparison.verdict import Drift, DriftRow, Verdict, Violation
 from ..core.stats import Samples
 from ..results import SCHEMA, ResultSet, RunResult
 from ..stattree import SORT_KEYS, Shares, short_name
@@ -26,7 +26,7 @@ from .layout import clean, md_code, md_text, middle, run_group, table, wrap
 
 __all__ = ["SORT_KEYS", "chrome_trace", "drift_lines", "drift_section", "gate_lines",
            "gate_section", "markdown", "op_table_lines", "run_lines", "terminal_lines",
-           "verdict_line", "verdict_lines", "work_lines"]
+           "verdict_line", "verdict_lines", "why_texts", "work_lines"]
 
 DRIFT_ROWS = 10  # the drift table's rows in the terminal (the markdown shows twice as many)
 
@@ -235,8 +235,26 @@ def gate_lines(verdict: Verdict, width: int = 100) -> list[str]:
     values = "value {}, limit {}, baseline {}; {}"
     return [line for v in verdict.violations for text in (
         f"FAIL {v.run} {v.metric}", f"     {v.message}",
-        "     " + values.format(_num(v.value), _num(v.limit), _num(v.baseline), v.statistic))
+        "     " + values.format(_num(v.value), _num(v.limit), _num(v.baseline), v.statistic),
+        *[f"     {why}" for why in why_texts(v)])
         for line in wrap(clean(text), width, " " * 5)]
+
+
+def why_texts(v: Violation, limit: int = 3) -> list[str]:
+    """A violation's explanation (:mod:`pytest_opperf.explain`) in short: its class, then its
+    first ``limit`` functions, each with its delta per step and ``path:line``, the first
+    ``limit`` stats inside it that changed, then its changed lines; none when it has none."""
+    e = v.explain
+    if not isinstance(e, dict) or not isinstance(e.get("class"), str):
+        return []
+    texts = [f["text"] for f in e.get("functions", []) if isinstance(f, dict)
+             and isinstance(f.get("text"), str)]
+    changed = e.get("changed")
+    inside = [t for t in e.get("inside", []) if isinstance(t, str)][:limit]
+    return [f"why it got slower: {e['class']}", *texts[:limit],
+            *([f"inside: {'; '.join(inside)}"] if inside else []),
+            *([f"changed lines: {', '.join(map(str, changed))}"] if isinstance(changed, list)
+              and changed else [])]
 
 
 def _drift_title(drift: Drift) -> str:
@@ -341,10 +359,14 @@ def markdown(results: ResultSet, verdict: Verdict | None, sort: str = "total",
     out = ["## opperf", "", "**Gate: not run**" if verdict is None
            else f"**Gate: {_verdict_word(verdict)}** ({md_text(_verdict_detail(verdict))})"]
     if verdict is not None and verdict.violations:
+        explained = any(why_texts(v) for v in verdict.violations)  # a column only then
         rows = [[md_text(v.run), md_text(v.metric), _num(v.value), _num(v.limit), _num(v.baseline),
-                 md_text(v.message), md_text(v.statistic)] for v in verdict.violations]
+                 md_text(v.message), md_text(v.statistic),
+                 *["<br>".join(md_text(t) for t in why_texts(v))][:explained]]
+                for v in verdict.violations]
         out.append("")
-        names = ["run", "metric", "value", "limit", "baseline", "message", "statistic"]
+        names = ["run", "metric", "value", "limit", "baseline", "message", "statistic",
+                 *["why it got slower"][:explained]]
         out += tabulate(rows, names, tablefmt="github", disable_numparse=True).splitlines()
     if verdict is not None and (verdict.warnings or verdict.notes):
         out.append("")

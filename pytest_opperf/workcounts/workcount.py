@@ -37,6 +37,7 @@ a note.
 from __future__ import annotations
 
 import _weakrefset
+import builtins
 import concurrent.futures
 import gc
 import math
@@ -48,13 +49,14 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from time import perf_counter_ns
-from types import CodeType, FrameType
+from types import CodeType, FrameType, ModuleType
 from typing import Any
 
 from .. import timers
 from ..core.stats import most_common
+from .functions import FunctionCounts, bounded, decode, encode, merged, relative_file
 
-__all__ = ["COUNTERS", "LABELS", "OUTSIDE", "Counter", "WorkCounts", "compared",
+__all__ = ["COUNTERS", "LABELS", "OUTSIDE", "Counter", "FunctionCounts", "WorkCounts", "compared",
            "library_versions"]
 
 COUNTERS: tuple[str, ...] = ("bytecodes", "py_calls", "c_calls")
@@ -94,6 +96,8 @@ class WorkCounts:
     varies: list[str] = field(default_factory=list)
     instructions: int | None = None
     instructions_cpu: str | None = None
+    # each stat's counts split by Python function, bounded (:mod:`.functions`); None: not kept
+    functions: dict[str, list[FunctionCounts]] | None = None
 
     def total(self, counter: str) -> int:
         """One counter over the whole step (every stat's self count and the outside)."""
@@ -108,6 +112,8 @@ class WorkCounts:
         if self.instructions is not None:
             d["instructions"] = self.instructions
             d["instructions_cpu"] = self.instructions_cpu
+        if self.functions is not None:
+            d["functions"] = encode(self.functions)
         return d
 
     @classmethod
@@ -119,7 +125,7 @@ class WorkCounts:
         if not isinstance(d, Mapping):
             raise fail("must be an object")
         unknown = set(d) - {"steps", "pass_s", "versions", "stats", "varies", "instructions",
-                            "instructions_cpu"}
+                            "instructions_cpu", "functions"}
         if unknown:
             raise fail(f"unknown field {sorted(unknown)[0]!r}")
         steps, pass_s = d.get("steps"), d.get("pass_s")
@@ -155,12 +161,18 @@ class WorkCounts:
         cpu = d.get("instructions_cpu")
         if cpu is not None and not isinstance(cpu, str):
             raise fail(f"instructions_cpu must be a string, got {cpu!r}")
-        return cls(parsed, steps, float(pass_s), dict(versions), list(varies), instructions, cpu)
+        functions = None if d.get("functions") is None else decode(d["functions"], where)
+        return cls(parsed, steps, float(pass_s), dict(versions), list(varies), instructions, cpu,
+                   functions)
 
     @classmethod
-    def of_steps(cls, per_step: list[dict[str, list[int]]], pass_s: float) -> WorkCounts:
+    def of_steps(cls, per_step: list[dict[str, list[int]]], pass_s: float,
+                 functions: list[dict[str, list[FunctionCounts]]] | None = None) -> WorkCounts:
         """The pass's counts from each step's self counts (stat -> one int per counter): the most
-        common value of each count over the steps; those that differ are named in ``varies``."""
+        common value of each count over the steps; those that differ are named in ``varies``.
+        With ``functions`` (each step's counts by stat and function, :meth:`Counter.functions`),
+        a stat's functions are those of the last step that gave the kept counts, bounded
+        (:func:`.functions.bounded`)."""
         names = sorted({name for step in per_step for name in step}, key=_outside_last)
         stats: dict[str, dict[str, int]] = {}
         varies = []
@@ -175,7 +187,23 @@ class WorkCounts:
                     counts[counter] = value
             if counts:
                 stats[name] = counts
-        return cls(stats, len(per_step), pass_s, library_versions(), varies)
+        kept = None if functions is None else _step_functions(per_step, functions, stats)
+        return cls(stats, len(per_step), pass_s, library_versions(), varies, functions=kept)
+
+
+def _step_functions(per_step: list[dict[str, list[int]]],
+                    functions: list[dict[str, list[FunctionCounts]]],
+                    stats: dict[str, dict[str, int]]) -> dict[str, list[FunctionCounts]]:
+    """Each stat's functions, bounded, from the last step whose counts of it are the kept ones
+    (sums of the rows: the rows of a step that gave other counts would not add up to them)."""
+    out = {}
+    for name, counts in stats.items():
+        want = [counts.get(c, 0) for c in COUNTERS]
+        for step, rows in zip(reversed(per_step), reversed(functions), strict=True):
+            if step.get(name) == want and name in rows:
+                out[name] = bounded(rows[name])
+                break
+    return out
 
 
 def compared(base: WorkCounts, new: WorkCounts) -> Iterator[tuple[str, str, int, int]]:
@@ -230,13 +258,18 @@ class Counter:
         self.clock = clock
         self.timed_out = False  # set when the deadline passed in a counted step
         self.tampered: str | None = None  # how the step changed the tracing, if it did
-        self._current: list[list[int]] = [[0] * len(COUNTERS)]  # the open region's counts
+        # the counts of the function running now, in the region open now: [bytecodes, py_calls,
+        # c_calls, its code (or None), its C calls by callee]
+        self._current: list[list[Any]] = [_new_bucket(None)]
         self._opcode = self._make_opcode()
         self._depth = 0  # skipped frames open now: nothing they call is counted
         self._saved: tuple[Any, Any, bool] | None = None
-        self._counts: dict[str, list[int]] = {}
+        # per stat name, the buckets of its functions by code (None: no Python frame)
+        self._counts: dict[str, dict[CodeType | None, list[Any]]] = {}
+        self._funcs: dict[CodeType | None, list[Any]] = {}  # the open region's
         self._skip: dict[CodeType, bool] = {}
         self._files, self._dirs = _skipped_files()
+        self._functions: dict[str, list[FunctionCounts]] = {}  # set by take()
 
     def _skipped(self, code: CodeType) -> bool:
         skip = self._skip.get(code)
@@ -245,31 +278,61 @@ class Counter:
             skip = self._skip[code] = path in self._files or path.startswith(self._dirs)
         return skip
 
-    def _bucket(self) -> list[int]:
+    def _region(self) -> None:
+        """Take the region open now as the one counted into."""
         region = self.table.current
         name = region.stat.name if region is not None else OUTSIDE
-        counts = self._counts.get(name)
-        if counts is None:
-            counts = self._counts[name] = [0] * len(COUNTERS)
-        return counts
+        funcs = self._counts.get(name)
+        if funcs is None:
+            funcs = self._counts[name] = {}
+        self._funcs = funcs
+
+    def _bucket(self, code: CodeType | None) -> list[Any]:
+        """The counts of ``code``'s function in the region open now."""
+        bucket = self._funcs.get(code)
+        if bucket is None:
+            bucket = self._funcs[code] = _new_bucket(code)
+        return bucket
 
     def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
         if event == "call":
-            if self._skipped(frame.f_code):
-                self._depth += 1  # what it calls is not counted either
-            elif not self._depth:
-                self._current[0][1] += 1
+            if self._depth:
+                if self._skipped(frame.f_code):
+                    self._depth += 1
+                return
+            bucket = self._funcs.get(frame.f_code)
+            if bucket is None:
+                if self._skipped(frame.f_code):
+                    self._depth += 1  # what it calls is not counted either
+                    return
+                bucket = self._bucket(frame.f_code)
+            bucket[1] += 1
+            self._current[0] = bucket
         elif event == "return":
-            if self._depth and self._skipped(frame.f_code):  # (0: start() returning)
-                self._depth -= 1
-                if not self._depth:  # back from the timers' code: the region may have changed
-                    self._current[0] = self._bucket()
-                    self._check_tracing()
+            back = frame.f_back
+            if self._depth:
+                if self._skipped(frame.f_code):
+                    self._depth -= 1
+                    if not self._depth:  # back from the timers' code: the region may have changed
+                        self._region()
+                        self._current[0] = self._bucket(back.f_code if back else None)
+                        self._check_tracing()
+                return
+            code = back.f_code if back is not None else None
+            bucket = self._funcs.get(code)
+            self._current[0] = bucket if bucket is not None else self._bucket(code)
         elif event == "c_call":
             if arg in _TAMPERING and frame.f_code not in _OWN_CODE:
                 self._tampered(f"it called {_name_of(arg)}()")
             if not self._depth and not self._skipped(frame.f_code):
-                self._current[0][2] += 1
+                bucket = self._current[0]
+                bucket[2] += 1
+                name = getattr(arg, "__qualname__", None) or type(arg).__name__
+                owner = getattr(arg, "__self__", None)
+                if type(owner) is ModuleType and owner is not builtins:
+                    name = f"{owner.__name__}.{name}"
+                callees = bucket[4]
+                callees[name] = callees.get(name, 0) + 1
 
     def _tampered(self, how: str) -> None:
         if self.tampered is None:
@@ -317,7 +380,9 @@ class Counter:
         self._saved = (sys.gettrace(), sys.getprofile(), gc.isenabled())
         self.tampered = None
         self._depth = 0
-        self._current[0] = self._bucket()
+        self._region()
+        caller = sys._getframe(1)  # what runs once this returns
+        self._current[0] = self._bucket(caller.f_code)
         gc.collect()
         gc.disable()
         sys.setprofile(self._profile)
@@ -341,14 +406,53 @@ class Counter:
             if gc_was:
                 gc.enable()
 
-    def take(self) -> dict[str, list[int]]:
-        """The self counts since the last take, by stat name (:data:`OUTSIDE` for none)."""
+    def take(self, root: str | None = None) -> dict[str, list[int]]:
+        """The self counts since the last take, by stat name (:data:`OUTSIDE` for none); the
+        same split by function in ``functions`` (:func:`.functions.bounded` not applied yet),
+        their files relative to ``root`` (:func:`.functions.relative_file`)."""
         counts, self._counts = self._counts, {}
-        return {name: c for name, c in counts.items() if any(c)}
+        self._funcs = {}
+        root = os.getcwd() if root is None else root
+        lib_dirs = [p for p in sys.path if p and os.path.isabs(p)]
+        names: dict[CodeType | None, tuple[str, int, str]] = {}
+        out: dict[str, list[int]] = {}
+        self._functions = {}
+        for stat, funcs in counts.items():
+            total = [sum(b[i] for b in funcs.values()) for i in range(len(COUNTERS))]
+            if not any(total):
+                continue
+            out[stat] = total
+            rows = []
+            for code, b in funcs.items():
+                if not (b[0] or b[1] or b[2]):
+                    continue
+                key = names.get(code)
+                if key is None:
+                    key = names[code] = _function_key(code, root, lib_dirs)
+                rows.append(FunctionCounts(*key, b[0], b[1], b[2], b[4]))
+            self._functions[stat] = merged(rows)
+        return out
+
+    @property
+    def functions(self) -> dict[str, list[FunctionCounts]]:
+        """The last :meth:`take`'s counts by stat, split by function (unbounded)."""
+        return self._functions
 
 
 # the counter's own calls that set or end the tracing are no tampering
 _OWN_CODE = frozenset((Counter.start.__code__, Counter.stop.__code__))
+
+
+def _new_bucket(code: CodeType | None) -> list[Any]:
+    return [0, 0, 0, code, {}]
+
+
+def _function_key(code: CodeType | None, root: str | None,
+                  lib_dirs: list[str]) -> tuple[str, int, str]:
+    if code is None:
+        return "", 0, "(no Python frame)"
+    return (relative_file(code.co_filename, root, lib_dirs), code.co_firstlineno,
+            getattr(code, "co_qualname", code.co_name))
 
 
 def _name_of(function: Any) -> str:
