@@ -3,6 +3,7 @@ the differential profile and the changed lines, on the reference framework's tra
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import math
@@ -33,6 +34,7 @@ from pytest_opperf.explain.profile import BASE_LABEL, profile_class
 from pytest_opperf.explain.session import (
     explain_ab,
     explain_compare,
+    profile_files,
     rerun_command,
     rerun_options,
 )
@@ -360,6 +362,23 @@ def test_against_a_stored_baseline_the_failed_work_count_names_the_helper(sides)
     # an A/A baseline: no violation, nothing to explain
     again = evaluate(ResultSet(runs=[base]), None, ResultSet(runs=[base]), "base.json")
     assert not again.violations
+
+
+def test_a_baseline_without_per_function_counts_names_no_function(sides):
+    # a baseline written before per-function counts were kept: its totals still explain the
+    # failed check, but no function is named (each of the head's would read as added work)
+    base, _, head = sides
+    old = dataclasses.replace(base, work=dataclasses.replace(base.work, functions=None))
+    assert old.work is not None and old.work.functions is None
+    verdict = evaluate(ResultSet(runs=[head], session={"device_class": "cpu"}), None,
+                       ResultSet(runs=[old], session={"device_class": "cpu"}), "base.json")
+    v = next(v for v in verdict.violations if v.metric == "bytecodes:batch_norm")
+    assert v.explain is not None and v.explain["class"] == diff.MORE
+    assert v.explain["functions"] == []
+    assert "the base side has no per-function counts, so no function is named" in v.explain["why"]
+    result = _result(old, head, [_decision(head.id, "step_ms:batch_norm")])
+    assert result.explain[MetricKey(head.id, "step_ms:batch_norm")].functions == []
+    assert profile_files(result, {head.id: (old, head)}) == {}  # no one-sided profile
 
 
 def test_a_function_that_only_moved_is_compared_with_itself():

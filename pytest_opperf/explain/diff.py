@@ -303,21 +303,26 @@ def explain(metric: str, base: RunResult, head: RunResult) -> Explanation:
         return Explanation(NOT_COUNTED, f"{where} has no Python work counted on either side: its "
                            "time is spent where the counts do not look (C code or the device, "
                            "called from outside it, or other threads)", shown)
-    deltas = function_deltas(base.work, head.work, stats)
+    missing = [n for n, w in (("base", base.work), ("head", head.work)) if w.functions is None]
+    # a side without per-function counts (a results file written before they were kept) names
+    # no function: every function of the other side would read as added or removed
+    deltas = [] if missing else function_deltas(base.work, head.work, stats)
+    unnamed = (f"; the {' and '.join(missing)} side has no per-function counts, so no function "
+               "is named" if missing else "")
     bi, hi = base.work.instructions, head.work.instructions
     grew = [c for c, b, h in zip(COUNTERS, was, now, strict=True) if h > b]
     fell = [c for c, b, h in zip(COUNTERS, was, now, strict=True) if h < b]
     if grew:
         sizes = ", ".join(f"{h - b:+,} {LABELS[c]}" for c, b, h in zip(COUNTERS, was, now,
                                                                         strict=True) if h != b)
-        return Explanation(MORE, f"{where} does more work per step ({sizes})", shown,
+        return Explanation(MORE, f"{where} does more work per step ({sizes}){unnamed}", shown,
                            [f for f in deltas if any(x > 0 for x in f.deltas)][:KEPT])
     if fell:
         sizes = ", ".join(f"{h - b:+,} {LABELS[c]}" for c, b, h in zip(COUNTERS, was, now,
                                                                         strict=True) if h != b)
         return Explanation(FEWER, f"{where} does less work per step ({sizes}) and takes longer: "
                            "the work left costs more (fewer threads or parts to split it over, "
-                           "a slower path)", shown, deltas[:KEPT])
+                           f"a slower path){unnamed}", shown, deltas[:KEPT])
     instructions = ""
     if bi is not None and hi is not None:
         if hi > bi and base.work.instructions_cpu == head.work.instructions_cpu:

@@ -107,10 +107,10 @@ def profile_files(result: CompareResult, runs: Mapping[str, tuple[RunResult, Run
     rows: list[ProfileRow] = []
     for run in dict.fromkeys(k.run for k in result.explain):
         pair = runs.get(run)
-        if pair is None or pair[0].work is None or pair[1].work is None:
-            continue
-        rows += rows_of(run, "base", pair[0].work.functions)
-        rows += rows_of(run, "head", pair[1].work.functions)
+        tables = [r.work.functions if r.work is not None else None for r in pair or ()]
+        if len(tables) != 2 or tables[0] is None or tables[1] is None:
+            continue  # a side without per-function counts: its rows would be the whole diff
+        rows += rows_of(run, "base", tables[0]) + rows_of(run, "head", tables[1])
     if not rows:
         return {}
     files = {PROFILE: profile_bytes(rows)}
