@@ -4,7 +4,6 @@ the differential profile and the changed lines, on the reference framework's tra
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import json
 import math
 import shutil
@@ -45,6 +44,7 @@ from pytest_opperf.results import ResultSet, RunResult
 from pytest_opperf.workcounts.functions import FunctionCounts
 from pytest_opperf.workcounts.workcount import WorkCounts
 from tests.ab_suites import git
+from tests.pprof_read import net_bytecodes, read_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 BATCH_NORM = "reference_framework/ops/batch_norm.py"
@@ -148,21 +148,16 @@ def test_the_differential_profile_reads_back_and_its_largest_sample_is_the_helpe
     result = CompareResult("REV abc1234", "working tree", [_decision(head.id,
                                                                      "step_ms:batch_norm")])
     explain_ab(result, {head.id: (base, head)}, tmp_path, None, "DIR x", tmp_path / "out")
-    profile = profile_class()()
-    profile.ParseFromString(gzip.decompress((tmp_path / "out" / "explain.pb.gz").read_bytes()))
+    profile = read_profile(tmp_path / "out" / "explain.pb.gz")
     strings = list(profile.string_table)
     assert [strings[t.type] for t in profile.sample_type] == ["bytecodes", "py_calls", "c_calls"]
-    names = {f.id: strings[f.name] for f in profile.function}
-    leaf = {loc.id: names[loc.line[0].function_id] for loc in profile.location}
-    by_function: dict[str, int] = {}
     for sample in profile.sample:
         labels = {strings[la.key]: strings[la.str] for la in sample.label}
         assert labels["run"] == head.id and "stat" in labels
         base_side = labels.get(BASE_LABEL) == "true"
         assert all(v <= 0 for v in sample.value) if base_side else all(
             v >= 0 for v in sample.value)
-        name = leaf[sample.location_id[0]]
-        by_function[name] = by_function.get(name, 0) + sample.value[0]
+    by_function = net_bytecodes(profile)
     assert max(by_function, key=lambda n: by_function[n]) == "_normalise"
     assert sum(1 for v in by_function.values() if v) == 1  # every other function's delta is 0
     folded = (tmp_path / "out" / "explain-bytecodes.folded").read_text().splitlines()
@@ -328,17 +323,11 @@ def test_the_profile_is_in_pprofs_own_schema_and_reads_back_with_it(sides, tmp_p
     explain_ab(result, {head.id: (base, head)}, tmp_path, None, "DIR x", tmp_path / "out")
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
-    profile = message_factory.GetMessageClass(
-        pool.FindMessageTypeByName("perftools.profiles.Profile"))()
-    profile.ParseFromString(gzip.decompress((tmp_path / "out" / "explain.pb.gz").read_bytes()))
+    profile = read_profile(tmp_path / "out" / "explain.pb.gz", message_factory.GetMessageClass(
+        pool.FindMessageTypeByName("perftools.profiles.Profile"))())
     strings = list(profile.string_table)
     assert [strings[t.type] for t in profile.sample_type] == ["bytecodes", "py_calls", "c_calls"]
-    names = {f.id: strings[f.name] for f in profile.function}
-    leaf = {loc.id: names[loc.line[0].function_id] for loc in profile.location}
-    delta: dict[str, int] = {}
-    for sample in profile.sample:
-        name = leaf[sample.location_id[0]]
-        delta[name] = delta.get(name, 0) + sample.value[0]
+    delta = net_bytecodes(profile)
     assert max(delta, key=lambda n: delta[n]) == "_normalise" and delta["_normalise"] > 1000
     assert sorted(set(delta.values()) - {delta["_normalise"]}) == [0]  # the rest nets 0
 

@@ -5,7 +5,6 @@ quickest to count)."""
 
 from __future__ import annotations
 
-import gzip
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,12 +20,12 @@ from pytest_opperf.comparison.metrics import MetricKey  # noqa: E402
 from pytest_opperf.core.port import Window  # noqa: E402
 from pytest_opperf.device import CPU_HOST  # noqa: E402
 from pytest_opperf.explain import diff  # noqa: E402
-from pytest_opperf.explain.profile import profile_class  # noqa: E402
 from pytest_opperf.explain.session import explain_ab  # noqa: E402
 from pytest_opperf.results import RunResult  # noqa: E402
 from pytest_opperf.torch import profile  # noqa: E402
 from reference_framework.benchmark import WORKLOADS  # noqa: E402
 from suites.torch import model  # noqa: E402
+from tests.pprof_read import net_bytecodes, read_profile  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "suites/torch/model.py"
@@ -90,13 +89,5 @@ def test_a_torch_models_added_python_work_is_named_first_and_tops_the_profile(si
     assert (first.name, first.where) == (f"{block.__name__}.forward", f"{MODEL}:{line}")
     assert first.delta("bytecodes") > 0
     # the differential profile's largest positive function is the same
-    p = profile_class()()
-    p.ParseFromString(gzip.decompress((tmp_path / "out" / "explain.pb.gz").read_bytes()))
-    strings = list(p.string_table)
-    names = {f.id: strings[f.name] for f in p.function}
-    leaf = {loc.id: names[loc.line[0].function_id] for loc in p.location}
-    total: dict[str, int] = {}
-    for s in p.sample:
-        name = leaf[s.location_id[0]]
-        total[name] = total.get(name, 0) + s.value[0]
+    total = net_bytecodes(read_profile(tmp_path / "out" / "explain.pb.gz"))
     assert max(total, key=lambda n: total[n]) == f"{block.__name__}.forward"
