@@ -226,19 +226,26 @@ def test_less_work_slower_and_not_counted_are_said_as_such(sides):
     assert op.cls == diff.NOT_COUNTED and "no work counts" in op.why
 
 
-def test_the_changed_lines_name_the_hunk_the_added_work_runs_through(sides, tmp_path):
-    base, _, head = sides
+def _repo(tmp_path: Path, extra: dict[str, str] | None = None) -> tuple[Path, str, str]:
+    """A git repository holding the reference framework's batch_norm module (and ``extra``
+    files), committed: its directory, the module's source and the commit."""
     repo = tmp_path / "repo"
     target = repo / BATCH_NORM
     target.parent.mkdir(parents=True)
     source = (ROOT / BATCH_NORM).read_text()
     target.write_text(source)
-    (repo / "other.py").write_text("x = 1\n")
+    for name, text in (extra or {}).items():
+        (repo / name).write_text(text)
     git(repo, "init", "-q", ".")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "base")
-    commit = git(repo, "rev-parse", "HEAD")
-    target.write_text(source.replace(LOOP_AFTER, LOOP, 1))
+    return repo, source, git(repo, "rev-parse", "HEAD")
+
+
+def test_the_changed_lines_name_the_hunk_the_added_work_runs_through(sides, tmp_path):
+    base, _, head = sides
+    repo, source, commit = _repo(tmp_path, {"other.py": "x = 1\n"})
+    (repo / BATCH_NORM).write_text(source.replace(LOOP_AFTER, LOOP, 1))
     (repo / "other.py").write_text("x = 2\n")
     changes = Changes.from_git(repo, commit)
     assert set(changes.hunks) == {BATCH_NORM, "other.py"}
@@ -393,15 +400,8 @@ def test_the_rerun_command_keeps_what_the_session_measured_in_either_spelling():
 def test_bisects_culprit_is_explained_against_its_parent_with_its_changed_lines(sides,
                                                                                tmp_path):
     base, _, head = sides
-    repo = tmp_path / "repo"
-    target = repo / BATCH_NORM
-    target.parent.mkdir(parents=True)
-    source = (ROOT / BATCH_NORM).read_text()
-    target.write_text(source)
-    git(repo, "init", "-q", ".")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "good")
-    target.write_text(source.replace(LOOP_AFTER, LOOP, 1))
+    repo, source, _ = _repo(tmp_path)
+    (repo / BATCH_NORM).write_text(source.replace(LOOP_AFTER, LOOP, 1))
     git(repo, "commit", "-q", "-am", "the loop")
     shas = git(repo, "rev-list", "--reverse", "HEAD").split()
     commits = [BisectCommit(sha, f"c{i}", "A", "2026-01-01") for i, sha in enumerate(shas)]
