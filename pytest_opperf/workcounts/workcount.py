@@ -259,8 +259,8 @@ class Counter:
         self.timed_out = False  # set when the deadline passed in a counted step
         self.tampered: str | None = None  # how the step changed the tracing, if it did
         # the counts of the function running now, in the region open now: [bytecodes, py_calls,
-        # c_calls, its code (or None), its C calls by callee]
-        self._current: list[list[Any]] = [_new_bucket(None)]
+        # c_calls, its C calls by callee]
+        self._current: list[list[Any]] = [_new_bucket()]
         self._opcode = self._make_opcode()
         self._depth = 0  # skipped frames open now: nothing they call is counted
         self._saved: tuple[Any, Any, bool] | None = None
@@ -291,7 +291,7 @@ class Counter:
         """The counts of ``code``'s function in the region open now."""
         bucket = self._funcs.get(code)
         if bucket is None:
-            bucket = self._funcs[code] = _new_bucket(code)
+            bucket = self._funcs[code] = _new_bucket()
         return bucket
 
     def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
@@ -331,7 +331,7 @@ class Counter:
                 owner = getattr(arg, "__self__", None)
                 if type(owner) is ModuleType and owner is not builtins:
                     name = f"{owner.__name__}.{name}"
-                callees = bucket[4]
+                callees = bucket[3]
                 callees[name] = callees.get(name, 0) + 1
 
     def _tampered(self, how: str) -> None:
@@ -429,7 +429,7 @@ class Counter:
                 key = names.get(code)
                 if key is None:
                     key = names[code] = _function_key(code, root, lib_dirs)
-                rows.append(FunctionCounts(*key, b[0], b[1], b[2], b[4]))
+                rows.append(FunctionCounts(*key, b[0], b[1], b[2], b[3]))
             self._functions[stat] = merged(rows)
         return out
 
@@ -443,8 +443,8 @@ class Counter:
 _OWN_CODE = frozenset((Counter.start.__code__, Counter.stop.__code__))
 
 
-def _new_bucket(code: CodeType | None) -> list[Any]:
-    return [0, 0, 0, code, {}]
+def _new_bucket() -> list[Any]:
+    return [0, 0, 0, {}]
 
 
 def _function_key(code: CodeType | None, root: str | None,
