@@ -24,7 +24,7 @@ from ..ab.render import change, interval
 from ..comparison.verdict import DriftRow, Verdict, Violation
 from ..results import ResultSet
 from .layout import common_prefix, md_code, md_inert, md_text
-from .report import verdict_line
+from .report import explanation, verdict_line
 
 __all__ = ["LIMIT", "MARKER", "render_comment"]
 
@@ -120,14 +120,11 @@ def _why(v: Violation) -> str:
     """A failed check's explanation (:mod:`pytest_opperf.explain`): its class and at most
     ``EXPLAINED`` functions, each with its delta and ``path:line`` (with none, as many stats
     inside it that changed); empty when none."""
-    e = v.explain
-    if not isinstance(e, dict) or not isinstance(e.get("class"), str):
+    e = explanation(v)
+    if e is None:
         return ""
-    texts = [f["text"] for f in e.get("functions", []) if isinstance(f, dict)
-             and isinstance(f.get("text"), str)][:EXPLAINED]
-    texts = texts or [f"inside: {t}" for t in e.get("inside", [])
-                      if isinstance(t, str)][:EXPLAINED]
-    return md_inert("; ".join([f"{e['class']}", *texts])).replace(";", ";<br>")
+    texts = e.top(EXPLAINED) or [f"inside: {t}" for t in e.inside[:EXPLAINED]]
+    return md_inert("; ".join([e.cls, *texts])).replace(";", ";<br>")
 
 
 def _decision_rows(decisions: Sequence[Decision]) -> list[list[str]]:

@@ -18,13 +18,14 @@ from tabulate import tabulate
 from ..comparison.metrics import steady, steady_python_shares, steady_steps
 from ..comparison.verdict import Drift, DriftRow, Verdict, Violation
 from ..core.stats import Samples
+from ..explain.diff import Explanation
 from ..results import SCHEMA, ResultSet, RunResult
 from ..stattree import SORT_KEYS, Shares, short_name
 from ..workcounts.workcount import COUNTERS, LABELS, OUTSIDE
 from .gpu_report import device_host_lines, steady_lines
 from .layout import clean, md_code, md_text, middle, run_group, table, wrap
 
-__all__ = ["SORT_KEYS", "chrome_trace", "drift_lines", "drift_section", "gate_lines",
+__all__ = ["SORT_KEYS", "chrome_trace", "drift_lines", "drift_section", "explanation", "gate_lines",
            "gate_section", "markdown", "op_table_lines", "run_lines", "terminal_lines",
            "verdict_line", "verdict_lines", "why_texts", "work_lines"]
 
@@ -240,21 +241,28 @@ def gate_lines(verdict: Verdict, width: int = 100) -> list[str]:
         for line in wrap(clean(text), width, " " * 5)]
 
 
+def explanation(v: Violation) -> Explanation | None:
+    """A violation's explanation (:mod:`pytest_opperf.explain`), read from its ``explain``
+    object; None without one, or with one that does not read (a hand-edited gate file)."""
+    if v.explain is None:
+        return None
+    try:
+        return Explanation.from_dict(v.explain, f"{v.run} {v.metric}")
+    except ValueError:
+        return None
+
+
 def why_texts(v: Violation, limit: int = 3) -> list[str]:
-    """A violation's explanation (:mod:`pytest_opperf.explain`) in short: its class, then its
-    first ``limit`` functions, each with its delta per step and ``path:line``, the first
-    ``limit`` stats inside it that changed, then its changed lines; none when it has none."""
-    e = v.explain
-    if not isinstance(e, dict) or not isinstance(e.get("class"), str):
+    """A violation's explanation in short: its class, then its first ``limit`` functions, each
+    with its delta per step and ``path:line``, the first ``limit`` stats inside it that changed,
+    then its changed lines; none when it has none."""
+    e = explanation(v)
+    if e is None:
         return []
-    texts = [f["text"] for f in e.get("functions", []) if isinstance(f, dict)
-             and isinstance(f.get("text"), str)]
-    changed = e.get("changed")
-    inside = [t for t in e.get("inside", []) if isinstance(t, str)][:limit]
-    return [f"why it got slower: {e['class']}", *texts[:limit],
+    inside = e.inside[:limit]
+    return [f"why it got slower: {e.cls}", *e.top(limit),
             *([f"inside: {'; '.join(inside)}"] if inside else []),
-            *([f"changed lines: {', '.join(map(str, changed))}"] if isinstance(changed, list)
-              and changed else [])]
+            *([f"changed lines: {', '.join(e.changed)}"] if e.changed else [])]
 
 
 def _drift_title(drift: Drift) -> str:
