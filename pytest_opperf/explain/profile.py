@@ -32,7 +32,7 @@ _I64, _U64, _BOOL, _STR, _MSG = (descriptor_pb2.FieldDescriptorProto.TYPE_INT64,
                                  descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
                                  descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE)
 # profile.proto's messages: (field name, number, type, repeated, message type); the fields of
-# pprof's proto/profile.proto that every pprof reads (tests/test_explain_profile.py checks them
+# pprof's proto/profile.proto that every pprof reads (tests/test_explain.py checks them
 # against that file); later additions (Line.column, Profile.doc_url) are never written here
 _SCHEMA: dict[str, list[tuple[str, int, int, bool, str | None]]] = {
     "Profile": [("sample_type", 1, _MSG, True, "ValueType"), ("sample", 2, _MSG, True, "Sample"),
