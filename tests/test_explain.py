@@ -386,6 +386,14 @@ def test_a_function_that_only_moved_is_compared_with_itself():
     assert (moved.line, moved.base[0], moved.head[0]) == (12, 7, 9)
 
 
+def test_the_rerun_command_of_a_tests_second_window_selects_the_test():
+    result = CompareResult("REV abc1234", "working tree",
+                           [_decision("t.py::test_x#warm", "examples_per_sec", kind="rate")])
+    explain_compare(result, {}, command=lambda test: rerun_command(test, "abc1234", []))
+    e = result.explain[MetricKey("t.py::test_x#warm", "examples_per_sec")]
+    assert e.command == "python -m pytest t.py::test_x --opperf --opperf-compare=abc1234"
+
+
 def test_the_rerun_command_keeps_what_the_session_measured_in_either_spelling():
     args = ["suites", "--opperf", "--opperf-compare", "main", "--opperf-device", "cpu",
             "--opperf-workload=small", "--opperf-instructions", "-q", "--opperf-count-steps", "3"]

@@ -15,6 +15,7 @@ import shlex
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from ..ab.cost import node_of
 from ..ab.paired import CompareResult, Decision
 from ..records import atomic
 from ..results import RunResult
@@ -25,7 +26,7 @@ from .profile import BASE_LABEL, ProfileRow, folded, profile_bytes, rows_of
 
 __all__ = ["PROFILE", "RERUN_FLAGS", "RERUN_OPTIONS", "explain_ab", "explain_compare",
            "explain_metric", "explained", "inside", "profile_files", "rerun_command",
-           "rerun_options", "test_of", "write_files"]
+           "rerun_options", "write_files"]
 
 PROFILE = "explain.pb.gz"
 
@@ -33,11 +34,6 @@ PROFILE = "explain.pb.gz"
 def explained(d: Decision) -> bool:
     """Whether ``d`` gets an explanation: regressed, or inconclusive."""
     return d.verdict == "regressed" or d.inconclusive
-
-
-def test_of(run: str) -> str:
-    """The test of a run id (the node id it was recorded under: ``suites/x.py::test_y[a]``)."""
-    return run
 
 
 def explain_compare(result: CompareResult, runs: Mapping[str, tuple[RunResult, RunResult]],
@@ -52,7 +48,7 @@ def explain_compare(result: CompareResult, runs: Mapping[str, tuple[RunResult, R
             continue
         e = explain_metric(d.key.metric, runs.get(d.key.run), changes, changes_note)
         if command is not None:
-            e.command = command(test_of(d.key.run))
+            e.command = command(node_of(d.key.run))
         e.inside = inside(d, e, result.decisions)
         result.explain[d.key] = e
 
