@@ -9,7 +9,7 @@ expected metric regressed. Cases:
 
 * ``conv2d-10`` (and ``conv2d-3``, ``conv2d-5``): the conv2d forward kernel
   made 10 % (3 %, 5 %) slower by spinning for that share of its own time;
-* ``relu-20``: relu forward 20 % slower;
+* ``relu-20``: relu forward 20 % slower; ``batch_norm-15``: batch_norm forward 15 % slower;
 * ``share-2``: the Python share of a training step up by about 2 points (busy
   work in the benchmark loop, outside the executor, 2.5 % of the step's
   executor time);
@@ -39,8 +39,12 @@ expected metric regressed. Cases:
     python benchmarks/ab_acceptance.py --sessions 10                 # every case, 10 sessions each
     python benchmarks/ab_acceptance.py --cases aa --sessions 20
     python benchmarks/ab_acceptance.py --cases conv2d-3,conv2d-5,conv2d-10 --sessions 10
+    python benchmarks/ab_acceptance.py --cases conv2d-10+batch_norm-15 --sessions 5 --single \\
+        -- suites/test_ops.py suites/test_resnet50.py -k "((conv2d or batch_norm) and not grad) or (test_train and not no-overheads)"
 
-It prints one line per session (each failing metric with its explanation's class and first
+Cases joined by ``+`` are patched together, and each one's metric must fail. ``--single`` times
+the head alone (the same tests, no A/B) before each session and prints the A/B's wall time over
+it. It prints one line per session (each failing metric with its explanation's class and first
 function, when it has one) and a summary per case; it asserts nothing.
 """
 
@@ -208,6 +212,7 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "conv2d-5": (SLOW_KERNEL.format(op="conv2d", share=0.05), (":conv2d",)),
     "conv2d-10": (SLOW_KERNEL.format(op="conv2d", share=0.10), (":conv2d",)),
     "relu-20": (SLOW_KERNEL.format(op="relu", share=0.20), (":relu",)),
+    "batch_norm-15": (SLOW_KERNEL.format(op="batch_norm", share=0.15), (":batch_norm",)),
     # +2 points of a ~10 % share: b = 0.02 E / ((1 - s)(1 - s - 0.02)) per step with s ~ 0.1
     "share-2": (STEP_WORK.format(work='_spin((executor_ms - last["executor"]) / 1e3 * 0.0253)'),
                 ("python_share",)),
@@ -258,6 +263,22 @@ def copy(where: Path, name: str, patch: str) -> Path:
     return target
 
 
+def single(head: Path, args: list[str]) -> float:
+    """The wall time of the head alone: the same tests, ``--opperf`` and no A/B."""
+    command = [sys.executable, "-m", "pytest", "--opperf", "-q", "--benchmark-quiet", "-p",
+               "no:cacheprovider", *args]
+    start = time.monotonic()
+    subprocess.run(command, cwd=head, capture_output=True, text=True)
+    return time.monotonic() - start
+
+
+def combined(case: str) -> tuple[str, tuple[tuple[str, ...], ...]]:
+    """The patch and the expected metrics of ``case``: one of CASES, or several joined by ``+``
+    (their patches together; each one's metrics must fail)."""
+    parts = [CASES[c] for c in case.split("+")]
+    return "".join(p for p, _ in parts), tuple(e for _, e in parts if e)
+
+
 def session(head: Path, base: str, args: list[str], out: Path) -> tuple[int, dict, float]:
     command = [sys.executable, "-m", "pytest", "--opperf", f"--opperf-compare={base}",
                f"--opperf-json={out}", "-q", "--benchmark-quiet", "-p", "no:cacheprovider", *args]
@@ -270,14 +291,15 @@ def session(head: Path, base: str, args: list[str], out: Path) -> tuple[int, dic
     return done.returncode, json.loads(out.read_text()), elapsed
 
 
-def caught(compare: dict, expected: tuple[str, ...]) -> tuple[bool, list[str]]:
-    """Whether an expected metric fails the gate (regressed, or inconclusive: undecided with its
-    pairs pointing past the threshold, which fails by default), and every metric that does (with
-    its estimate)."""
+def caught(compare: dict, expected: tuple[tuple[str, ...], ...]) -> tuple[bool, list[str]]:
+    """Whether each group of expected metrics has one that fails the gate (regressed, or
+    inconclusive: undecided with its pairs pointing past the threshold, which fails by default),
+    and every metric that does (with its estimate). With no group, whether none fails."""
     failing = [d for d in compare["decisions"]
                if d["verdict"] == "regressed" or d.get("inconclusive")]
     names = [f"{d['run']} {d['metric']}" for d in failing]
-    hit = any(r.endswith(e) for r in names for e in expected) if expected else not names
+    hit = (all(any(r.endswith(e) for r in names for e in group) for group in expected)
+           if expected else not names)
     return hit, [(f"{n} {d['estimate']:.3f}" if d.get("estimate") is not None else n)
                  + _why(d) for n, d in zip(names, failing, strict=True)]
 
@@ -291,10 +313,10 @@ def _why(decision: dict) -> str:
     return f" [{e.get('class')}{': ' + first if first else ''}]"
 
 
-def shown(compare: dict, expected: tuple[str, ...]) -> str:
+def shown(compare: dict, expected: tuple[tuple[str, ...], ...]) -> str:
     """The decisions of the expected metrics (every e2e run's headline metric in an A/A): verdict,
     estimate, interval and pairs, one run per entry."""
-    names = expected or ("examples_per_sec",)
+    names = tuple(m for group in expected for m in group) or ("examples_per_sec",)
     out = []
     for d in compare["decisions"]:
         if d["metric"] in names:
@@ -329,11 +351,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None,
                         help="keep each session's results JSON in this directory "
                              "(CASE-N.json)")
+    parser.add_argument("--single", action="store_true",
+                        help="time the head alone before each session, and print the ratio")
     parser.add_argument("pytest_args", nargs="*", default=["suites/"],
                         help="what the sessions run (default suites/: the main job)")
     opts = parser.parse_args()
     cases = [c for c in opts.cases.split(",") if c]
-    unknown = [c for c in cases if c not in CASES]
+    unknown = [c for c in cases if any(part not in CASES for part in c.split("+"))]
     if unknown:
         parser.error(f"unknown case(s) {', '.join(unknown)}; expected some of {', '.join(CASES)}")
     env_note = f"OPPERF_NUM_THREADS={os.environ.get('OPPERF_NUM_THREADS', '(default)')}"
@@ -347,14 +371,17 @@ def main() -> None:
         try:
             unpatched = copy(where, "unpatched", "")  # the head of the cases with no patch
             for case in cases:
-                patch, expected = CASES[case]
+                patch, expected = combined(case)
                 head = copy(where, f"head-{case}", patch) if patch else unpatched
                 null = not expected  # every regressed metric is a false alarm
-                hits, alarms, times = 0, 0, []
+                hits, alarms, times, ratios = 0, 0, [], []
                 all_widths: dict[str, list[float]] = {"per-op": [], "e2e": []}
                 for i in range(opts.sessions):
                     out = where / f"{case}-{i}.json"
+                    alone = single(head, args) if opts.single else None
                     ret, data, elapsed = session(head, "HEAD", args, out)
+                    if alone is not None:
+                        ratios.append(elapsed / alone)
                     if opts.out is not None:
                         opts.out.mkdir(parents=True, exist_ok=True)
                         shutil.copyfile(out, opts.out / f"{case}-{i + 1}.json")
@@ -372,13 +399,18 @@ def main() -> None:
                           f"{len(regressed)} regressed "
                           f"({', '.join(regressed[:4])}{'...' if len(regressed) > 4 else ''}), "
                           f"{undecided} undecided, "
-                          f"{compare['pairs']} pairs, {elapsed:.0f} s", flush=True)
+                          f"{compare['pairs']} pairs, {elapsed:.0f} s"
+                          + (f" ({elapsed / alone:.2f}x the head alone, {alone:.0f} s)"
+                             if alone is not None else ""), flush=True)
                     if shown(compare, expected):
                         print(f"    {shown(compare, expected)}", flush=True)
                 line = (f"{case}: {'no false alarm in' if null else 'caught in'} "
                         f"{opts.sessions - alarms if null else hits}/{opts.sessions} "
                         "sessions, "
                         f"median session {statistics.median(times):.0f} s")
+                if ratios:
+                    line += (f"; A/B over the head alone {min(ratios):.2f}-{max(ratios):.2f}x, "
+                             f"median {statistics.median(ratios):.2f}x")
                 if null:
                     for k, v in all_widths.items():
                         if v:
