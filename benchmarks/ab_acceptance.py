@@ -40,7 +40,8 @@ expected metric regressed. Cases:
     python benchmarks/ab_acceptance.py --cases aa --sessions 20
     python benchmarks/ab_acceptance.py --cases conv2d-3,conv2d-5,conv2d-10 --sessions 10
     python benchmarks/ab_acceptance.py --cases conv2d-10+batch_norm-15 --sessions 5 --single \\
-        -- suites/test_ops.py suites/test_resnet50.py -k "((conv2d or batch_norm) and not grad) or (test_train and not no-overheads)"
+        -- suites/test_ops.py suites/test_resnet50.py \\
+        -k "((conv2d or batch_norm) and not grad) or (test_train and not no-overheads)"
 
 Cases joined by ``+`` are patched together, and each one's metric must fail. ``--single`` times
 the head alone (the same tests, no A/B) before each session and prints the A/B's wall time over

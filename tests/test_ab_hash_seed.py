@@ -3,7 +3,9 @@ generation draws others."""
 
 from __future__ import annotations
 
+import os
 import sys
+import types
 from pathlib import Path
 
 from pytest_opperf.ab import processes
@@ -48,6 +50,7 @@ def test_the_sides_are_started_with_their_generations_seed(monkeypatch, tmp_path
             assert fds == (sides.arena_fd,) and env.pop(ARENA_FD_ENV) == str(sides.arena_fd)
             seen.append((spec.name, env))
             self.name = spec.name
+            self.process = types.SimpleNamespace(pid=os.getpid())  # what aslr.randomised reads
             started(self)
 
         def receive(self, timeout_s: float, doing: str) -> dict:

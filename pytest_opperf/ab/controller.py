@@ -76,7 +76,7 @@ from ..results import RunResult
 from . import cost, decide, extensions, family, generations, paired, signedrank, tuning
 from .decide import Keep
 from .pairs import e2e_samples
-from .processes import LAYOUT_ENV, Side, SideFailure, Sides, SideSpec, layout_pad, usable_cpus
+from .processes import Side, SideFailure, Sides, SideSpec, layout_pad, usable_cpus
 from .samples import SessionPairs
 
 __all__ = ["Controller", "Plan", "TestOutcome", "rerun_budget"]
@@ -211,8 +211,6 @@ class Controller:
             budget_exhausted = True
         self.notes.append(f"first pass {first_pass_s:.0f} s, then a budget of "
                           f"{max(0.0, rerun_s):.0f} s for running tests again")
-        shared = ("the size of" if "PYTHONHASHSEED" in self.head_spec.env
-                  else "its PYTHONHASHSEED and the size of")
         bias = [{**g, "layout": layout_pad(self.sides.seed, g["generation"])}
                 for g in generations.generation_bias(self.samples)]
         means = [f"{g['geometric_mean']:.3f}" for g in bias
@@ -221,8 +219,7 @@ class Controller:
             self.notes.append("process pairs' bias: geometric mean head/base of each "
                               f"generation's time metrics {', '.join(means)}")
         self.notes.append(f"order seed {self.seed}; {self.sides.generation + 1} generation(s) "
-                          f"of side processes; both sides of a generation share {shared} "
-                          f"{LAYOUT_ENV}")
+                          f"of side processes; {self.sides.layout_note()}")
         return paired.CompareResult(
             base=self.base_label, head=self.head_label, decisions=decisions, added=list(plan.added),
             removed=list(plan.removed), pairs=self.pairs, elapsed_s=self.clock() - self._started,

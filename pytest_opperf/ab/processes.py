@@ -18,7 +18,8 @@ function no step calls lay out their arrays differently, and under one environme
 do so alike in every generation (a relu 0.925-1.080 head/base by the environment's size alone,
 docs/ab-statistics.md, "The layout of a process pair"); a new size each generation makes each
 process pair a new draw of the layout. Both get one shared memory file for the session (the same
-descriptor, :mod:`.arena`), where memory-bound per-op calls place their arrays. What runs on
+descriptor, :mod:`.arena`), where memory-bound per-op calls place their arrays, and both run with
+address-space randomisation off where the OS allows it (:mod:`.aslr`). What runs on
 them, and when, is the scheduling's (:mod:`.controller`). No pytest import.
 """
 
@@ -30,13 +31,14 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import arena, tuning
+from . import arena, aslr, tuning
 from .protocol import ProtocolError, SideGone, SideTimeout, pair
 
 __all__ = ["LAYOUT_ENV", "LAYOUT_PAD_MIN", "LAYOUT_PAD_SPAN", "Side", "SideFailure", "SideSpec",
@@ -104,7 +106,7 @@ class Side:
                    OPPERF_AB_SIDE=spec.name)
         self._log = open(spec.log, "wb")  # noqa: SIM115 - open for the process's lifetime
         try:
-            self.process = subprocess.Popen(spec.command, cwd=spec.cwd, env=env,
+            self.process = subprocess.Popen(aslr.fixed_layout(spec.command), cwd=spec.cwd, env=env,
                                             stdin=subprocess.DEVNULL,
                                             stdout=self._log, stderr=subprocess.STDOUT,
                                             pass_fds=(theirs.fileno(), *fds),
@@ -229,6 +231,7 @@ class Sides:
         self.arena_fd: int | None = None  # memory both sides share (:mod:`.arena`), made once
         self.placing = False  # both sides of this generation can place arrays in it
         self.arena_why: dict[str, Any] = {}  # why each side cannot ("": it can; None: unsaid)
+        self.randomised: dict[str, str] = {}  # why a side of this generation has ASLR on
 
     def __getitem__(self, name: str) -> Side:
         return self.running[name]
@@ -269,8 +272,31 @@ class Sides:
             self.ids[name] = ids
         self.arena_why = {name: message.get("arena") for name, message in collected.items()}
         self.placing = all(why == "" for why in self.arena_why.values())
+        self.randomised = self._randomised()
         self.spawn_s = self.clock() - spawned
         return collected
+
+    def _randomised(self) -> dict[str, str]:
+        """Why each side of this generation runs with address-space randomisation on (none of a
+        side that runs with it off, :mod:`.aslr`)."""
+        if not sys.platform.startswith("linux"):
+            return {name: "not Linux" for name in self.running}
+        out = {}
+        for name, side in self.running.items():
+            why = aslr.randomised(side.process.pid)
+            if why is not None:
+                out[name] = why
+        return out
+
+    def layout_note(self) -> str:
+        """What the sides of the generations share besides the code under test, for the report."""
+        shared = ("the size of" if "PYTHONHASHSEED" in self.specs["head"].env
+                  else "its PYTHONHASHSEED and the size of")
+        note = f"both sides of a generation share {shared} {LAYOUT_ENV}"
+        if not self.randomised:
+            return f"{note}, and run with address-space randomisation off"
+        why = "; ".join(f"{name}: {why}" for name, why in sorted(self.randomised.items()))
+        return f"{note}; address-space randomisation stays on ({why})"
 
     def unplaced_note(self) -> str:
         """The note of a generation whose sides place no arrays in the shared memory."""
