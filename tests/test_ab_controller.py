@@ -229,7 +229,8 @@ while True:
             noise = 1 + conf.get("noise", 0.01) * ((blocks * phase) % 5 - 2)
             if "gauss" in conf:  # log-normal noise, drawn from a seed per side and process
                 noise *= math.exp(rng.gauss(0.0, conf["gauss"]))
-            per_call_s = conf["ms"][side] * factor * process_factor * noise / 1e3
+            ms = conf.get("ms_of", {}).get(nodeid, conf["ms"])  # a test's own, or every test's
+            per_call_s = ms[side] * factor * process_factor * noise / 1e3
             # the CPU the block ended on: the one it was pinned to, else one drawn per block
             ran_on = msg.get("cpu", conf.get("ran_on", [0])[blocks % len(conf.get("ran_on", [0]))])
             log.write(f"ran {ran_on}\\n")
@@ -607,6 +608,28 @@ def test_the_early_stop_never_drops_a_regression(tmp_path, monkeypatch, visit_s,
     result = run_session(c)
     (d,) = result.decisions
     assert d.verdict == "regressed" and "3 generation(s)" in result.notes[-1]
+
+
+@pytest.mark.parametrize("undecided", ["fail", "inconclusive"])
+def test_past_the_budget_a_confirmed_regression_ends_the_session(tmp_path, monkeypatch,
+                                                                  undecided):
+    # no budget for reruns: past it at once. t::b is 4x slower on the head and is confirmed by
+    # three generations; t::a is A/A and too noisy to decide, which with "fail" would keep it
+    # running up to the ceiling (16 generations): once t::b is regressed, the gate fails
+    # whatever t::a ends as, and the session ends
+    monkeypatch.setattr(tuning, "RERUN_MIN_S", 0.0)
+    monkeypatch.setattr(tuning, "RERUN_SHARE", 0.0)
+    clock = FakeClock(0.0)
+    ids = {"base": ["t::a", "t::b"], "head": ["t::a", "t::b"]}
+    c = controller(tmp_path, {"base": 1.0, "head": 1.0}, ids, clock=clock,
+                   on_outcome=clock.outcome, undecided=undecided,
+                   ms_of={"t::b": {"base": 1.0, "head": 4.0}}, **AA_UNDECIDED)
+    result = run_session(c)
+    verdicts = {d.key.run: d.verdict for d in result.decisions}
+    assert verdicts == {"t::a": "undecided", "t::b": "regressed"}
+    assert "3 generation(s)" in result.notes[-1]
+    assert any(n.startswith("stopped once the gate's verdict was settled: past the reruns' "
+                            "budget 1 metric(s) regressed, 1 left undecided") for n in result.notes)
 
 
 def test_with_time_left_an_undecided_aa_metric_is_run_again(tmp_path):

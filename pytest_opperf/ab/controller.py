@@ -245,6 +245,8 @@ class Controller:
                 keep = "leaning" if keep == "undecided" else "changes"
                 self._budget_end = leaning_end if keep == "leaning" else ceiling
                 tests = self._undecided_runs(common, keep=keep)
+            if keep != "undecided" and self._settled():
+                return False
             last = generation == tuning.MAX_RERUNS or not self._time_for(tests)
             if last:  # the pairs of the current start order are final
                 tests = self._undecided_runs(common, final=self.sides.first, keep=keep)
@@ -262,6 +264,18 @@ class Controller:
             if last:
                 return generation < tuning.MAX_RERUNS and bool(self._undecided_runs(common))
         return False
+
+    def _settled(self) -> bool:
+        """Whether the gate's verdict is known whatever the undecided metrics end as: a metric is
+        regressed (confirmed), and so the gate fails. Past the reruns' budget the session then
+        ends (said in the notes): more pairs would only size what is left."""
+        verdicts = Counter(d.verdict for d in decide.final_decisions(self.samples, self.settings))
+        if not verdicts["regressed"]:
+            return False
+        self.notes.append(f"stopped once the gate's verdict was settled: past the reruns' budget "
+                          f"{verdicts['regressed']} metric(s) regressed, "
+                          f"{verdicts['undecided']} left undecided")
+        return True
 
     def _time_for(self, tests: Collection[str]) -> bool:
         """Whether the budget has time for a generation that runs ``tests`` and a start of the
