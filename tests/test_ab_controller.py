@@ -628,8 +628,8 @@ def test_past_the_budget_a_confirmed_regression_ends_the_session(tmp_path, monke
     verdicts = {d.key.run: d.verdict for d in result.decisions}
     assert verdicts == {"t::a": "undecided", "t::b": "regressed"}
     assert "3 generation(s)" in result.notes[-1]
-    assert any(n.startswith("stopped once the gate's verdict was settled: past the reruns' "
-                            "budget 1 metric(s) regressed, 1 left undecided") for n in result.notes)
+    assert any(n.startswith("stopped once the gate's verdict was settled: 1 metric(s) "
+                            "regressed, 1 left undecided") for n in result.notes)
 
 
 def test_with_time_left_an_undecided_aa_metric_is_run_again(tmp_path):

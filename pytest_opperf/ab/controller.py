@@ -245,7 +245,7 @@ class Controller:
                 keep = "leaning" if keep == "undecided" else "changes"
                 self._budget_end = leaning_end if keep == "leaning" else ceiling
                 tests = self._undecided_runs(common, keep=keep)
-            if keep != "undecided" and self._settled():
+            if self._settled():
                 return False
             last = generation == tuning.MAX_RERUNS or not self._time_for(tests)
             if last:  # the pairs of the current start order are final
@@ -267,12 +267,12 @@ class Controller:
 
     def _settled(self) -> bool:
         """Whether the gate's verdict is known whatever the undecided metrics end as: a metric is
-        regressed (confirmed), and so the gate fails. Past the reruns' budget the session then
-        ends (said in the notes): more pairs would only size what is left."""
+        regressed (confirmed), and so the gate fails. The session then ends (said in the notes):
+        more pairs would only size what is left."""
         verdicts = Counter(d.verdict for d in decide.final_decisions(self.samples, self.settings))
         if not verdicts["regressed"]:
             return False
-        self.notes.append(f"stopped once the gate's verdict was settled: past the reruns' budget "
+        self.notes.append(f"stopped once the gate's verdict was settled: "
                           f"{verdicts['regressed']} metric(s) regressed, "
                           f"{verdicts['undecided']} left undecided")
         return True
