@@ -42,7 +42,9 @@ the metrics of one start order, up to the ceiling. The last generation (``MAX_RE
 left allows none after it) runs only the tests with a metric that may still end regressed: the pairs
 of the current start order get no more pairs then, and a regression needs them, on their own, to
 have an interval whose lower end is above no change (:func:`.decide.may_regress`). With none, the
-session ends: what is left undecided cannot fail the gate. A generation of a tier's tests only, or
+session ends: what is left undecided cannot fail the gate. Before every generation, a session with
+a metric regressed ends too (:func:`.decide.settled`): the gate fails whatever the rest ends
+as. A generation of a tier's tests only, or
 the last, takes along the other undecided tests that fit in ``TAKE_ALONG_SHARE`` of its seconds
 (:func:`.cost.take_along`): the sides start anyway. Whatever the tier, and in the last
 generation too, a test runs again (up to the ceiling) while it has an undecided metric whose
@@ -227,13 +229,9 @@ class Controller:
             cost=cost.costs(decisions, self._test_s, self._visits))
 
     def _rerun(self, common: set[str], leaning_end: float, ceiling: float) -> bool:
-        """The passes after the first, each a generation (the module docstring); returns whether
-        the budget ended them with something left to run. Past the reruns' budget a generation
-        runs the leaning tier's tests and as many more as fit (:meth:`_filled`); once none more
-        fit, the leaning tier up to ``leaning_end``, then the changes and the metrics of one
-        start order up to ``ceiling``; the last one (the ``MAX_RERUNS``-th, or none would fit
-        after it), the tests that may still end regressed (:func:`.decide.may_regress`). Those
-        of a tier, and the last, take the cheap undecided tests along (:func:`.cost.take_along`)."""
+        """The passes after the first, each a generation, by the tiers of the module docstring
+        (``leaning_end`` and ``ceiling`` end theirs); returns whether the budget ended them with
+        something left to run."""
         keep: Keep = "undecided"
         for generation in range(1, tuning.MAX_RERUNS + 1):
             tests = self._undecided_runs(common, keep=keep)
@@ -245,7 +243,8 @@ class Controller:
                 keep = "leaning" if keep == "undecided" else "changes"
                 self._budget_end = leaning_end if keep == "leaning" else ceiling
                 tests = self._undecided_runs(common, keep=keep)
-            if self._settled():
+            if (settled := decide.settled(self.samples, self.settings)) is not None:
+                self.notes.append(settled)
                 return False
             last = generation == tuning.MAX_RERUNS or not self._time_for(tests)
             if last:  # the pairs of the current start order are final
@@ -264,18 +263,6 @@ class Controller:
             if last:
                 return generation < tuning.MAX_RERUNS and bool(self._undecided_runs(common))
         return False
-
-    def _settled(self) -> bool:
-        """Whether the gate's verdict is known whatever the undecided metrics end as: a metric is
-        regressed (confirmed), and so the gate fails. The session then ends (said in the notes):
-        more pairs would only size what is left."""
-        verdicts = Counter(d.verdict for d in decide.final_decisions(self.samples, self.settings))
-        if not verdicts["regressed"]:
-            return False
-        self.notes.append(f"stopped once the gate's verdict was settled: "
-                          f"{verdicts['regressed']} metric(s) regressed, "
-                          f"{verdicts['undecided']} left undecided")
-        return True
 
     def _time_for(self, tests: Collection[str]) -> bool:
         """Whether the budget has time for a generation that runs ``tests`` and a start of the

@@ -27,7 +27,8 @@ metrics and its generations' process pairs not disagreeing; or its interval at t
 above no change and reaching the threshold, and the process pairs of at least three generations
 showing the slowdown too (:func:`_inconclusive`).
 
-The controller only collects the pairs and asks here: for the final decisions, whether the pairs
+The controller only collects the pairs and asks here: for the final decisions, whether its gate's
+verdict is settled (:func:`settled`, which ends it), whether the pairs
 of one start order decide on their own (:func:`order_verdict`, a visit's sequential stop), and
 which metrics want more pairs (:func:`wanting_pairs`, with the rules :func:`leans` and
 :func:`may_regress` of its budget's tiers). Pure: no pytest, numpy only when
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from collections.abc import Sequence
 from typing import Literal
 
@@ -50,7 +52,8 @@ from .paired import ABVerdict, Decision, Paired
 from .samples import SessionPairs
 
 __all__ = ["Keep", "SessionPairs", "Want", "final_decisions", "leans",
-           "may_regress", "order_verdict", "points_to_regression", "unbounded", "wanting_pairs"]
+           "may_regress", "order_verdict", "points_to_regression", "settled", "unbounded",
+           "wanting_pairs"]
 
 # Which metrics want more pairs (wanting_pairs): every undecided one; only a leaning one or a
 # change seen in one start order; only the changes.
@@ -251,6 +254,17 @@ def final_decisions(samples: SessionPairs, settings: CompareSettings) -> list[De
     deterministic."""
     decisions = [_confirmed(d, samples, settings) for d in session_decide(samples, settings)]
     return _inconclusive(decisions, samples, settings)
+
+
+def settled(samples: SessionPairs, settings: CompareSettings) -> str | None:
+    """The note of a session whose gate's verdict is known whatever its undecided metrics end
+    as: a metric regressed (a confirmed change, or a count), so the gate fails, and more pairs
+    would only size what is left; ``None`` while none is."""
+    verdicts = Counter(d.verdict for d in final_decisions(samples, settings))
+    if not verdicts["regressed"]:
+        return None
+    return (f"stopped once the gate's verdict was settled: {verdicts['regressed']} metric(s) "
+            f"regressed, {verdicts['undecided']} left undecided")
 
 
 def points_to_regression(d: Decision) -> bool:
