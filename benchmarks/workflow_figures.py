@@ -19,7 +19,9 @@ of ``suites/``, as ``ci.yml`` ran it before the matrix), for the figure of one j
 shards. ``--inject CASE`` appends one of ``ab_acceptance.py``'s injected regressions to every
 clone's ``reference_framework/__init__.py``, uncommitted: the head of the pull request then
 differs from its base (``HEAD``) by that regression, as a pull request that brings it would.
-``--job NAME`` runs only that job of the matrix (``opperf-e2e``, or ``opperf-ops``'s shards) and
+``--against-push`` (with ``--event pull_request``) then runs the same jobs' push steps, each in
+a fresh clone of its own too, and prints the pull request's sum over theirs. ``--job NAME`` runs
+only that job of the matrix (``opperf-e2e``, or ``opperf-ops``'s shards) and
 no merging job: on GitHub each job has a runner of its own, so one job alone is its figure.
 """
 
@@ -93,7 +95,13 @@ def main() -> None:
                         help="an injected regression of ab_acceptance.py in every clone's head")
     parser.add_argument("--job", help="only this job of the matrix, without the merging job")
     parser.add_argument("--dir", help="where the clones go (default: a temporary directory)")
+    parser.add_argument("--against-push", action="store_true",
+                        help="with --event pull_request: then the same jobs' push steps, and the "
+                             "ratio of the two sums")
     args = parser.parse_args()
+    if args.against_push and args.event != "pull_request":
+        parser.error("--against-push compares a pull request's jobs with their push: it takes "
+                     "--event pull_request")
     where = Path(args.dir or tempfile.mkdtemp(prefix="opperf-workflow-"))
     steps = [s for s in opperf_steps() if s.workflow == "ci.yml" and s.event == args.event]
     parts = [s for s in steps if not s.needs]
@@ -125,6 +133,21 @@ def main() -> None:
     matrix = [walls[p.id] for p in parts]
     print(f"parts: sum {sum(matrix):.0f} s, longest {max(matrix):.0f} s"
           + (f"; with the merging job: {sum(walls.values()):.0f} s" if merging else ""))
+    if args.against_push:
+        jobs = {p.job for p in parts}
+        pushed = [s for s in opperf_steps() if s.workflow == "ci.yml" and s.event == "push"
+                  and not s.needs and s.job in jobs]
+        push_walls = []
+        for step in pushed:
+            clone = _clone(where / ("push-" + step.id.replace(":", "-").replace("/", "-")),
+                           args.inject)
+            env, install_s = _install(clone)
+            rc, wall, gate = _run(step, clone, env, where / f"{clone.name}-summary.md")
+            push_walls.append(wall)
+            print(f"{step.id}: install {install_s:.0f} s; opperf step exit {rc} in {wall:.0f} s; "
+                  f"{gate}", flush=True)
+        print(f"pull request over push: {sum(matrix):.0f} s / {sum(push_walls):.0f} s = "
+              f"{sum(matrix) / sum(push_walls):.2f}")
     if args.one_job:
         e2e = next(s for s in parts if "--ignore=suites/test_ops.py" in s.script)
         script = re.sub(r"\s*--ignore=suites/test_ops\.py", "", e2e.script)
