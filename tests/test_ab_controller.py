@@ -257,6 +257,7 @@ def controller(
     undecided: str = "inconclusive",
     cpus=None,
     beta: float = 0.01,
+    settle: bool = True,
     **extra,
 ) -> Controller:
     script = tmp_path / "fake_side.py"
@@ -276,6 +277,7 @@ def controller(
         seed=1,
         warmup_s=0.0,  # one warm-up pair
         undecided=undecided,
+        settle=settle,
         **{k: v for k, v in optional.items() if v is not None},
     )
 
@@ -630,6 +632,20 @@ def test_past_the_budget_a_confirmed_regression_ends_the_session(tmp_path, monke
     assert "3 generation(s)" in result.notes[-1]
     assert any(n.startswith("stopped once the gate's verdict was settled: 1 metric(s) "
                             "regressed, 1 left undecided") for n in result.notes)
+
+
+def test_with_settle_off_a_confirmed_regression_does_not_end_the_session(tmp_path, monkeypatch):
+    # bisect's sessions: each step decides the metrics it chases, whatever else regressed
+    monkeypatch.setattr(tuning, "RERUN_MIN_S", 0.0)
+    monkeypatch.setattr(tuning, "RERUN_SHARE", 0.0)
+    clock = FakeClock(0.0)
+    ids = {"base": ["t::a", "t::b"], "head": ["t::a", "t::b"]}
+    c = controller(tmp_path, {"base": 1.0, "head": 1.0}, ids, clock=clock,
+                   on_outcome=clock.outcome, undecided="fail",
+                   ms_of={"t::b": {"base": 1.0, "head": 4.0}}, settle=False, **AA_UNDECIDED)
+    result = run_session(c)
+    assert not any("settled" in n for n in result.notes)
+    assert c.sides.generation + 1 > 3
 
 
 def test_with_time_left_an_undecided_aa_metric_is_run_again(tmp_path):

@@ -42,22 +42,21 @@ the metrics of one start order, up to the ceiling. The last generation (``MAX_RE
 left allows none after it) runs only the tests with a metric that may still end regressed: the pairs
 of the current start order get no more pairs then, and a regression needs them, on their own, to
 have an interval whose lower end is above no change (:func:`.decide.may_regress`). With none, the
-session ends: what is left undecided cannot fail the gate. Before every generation, a session with
-a metric regressed ends too (:func:`.decide.settled`): the gate fails whatever the rest ends
-as. A generation of a tier's tests only, or
-the last, takes along the other undecided tests that fit in ``TAKE_ALONG_SHARE`` of its seconds
-(:func:`.cost.take_along`): the sides start anyway. Whatever the tier, and in the last
-generation too, a test runs again (up to the ceiling) while it has an undecided metric whose
-pairs point to a regression (:func:`.decide.points_to_regression`; it may end inconclusive, which
-fails the gate), an undecided metric of an e2e run or one undecided for want of pairs alone
-(:func:`.decide.unbounded`); ``--opperf-compare-undecided=fail`` keeps every undecided test,
-and ``warn`` none of these. The
-constants named here are :mod:`.tuning`'s. The head's results of each test's first visit are the
-session's results. Every visit is timed, and its seconds are its test's: the result's ``cost`` gives
-each test's metrics, pairs, visits and seconds (:mod:`.cost`). At the start the compiled extension
-modules the two sides loaded are compared (:mod:`.extensions`): those that differ outside the
-checkouts are a warning (:attr:`Controller.warnings`) and the first note. No pytest import: the glue
-(``session.py``) passes callbacks.
+session ends: what is left undecided cannot fail the gate. Before every generation, a session with a
+metric regressed ends too (:func:`.decide.settled`; not with ``settle`` off, as bisect's, which
+decides chosen metrics): the gate fails whatever the rest ends as. A generation of a tier's tests
+only, or the last, takes along the other undecided tests that fit in ``TAKE_ALONG_SHARE`` of its
+seconds (:func:`.cost.take_along`): the sides start anyway. Whatever the tier, and in the last
+generation too, a test runs again (up to the ceiling) while it has an undecided metric whose pairs
+point to a regression (:func:`.decide.points_to_regression`; it may end inconclusive, which fails
+the gate), an undecided metric of an e2e run or one undecided for want of pairs alone
+(:func:`.decide.unbounded`); ``--opperf-compare-undecided=fail`` keeps every undecided test, and
+``warn`` none of these. The constants named here are :mod:`.tuning`'s. The head's results of each
+test's first visit are the session's results. Every visit is timed, and its seconds are its test's:
+the result's ``cost`` gives each test's metrics, pairs, visits and seconds (:mod:`.cost`). At the
+start the compiled extension modules the two sides loaded are compared (:mod:`.extensions`): those
+that differ outside the checkouts are a warning (:attr:`Controller.warnings`) and the first note. No
+pytest import: the glue (``session.py``) passes callbacks.
 """
 
 from __future__ import annotations
@@ -128,6 +127,7 @@ class Controller:
     on_outcome: Callable[[TestOutcome], None] = lambda outcome: None
     should_stop: Callable[[], bool] = lambda: False
     cpus: Sequence[int] | None = None  # where a pair's second block may be pinned (None: usable)
+    settle: bool = True  # end once a metric regressed (decide.settled); bisect needs its metrics
     samples: SessionPairs = field(default_factory=SessionPairs)  # pairs tagged by start order
     notes: list[str] = field(default_factory=list)
     pairs: int = 0
@@ -243,7 +243,7 @@ class Controller:
                 keep = "leaning" if keep == "undecided" else "changes"
                 self._budget_end = leaning_end if keep == "leaning" else ceiling
                 tests = self._undecided_runs(common, keep=keep)
-            if (settled := decide.settled(self.samples, self.settings)) is not None:
+            if self.settle and (settled := decide.settled(self.samples, self.settings)):
                 self.notes.append(settled)
                 return False
             last = generation == tuning.MAX_RERUNS or not self._time_for(tests)

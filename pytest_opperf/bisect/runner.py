@@ -177,7 +177,8 @@ class ABOracle:
         controller = Controller(self._spec("base", self.commits[a]),
                                 self._spec("head", self.commits[b]), settings,
                                 self.commits[a].short, self.commits[b].short,
-                                timeout_s=self.timeout_s, on_outcome=outcome, clock=self.clock)
+                                timeout_s=self.timeout_s, on_outcome=outcome, clock=self.clock,
+                                settle=False)  # a step decides its metrics, not the gate
         finished = False
         try:
             plan, errors = controller.start()
