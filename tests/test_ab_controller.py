@@ -634,15 +634,21 @@ def test_past_the_budget_a_confirmed_regression_ends_the_session(tmp_path, monke
                             "regressed, 1 left undecided") for n in result.notes)
 
 
-def test_with_settle_off_a_confirmed_regression_does_not_end_the_session(tmp_path, monkeypatch):
-    # bisect's sessions: each step decides the metrics it chases, whatever else regressed
-    monkeypatch.setattr(tuning, "RERUN_MIN_S", 0.0)
-    monkeypatch.setattr(tuning, "RERUN_SHARE", 0.0)
+@pytest.mark.parametrize("past_budget", [True, False])
+def test_a_confirmed_regression_ends_no_session_with_settle_off_or_within_the_budget(
+        tmp_path, monkeypatch, past_budget):
+    # bisect's sessions (settle off): each step decides the metrics it chases, whatever else
+    # regressed; and within the reruns' budget (visits cost nothing on the fake clock) every
+    # undecided test still runs
+    if past_budget:
+        monkeypatch.setattr(tuning, "RERUN_MIN_S", 0.0)
+        monkeypatch.setattr(tuning, "RERUN_SHARE", 0.0)
     clock = FakeClock(0.0)
     ids = {"base": ["t::a", "t::b"], "head": ["t::a", "t::b"]}
     c = controller(tmp_path, {"base": 1.0, "head": 1.0}, ids, clock=clock,
                    on_outcome=clock.outcome, undecided="fail",
-                   ms_of={"t::b": {"base": 1.0, "head": 4.0}}, settle=False, **AA_UNDECIDED)
+                   ms_of={"t::b": {"base": 1.0, "head": 4.0}}, settle=not past_budget,
+                   **AA_UNDECIDED)
     result = run_session(c)
     assert not any("settled" in n for n in result.notes)
     assert c.sides.generation + 1 > 3

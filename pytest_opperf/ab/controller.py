@@ -42,7 +42,7 @@ the metrics of one start order, up to the ceiling. The last generation (``MAX_RE
 left allows none after it) runs only the tests with a metric that may still end regressed: the pairs
 of the current start order get no more pairs then, and a regression needs them, on their own, to
 have an interval whose lower end is above no change (:func:`.decide.may_regress`). With none, the
-session ends: what is left undecided cannot fail the gate. Before every generation, a session with a
+session ends: what is left undecided cannot fail the gate. Past the reruns' budget, a session with a
 metric regressed ends too (:func:`.decide.settled`; not with ``settle`` off, as bisect's, which
 decides chosen metrics): the gate fails whatever the rest ends as. A generation of a tier's tests
 only, or the last, takes along the other undecided tests that fit in ``TAKE_ALONG_SHARE`` of its
@@ -243,7 +243,8 @@ class Controller:
                 keep = "leaning" if keep == "undecided" else "changes"
                 self._budget_end = leaning_end if keep == "leaning" else ceiling
                 tests = self._undecided_runs(common, keep=keep)
-            if self.settle and (settled := decide.settled(self.samples, self.settings)):
+            if keep != "undecided" and self.settle and (
+                    settled := decide.settled(self.samples, self.settings)):
                 self.notes.append(settled)
                 return False
             last = generation == tuning.MAX_RERUNS or not self._time_for(tests)
