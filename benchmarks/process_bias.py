@@ -16,7 +16,7 @@ same per commit over all its sessions. Asserts nothing.
 from __future__ import annotations
 
 import argparse
-import json
+import importlib
 import math
 import re
 import shutil
@@ -24,16 +24,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+# the A/B sessions and the git calls of the acceptance benchmark, beside this file
+_acceptance = importlib.import_module("benchmarks.ab_acceptance")
+git = _acceptance.git
 EFFECT = re.compile(r"design effect ([0-9.]+)")
-
-
-def git(*args: str, cwd: Path = ROOT) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
-                          text=True).stdout.strip()
 
 
 def figures(compare: dict) -> dict[str, float]:
@@ -56,16 +54,9 @@ def figures(compare: dict) -> dict[str, float]:
 
 
 def session(tree: Path, args: list[str], out: Path) -> tuple[dict[str, float], float, int]:
-    command = [sys.executable, "-m", "pytest", "--opperf", "--opperf-compare=HEAD",
-               f"--opperf-json={out}", "-q", "--benchmark-quiet", "-p", "no:cacheprovider",
-               *args]
-    start = time.monotonic()
-    done = subprocess.run(command, cwd=tree, capture_output=True, text=True)
-    elapsed = time.monotonic() - start
-    if not out.exists():
-        tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
-        raise SystemExit(f"session failed without results (exit status {done.returncode}):\n{tail}")
-    return figures(json.loads(out.read_text())["compare"]), elapsed, done.returncode
+    """One A/A session in ``tree`` (``ab_acceptance.py``'s, against its HEAD) and its figures."""
+    code, data, elapsed = _acceptance.session(tree, "HEAD", args, out)
+    return figures(data["compare"]), elapsed, code
 
 
 def line(f: dict[str, float]) -> str:
