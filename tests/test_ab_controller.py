@@ -26,7 +26,7 @@ from pytest_opperf.ab.pairs import e2e_samples
 from pytest_opperf.ab.processes import SideFailure, SideSpec
 from pytest_opperf.ab.protocol import Channel, SideGone, SideTimeout
 from pytest_opperf.ab.side import SidePlugin, current_cpu
-from pytest_opperf.ab.tuning import MIN_CHANGE_GENERATIONS, MIN_PAIRS, RERUN_MIN_S, RERUN_SHARE
+from pytest_opperf.ab.tuning import MIN_CHANGE_GENERATIONS, MIN_SESSION_S, RERUN_SHARE
 from pytest_opperf.core.port import Window
 from pytest_opperf.device import CPU_HOST
 from pytest_opperf.results import RunResult, StatResult
@@ -258,6 +258,7 @@ def controller(
     cpus=None,
     beta: float = 0.01,
     settle: bool = True,
+    min_pairs: int = 10,
     **extra,
 ) -> Controller:
     script = tmp_path / "fake_side.py"
@@ -270,7 +271,7 @@ def controller(
     return Controller(
         specs[0],
         specs[1],
-        paired.CompareSettings(budget_s=budget_s, beta=beta),
+        paired.CompareSettings(budget_s=budget_s, beta=beta, min_pairs=min_pairs),
         "REV x",
         "head",
         timeout_s=30,
@@ -476,9 +477,10 @@ def test_the_start_order_of_the_sides_cannot_make_a_regression(tmp_path, head_ms
     # The side a test is started on second runs it 10 % slower (as memory-bound e2e stats did
     # here in A/A, 5-9 %). With one fixed order, base then head, A/A read as "regressed". (beta
     # at the corrected level of one metric: unchanged's bound at the default, 99 %, reaches the
-    # two orders' +-10 % in these exact pairs and takes two generations more)
+    # two orders' +-10 % in these exact pairs and takes two generations more; so do visits of 10
+    # pairs, the fewest at the default min_pairs)
     c = controller(tmp_path, {"base": 1.0, "head": head_ms}, {"base": ["t::a"], "head": ["t::a"]},
-                   second_slower=1.10, beta=0.025)
+                   second_slower=1.10, beta=0.025, min_pairs=12)
     result = run_session(c)
     (d,) = result.decisions
     assert d.verdict == ("unchanged" if head_ms == 1.0 else "regressed")
@@ -536,17 +538,18 @@ def fake_clock_controller(tmp_path, ms, visit_s, **extra) -> tuple[Controller, F
 
 # A/A with noise too wide to decide: x takes the values +-0.18, +-0.56 and 0 in turn, symmetric
 # about 0, so the interval holds 0 and reaches past c = log(1.05) at any number of pairs here.
+MIN_PAIRS = 10  # a small session's visit: min_pairs, the fewest pairs that decide
 AA_UNDECIDED = {"noise": 0.2, "phase": {"base": 7, "head": 3}}
 
 
 @pytest.mark.parametrize(("metrics", "beta", "pairs"), [
-    (1, 0.01, MIN_PAIRS), (300, 0.01, MIN_PAIRS), (300, 0.05 / 300 / 2, 16)])
+    (1, 0.01, MIN_PAIRS), (300, 0.01, MIN_PAIRS), (300, 0.05 / 300 / 2, 14)])
 def test_a_visit_past_its_share_of_the_budget_still_takes_the_pairs_an_interval_needs(
         tmp_path, monkeypatch, metrics, beta, pairs):
     # every reading of the clock is 1000 s on: each visit is past its deadline at once. With
-    # 300 metrics the corrected level bounds no interval below 14 pairs (+2 of margin); the bound
-    # of unchanged, at 98 % two-sided, bounds one from 7 on, and so MIN_PAIRS do, unless beta is
-    # as small as the correction's level
+    # 300 metrics the corrected level bounds no interval below 14 pairs; the bound of unchanged,
+    # at 98 % two-sided, bounds one from 7 on, and so min_pairs (10) do, unless beta is as small
+    # as the correction's level
     c, clock = fake_clock_controller(tmp_path, {"base": 1.0, "head": 1.0}, 0.0, beta=beta,
                                      **AA_UNDECIDED)
     clock.tick = 1000.0
@@ -554,12 +557,14 @@ def test_a_visit_past_its_share_of_the_budget_still_takes_the_pairs_an_interval_
     run_session(c)
     blocks = _blocks(tmp_path)
     assert len(blocks) == 2 * (1 + pairs)  # one warm-up pair, one generation
-    assert signedrank.pairs_for_interval(0.05 / 300) + tuning.VISIT_MARGIN_PAIRS == 16
+    assert signedrank.pairs_for_interval(0.05 / 300) == 14
 
 
 def test_the_reruns_budget_is_a_share_of_the_first_pass_and_the_budget_a_ceiling():
-    assert rerun_budget(0.0) == RERUN_MIN_S
-    assert rerun_budget(1000.0) == RERUN_SHARE * 1000.0 > RERUN_MIN_S
+    # up to MIN_SESSION_S from the start at least, RERUN_SHARE of the first pass past that
+    assert rerun_budget(0.0) == MIN_SESSION_S
+    assert rerun_budget(10.0) == MIN_SESSION_S - 10.0
+    assert rerun_budget(1000.0) == RERUN_SHARE * 1000.0
 
 
 @pytest.mark.parametrize(("budget_s", "left_s"), [(1e6, RERUN_SHARE * 100), (110.0, 10.0)])
@@ -604,7 +609,7 @@ def test_the_early_stop_never_drops_a_regression(tmp_path, monkeypatch, visit_s,
     # 20) or plain ones (visit_s 0) run it again, and it is confirmed by three; with no
     # budget for reruns at all (rerun_s 0) too: the last generation may run up to budget_s
     if rerun_s is not None:
-        monkeypatch.setattr(tuning, "RERUN_MIN_S", rerun_s)
+        monkeypatch.setattr(tuning, "MIN_SESSION_S", rerun_s)
         monkeypatch.setattr(tuning, "RERUN_SHARE", 0.0)
     c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 2.0}, visit_s)
     result = run_session(c)
@@ -619,7 +624,7 @@ def test_past_the_budget_a_confirmed_regression_ends_the_session(tmp_path, monke
     # three generations; t::a is A/A and too noisy to decide, which with "fail" would keep it
     # running up to the ceiling (16 generations): once t::b is regressed, the gate fails
     # whatever t::a ends as, and the session ends
-    monkeypatch.setattr(tuning, "RERUN_MIN_S", 0.0)
+    monkeypatch.setattr(tuning, "MIN_SESSION_S", 0.0)
     monkeypatch.setattr(tuning, "RERUN_SHARE", 0.0)
     clock = FakeClock(0.0)
     ids = {"base": ["t::a", "t::b"], "head": ["t::a", "t::b"]}
@@ -641,7 +646,7 @@ def test_a_confirmed_regression_ends_no_session_with_settle_off_or_within_the_bu
     # regressed; and within the reruns' budget (visits cost nothing on the fake clock) every
     # undecided test still runs
     if past_budget:
-        monkeypatch.setattr(tuning, "RERUN_MIN_S", 0.0)
+        monkeypatch.setattr(tuning, "MIN_SESSION_S", 0.0)
         monkeypatch.setattr(tuning, "RERUN_SHARE", 0.0)
     clock = FakeClock(0.0)
     ids = {"base": ["t::a", "t::b"], "head": ["t::a", "t::b"]}
@@ -719,55 +724,30 @@ def test_may_regress_needs_enough_pairs_and_keeps_counts(tmp_path):
     assert decide.may_regress(c.samples, count, "head", c.settings)
 
 
-def test_past_the_budget_an_aa_metric_that_does_not_lean_ends_the_session(tmp_path, monkeypatch):
-    # no budget for reruns: only a change seen in one order or a leaning metric may go on; the
-    # A/A metric's estimate is about 1.0, below sqrt(1.05)
-    monkeypatch.setattr(tuning, "RERUN_MIN_S", 0.0)
+def test_past_the_budget_an_aa_metric_gets_the_other_start_order_and_no_more(tmp_path,
+                                                                            monkeypatch):
+    # no budget for reruns: only what the gate waits for may go on; the A/A metric, undecided on
+    # the pairs of one start order, gets the other (it may end regressed on them)
+    monkeypatch.setattr(tuning, "MIN_SESSION_S", 0.0)
     monkeypatch.setattr(tuning, "RERUN_SHARE", 0.0)
     c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 1.0}, 0.0, **AA_UNDECIDED)
     result = run_session(c)
     (d,) = result.decisions
     assert d.verdict == "undecided" and 0.97 < d.estimate < 1.0247
-    # it gets the other start order (undecided on the pairs of one), and then no more
-    assert "2 generation(s)" in result.notes[-1]
-    assert any("stopped early" in note for note in result.notes)
+    assert "2 generation(s)" in result.notes[-1] and result.budget_exhausted
 
 
-def _decision(kind: str, estimate: float, limit: float) -> paired.Decision:
-    return paired.Decision(paired.MetricKey("t", "m"), kind, "undecided", 1.0, 1.0,  # type: ignore[arg-type]
-                           estimate, 0.0, math.inf, 3, "", limit)
-
-
-@pytest.mark.parametrize(("kind", "estimate", "limit", "leans"), [
-    ("time", 1.03, 1.05, True),  # log 1.03 > log(1.05) / 2
-    ("time", 1.02, 1.05, False),
-    ("time", 3.0, 1.10, True),
-    ("rate", 0.97, 0.95, True),  # examples/sec 3 % down, a drop counts from 5 %
-    ("rate", 1.10, 0.95, False),
-    ("share", 0.006, 0.01, True),
-    ("share", 0.004, 0.01, False),
-    ("time", math.nan, math.nan, False),  # no interval, no estimate
-    ("count", math.nan, 0.0, True),  # counts are exact: undecided only without pairs
-])
-def test_leans_is_an_estimate_past_half_the_threshold(kind, estimate, limit, leans):
-    assert decide.leans(_decision(kind, estimate, limit)) is leans
-
-
-@pytest.mark.parametrize(("leaning_min_s", "visit_s", "gauss", "generations"),
+@pytest.mark.parametrize(("min_session_s", "visit_s", "gauss", "generations"),
                          [(60.0, 0.0, 0.1, None), (0.0, 0.0, 0.3, 2), (60.0, 40.0, 0.3, 2)])
-def test_past_the_budget_a_leaning_metric_runs_again_for_leaning_min_s(
-        tmp_path, monkeypatch, leaning_min_s, visit_s, gauss, generations):
-    # 6 % slower (its estimate past sqrt(1.05)) in noise too wide to decide, and no budget for
-    # reruns: until the session has run LEANING_MIN_S it runs again while it leans, and is
-    # decided (once each start order's pairs had an interval of their own it used to stop
-    # there: a slowdown at the threshold ended undecided). Past LEANING_MIN_S it gets only the
-    # other start order, as every metric undecided on the pairs of one does, and then none: only
-    # a change seen in one start order goes on (e2e stats, with a few pairs a run, took the main
-    # job's A/B to 3x its single side when they went on up to budget_s). LEANING_MIN_S counts
+def test_a_small_selections_undecided_metric_runs_again_for_min_session_s(
+        tmp_path, monkeypatch, min_session_s, visit_s, gauss, generations):
+    # 6 % slower in noise too wide to decide at first, and no share of the first pass for
+    # reruns: until the session has run MIN_SESSION_S it runs again, and is decided (a slowdown
+    # at the threshold needs many pairs). With none, it gets only the other start order, as
+    # every metric undecided on the pairs of one does, and then no more. MIN_SESSION_S counts
     # from the session's start: after a first pass of 40 s, a 40 s generation does not fit
-    monkeypatch.setattr(tuning, "RERUN_MIN_S", 0.0)
     monkeypatch.setattr(tuning, "RERUN_SHARE", 0.0)
-    monkeypatch.setattr(tuning, "LEANING_MIN_S", leaning_min_s)
+    monkeypatch.setattr(tuning, "MIN_SESSION_S", min_session_s)
     c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 1.06}, visit_s, noise=0.0,
                                  gauss=gauss, undecided="warn")
     result = run_session(c)
@@ -777,86 +757,77 @@ def test_past_the_budget_a_leaning_metric_runs_again_for_leaning_min_s(
         assert d.verdict == "regressed" and ran > 2, (ran, d.estimate, d.low, d.high, d.pairs)
     else:
         assert d.verdict == "undecided" and d.estimate > 1.0247, d
-        assert ran == generations
-        assert any("stopped early" in note for note in result.notes)
+        assert ran == generations and result.budget_exhausted
 
 
-def test_past_each_budget_the_tests_run_again_narrow_to_leaning_metrics_then_to_changes(
-        tmp_path):
-    c = controller(tmp_path, {"base": 1.0, "head": 1.0}, {"base": [], "head": []})
+def _three_tests(c: Controller, one_order: str) -> set[str]:
+    """Three tests, each with one metric undecided on pairs symmetric about 0: ``t::flat``
+    (estimate 0), ``t::leans`` (past ``c/2``), ``t::changed`` (2x slower); all three with the
+    pairs of both start orders but ``one_order``, which has those of the base's only."""
     tests = ["t::flat", "t::leans", "t::changed"]
     c._plan = controller_module.Plan(tests, [], [], tests)
-    wide = [0.5 * ((i * 7) % 5 - 2) for i in range(20)]  # symmetric about 0: undecided
-    # estimate 0: does not lean; pairs of both start orders (one order's would want the other)
-    _key_with_pairs(c, "time", wide[:10], "base", run="t::flat")
-    _key_with_pairs(c, "time", wide[10:], "head", run="t::flat")
-    _key_with_pairs(c, "time", [x + 0.04 for x in wide[:10]], "base", run="t::leans")  # past c/2
-    _key_with_pairs(c, "time", [x + 0.04 for x in wide[10:]], "head", run="t::leans")
-    _key_with_pairs(c, "time", [math.log(2.0)] * 20, "base", run="t::changed")  # one order only
-    common = set(tests)
-    assert c._undecided_runs(common) == {"t::changed": 1, "t::flat": 1, "t::leans": 1}
-    assert list(c._undecided_runs(common, keep="leaning")) == ["t::changed", "t::leans"]
-    assert list(c._undecided_runs(common, keep="changes")) == ["t::changed"]
-    # with room for the leaning tier and one more visit of 5 s, of the rest, the undecided test
-    # that fits goes too; with none, the tier below alone (the caller narrows to it)
+    wide = [0.5 * ((i * 7) % 5 - 2) for i in range(20)]
+    shifts = {"t::flat": 0.0, "t::leans": 0.04, "t::changed": None}
+    for test, shift in shifts.items():
+        values = [math.log(2.0)] * 20 if shift is None else [x + shift for x in wide]
+        if test == one_order:
+            _key_with_pairs(c, "time", values, "base", run=test)
+        else:
+            _key_with_pairs(c, "time", values[:10], "base", run=test)
+            _key_with_pairs(c, "time", values[10:], "head", run=test)
+    return set(tests)
+
+
+def test_the_gate_waits_for_changes_and_one_start_order_and_the_budget_for_the_rest(tmp_path):
+    c = controller(tmp_path, {"base": 1.0, "head": 1.0}, {"base": [], "head": []})
+    common = _three_tests(c, "t::changed")  # a change seen in one start order: to confirm
+    assert c._wanted(common) == ({"t::changed": 1}, {"t::flat": 1, "t::leans": 1})
+    # a visit of 5 s each, the sides' starts free: room in the budget for all three, for the
+    # gate's test and one more (the most metrics per second: equal, the plan's order), or only
+    # for the gate's test, which has the ceiling's room
     c._visit_s = {"t::flat": 5.0, "t::leans": 5.0, "t::changed": 5.0}
     c.sides.spawn_s = 0.0
-    c._budget_end = c.clock() + 16.0
-    filled = c._filled(common, c._undecided_runs(common))
-    assert list(filled) == ["t::changed", "t::flat", "t::leans"]
-    c._budget_end = c.clock() + 14.0
-    assert c._filled(common, c._undecided_runs(common)) == {}
-    # the flat metric undecided on the pairs of one start order only: it wants the other in
-    # every tier, as a change to confirm does (the visit that gave them may have stopped at the
-    # level of a smaller family than the session's)
+    ceiling = c.clock() + 100.0
+    for budget_s, tests in ((16.0, ["t::changed", "t::flat", "t::leans"]),
+                            (11.0, ["t::changed", "t::flat"]), (1.0, ["t::changed"])):
+        c._reruns_end = c.clock() + budget_s
+        assert c._generation(common, ceiling)[:2] == (tests, False)
+    # no room for the gate's test either: the last generation, which runs only what may still
+    # end regressed on the other start order's pairs
+    c._reruns_end = c.clock() + 16.0
+    assert c._generation(common, c.clock() + 1.0) == ([], True, c._reruns_end)
+    # the flat metric undecided on the pairs of one start order only: the gate waits for its
+    # other order too (the visit that gave them may have stopped at the level of a smaller
+    # family than the session's), unless those are final: it cannot end regressed
     _clear(c)
-    _key_with_pairs(c, "time", wide, "base", run="t::flat")
-    assert list(c._undecided_runs(common, keep="changes")) == ["t::flat"]
-    assert c._undecided_runs(common, final="base", keep="changes") == {}  # cannot end regressed
+    common = _three_tests(c, "t::flat")
+    assert c._wanted(common)[0] == {"t::flat": 1, "t::changed": 1}
+    assert "t::flat" not in c._wanted(common, final="base")[0]
 
 
-@pytest.mark.parametrize(("share", "run"), [(0.25, ["t::leans", "t::flat"]), (0.0, ["t::leans"])])
-def test_a_generation_of_a_tier_takes_cheap_undecided_tests_along(tmp_path, monkeypatch, share,
-                                                                   run):
-    # past the reruns' budget only the leaning test (10 s a visit) runs again; the sides start
-    # anyway, and the flat undecided test of 2 s fits in a quarter of that, the one of 5 s not
-    monkeypatch.setattr(tuning, "TAKE_ALONG_SHARE", share)
+@pytest.mark.parametrize(("spawn_s", "run"), [(3.0, ["t::changed", "t::flat"]),
+                                              (0.0, ["t::changed"])])
+def test_past_the_budget_a_generation_takes_cheap_undecided_tests_along(tmp_path, spawn_s, run):
+    # past the reruns' budget only the change to confirm (10 s a visit) runs again; the sides
+    # start anyway, and the flat undecided test of 2 s fits in a start's 3 s, the one of 5 s not
     c = controller(tmp_path, {"base": 1.0, "head": 1.0}, {"base": [], "head": []},
                    clock=FakeClock(0.0))
-    tests = ["t::flat", "t::big", "t::leans"]
-    c._plan = controller_module.Plan(tests, [], [], tests)
-    wide = [0.5 * ((i * 7) % 5 - 2) for i in range(20)]  # symmetric about 0: undecided
-    for test, shift in (("t::flat", 0.0), ("t::big", 0.0), ("t::leans", 0.04)):
-        _key_with_pairs(c, "time", [x + shift for x in wide[:10]], "base", run=test)
-        _key_with_pairs(c, "time", [x + shift for x in wide[10:]], "head", run=test)
-    c._visit_s = {"t::flat": 2.0, "t::big": 5.0, "t::leans": 10.0}
-    c.sides.spawn_s = 0.0
-    c._budget_end = c.clock() + 11.0
-    passes: list[list[str]] = []
-
-    class Ran(Exception):
-        pass
-
-    def record(tests: list[str]) -> None:
-        passes.append(tests)
-        raise Ran
-
-    monkeypatch.setattr(c, "_pass", record)
-    with pytest.raises(Ran):
-        c._rerun(set(tests), c.clock() + 11.0, c.clock() + 11.0)
-    assert passes == [run]
+    common = _three_tests(c, "t::changed")
+    c._visit_s = {"t::flat": 2.0, "t::leans": 5.0, "t::changed": 10.0}
+    c.sides.spawn_s = spawn_s
+    c._reruns_end = c.clock()
+    assert c._generation(common, c.clock() + 30.0)[0] == run
 
 
 def test_an_inconclusive_metric_gets_the_generations_a_verdict_needs_unless_warn(tmp_path,
                                                                               monkeypatch):
-    # 10 % slower in noise too wide to decide at first, no budget for reruns and no leaning tier:
+    # 10 % slower in noise too wide to decide at first, and no budget for reruns:
     # with "warn" the session stops with the metric undecided past the threshold (it only warns);
     # by default it may end inconclusive, which fails the gate, so it runs again while its
     # estimate is past the threshold, until it is decided, or no longer past it, or the
     # generations run out
-    monkeypatch.setattr(tuning, "RERUN_MIN_S", 0.0)
+    monkeypatch.setattr(tuning, "MIN_SESSION_S", 0.0)
     monkeypatch.setattr(tuning, "RERUN_SHARE", 0.0)
-    monkeypatch.setattr(tuning, "LEANING_MIN_S", 0.0)
     generations, decisions = {}, {}
     for mode in ("warn", "inconclusive"):
         (tmp_path / mode).mkdir()

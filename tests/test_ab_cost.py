@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from pytest_opperf.ab import render, tuning
-from pytest_opperf.ab.cost import Cost, costs, fill, node_of, take_along
+from pytest_opperf.ab.cost import Cost, choose, costs, node_of
 from pytest_opperf.ab.paired import CompareResult, Decision
 from pytest_opperf.comparison.metrics import MetricKey
 from pytest_opperf.results import ResultsError
@@ -56,7 +56,7 @@ class PerTestClock:
 def test_each_test_is_charged_the_seconds_of_all_its_visits_on_both_sides(tmp_path, monkeypatch):
     # A/A too noisy to decide: both tests run again in the next generation (the budget of the
     # reruns is ample, the generations few), so that each test has several visits to add up
-    monkeypatch.setattr(tuning, "RERUN_MIN_S", 1000.0)
+    monkeypatch.setattr(tuning, "MIN_SESSION_S", 1000.0)
     monkeypatch.setattr(tuning, "MAX_RERUNS", 2)
     clock = PerTestClock({"t::cheap": 2.0, "t::dear": 7.0})
     ids = {"base": ["t::cheap", "t::dear"], "head": ["t::cheap", "t::dear"]}
@@ -128,33 +128,35 @@ def test_a_compare_object_without_cost_reads_and_a_malformed_one_is_refused():
             CompareResult.from_dict({**data, "cost": [bad]}, "r.json")
 
 
-def test_fill_keeps_the_must_tests_and_adds_the_most_metrics_per_second_that_fit():
-    tests = ["t::must", "t::e2e", "t::cheap", "t::op"]
+def test_choose_takes_the_most_metrics_per_second_that_fit_the_gates_tests_first():
     seconds = {"t::must": 4.0, "t::e2e": 12.0, "t::cheap": 1.0, "t::op": 3.0}
-    wanting = {"t::must": 1, "t::e2e": 6, "t::cheap": 1, "t::op": 1}
-    # 6 s left after the must test: cheap (1/s) first, then op (0.33/s) fits; e2e (0.5/s) does
-    # not fit and is skipped; the tests keep their order
-    assert fill(tests, {"t::must"}, seconds, wanting, 10.0) == ["t::must", "t::cheap", "t::op"]
+    gate = {"t::must": 1}
+    other = {"t::e2e": 6, "t::cheap": 1, "t::op": 1}
+    # 6 s left in the budget after the gate's test: cheap (1/s) first, then op (0.33/s) fits;
+    # e2e (0.5/s) does not fit and is skipped for it
+    assert choose(gate, other, seconds, (100.0, 10.0), 0.0) == ["t::must", "t::cheap", "t::op"]
     # room for the e2e test: it has the most metrics per second after cheap
-    assert fill(tests, {"t::must"}, seconds, wanting, 17.5) == ["t::must", "t::e2e", "t::cheap"]
-    # no room past the must test (or not even for it): none
-    assert fill(tests, {"t::must"}, seconds, wanting, 4.5) == []
-    assert fill(tests, {"t::must", "t::e2e"}, seconds, wanting, 10.0) == []
-    # nothing the must tier keeps: the others alone
-    assert fill(tests, set(), seconds, wanting, 4.0) == ["t::cheap", "t::op"]
+    assert choose(gate, other, seconds, (100.0, 17.5), 0.0) == ["t::must", "t::cheap", "t::e2e"]
+    # the gate's test fits before the ceiling, none of the others before the budget's end
+    assert choose(gate, other, seconds, (100.0, 4.5), 0.0) == ["t::must"]
+    # nothing the gate waits for: the others alone; no room at all: nothing
+    assert choose({}, other, seconds, (100.0, 4.0), 5.0) == ["t::cheap", "t::op"]
+    assert choose(gate, other, seconds, (3.0, 0.5), 5.0) == []
+    # within the gate's tests too, the most metrics per second first, a test that does not fit
+    # skipped for a cheaper one
+    many = {"t::e2e": 6, "t::must": 1, "t::cheap": 1}
+    assert choose(many, {}, seconds, (6.0, 0.0), 0.0) == ["t::cheap", "t::must"]
 
 
-def test_take_along_adds_cheap_undecided_tests_in_a_share_of_the_generations_seconds():
+def test_past_the_budget_the_others_fill_a_start_of_the_sides_beside_the_gates_tests():
     seconds = {"t::e2e": 12.0, "t::clone": 0.6, "t::scope": 0.3, "t::ops": 2.0, "t::other": 5.0}
     undecided = {"t::clone": 1, "t::scope": 1, "t::ops": 1, "t::other": 1}
-    # a quarter of the e2e run's 12 s: the two cheap visits and the 2 s one fit, not the 5 s one;
-    # the generation's own tests first
-    assert take_along({"t::e2e": 3}, undecided, seconds, 0.25) == [
-        "t::e2e", "t::clone", "t::scope", "t::ops"]
-    # a tenth: 1.2 s, the most metrics per second first
-    assert take_along({"t::e2e": 3}, undecided, seconds, 0.1) == ["t::e2e", "t::clone", "t::scope"]
-    # none fits: the generation alone; nothing to run: nothing taken along
-    assert take_along({"t::scope": 1}, {"t::other": 1}, seconds, 0.25) == ["t::scope"]
-    assert take_along({}, undecided, seconds, 0.25) == []
-    # a test of the generation that is undecided too is not run twice
-    assert take_along({"t::e2e": 3}, {"t::e2e": 3}, seconds, 0.25) == ["t::e2e"]
+    # the sides start in 3 s: the two cheap visits and the 2 s one fit, not the 5 s one
+    assert choose({"t::e2e": 3}, undecided, seconds, (100.0, -1.0), 3.0) == [
+        "t::e2e", "t::scope", "t::clone", "t::ops"]
+    # in 1.2 s, the most metrics per second first
+    assert choose({"t::e2e": 3}, undecided, seconds, (100.0, -1.0), 1.2) == [
+        "t::e2e", "t::scope", "t::clone"]
+    # none fits: the gate's test alone; no gate's test: nothing taken along
+    assert choose({"t::scope": 1}, {"t::other": 1}, seconds, (100.0, -1.0), 3.0) == ["t::scope"]
+    assert choose({}, undecided, seconds, (100.0, -1.0), 3.0) == []

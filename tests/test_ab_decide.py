@@ -9,13 +9,17 @@ import pytest
 
 from pytest_opperf.ab import decide, generations, paired
 from pytest_opperf.ab.decide import SessionPairs
-from pytest_opperf.ab.tuning import MIN_ORDER_PAIRS
 from pytest_opperf.comparison.metrics import MetricKey
 from pytest_opperf.comparison.thresholds import CompareSettings
 from pytest_opperf.core.stats import student_t_quantile
 
 KEY = MetricKey("t::a", "call_ms:op")
 
+
+
+def _gate(samples, settings, **kw):
+    """The metrics the gate waits for (:func:`.decide.wanting_pairs`' ``"gate"``)."""
+    return [(k, why) for k, why in decide.wanting_pairs(samples, settings, **kw) if why == "gate"]
 
 def _samples(ratios: dict[str, list[float]], split: bool = True) -> SessionPairs:
     """Time pairs with head/base ``ratios`` per side started first, interleaved by order; with
@@ -48,12 +52,12 @@ def test_a_change_in_one_start_order_only_is_not_regressed_in_the_final_decision
         everything.estimate, everything.low, everything.high)
     assert d.statistic == (f"{everything.statistic}; regressed, but not shown by the pairs of each "
                            "start order of the sides on their own")
-    assert decide.wanting_pairs(samples, settings) == [(KEY, "confirm")]
+    assert decide.wanting_pairs(samples, settings) == [(KEY, "gate")]
 
 
 def test_a_change_in_one_start_order_with_too_few_pairs_of_the_other_is_undecided():
     settings = CompareSettings(min_pairs=2)
-    samples = _samples({"base": _around(2.0, 30), "head": [2.0] * (MIN_ORDER_PAIRS - 1)})
+    samples = _samples({"base": _around(2.0, 30), "head": [2.0] * (settings.min_pairs - 1)})
     (d,) = decide.final_decisions(samples, settings)
     assert d.verdict == "undecided" and d.statistic.endswith("on their own")
 
@@ -114,7 +118,7 @@ def test_unchanged_on_one_start_order_whose_interval_reaches_an_improvement_is_u
     (d,) = decide.final_decisions(samples, settings)
     assert d.verdict == "undecided"
     assert d.statistic.endswith("one process pair's bias could hide a change")
-    assert decide.wanting_pairs(samples, settings, keep="changes") == [(KEY, "confirm")]
+    assert _gate(samples, settings) == [(KEY, "gate")]
 
 
 def test_unchanged_on_one_start_order_needs_its_interval_widened_for_one_process_pair_within_c():
@@ -130,7 +134,7 @@ def test_unchanged_on_one_start_order_needs_its_interval_widened_for_one_process
     assert estimate + (high - estimate) * wider >= c  # but not once widened
     (d,) = decide.final_decisions(samples, settings)
     assert d.verdict == "undecided" and "widened by a design effect of 2" in d.statistic
-    assert decide.wanting_pairs(samples, settings, keep="changes") == [(KEY, "confirm")]
+    assert _gate(samples, settings) == [(KEY, "gate")]
     # the same pairs in both start orders: the generations' own spread counts instead
     both = _samples({"base": _spread(1.01, 40, 0.03), "head": _spread(1.01, 40, 0.03)})
     assert decide.final_decisions(both, settings)[0].verdict == "unchanged"
@@ -288,7 +292,7 @@ def test_each_generations_bias_is_the_geometric_mean_of_its_metrics_median_ratio
                                               ("python_share", "share"),
                                               ("step_ms:conv2d", "time"),
                                               ("step_ms:ExecutorRunTimer", "time")])
-def test_an_undecided_metric_of_an_e2e_run_keeps_its_test_running_in_every_tier(metric, kind):
+def test_the_gate_waits_for_an_undecided_metric_of_an_e2e_run(metric, kind):
     # wide noise around no change: undecided, its estimate short of the threshold, leaning nowhere
     key = MetricKey("t::e2e", metric)
     samples = SessionPairs()
@@ -300,17 +304,15 @@ def test_an_undecided_metric_of_an_e2e_run_keeps_its_test_running_in_every_tier(
         samples.add(key, kind, base, head, ("base", "head")[i % 2])
     (d,) = decide.final_decisions(samples, CompareSettings())
     assert d.verdict == "undecided" and not d.past_threshold
-    wanted = decide.wanting_pairs(samples, CompareSettings(), keep="changes")
-    assert wanted == [(key, "decide")]
+    assert _gate(samples, CompareSettings()) == [(key, "gate")]
     # --opperf-compare-undecided=warn: only changes to confirm, as before
-    assert decide.wanting_pairs(samples, CompareSettings(), keep="changes", undecided="warn") == []
-    # the same pairs of a per-op benchmark's metric: past the tiers that keep every undecided
-    # metric, it waits for the others
+    assert _gate(samples, CompareSettings(), undecided="warn") == []
+    # the same pairs of a per-op benchmark's metric: it has the reruns' budget only
     op = SessionPairs()
     for i, (b, h) in enumerate(zip(samples.paired[key].base, samples.paired[key].head,
                                    strict=True)):
         op.add(MetricKey("t::op", metric), kind, b, h, ("base", "head")[i % 2])
-    assert decide.wanting_pairs(op, CompareSettings(), keep="changes") == []
+    assert _gate(op, CompareSettings()) == []
     assert decide.wanting_pairs(op, CompareSettings()) == [(MetricKey("t::op", metric), "decide")]
 
 
@@ -344,7 +346,7 @@ def test_the_final_decisions_correct_the_step_as_a_headline_metric():
     assert step.estimate == stat.estimate
 
 
-def test_a_metric_undecided_for_want_of_pairs_alone_keeps_its_test_running_in_every_tier():
+def test_the_gate_waits_for_a_metric_undecided_for_want_of_pairs_alone():
     # 12 pairs that agree on no change: the pairs of a benchmark visited before the session knew
     # its 200 metrics; at 0.025 % a signed-rank interval needs 13, and with beta at 0.01 % the
     # bound "unchanged" is ruled on needs 14
@@ -361,10 +363,10 @@ def test_a_metric_undecided_for_want_of_pairs_alone_keeps_its_test_running_in_ev
     d = decide.final_decisions(samples, settings)[0]
     assert d.verdict == "undecided" and "too few pairs for a" in d.statistic
     assert decide.unbounded(d, settings)
-    assert decide.wanting_pairs(samples, settings, keep="changes") == [(key, "decide")]
-    assert decide.wanting_pairs(samples, settings, keep="changes", final="base") == [
-        (key, "decide")]
-    assert decide.wanting_pairs(samples, settings, keep="changes", undecided="warn") == []
+    assert _gate(samples, settings) == [(key, "gate")]
+    assert _gate(samples, settings, final="base") == [
+        (key, "gate")]
+    assert _gate(samples, settings, undecided="warn") == []
     # fewer than min_pairs, with a bounded interval: wants pairs too; decided ones do not
     assert decide.unbounded(d, CompareSettings(min_pairs=20, beta=1e-4))
     decided = decide.final_decisions(samples, settings)[1]
@@ -411,7 +413,7 @@ def test_a_change_two_process_pairs_agree_on_needs_a_third():
     assert d.verdict == "undecided"
     assert d.statistic.endswith("regressed, but shown by 2 generations' process pairs, and a "
                                 "change needs 3")
-    assert decide.wanting_pairs(samples, settings, keep="changes") == [(KEY, "confirm")]
+    assert _gate(samples, settings) == [(KEY, "gate")]
 
 
 def test_a_third_process_pair_that_agrees_confirms_the_change():
@@ -518,10 +520,10 @@ def test_an_undecided_slowdown_whose_interval_reaches_c_is_inconclusive_with_its
     assert d.inconclusive
     low, _, g = generations.generations_interval(RATE, samples, settings)
     assert g == 6 and low > 0
-    # its test runs again in every tier, as one past the threshold does
+    # the gate waits for it, as for one past the threshold
     assert decide.points_to_regression(d)
-    assert decide.wanting_pairs(samples, settings, keep="changes") == [(RATE, "decide")]
-    assert decide.wanting_pairs(samples, settings, keep="changes", undecided="warn") == []
+    assert _gate(samples, settings) == [(RATE, "gate")]
+    assert _gate(samples, settings, undecided="warn") == []
 
 
 def test_a_slowdown_short_of_c_is_not_inconclusive_on_fewer_than_three_process_pairs():
@@ -567,7 +569,7 @@ def test_a_headline_metric_unchanged_on_two_process_pairs_is_not_unchanged_yet()
     assert d.verdict == "undecided" and not d.inconclusive
     assert d.statistic.endswith("unchanged, but a headline metric is unchanged on the process "
                                 "pairs of 3 generations, and it has 2")
-    assert decide.wanting_pairs(samples, settings, keep="changes") == [(RATE, "confirm")]
+    assert _gate(samples, settings) == [(RATE, "gate")]
     # the same pairs of a per-op metric are unchanged
     per_op = SessionPairs()
     for base, head, first, g in zip(samples.paired[RATE].base, samples.paired[RATE].head,

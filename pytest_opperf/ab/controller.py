@@ -1,61 +1,39 @@
-"""The A/B schedule: what runs on the two sides and when; visits, passes and the budget.
+"""The A/B schedule: what runs on the two sides and when; visits, generations and the budget.
 
-The two side processes (:mod:`.processes`) collect the tests; the controller holds the baton:
-only one side runs at a time. For each test of the plan (:class:`Plan`) it starts the test on
-one side, then on the other (the generation's start order), each running up to its first
-hand-over point, and then:
+The two side processes (:mod:`.processes`) collect the tests; the controller holds the baton: one
+side runs at a time. A visit of a test starts it on one side, then on the other (the generation's
+start order), and pairs what both measure: an e2e run's steps, one pair a step, in an order drawn
+per step; a per-op benchmark's blocks, both sides calibrated alike and warmed up (``WARMUP_S``),
+then pairs of short blocks in an order drawn per pair, the second on the CPU the first ended on
+(docs/ab-statistics.md, "Where a pair runs"). A test on one side only runs there alone. The rules,
+over :mod:`.tuning`'s constants and :mod:`.decide`'s statistics:
 
-* both at a per-op benchmark: each side calibrates (the iterations per round, also the warm-up)
-  and runs one warm-up block; then pairs of short blocks, the order of the two blocks drawn at
-  random for each pair. Pair i is the median per-call time of each side's i-th block. Both blocks
-  of a pair run on one CPU: the first where the scheduler puts it, the second with its calling
-  thread kept on the CPU the first ended on: the CPUs of a shared machine differ, and the one the
-  first block chose is the one the scheduler found free (docs/ab-statistics.md, "Where a pair
-  runs"). After ``MIN_PAIRS`` the pairs of the current start order are decided (at the corrected
-  level for the whole session's metrics) every ``CHECK_EVERY`` pairs; the visit stops when they
-  are decided, at ``MAX_VISIT_PAIRS`` or at its share of the time budget, but not before it has
-  the pairs a bounded interval needs at that level (:meth:`Controller._visit_pairs`: with ~240
-  metrics, 14 plus 2; fewer could never decide it);
-* both at an e2e step (``run.step()``): each side does its next step in
-  turn, the order drawn per step; pair i is step i (from the RunResults);
-* otherwise (one side ahead, or the test on one side only) the side alone.
+1. **First pass.** Every test once, in the plan's order; the head's results are the session's.
+2. **A benchmark's visit** looks at its pairs once they can bound an interval at the session's
+   corrected level (and number ``min_pairs``), then every ``CHECK_EVERY``; it stops when the pairs
+   of its start order decide on their own, at ``MAX_VISIT_PAIRS``, or, past that fewest, at its
+   share of the time to its generation's deadline (``FIRST_VISIT_SHARE``, over the tests left).
+3. **Two deadlines.** The *ceiling* is ``[compare] budget_s`` from the start. The *reruns'
+   budget* ends ``RERUN_SHARE`` of the first pass after it, or ``MIN_SESSION_S`` from the start
+   if that is later, never past the ceiling. A metric that wants pairs has them up to the ceiling
+   when the gate's verdict waits for it (:func:`.decide.wanting_pairs`' ``"gate"``: a change to
+   confirm, a metric that may end inconclusive, an e2e run's), within the reruns' budget if not.
+4. **One allocation rule.** Each later generation, in two fresh processes started in the other
+   order, runs the tests whose metrics want pairs: the gate's, then the others, each group the
+   most such metrics per second of the test's last visit first, as many as fit before their
+   deadline with a start of the sides after them (:func:`.cost.choose`). As the sides start anyway
+   for the gate's tests, the others may fill a start's seconds past the reruns' budget.
+5. **One stopping rule.** The session ends when a generation would run nothing: no metric wants
+   pairs, or none that does fits before its deadline. A generation that leaves no time for another
+   runs only the metrics that may still end regressed (the current start order's pairs are final
+   then: :func:`.decide.may_regress`) or whose undecided verdict the gate waits for. Two caps:
+   ``MAX_RERUNS`` generations; and past the reruns' budget a session with a metric regressed ends,
+   as the gate fails whatever the rest ends as (:func:`.decide.settled`; not with ``settle`` off,
+   as bisect's sessions, which decide the metrics they chase).
 
-Every pair is tagged with the side started first (:class:`.samples.SessionPairs`), and the decisions
-are :mod:`.decide`'s: after the first pass every metric is decided together; tests with undecided
-metrics are run again on both sides (more pairs) while the budget lasts, and so are tests with a
-metric regressed or improved in one start order only (a change counts only when the pairs of each
-start order show it on their own). Each pass after the first runs in two fresh processes started in
-the other order (a *generation*, :meth:`.processes.Sides.restart`).
-
-The budget of the passes after the first scales with what the selection costs: ``RERUN_SHARE`` of
-the first pass's wall time, at least ``RERUN_MIN_S``, never past ``[compare] budget_s`` from the
-start (the ceiling). When it has no time for the next generation of every undecided test (a start of
-the sides plus the tests' last visits, and another start after it), the generation runs those of the
-tier below and as many more as fit, the most undecided metrics per second first
-(:func:`.cost.fill`). Once none more fit, only tests with a change still to confirm (seen in one
-start order, or by fewer process pairs than a change needs; or "unchanged" on one start order's
-pairs that could hide one), a metric undecided on the pairs of one start order (it gets the other),
-or an undecided metric whose estimate leans towards a regression (past ``c/2``: a slowdown near the
-threshold is decided by more pairs) go on, within the budget or until the session has run
-``LEANING_MIN_S``, whichever is later; once that has no time for those either, only the changes and
-the metrics of one start order, up to the ceiling. The last generation (``MAX_RERUNS``, or the time
-left allows none after it) runs only the tests with a metric that may still end regressed: the pairs
-of the current start order get no more pairs then, and a regression needs them, on their own, to
-have an interval whose lower end is above no change (:func:`.decide.may_regress`). With none, the
-session ends: what is left undecided cannot fail the gate. Past the reruns' budget, a session with a
-metric regressed ends too (:func:`.decide.settled`; not with ``settle`` off, as bisect's, which
-decides chosen metrics): the gate fails whatever the rest ends as. A generation of a tier's tests
-only, or the last, takes along the other undecided tests that fit in ``TAKE_ALONG_SHARE`` of its
-seconds (:func:`.cost.take_along`): the sides start anyway. Whatever the tier, and in the last
-generation too, a test runs again (up to the ceiling) while it has an undecided metric whose pairs
-point to a regression (:func:`.decide.points_to_regression`; it may end inconclusive, which fails
-the gate), an undecided metric of an e2e run or one undecided for want of pairs alone
-(:func:`.decide.unbounded`); ``--opperf-compare-undecided=fail`` keeps every undecided test, and
-``warn`` none of these. The constants named here are :mod:`.tuning`'s. The head's results of each
-test's first visit are the session's results. Every visit is timed, and its seconds are its test's:
-the result's ``cost`` gives each test's metrics, pairs, visits and seconds (:mod:`.cost`). At the
-start the compiled extension modules the two sides loaded are compared (:mod:`.extensions`): those
-that differ outside the checkouts are a warning (:attr:`Controller.warnings`) and the first note. No
+Every visit is timed, and its seconds are its test's (the result's ``cost``, :mod:`.cost`). At the
+start the compiled extension modules the sides loaded are compared (:mod:`.extensions`): those that
+differ outside the checkouts are a warning (:attr:`Controller.warnings`) and the first note. No
 pytest import: the glue (``session.py``) passes callbacks.
 """
 
@@ -75,7 +53,6 @@ from ..comparison.metrics import steady_steps
 from ..records.handback import Envelope, HandBackError
 from ..results import RunResult
 from . import cost, decide, extensions, family, generations, paired, signedrank, tuning
-from .decide import Keep
 from .pairs import e2e_samples
 from .processes import Side, SideFailure, Sides, SideSpec, layout_pad, usable_cpus
 from .samples import SessionPairs
@@ -84,8 +61,9 @@ __all__ = ["Controller", "Plan", "TestOutcome", "rerun_budget"]
 
 
 def rerun_budget(first_pass_s: float) -> float:
-    """The reruns' seconds: ``tuning.RERUN_SHARE`` of ``first_pass_s``, at least RERUN_MIN_S."""
-    return max(tuning.RERUN_MIN_S, tuning.RERUN_SHARE * first_pass_s)
+    """The reruns' seconds after a first pass of ``first_pass_s``: ``tuning.RERUN_SHARE`` of it,
+    or as many as take the session to ``tuning.MIN_SESSION_S``, whichever is more."""
+    return max(tuning.RERUN_SHARE * first_pass_s, tuning.MIN_SESSION_S - first_pass_s)
 
 
 @dataclass
@@ -192,7 +170,7 @@ class Controller:
         plan = self._plan
         assert plan is not None, "start() first"
         ceiling = self._started + self.settings.budget_s
-        self._budget_end = ceiling
+        self._budget_end = self._reruns_end = ceiling
         schedule = list(plan.order)
         for index, nodeid in enumerate(schedule):
             if self.should_stop():
@@ -204,12 +182,11 @@ class Controller:
         self._unvisited = 0
         now = self.clock()
         first_pass_s = now - self._started
-        self._budget_end = min(ceiling, now + rerun_budget(first_pass_s))
-        rerun_s = self._budget_end - self._started - first_pass_s
-        leaning_end = min(ceiling, max(self._budget_end, self._started + tuning.LEANING_MIN_S))
-        budget_exhausted = self._rerun(set(plan.common), leaning_end, ceiling)
+        self._reruns_end = min(ceiling, now + rerun_budget(first_pass_s))
+        rerun_s = self._reruns_end - now
+        budget_exhausted = self._rerun(set(plan.common), ceiling)
         decisions = decide.final_decisions(self.samples, self.settings)
-        if any(d.verdict == "undecided" for d in decisions) and self.clock() >= self._budget_end:
+        if any(d.verdict == "undecided" for d in decisions) and self.clock() >= self._reruns_end:
             budget_exhausted = True
         self.notes.append(f"first pass {first_pass_s:.0f} s, then a budget of "
                           f"{max(0.0, rerun_s):.0f} s for running tests again")
@@ -228,52 +205,47 @@ class Controller:
             budget_exhausted=budget_exhausted, notes=list(self.notes), generations=bias,
             cost=cost.costs(decisions, self._test_s, self._visits))
 
-    def _rerun(self, common: set[str], leaning_end: float, ceiling: float) -> bool:
-        """The passes after the first, each a generation, by the tiers of the module docstring
-        (``leaning_end`` and ``ceiling`` end theirs); returns whether the budget ended them with
-        something left to run."""
-        keep: Keep = "undecided"
-        for generation in range(1, tuning.MAX_RERUNS + 1):
-            tests = self._undecided_runs(common, keep=keep)
+    def _rerun(self, common: set[str], ceiling: float) -> bool:
+        """The generations after the first pass, by the allocation and stopping rules of the module
+        docstring; returns whether the budget ended them with something left to run."""
+        for _ in range(tuning.MAX_RERUNS):
             if self.should_stop():
                 return False
-            if keep == "undecided" and not self._time_for(tests):
-                tests = self._filled(common, tests) or tests
-            while keep != "changes" and not self._time_for(tests):
-                keep = "leaning" if keep == "undecided" else "changes"
-                self._budget_end = leaning_end if keep == "leaning" else ceiling
-                tests = self._undecided_runs(common, keep=keep)
-            if keep != "undecided" and self.settle and (
-                    settled := decide.settled(self.samples, self.settings)):
+            past = self._reruns_end - self.clock() <= 2 * self.sides.spawn_s
+            if past and self.settle and (settled := decide.settled(self.samples, self.settings)):
                 self.notes.append(settled)
                 return False
-            last = generation == tuning.MAX_RERUNS or not self._time_for(tests)
-            if last:  # the pairs of the current start order are final
-                tests = self._undecided_runs(common, final=self.sides.first, keep=keep)
+            tests, last, self._budget_end = self._generation(common, ceiling)
             if not tests:
-                left = self._undecided_runs(common)
-                if left:
+                left = any(self._wanted(common))
+                if last and left and not any(self._wanted(common, self.sides.first)):
                     self.notes.append("stopped early: no metric left undecided could end "
                                       "regressed in the generations the budget allows")
-                return bool(left)
+                return left
             if self.clock() + self.sides.spawn_s >= self._budget_end:
                 return True  # a restart would measure nothing
-            run = list(tests) if keep == "undecided" and not last else cost.take_along(
-                tests, self._undecided_runs(common), self._visit_s, tuning.TAKE_ALONG_SHARE)
-            self._pass(run)
+            self._pass(tests)
             if last:
-                return generation < tuning.MAX_RERUNS and bool(self._undecided_runs(common))
+                return any(self._wanted(common))
         return False
 
-    def _time_for(self, tests: Collection[str]) -> bool:
-        """Whether the budget has time for a generation that runs ``tests`` and a start of the
-        sides after it (estimated from the last start's and the tests' last visits' durations)."""
-        return sum(self._visit_s.get(t, 0.0) for t in tests) < self._room()
+    def _generation(self, common: set[str], ceiling: float) -> tuple[list[str], bool, float]:
+        """The next generation's tests (the allocation rule: :func:`.cost.choose`), whether it is
+        the last (the gate's tests, or with none the others, do not all fit before their deadline
+        with a start of the sides after them: then only the metrics that may still end regressed,
+        or that the gate waits for, count), and its deadline (the ceiling with a gate's test)."""
+        gate, other = self._wanted(common)
+        tests = self._choose(gate, other, ceiling)
+        last = not set(gate or other) <= set(tests)
+        if last:  # the pairs of the current start order are final
+            gate, other = self._wanted(common, self.sides.first)
+            tests = self._choose(gate, other, ceiling)
+        return tests, last, ceiling if set(gate) & set(tests) else self._reruns_end
 
-    def _room(self) -> float:
-        """The seconds of visits the budget has room for in a generation that starts now: what
-        is left of it less a start of the sides for the generation and one after it."""
-        return self._budget_end - self.clock() - 2 * self.sides.spawn_s
+    def _choose(self, gate: dict[str, int], other: dict[str, int], ceiling: float) -> list[str]:
+        now, starts = self.clock(), 2 * self.sides.spawn_s  # this generation's and the next's
+        rooms = (ceiling - now - starts, self._reruns_end - now - starts)
+        return cost.choose(gate, other, self._visit_s, rooms, self.sides.spawn_s)
 
     def _pass(self, tests: list[str]) -> None:
         """One generation: the sides restarted in the other order, ``tests`` run on both."""
@@ -288,26 +260,16 @@ class Controller:
     def _next_of(schedule: list[str], index: int) -> str | None:
         return schedule[index + 1] if index + 1 < len(schedule) else None
 
-    def _undecided_runs(self, common: set[str], final: str | None = None,
-                        keep: Keep = "undecided") -> dict[str, int]:
-        """The tests to run again, each with its metrics that want pairs: first those with a
-        metric regressed or improved in one start order only, then those with undecided metrics,
-        most first (an e2e test's run gives a pair to each of its metrics); which metrics count
-        with ``keep`` and ``final``: :func:`.decide.wanting_pairs`."""
-        wanted = decide.wanting_pairs(self.samples, self.settings, keep, final,
-                                      self.undecided)
-        unconfirmed = {cost.node_of(key.run) for key, why in wanted if why == "confirm"}
+    def _wanted(self, common: set[str],
+                final: str | None = None) -> tuple[dict[str, int], dict[str, int]]:
+        """The tests with metrics that want pairs (:func:`.decide.wanting_pairs`, with ``final``),
+        in the plan's order, each with how many: those with one the gate waits for, the others."""
+        wanted = decide.wanting_pairs(self.samples, self.settings, final, self.undecided)
+        gate = {cost.node_of(key.run) for key, why in wanted if why == "gate"}
         counts = Counter(cost.node_of(key.run) for key, _ in wanted)
         order = [t for t in (self._plan.order if self._plan else []) if t in counts and t in common]
-        rest = sorted((t for t in order if t not in unconfirmed), key=lambda t: -counts[t])
-        return {t: counts[t] for t in [t for t in order if t in unconfirmed] + rest}
-
-    def _filled(self, common: set[str], tests: dict[str, int]) -> dict[str, int]:
-        """Of the undecided ``tests``, too many for the budget: the leaning tier's and as many
-        more as fit (:func:`.cost.fill`); none when no more fit."""
-        must = self._undecided_runs(common, keep="leaning")
-        chosen = cost.fill(list(tests), must, self._visit_s, tests, self._room())
-        return {t: tests[t] for t in chosen}
+        return ({t: counts[t] for t in order if t in gate},
+                {t: counts[t] for t in order if t not in gate})
 
     def close(self, grace_s: float = 10.0) -> None:
         """End both processes (idempotent, never raises); ``grace_s`` for each to end by itself."""
@@ -436,12 +398,11 @@ class Controller:
         return statistics.median(float(v) for v in values) * 1e3, ran_on
 
     def _visit_deadline(self) -> float:
-        """A benchmark's share of the budget: ``FIRST_VISIT_SHARE`` of what is left over the tests
-        left (the rest stays for the runs again of tests still undecided)."""
+        """A benchmark's share of the time to its generation's deadline: ``FIRST_VISIT_SHARE`` of
+        it over the tests left (in the first pass the rest stays for the tests still undecided)."""
         now = self.clock()
         left = max(1, getattr(self, "_remaining", 1))
-        share = tuning.FIRST_VISIT_SHARE * (self._budget_end - now) / left
-        return now + max(tuning.MIN_VISIT_S, share)
+        return now + max(0.0, tuning.FIRST_VISIT_SHARE * (self._budget_end - now) / left)
 
     def _family(self) -> family.Family:
         """The metrics the decision is corrected for, as far as known now: those with samples,
@@ -471,8 +432,7 @@ class Controller:
             done = len(target.base) - start
             if done >= tuning.MAX_VISIT_PAIRS or (done >= need and self.clock() >= deadline):
                 break
-            look = (done >= tuning.MIN_PAIRS
-                    and (done - tuning.MIN_PAIRS) % tuning.CHECK_EVERY == 0)
+            look = done >= need and (done - need) % tuning.CHECK_EVERY == 0
             # decided by the pairs of this start order on their own (a change is then shown too)
             part = self.samples.part(key, self.sides.first) if look else None
             if (part is not None
@@ -482,17 +442,17 @@ class Controller:
                 break
 
     def _visit_pairs(self, key: paired.MetricKey) -> int:
-        """The pairs a visit takes at least, its share of the budget spent or not: ``MIN_PAIRS``,
-        or, where neither the session's corrected level nor unchanged's ``1 - 2 beta`` bounds an
-        interval with fewer, those and ``VISIT_MARGIN_PAIRS`` more (fewer could never decide
-        the metric: time spent for nothing)."""
+        """The pairs a visit takes at least, its share of the budget spent or not, and its first
+        look: ``min_pairs``, or the fewest that bound an interval where neither the session's
+        corrected level nor unchanged's ``1 - 2 beta`` bounds one with fewer (fewer could never
+        decide the metric: time spent for nothing); ``MAX_VISIT_PAIRS`` at most."""
         level = max(self._family().level(self.settings.alpha, key), 2 * self.settings.beta)
-        fewest = signedrank.pairs_for_interval(level) + tuning.VISIT_MARGIN_PAIRS
-        return min(tuning.MAX_VISIT_PAIRS, max(tuning.MIN_PAIRS, fewest))
+        fewest = max(signedrank.pairs_for_interval(level), self.settings.for_metric(key).min_pairs)
+        return min(tuning.MAX_VISIT_PAIRS, fewest)
 
     def _bench_alone(self, nodeid: str, side: Side) -> None:
         doing = f"benchmarking {nodeid} (on the {side.name} side only)"
         iterations, rounds = self._calibrate([side], doing)
-        for _ in range(1 + tuning.MIN_PAIRS):
+        for _ in range(1 + self.settings.min_pairs):  # a warm-up block, and what a pair would get
             self._block(side, rounds, iterations, doing)
 

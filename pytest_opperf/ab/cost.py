@@ -7,17 +7,16 @@ its runs (a run id is the test's node id, or ``<node id>#<window>`` for its extr
 a metric's seconds are its test's: the pairs of all its metrics came from those visits.
 :func:`costs` makes the rows (one per test with a decided metric, the most expensive first) that
 the compare object keeps (``cost``, docs/reference/results.md) and the A/B section shows
-(:mod:`.render`). :func:`fill` picks the tests a generation has room for from those costs, and
-:func:`take_along` the cheap ones that go beside a generation the budget's tiers run anyway.
+(:mod:`.render`). :func:`choose` picks the tests a generation has room for from those costs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["Cost", "costs", "fill", "node_of", "take_along"]
+__all__ = ["Cost", "choose", "costs", "node_of"]
 
 
 def node_of(run_id: str) -> str:
@@ -69,31 +68,26 @@ def costs(decisions: Iterable[_Decided], seconds: Mapping[str, float],
     return sorted(rows, key=lambda c: (-c.seconds, c.test))
 
 
-def fill(tests: Sequence[str], must: Collection[str], seconds: Mapping[str, float],
-         wanting: Mapping[str, int], room: float) -> list[str]:
-    """Of ``tests`` (in their order), those in ``must`` and as many of the others as fit with them
-    in ``room`` seconds, each costing its last visit's ``seconds``: the most metrics wanting pairs
-    (``wanting``) per second first, a test that does not fit skipped for a cheaper one. ``[]``
-    when ``must`` leaves room for none of the others."""
-    left = room - sum(seconds.get(t, 0.0) for t in tests if t in must)
-    others = [t for t in tests if t not in must]
-    chosen: set[str] = set()
-    for test in sorted(others, key=lambda t: -wanting.get(t, 1) / max(seconds.get(t, 0.0), 1e-6)):
-        if seconds.get(test, 0.0) <= left:
-            chosen.add(test)
-            left -= seconds.get(test, 0.0)
-    return [t for t in tests if t in must or t in chosen] if chosen else []
+def choose(gate: Mapping[str, int], other: Mapping[str, int], seconds: Mapping[str, float],
+           rooms: tuple[float, float], along: float) -> list[str]:
+    """The tests a generation runs: of ``gate`` (each with its metrics the gate waits for), then
+    of ``other`` (each with its other undecided metrics), the most metrics per second of the
+    test's last visit (``seconds``) first, each while the seconds chosen with it fit in its group's
+    room (``rooms``: the ceiling's, the reruns' budget's), a test that does not fit skipped for a
+    cheaper one. Once a test of ``gate`` is chosen, the others' room is at least the seconds chosen
+    and ``along`` more: the sides start anyway."""
+    chosen: list[str] = []
+    used = 0.0
+    for group, room in zip((gate, other), rooms, strict=True):
+        if group is other and chosen:
+            room = max(room, used + along)
+        for test in _by_worth(group, seconds):
+            if test not in chosen and used + seconds.get(test, 0.0) <= room:
+                chosen.append(test)
+                used += seconds.get(test, 0.0)
+    return chosen
 
 
-def take_along(tests: Mapping[str, int], undecided: Mapping[str, int],
-               seconds: Mapping[str, float], share: float) -> list[str]:
-    """``tests`` (a generation that runs anyway, each with its metrics wanting pairs) and as many of
-    the other ``undecided`` tests as fit beside them in ``share`` of their seconds (:func:`fill`:
-    the most metrics per second first): the start of the sides is paid, and a visit of a cheap
-    test is a new process pair for its metrics. ``tests`` alone when none fits; ``[]`` without
-    ``tests``."""
-    if not tests:
-        return []
-    room = (1.0 + share) * sum(seconds.get(t, 0.0) for t in tests)
-    order = list(tests) + [t for t in undecided if t not in tests]
-    return fill(order, tests, seconds, {**undecided, **tests}, room) or list(tests)
+def _by_worth(wanting: Mapping[str, int], seconds: Mapping[str, float]) -> list[str]:
+    """``wanting``'s tests, the most metrics per second first (stable)."""
+    return sorted(wanting, key=lambda t: -wanting[t] / max(seconds.get(t, 0.0), 1e-6))

@@ -6,33 +6,31 @@ tagged with the side started first when it was measured (:class:`.samples.Sessio
 here). The verdict of a metric is :func:`pytest_opperf.ab.paired.decide`'s on all its pairs (its
 interval widened for the spread between the generations' process pairs), except that a change
 (regressed or improved; counts are exact and need nothing more) counts only when the pairs of each
-start order, on their own, show it: at least ``MIN_ORDER_PAIRS`` (:mod:`.tuning`) and ``min_pairs``
-of them, their interval at the session's corrected level wholly on the change's side of no change
-and reaching a change that counts (``c``); that "unchanged" on the pairs of one start order alone
-needs an interval within ``c`` both ways once widened for the spread between process pairs that they
-cannot show (one process pair's bias can hide a change as well as make one); and that a headline
-metric of an e2e run (examples/sec, the Python share, the step) is unchanged only when the process
-pairs of at least ``MIN_CHANGE_GENERATIONS`` generations rule a change that counts out too
-(:func:`.generations.generations_bound`). A change in time also needs the process pairs of at
-least ``MIN_CHANGE_GENERATIONS`` generations, the t interval of their estimates wholly on its side
-of no change (:func:`.generations.generations_interval`): two process pairs that happen to agree
-show no spread between them, which the design effect would read as none. A false alarm then needs
-independent significant ones, and a fluke of one process pair that drags the estimate of all the
-pairs past ``c/2`` is not confirmed by an order whose own pairs rule a change that counts out, while
-the size of the change is ruled on all the pairs (each order's pairs on their own would need twice
-as many). Else it is undecided (:func:`final_decisions`; docs/ab-statistics.md). An
-undecided metric whose pairs point to a regression is *inconclusive*, which fails the gate by
-default: its estimate past the threshold, its interval above no change at the level of the undecided
-metrics and its generations' process pairs not disagreeing; or its interval at the session's level
-above no change and reaching the threshold, and the process pairs of at least three generations
-showing the slowdown too (:func:`_inconclusive`).
+start order, on their own, show it: at least ``min_pairs`` of them, their interval at the session's
+corrected level wholly on the change's side of no change and reaching a change that counts (``c``);
+that "unchanged" on the pairs of one start order alone needs an interval within ``c`` both ways once
+widened for the spread between process pairs that they cannot show (one process pair's bias can hide
+a change as well as make one); and that a headline metric of an e2e run (examples/sec, the Python
+share, the step) is unchanged only when the process pairs of at least ``MIN_CHANGE_GENERATIONS``
+generations rule a change that counts out too (:func:`.generations.generations_bound`). A change in
+time also needs the process pairs of at least ``MIN_CHANGE_GENERATIONS`` generations, the t interval
+of their estimates wholly on its side of no change (:func:`.generations.generations_interval`): two
+process pairs that happen to agree show no spread between them, which the design effect would read
+as none. A false alarm then needs independent significant ones, and a fluke of one process pair that
+drags the estimate of all the pairs past ``c/2`` is not confirmed by an order whose own pairs rule a
+change that counts out, while the size of the change is ruled on all the pairs (each order's pairs
+on their own would need twice as many). Else it is undecided (:func:`final_decisions`;
+docs/ab-statistics.md). An undecided metric whose pairs point to a regression is *inconclusive*,
+which fails the gate by default: its estimate past the threshold, its interval above no change at
+the level of the undecided metrics and its generations' process pairs not disagreeing; or its
+interval at the session's level above no change and reaching the threshold, and the process pairs of
+at least three generations showing the slowdown too (:func:`_inconclusive`).
 
 The controller only collects the pairs and asks here: for the final decisions, whether its gate's
-verdict is settled (:func:`settled`, which ends it), whether the pairs
-of one start order decide on their own (:func:`order_verdict`, a visit's sequential stop), and
-which metrics want more pairs (:func:`wanting_pairs`, with the rules :func:`leans` and
-:func:`may_regress` of its budget's tiers). Pure: no pytest, numpy only when
-deciding (through :mod:`.paired`).
+verdict is settled (:func:`settled`, which ends it), whether the pairs of one start order decide
+on their own (:func:`order_verdict`, a visit's sequential stop), and which metrics want more pairs
+and for how long (:func:`wanting_pairs`, with :func:`may_regress` for its last generation). Pure:
+no pytest, numpy only when deciding (through :mod:`.paired`).
 """
 
 from __future__ import annotations
@@ -51,16 +49,12 @@ from .generations import design_effect, generations_bound, generations_interval
 from .paired import ABVerdict, Decision, Paired
 from .samples import SessionPairs
 
-__all__ = ["Keep", "SessionPairs", "Want", "final_decisions", "leans",
-           "may_regress", "order_verdict", "points_to_regression", "settled", "unbounded",
-           "wanting_pairs"]
+__all__ = ["SessionPairs", "Want", "final_decisions", "may_regress", "order_verdict",
+           "points_to_regression", "settled", "unbounded", "wanting_pairs"]
 
-# Which metrics want more pairs (wanting_pairs): every undecided one; only a leaning one or a
-# change seen in one start order; only the changes.
-Keep = Literal["undecided", "leaning", "changes"]
-# Why a metric wants more pairs: a change seen in one start order only, to confirm in the other;
-# an undecided metric.
-Want = Literal["confirm", "decide"]
+# How long a metric may have more pairs (wanting_pairs): up to the ceiling, as the gate's verdict
+# waits for it; within the reruns' budget.
+Want = Literal["gate", "decide"]
 
 
 def _wider(estimate: float, low: float, high: float, factor: float) -> tuple[float, float]:
@@ -122,8 +116,8 @@ def order_verdict(part: Paired, settings: CompareSettings, family: Family,
 
 
 def _order_pairs(key: MetricKey, settings: CompareSettings) -> int:
-    """The pairs a start order needs for a say of its own on ``key``."""
-    return max(tuning.MIN_ORDER_PAIRS, settings.for_metric(key).min_pairs)
+    """The pairs a start order needs for a say of its own on ``key``: ``min_pairs``."""
+    return settings.for_metric(key).min_pairs
 
 
 def _both_orders(d: Decision, samples: SessionPairs, settings: CompareSettings) -> bool:
@@ -328,15 +322,6 @@ def _inconclusive(decisions: list[Decision], samples: SessionPairs,
     return out
 
 
-def leans(d: Decision) -> bool:
-    """Whether ``d``'s estimate lies past ``c/2`` (a regression's side of the rule's margin), or
-    it is a count (exact: undecided only without pairs)."""
-    if d.kind == "count":
-        return True
-    estimate, _, _, c = d.in_x()
-    return estimate > c / 2
-
-
 def unbounded(d: Decision, settings: CompareSettings) -> bool:
     """Whether ``d`` is undecided for want of pairs alone: it has an estimate, but fewer pairs
     than ``min_pairs`` or no bounded interval at its level (a benchmark visited before the
@@ -350,7 +335,7 @@ def may_regress(samples: SessionPairs, key: MetricKey, final: str,
                 settings: CompareSettings) -> bool:
     """Whether ``key`` can still end regressed when the pairs of the start order ``final`` get no
     more pairs. A regression needs those pairs, on their own, to show it (the start order rule):
-    at least ``MIN_ORDER_PAIRS`` and ``min_pairs`` of them and the lower end of their interval,
+    at least ``min_pairs`` of them and the lower end of their interval,
     widened for their generations, above no change. The pairs and their generations are fixed,
     and the family only grows (samples are never dropped), so the interval at the end is at least
     as wide as at today's family: a lower end at or below 0 now stays there (its upper end, which
@@ -366,44 +351,34 @@ def may_regress(samples: SessionPairs, key: MetricKey, final: str,
     return low > 0
 
 
-def wanting_pairs(samples: SessionPairs, settings: CompareSettings, keep: Keep = "undecided",
-                  final: str | None = None,
+def wanting_pairs(samples: SessionPairs, settings: CompareSettings, final: str | None = None,
                   undecided: str = "inconclusive") -> list[tuple[MetricKey, Want]]:
-    """The metrics that want more pairs, in ``samples``' order, and why: ``"confirm"``, a change
-    still to confirm (seen in one start order only, or by fewer process pairs than a change needs:
-    :func:`_unconfirmed`), unchanged on one start order's pairs whose widened interval reaches a
-    change that counts (:func:`_one_sided`: the other order has its say on both), or a headline
-    metric unchanged on its pairs and not yet on its process pairs
-    (:func:`_unshown_unchanged_why`); ``"decide"``, an undecided metric. A metric whose undecided
-    verdict could fail the gate (``undecided``, ``--opperf-compare-undecided``: every one with
-    ``fail``; by default one whose pairs point to a regression, :func:`points_to_regression`, which
-    may end inconclusive) always counts, and so, by default, does every undecided metric of an e2e
-    run (its headline metrics, :data:`.family.HEADLINE`, its step and its stats: a training step
-    is what the pull request is about, and its test is one visit per generation whatever it has
-    undecided) and a metric undecided for want of pairs alone (:func:`unbounded`). Of the others,
-    only those changes, the undecided metrics with the pairs of one start order only
-    (:func:`_one_order`) and the metrics that lean towards a regression (:func:`leans`) count with
-    ``keep="leaning"``, only the changes and those of one start order with ``keep="changes"``, and
-    with ``final`` (the start order whose pairs get no more pairs) only those that may still end
-    regressed (:func:`may_regress`)."""
+    """The metrics that want more pairs, in ``samples``' order, and how long they may have them.
+
+    ``"gate"``, up to the ceiling: the gate's verdict waits for them. A change still to confirm
+    (seen in one start order only, or by fewer process pairs than a change needs:
+    :func:`_unconfirmed`); unchanged on one start order's pairs whose widened interval reaches a
+    change that counts (:func:`_one_sided`); a headline metric unchanged on its pairs and not yet
+    on its process pairs (:func:`_unshown_unchanged_why`); an undecided metric with the pairs of
+    one start order only (:func:`_one_order`); and an undecided metric whose verdict could fail
+    the gate or is what the pull request is about (``undecided``, ``--opperf-compare-undecided``:
+    every one with ``fail``; by default one whose pairs point to a regression,
+    :func:`points_to_regression`, which may end inconclusive, every one of an e2e run, and one
+    undecided for want of pairs alone, :func:`unbounded`). ``"decide"``, within the reruns'
+    budget: every other undecided metric.
+
+    With ``final`` (the start order whose pairs get no more pairs), only those that may still
+    end regressed (:func:`may_regress`), and those whose undecided verdict itself fails or is
+    waited for (the last group above)."""
     wanted: list[tuple[MetricKey, Want]] = []
     for d in session_decide(samples, settings):
         change = (_unconfirmed(d, samples, settings) or _one_sided(d, samples)
                   or _unshown_unchanged_why(d, samples, settings) is not None)
-        # kept in every tier: an undecided metric that would fail the gate (every one with
-        # "fail"; by default one pointing to a regression, which may end inconclusive,
-        # final_decisions) and, by default, an undecided metric of an e2e run and one that lacks
-        # the pairs for any verdict
+        if not change and d.verdict != "undecided":
+            continue
         always = undecided == "fail" or (undecided == "inconclusive" and (
             points_to_regression(d) or samples.e2e(d.key) or unbounded(d, settings)))
-        kept = always or (
-            (keep == "undecided" or change or _one_order(d, samples)
-             or (keep == "leaning" and leans(d)))
-            and (final is None or may_regress(samples, d.key, final, settings)))
-        if not kept:
+        if not always and final is not None and not may_regress(samples, d.key, final, settings):
             continue
-        if change:
-            wanted.append((d.key, "confirm"))
-        elif d.verdict == "undecided":
-            wanted.append((d.key, "decide"))
+        wanted.append((d.key, "gate" if always or change or _one_order(d, samples) else "decide"))
     return wanted

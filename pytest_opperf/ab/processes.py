@@ -38,11 +38,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import arena, aslr, tuning
+from . import arena, aslr
 from .protocol import ProtocolError, SideGone, SideTimeout, pair
 
-__all__ = ["LAYOUT_ENV", "LAYOUT_PAD_MIN", "LAYOUT_PAD_SPAN", "Side", "SideFailure", "SideSpec",
-           "Sides", "generation_env", "layout_pad", "usable_cpus"]
+__all__ = ["LAYOUT_ENV", "LAYOUT_PAD_MIN", "LAYOUT_PAD_SPAN", "LOG_TAIL_LINES", "Side",
+           "SideFailure", "SideSpec", "Sides", "generation_env", "layout_pad", "usable_cpus"]
 
 # The variable whose size is each generation's draw of the layout (its value: that many dots).
 LAYOUT_ENV = "OPPERF_AB_LAYOUT"
@@ -51,6 +51,7 @@ LAYOUT_ENV = "OPPERF_AB_LAYOUT"
 # CPython's small-object allocator (512 bytes), so that the value's copy is malloc's, early.
 LAYOUT_PAD_MIN = 1024
 LAYOUT_PAD_SPAN = 4096
+LOG_TAIL_LINES = 15  # the lines of a failed side's log its error shows
 
 
 def layout_pad(seed: int, generation: int) -> int:
@@ -123,8 +124,8 @@ class Side:
         self.last: dict[str, Any] = {}
 
     def tail(self, lines: int | None = None) -> list[str]:
-        """The last ``lines`` lines of the side's log (None: ``tuning.LOG_TAIL_LINES``)."""
-        lines = tuning.LOG_TAIL_LINES if lines is None else lines
+        """The last ``lines`` lines of the side's log (None: ``LOG_TAIL_LINES``)."""
+        lines = LOG_TAIL_LINES if lines is None else lines
         try:
             text = self.spec.log.read_text(encoding="utf-8", errors="replace")
         except OSError:
