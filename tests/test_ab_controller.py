@@ -26,7 +26,7 @@ from pytest_opperf.ab.pairs import e2e_samples
 from pytest_opperf.ab.processes import SideFailure, SideSpec
 from pytest_opperf.ab.protocol import Channel, SideGone, SideTimeout
 from pytest_opperf.ab.side import SidePlugin, current_cpu
-from pytest_opperf.ab.tuning import MIN_CHANGE_GENERATIONS, MIN_SESSION_S, RERUN_SHARE
+from pytest_opperf.ab.tuning import MIN_CHANGE_GENERATIONS, RERUN_SHARE, SMALL_SESSION_S
 from pytest_opperf.core.port import Window
 from pytest_opperf.device import CPU_HOST
 from pytest_opperf.results import RunResult, StatResult
@@ -561,9 +561,9 @@ def test_a_visit_past_its_share_of_the_budget_still_takes_the_pairs_an_interval_
 
 
 def test_the_reruns_budget_is_a_share_of_the_first_pass_and_the_budget_a_ceiling():
-    # up to MIN_SESSION_S from the start at least, RERUN_SHARE of the first pass past that
-    assert rerun_budget(0.0) == MIN_SESSION_S
-    assert rerun_budget(10.0) == MIN_SESSION_S - 10.0
+    # up to SMALL_SESSION_S from the start at least, RERUN_SHARE of the first pass past that
+    assert rerun_budget(0.0) == SMALL_SESSION_S
+    assert rerun_budget(10.0) == SMALL_SESSION_S - 10.0
     assert rerun_budget(1000.0) == RERUN_SHARE * 1000.0
 
 
@@ -609,7 +609,7 @@ def test_the_early_stop_never_drops_a_regression(tmp_path, monkeypatch, visit_s,
     # 20) or plain ones (visit_s 0) run it again, and it is confirmed by three; with no
     # budget for reruns at all (rerun_s 0) too: the last generation may run up to budget_s
     if rerun_s is not None:
-        monkeypatch.setattr(tuning, "MIN_SESSION_S", rerun_s)
+        monkeypatch.setattr(tuning, "SMALL_SESSION_S", rerun_s)
         monkeypatch.setattr(tuning, "RERUN_SHARE", 0.0)
     c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 2.0}, visit_s)
     result = run_session(c)
@@ -624,7 +624,7 @@ def test_past_the_budget_a_confirmed_regression_ends_the_session(tmp_path, monke
     # three generations; t::a is A/A and too noisy to decide, which with "fail" would keep it
     # running up to the ceiling (16 generations): once t::b is regressed, the gate fails
     # whatever t::a ends as, and the session ends
-    monkeypatch.setattr(tuning, "MIN_SESSION_S", 0.0)
+    monkeypatch.setattr(tuning, "SMALL_SESSION_S", 0.0)
     monkeypatch.setattr(tuning, "RERUN_SHARE", 0.0)
     clock = FakeClock(0.0)
     ids = {"base": ["t::a", "t::b"], "head": ["t::a", "t::b"]}
@@ -646,7 +646,7 @@ def test_a_confirmed_regression_ends_no_session_with_settle_off_or_within_the_bu
     # regressed; and within the reruns' budget (visits cost nothing on the fake clock) every
     # undecided test still runs
     if past_budget:
-        monkeypatch.setattr(tuning, "MIN_SESSION_S", 0.0)
+        monkeypatch.setattr(tuning, "SMALL_SESSION_S", 0.0)
         monkeypatch.setattr(tuning, "RERUN_SHARE", 0.0)
     clock = FakeClock(0.0)
     ids = {"base": ["t::a", "t::b"], "head": ["t::a", "t::b"]}
@@ -728,7 +728,7 @@ def test_past_the_budget_an_aa_metric_gets_the_other_start_order_and_no_more(tmp
                                                                             monkeypatch):
     # no budget for reruns: only what the gate waits for may go on; the A/A metric, undecided on
     # the pairs of one start order, gets the other (it may end regressed on them)
-    monkeypatch.setattr(tuning, "MIN_SESSION_S", 0.0)
+    monkeypatch.setattr(tuning, "SMALL_SESSION_S", 0.0)
     monkeypatch.setattr(tuning, "RERUN_SHARE", 0.0)
     c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 1.0}, 0.0, **AA_UNDECIDED)
     result = run_session(c)
@@ -737,17 +737,17 @@ def test_past_the_budget_an_aa_metric_gets_the_other_start_order_and_no_more(tmp
     assert "2 generation(s)" in result.notes[-1] and result.budget_exhausted
 
 
-@pytest.mark.parametrize(("min_session_s", "visit_s", "gauss", "generations"),
+@pytest.mark.parametrize(("small_session_s", "visit_s", "gauss", "generations"),
                          [(60.0, 0.0, 0.1, None), (0.0, 0.0, 0.3, 2), (60.0, 40.0, 0.3, 2)])
-def test_a_small_selections_undecided_metric_runs_again_for_min_session_s(
-        tmp_path, monkeypatch, min_session_s, visit_s, gauss, generations):
+def test_a_small_selections_undecided_metric_runs_again_for_small_session_s(
+        tmp_path, monkeypatch, small_session_s, visit_s, gauss, generations):
     # 6 % slower in noise too wide to decide at first, and no share of the first pass for
-    # reruns: until the session has run MIN_SESSION_S it runs again, and is decided (a slowdown
+    # reruns: until the session has run SMALL_SESSION_S it runs again, and is decided (a slowdown
     # at the threshold needs many pairs). With none, it gets only the other start order, as
-    # every metric undecided on the pairs of one does, and then no more. MIN_SESSION_S counts
+    # every metric undecided on the pairs of one does, and then no more. SMALL_SESSION_S counts
     # from the session's start: after a first pass of 40 s, a 40 s generation does not fit
     monkeypatch.setattr(tuning, "RERUN_SHARE", 0.0)
-    monkeypatch.setattr(tuning, "MIN_SESSION_S", min_session_s)
+    monkeypatch.setattr(tuning, "SMALL_SESSION_S", small_session_s)
     c, _ = fake_clock_controller(tmp_path, {"base": 1.0, "head": 1.06}, visit_s, noise=0.0,
                                  gauss=gauss, undecided="warn")
     result = run_session(c)
@@ -826,7 +826,7 @@ def test_an_inconclusive_metric_gets_the_generations_a_verdict_needs_unless_warn
     # by default it may end inconclusive, which fails the gate, so it runs again while its
     # estimate is past the threshold, until it is decided, or no longer past it, or the
     # generations run out
-    monkeypatch.setattr(tuning, "MIN_SESSION_S", 0.0)
+    monkeypatch.setattr(tuning, "SMALL_SESSION_S", 0.0)
     monkeypatch.setattr(tuning, "RERUN_SHARE", 0.0)
     generations, decisions = {}, {}
     for mode in ("warn", "inconclusive"):

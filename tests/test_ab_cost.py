@@ -56,7 +56,7 @@ class PerTestClock:
 def test_each_test_is_charged_the_seconds_of_all_its_visits_on_both_sides(tmp_path, monkeypatch):
     # A/A too noisy to decide: both tests run again in the next generation (the budget of the
     # reruns is ample, the generations few), so that each test has several visits to add up
-    monkeypatch.setattr(tuning, "MIN_SESSION_S", 1000.0)
+    monkeypatch.setattr(tuning, "SMALL_SESSION_S", 1000.0)
     monkeypatch.setattr(tuning, "MAX_RERUNS", 2)
     clock = PerTestClock({"t::cheap": 2.0, "t::dear": 7.0})
     ids = {"base": ["t::cheap", "t::dear"], "head": ["t::cheap", "t::dear"]}

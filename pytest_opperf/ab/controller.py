@@ -14,7 +14,7 @@ over :mod:`.tuning`'s constants and :mod:`.decide`'s statistics:
    of its start order decide on their own, at ``MAX_VISIT_PAIRS``, or, past that fewest, at its
    share of the time to its generation's deadline (``FIRST_VISIT_SHARE``, over the tests left).
 3. **Two deadlines.** The *ceiling* is ``[compare] budget_s`` from the start. The *reruns'
-   budget* ends ``RERUN_SHARE`` of the first pass after it, or ``MIN_SESSION_S`` from the start
+   budget* ends ``RERUN_SHARE`` of the first pass after it, or ``SMALL_SESSION_S`` from the start
    if that is later, never past the ceiling. A metric that wants pairs has them up to the ceiling
    when the gate's verdict waits for it (:func:`.decide.wanting_pairs`' ``"gate"``: a change to
    confirm, a metric that may end inconclusive, an e2e run's), within the reruns' budget if not.
@@ -62,8 +62,8 @@ __all__ = ["Controller", "Plan", "TestOutcome", "rerun_budget"]
 
 def rerun_budget(first_pass_s: float) -> float:
     """The reruns' seconds after a first pass of ``first_pass_s``: ``tuning.RERUN_SHARE`` of it,
-    or as many as take the session to ``tuning.MIN_SESSION_S``, whichever is more."""
-    return max(tuning.RERUN_SHARE * first_pass_s, tuning.MIN_SESSION_S - first_pass_s)
+    or as many as take the session to ``tuning.SMALL_SESSION_S``, whichever is more."""
+    return max(tuning.RERUN_SHARE * first_pass_s, tuning.SMALL_SESSION_S - first_pass_s)
 
 
 @dataclass

@@ -46,7 +46,7 @@ FIRST_VISIT_SHARE = 0.25
 # sessions here, with budget_s not spent.
 MAX_RERUNS = 16
 # The reruns' budget, for the metrics the gate does not wait for: this share of the first pass's
-# wall time (spawn and collection included), and up to MIN_SESSION_S from the session's start at
+# wall time (spawn and collection included), and up to SMALL_SESSION_S from the session's start at
 # least, never past [compare] budget_s. With 0.3 the shards' metrics whose two process pairs
 # disagreed stayed undecided; with 0.8, 14 of the main job's 532 metrics in an A/A run; 1.2 left
 # 0-3 in twelve runs, the main job at 1.17-1.82 times the push, 1.31 at the median
@@ -56,7 +56,7 @@ RERUN_SHARE = 1.2
 # per-op slowdown at the threshold needs some 100-200 pairs, an e2e stat some 14 in each start
 # order. A 3 % conv2d at a 3 % threshold ended undecided after 16 s in 2 of 7 sessions; counted
 # from the first pass's end instead, suites/test_resnet50.py took 4 times its single side.
-MIN_SESSION_S = 60.0
+SMALL_SESSION_S = 60.0
 
 # --- the decisions ----------------------------------------------------------------------------
 
