@@ -27,9 +27,9 @@ over :mod:`.tuning`'s constants and :mod:`.decide`'s statistics:
    pairs, or none that does fits before its deadline. A generation that leaves no time for another
    runs only the metrics that may still end regressed (the current start order's pairs are final
    then: :func:`.decide.may_regress`) or whose undecided verdict the gate waits for. Two caps:
-   ``MAX_RERUNS`` generations; and past the reruns' budget a session with a metric regressed ends,
-   as the gate fails whatever the rest ends as (:func:`.decide.settled`; not with ``settle`` off,
-   as bisect's sessions, which decide the metrics they chase).
+   ``MAX_RERUNS`` generations; and once the reruns' budget has no room for every test that wants
+   pairs, a session with a metric regressed ends, as the gate fails whatever the rest ends as
+   (:func:`.decide.settled`; not with ``settle`` off, as bisect's, which decide what they chase).
 
 Every visit is timed, and its seconds are its test's (the result's ``cost``, :mod:`.cost`). At the
 start the compiled extension modules the sides loaded are compared (:mod:`.extensions`): those that
@@ -211,8 +211,8 @@ class Controller:
         for _ in range(tuning.MAX_RERUNS):
             if self.should_stop():
                 return False
-            past = self._reruns_end - self.clock() <= 2 * self.sides.spawn_s
-            if past and self.settle and (settled := decide.settled(self.samples, self.settings)):
+            if (self.settle and not self._budget_holds(common)
+                    and (settled := decide.settled(self.samples, self.settings))):
                 self.notes.append(settled)
                 return False
             tests, last, self._budget_end = self._generation(common, ceiling)
@@ -241,6 +241,13 @@ class Controller:
             gate, other = self._wanted(common, self.sides.first)
             tests = self._choose(gate, other, ceiling)
         return tests, last, ceiling if set(gate) & set(tests) else self._reruns_end
+
+    def _budget_holds(self, common: set[str]) -> bool:
+        """Whether the reruns' budget has room for a generation of every test whose metrics
+        want pairs (with a start of the sides after it)."""
+        wanted = [t for tests in self._wanted(common) for t in tests]
+        room = self._reruns_end - self.clock() - 2 * self.sides.spawn_s
+        return sum(self._visit_s.get(t, 0.0) for t in wanted) <= room
 
     def _choose(self, gate: dict[str, int], other: dict[str, int], ceiling: float) -> list[str]:
         now, starts = self.clock(), 2 * self.sides.spawn_s  # this generation's and the next's
