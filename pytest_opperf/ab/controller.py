@@ -12,7 +12,8 @@ over :mod:`.tuning`'s constants and :mod:`.decide`'s statistics:
 2. **A benchmark's visit** looks at its pairs once they can bound an interval at the session's
    corrected level (and number ``min_pairs``), then every ``CHECK_EVERY``; it stops when the pairs
    of its start order decide on their own, at ``MAX_VISIT_PAIRS``, or, past that fewest, at its
-   share of the time to its generation's deadline (``FIRST_VISIT_SHARE``, over the tests left).
+   share of the time to its generation's deadline (``FIRST_VISIT_SHARE`` over the tests left,
+   ``MIN_VISIT_S`` at least).
 3. **Two deadlines.** The *ceiling* is ``[compare] budget_s`` from the start. The *reruns'
    budget* ends ``RERUN_SHARE`` of the first pass after it, or ``SMALL_SESSION_S`` from the start
    if that is later, never past the ceiling. A metric that wants pairs has them up to the ceiling
@@ -406,10 +407,12 @@ class Controller:
 
     def _visit_deadline(self) -> float:
         """A benchmark's share of the time to its generation's deadline: ``FIRST_VISIT_SHARE`` of
-        it over the tests left (in the first pass the rest stays for the tests still undecided)."""
+        it over the tests left (in the first pass the rest stays for the tests still undecided),
+        ``MIN_VISIT_S`` at least."""
         now = self.clock()
         left = max(1, getattr(self, "_remaining", 1))
-        return now + max(0.0, tuning.FIRST_VISIT_SHARE * (self._budget_end - now) / left)
+        share = tuning.FIRST_VISIT_SHARE * (self._budget_end - now) / left
+        return now + max(tuning.MIN_VISIT_S, share)
 
     def _family(self) -> family.Family:
         """The metrics the decision is corrected for, as far as known now: those with samples,
