@@ -157,6 +157,16 @@ def test_the_ab_modules_stay_small():
     assert {name: n for name, n in sizes.items() if n >= 500} == {}
 
 
+def test_the_schedules_rules_fit_in_its_docstring_over_few_constants():
+    # the controller's rules (one allocation and one stopping rule) are stated in its module
+    # docstring, over the constants of tuning.py: both stay small enough to reason about
+    from pytest_opperf.ab import controller, tuning
+
+    assert controller.__doc__ is not None and len(controller.__doc__.strip().splitlines()) <= 40
+    constants = [name for name in vars(tuning) if name.isupper() and not name.startswith("_")]
+    assert 0 < len(constants) < 19, constants
+
+
 # The layers of the package, bottom up. A module imports only its own layer and those below
 # (a package's ``__init__``, docstrings only, is no layer's), except the few named in ABOVE. pytest
 # glue (``glue``, ``plugin``, the A/B processes) is the top: what measures, compares and reports
